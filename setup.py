@@ -29,6 +29,9 @@ setup(
     entry_points={
         'console_scripts': [
             'plag-ros = plag_ros.cli:main',
+            'dynamics_node = plag_ros.nodes.dynamics_node:main',
+            'sim_node = plag_ros.nodes.sim_node:main',
+            'impedance_node = plag_ros.nodes.impedance_node:main',
         ],
     },
 )

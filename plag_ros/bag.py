@@ -1,0 +1,741 @@
+"""rosbag2 input and output without a ROS install (the ``rosbags`` library).
+
+Reading: :func:`read_joint_states` opens a rosbag2 bag (sqlite3 or mcap storage, metadata
+written by Humble, Jazzy or Kilted, or a bare ``.mcap``/``.db3`` file), picks the
+``sensor_msgs/JointState`` topic and returns every sample once as arrays in model order::
+
+    js = read_joint_states('run1', model)        # js.t_ns (N,) int64, js.q (N, n) float64
+
+``JointState`` CDR has a fixed layout for a driver that always publishes the same names,
+so the samples are parsed in bulk with numpy: messages are grouped by byte length, the
+first message of a group is parsed field by field, every other message of the group is
+checked byte for byte against it in the constant parts (frame, names, counts) and the
+stamps and float64 arrays are read as strided views. Messages that fit no group are
+decoded one by one with the ``rosbags`` typestore.
+
+Writing: :class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (mcap or sqlite3, rosbag2
+format 9 with offered QoS profiles); :class:`CdrTemplate` encodes an ``rclpy`` message to
+canonical CDR once and then produces the bytes of N messages that differ only in header
+stamps and float64 fields as one ``(N, size)`` uint8 array (bulk serialization, tested to
+match ``rclpy.serialization.serialize_message`` byte for byte outside CDR padding).
+"""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import struct
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import numpy as np
+from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, \
+    QosReliability, QosTime
+from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
+from rosbags.typesys.store import Typestore
+
+from .model import RobotModel
+
+__all__ = [
+    'BagError',
+    'BagReadError',
+    'BagWriter',
+    'CdrTemplate',
+    'JOINT_STATE_TYPE',
+    'JointStates',
+    'MissingJointsError',
+    'NotABagError',
+    'OutputExistsError',
+    'TopicError',
+    'bag_topics',
+    'cdr_encode',
+    'open_bag',
+    'prepare_output',
+    'qos_profile',
+    'read_joint_states',
+    'typestore_for',
+    'write_joint_state_bag',
+]
+
+JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
+StampSource = Literal['header', 'receive']
+
+_DISTRO_STORES = {
+    'humble': Stores.ROS2_HUMBLE,
+    'iron': Stores.ROS2_IRON,
+    'jazzy': Stores.ROS2_JAZZY,
+    'kilted': Stores.ROS2_KILTED,
+}
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class BagError(Exception):
+    """Base of every error this module raises about a bag."""
+
+
+class NotABagError(BagError):
+    """The path is not a rosbag2 bag (no metadata.yaml, .mcap or .db3)."""
+
+
+class BagReadError(BagError):
+    """The bag exists but cannot be read (truncated, corrupt, unknown storage)."""
+
+
+class TopicError(BagError):
+    """No usable JointState topic; the message lists the topics the bag has."""
+
+
+class MissingJointsError(BagError):
+    """The JointState messages lack joints the model needs; the message names them."""
+
+
+class OutputExistsError(BagError, FileExistsError):
+    """An output path exists and overwriting was not asked for (``--force``)."""
+
+
+# --- typestores and QoS -------------------------------------------------------------------
+
+
+def typestore_for(distro: str | None) -> Typestore:
+    """The ``rosbags`` typestore of a ROS 2 distribution (Kilted when unknown or None)."""
+    store = _DISTRO_STORES.get((distro or '').strip().lower(), Stores.ROS2_KILTED)
+    return get_typestore(store)
+
+
+def qos_profile(*, reliable: bool = True, transient_local: bool = False,
+                depth: int = 10) -> Qos:
+    """An offered QoS profile for a bag's topic metadata (what ``ros2 bag play`` offers)."""
+    zero = QosTime(sec=0, nsec=0)  # 0 = the middleware default (no deadline/lifespan)
+    return Qos(
+        history=QosHistory.KEEP_LAST,
+        depth=depth,
+        reliability=QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
+        durability=(QosDurability.TRANSIENT_LOCAL if transient_local
+                    else QosDurability.VOLATILE),
+        deadline=zero,
+        lifespan=zero,
+        liveliness=QosLiveliness.AUTOMATIC,
+        liveliness_lease_duration=zero,
+        avoid_ros_namespace_conventions=False,
+    )
+
+
+# --- opening ------------------------------------------------------------------------------
+
+
+def _storage_path(path: Path) -> Path:
+    """The path ``rosbags.Reader`` should open, or NotABagError saying why there is none."""
+    if not path.exists():
+        raise NotABagError(f'{path}: no such file or directory')
+    if path.is_dir():
+        if (path / 'metadata.yaml').is_file():
+            return path
+        # A recording killed before it finished has no metadata.yaml; a single storage file
+        # can still be read on its own.
+        files = sorted(path.glob('*.mcap')) + sorted(path.glob('*.db3'))
+        if len(files) == 1:
+            return files[0]
+        raise NotABagError(f'{path} is not a rosbag2 bag: no metadata.yaml'
+                           + (f' and {len(files)} storage files' if files else
+                              ' and no .mcap or .db3 file'))
+    if path.suffix not in ('.mcap', '.db3'):
+        raise NotABagError(f'{path} is not a rosbag2 bag (expected a bag directory, '
+                           'an .mcap or a .db3 file)')
+    return path
+
+
+@contextmanager
+def open_bag(path: str | Path) -> Iterator[Reader]:
+    """Open a bag for reading; every failure becomes a :class:`BagError` naming the path.
+
+    Args:
+        path: bag directory (with metadata.yaml), or a single ``.mcap``/``.db3`` file.
+
+    Raises:
+        NotABagError: nothing at ``path`` looks like a bag.
+        BagReadError: the storage cannot be opened (truncated, corrupt, not sqlite/mcap).
+    """
+    path = Path(path)
+    storage = _storage_path(path)
+    try:
+        reader = Reader(storage)
+        reader.open()
+    except BagError:
+        raise
+    except (ReaderError, OSError, sqlite3.Error, ValueError, KeyError, TypeError,
+            struct.error, EOFError, AssertionError) as err:
+        raise BagReadError(f'{path}: cannot open bag: {err}') from err
+    try:
+        yield reader
+    finally:
+        try:
+            reader.close()
+        except Exception:  # noqa: BLE001 - closing a broken storage must not mask the cause
+            pass
+
+
+def bag_topics(path: str | Path) -> dict[str, tuple[str, int]]:
+    """Topic -> (message type, message count) of a bag."""
+    with open_bag(path) as reader:
+        return {topic: (info.msgtype or '?', info.msgcount)
+                for topic, info in reader.topics.items()}
+
+
+# --- JointState reading -------------------------------------------------------------------
+
+
+class JointStates(NamedTuple):
+    """Every JointState sample of a bag, in model joint order.
+
+    Attributes (N samples, n model joints):
+        t_ns: (N,) int64 stamps [ns], strictly increasing (header or receive time).
+        q: (N, n) positions [rad or m], mimic joints filled from their sources.
+        qd: (N, n) velocities, or None when the messages carry none.
+        effort: (N, n) measured efforts [N*m or N], or None.
+        header_ns: (N,) int64 header stamps; receive_ns: (N,) int64 bag receive times.
+        topic: the topic read; msgtype its type; distro the bag's ROS distribution.
+        joint_names: (n,) model joint names, the column order.
+    """
+
+    t_ns: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray | None
+    effort: np.ndarray | None
+    header_ns: np.ndarray
+    receive_ns: np.ndarray
+    topic: str
+    distro: str | None
+    joint_names: tuple[str, ...]
+
+
+class _Layout(NamedTuple):
+    """Byte layout of one JointState CDR message (offsets from the buffer start)."""
+
+    size: int
+    names: tuple[str, ...]
+    static_end: int                     # bytes [12, static_end) are frame and names
+    arrays: tuple[tuple[int, int, int], ...]   # (count offset, data offset, count) x 3
+
+
+def _align(pos: int, size: int) -> int:
+    """CDR alignment; positions count from the end of the 4-byte encapsulation header."""
+    return pos + (-(pos - 4)) % size
+
+
+def _parse_layout(raw: bytes) -> _Layout:
+    """Parse one little-endian JointState CDR message into its layout."""
+    if len(raw) < 12 or raw[:2] != b'\x00\x01':
+        raise ValueError('not little-endian CDR')
+    pos = 12
+    (length,) = struct.unpack_from('<I', raw, pos)
+    pos += 4 + length
+    pos = _align(pos, 4)
+    (count,) = struct.unpack_from('<I', raw, pos)
+    pos += 4
+    names = []
+    for _ in range(count):
+        pos = _align(pos, 4)
+        (length,) = struct.unpack_from('<I', raw, pos)
+        names.append(raw[pos + 4:pos + 3 + length].decode())
+        pos += 4 + length
+    static_end = pos
+    arrays = []
+    for _ in range(3):
+        pos = _align(pos, 4)
+        (count,) = struct.unpack_from('<I', raw, pos)
+        count_at = pos
+        pos += 4
+        if count:
+            pos = _align(pos, 8)
+        arrays.append((count_at, pos, count))
+        pos += 8 * count
+    if pos > len(raw) or len(raw) - pos > 7:
+        raise ValueError(f'JointState CDR size mismatch ({pos} parsed, {len(raw)} bytes)')
+    return _Layout(len(raw), tuple(names), static_end, tuple(arrays))
+
+
+class _Block(NamedTuple):
+    """Samples of one name layout: message indices and their arrays in message order."""
+
+    index: np.ndarray                   # (G,) positions in the bag's message order
+    names: tuple[str, ...]
+    header_ns: np.ndarray               # (G,) int64
+    arrays: tuple[np.ndarray | None, ...]   # position, velocity, effort: (G, len(names))
+
+
+def _bulk_blocks(raws: list[bytes]) -> tuple[list[_Block], list[int]]:
+    """Parse the fixed-layout messages in bulk; return blocks and the left-over indices."""
+    sizes = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    blocks: list[_Block] = []
+    leftover: list[int] = []
+    for size in np.unique(sizes):
+        todo = np.flatnonzero(sizes == size)
+        buf = np.frombuffer(b''.join([raws[i] for i in todo]), dtype=np.uint8)
+        buf = buf.reshape(len(todo), int(size))
+        rows = np.arange(len(todo))
+        while rows.size:
+            first = rows[0]
+            try:
+                layout = _parse_layout(bytes(buf[first]))
+            except (ValueError, struct.error, UnicodeDecodeError):
+                leftover.append(int(todo[first]))
+                rows = rows[1:]
+                continue
+            # Constant parts: encapsulation, frame_id, names and the three counts.
+            cols = [np.arange(0, 4), np.arange(12, layout.static_end)]
+            cols += [np.arange(at, at + 4) for at, _, _ in layout.arrays]
+            cols = np.concatenate(cols)
+            same = (buf[np.ix_(rows, cols)] == buf[first, cols]).all(axis=1)
+            match, rows = rows[same], rows[~same]
+            sub = buf[match]
+            sec = sub[:, 4:8].copy().view('<i4')[:, 0].astype(np.int64)
+            nsec = sub[:, 8:12].copy().view('<u4')[:, 0].astype(np.int64)
+            arrays = []
+            for _, at, count in layout.arrays:
+                if count != len(layout.names) or count == 0:
+                    arrays.append(None if count == 0 else _mismatch(layout, count))
+                    continue
+                data = np.ascontiguousarray(sub[:, at:at + 8 * count])
+                arrays.append(data.view('<f8').astype(np.float64))
+            blocks.append(_Block(todo[match], layout.names, sec * 1_000_000_000 + nsec,
+                                 tuple(arrays)))
+    return blocks, leftover
+
+
+def _mismatch(layout: _Layout, count: int) -> None:
+    raise MissingJointsError(f'JointState with {len(layout.names)} names carries an array '
+                             f'of {count} values')
+
+
+def _decode_slow(raws: list[bytes], index: list[int], store: Typestore,
+                 msgtype: str) -> list[_Block]:
+    """Decode messages one by one with the typestore (other endianness, odd layouts)."""
+    blocks = []
+    for i in index:
+        try:
+            msg = store.deserialize_cdr(raws[i], msgtype)
+        except Exception as err:  # noqa: BLE001 - rosbags raises several types
+            raise BagReadError(f'message {i} of the JointState topic cannot be decoded: '
+                               f'{err}') from err
+        n_names = len(msg.name)
+        arrays = []
+        for field in ('position', 'velocity', 'effort'):
+            values = np.asarray(getattr(msg, field), dtype=np.float64)
+            if values.size and values.size != n_names:
+                raise MissingJointsError(f'JointState message {i} has {n_names} names but '
+                                         f'{values.size} {field} values')
+            arrays.append(values[None] if values.size else None)
+        stamp = msg.header.stamp
+        blocks.append(_Block(np.array([i]), tuple(msg.name),
+                             np.array([stamp.sec * 1_000_000_000 + stamp.nanosec]),
+                             tuple(arrays)))
+    return blocks
+
+
+def _pick_topic(reader: Reader, topic: str | None, path: Path) -> str:
+    topics = reader.topics
+    listing = ', '.join(f'{name} [{info.msgtype}]' for name, info in sorted(topics.items())) \
+        or 'none'
+    if topic is not None:
+        if topic not in topics:
+            raise TopicError(f'{path}: no topic {topic!r}; the bag has: {listing}')
+        if topics[topic].msgtype != JOINT_STATE_TYPE:
+            raise TopicError(f'{path}: topic {topic!r} is {topics[topic].msgtype}, not '
+                             f'{JOINT_STATE_TYPE}; the bag has: {listing}')
+        return topic
+    candidates = [name for name, info in topics.items() if info.msgtype == JOINT_STATE_TYPE]
+    if '/joint_states' in candidates:
+        return '/joint_states'
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise TopicError(f'{path}: no {JOINT_STATE_TYPE} topic; the bag has: {listing}')
+    raise TopicError(f'{path}: several {JOINT_STATE_TYPE} topics {sorted(candidates)} and '
+                     'none is /joint_states; choose one with --topic')
+
+
+def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None = None,
+                      stamp: StampSource = 'header') -> JointStates:
+    """Read a bag's JointState samples as arrays in model order.
+
+    Args:
+        path: bag directory, or a single ``.mcap``/``.db3`` file.
+        model: the robot; columns follow ``model.joint_names``.
+        topic: the JointState topic; default ``/joint_states``, else the only one present.
+        stamp: ``'header'`` (the message stamp, as the live node uses) or ``'receive'``
+            (the time the recorder got it).
+
+    Returns:
+        :class:`JointStates`, sorted by the chosen stamp. Samples with a repeated stamp
+        keep the first one (a warning counts the others).
+
+    Raises:
+        NotABagError, BagReadError: see :func:`open_bag`.
+        TopicError: no such topic or no JointState topic (the message lists the topics).
+        MissingJointsError: actuated model joints absent from every message (named), or
+            arrays whose length differs from the names.
+        ValueError: ``stamp`` is neither 'header' nor 'receive'.
+    """
+    if stamp not in ('header', 'receive'):
+        raise ValueError(f"stamp must be 'header' or 'receive', got {stamp!r}")
+    path = Path(path)
+    with open_bag(path) as reader:
+        topic = _pick_topic(reader, topic, path)
+        distro = reader.ros_distro
+        connections = [c for c in reader.connections if c.topic == topic]
+        receive: list[int] = []
+        raws: list[bytes] = []
+        try:
+            for _, t, raw in reader.messages(connections=connections):
+                receive.append(t)
+                raws.append(raw)
+        except BagError:
+            raise
+        except Exception as err:  # noqa: BLE001 - truncated storage raises many types
+            raise BagReadError(f'{path}: bag is truncated or corrupt after '
+                               f'{len(raws)} messages of {topic}: {err}') from err
+    if not raws:
+        raise TopicError(f'{path}: topic {topic} has no messages')
+    store = typestore_for(distro)
+    blocks, leftover = _bulk_blocks(raws)
+    if leftover:
+        blocks += _decode_slow(raws, leftover, store, JOINT_STATE_TYPE)
+    return _assemble(blocks, np.asarray(receive, dtype=np.int64), model, topic, distro,
+                     stamp, path)
+
+
+def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topic: str,
+              distro: str | None, stamp: StampSource, path: Path) -> JointStates:
+    """Scatter the blocks into (N, n) model-order arrays, fill mimics, sort by stamp."""
+    n_msgs, n = len(receive), model.n_joints
+    lookup = {name: k for k, name in enumerate(model.joint_names)}
+    required = [name for name, act in zip(model.joint_names, model.actuated) if act]
+    seen: set[str] = set()
+    for block in blocks:
+        seen.update(block.names)
+    missing = [name for name in required if name not in seen]
+    if missing:
+        raise MissingJointsError(
+            f'{path}: {topic} lacks joints {missing} of model {model.name!r} '
+            f'(the messages name {sorted(seen)})')
+    q = np.full((n_msgs, n), np.nan)
+    fields = [q, None, None]
+    header = np.zeros(n_msgs, dtype=np.int64)
+    covered = np.zeros(n_msgs, dtype=bool)
+    for block in blocks:
+        if not set(required) <= set(block.names):
+            continue  # a partial publisher (e.g. gripper only): dropped below with a count
+        cols = [i for i, name in enumerate(block.names) if name in lookup]
+        dst = [lookup[block.names[i]] for i in cols]
+        covered[block.index] = True
+        header[block.index] = block.header_ns
+        for f, values in enumerate(block.arrays):
+            if values is None:
+                continue
+            if fields[f] is None:
+                fields[f] = np.full((n_msgs, n), np.nan)
+            fields[f][np.ix_(block.index, dst)] = values[:, cols]
+    if not covered.all():
+        warnings.warn(f'{path}: {int((~covered).sum())} of {n_msgs} {topic} messages lack '
+                      'some model joints and were skipped', stacklevel=3)
+    t = header if stamp == 'header' else receive
+    keep = np.flatnonzero(covered)
+    if stamp == 'header' and keep.size and not t[keep].any():
+        raise BagReadError(f'{path}: every header stamp on {topic} is zero; '
+                           "use the receive time (--stamp receive)")
+    order = keep[np.argsort(t[keep], kind='stable')]
+    dup = np.flatnonzero(np.diff(t[order]) == 0) + 1
+    if dup.size:
+        warnings.warn(f'{path}: {dup.size} {topic} messages repeat the stamp of the one '
+                      'before and were skipped', stacklevel=3)
+        order = np.delete(order, dup)
+    q, qd, effort = (None if x is None else x[order] for x in fields)
+    q = model.fill_mimic(q)
+    if qd is not None:
+        qd = model.fill_mimic(qd, derivative=True)
+    return JointStates(t[order].copy(), q, qd, effort, header[order], receive[order], topic,
+                       distro, tuple(model.joint_names))
+
+
+# --- output paths -------------------------------------------------------------------------
+
+
+def prepare_output(path: str | Path, *, force: bool = False) -> Path:
+    """Make ``path`` free for a new output: refuse if it exists, unless ``force``.
+
+    Raises:
+        OutputExistsError: ``path`` exists and ``force`` is False.
+    """
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        if not force:
+            raise OutputExistsError(f'{path} exists; use --force to overwrite it')
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return path
+
+
+# --- CDR encoding -------------------------------------------------------------------------
+
+_BASIC = {
+    'double': ('<d', 8), 'float': ('<f', 4), 'int8': ('<b', 1), 'uint8': ('<B', 1),
+    'char': ('<B', 1), 'octet': ('<B', 1), 'boolean': ('<?', 1), 'int16': ('<h', 2),
+    'uint16': ('<H', 2), 'int32': ('<i', 4), 'uint32': ('<I', 4), 'int64': ('<q', 8),
+    'uint64': ('<Q', 8), 'long double': ('<d', 8),
+}
+
+
+class _Encoder:
+    """Canonical little-endian CDR of an rclpy message, with field offsets recorded."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(b'\x00\x01\x00\x00')
+        self.stamps: list[int] = []
+        self.doubles: dict[str, tuple[int, int]] = {}
+
+    def _pad(self, size: int) -> None:
+        self.buf += bytes((-(len(self.buf) - 4)) % size)
+
+    def _basic(self, typename: str, value, path: str) -> None:
+        fmt, size = _BASIC[typename]
+        self._pad(size)
+        if typename == 'double':
+            self.doubles[path] = (len(self.buf), 1)
+        if isinstance(value, (bytes, bytearray)):
+            value = value[0]
+        elif isinstance(value, str):
+            value = ord(value)
+        self.buf += struct.pack(fmt, value)
+
+    def _string(self, value: str) -> None:
+        data = value.encode() + b'\x00'
+        self._pad(4)
+        self.buf += struct.pack('<I', len(data)) + data
+
+    def _sequence(self, value_type, values, path: str, *, fixed: int | None = None) -> None:
+        count = len(values)
+        if fixed is None:
+            self._pad(4)
+            self.buf += struct.pack('<I', count)
+        name = type(value_type).__name__
+        if name == 'BasicType':
+            fmt, size = _BASIC[value_type.typename]
+            if count:
+                self._pad(size)
+                if value_type.typename == 'double':
+                    self.doubles[path] = (len(self.buf), count)
+                if isinstance(values, (bytes, bytearray)):
+                    self.buf += bytes(values)
+                else:
+                    dtype = np.dtype(fmt)
+                    self.buf += np.asarray(values, dtype=dtype).tobytes()
+            return
+        for k, value in enumerate(values):
+            self._value(value_type, value, f'{path}.{k}')
+
+    def _value(self, slot, value, path: str) -> None:
+        name = type(slot).__name__
+        if name == 'BasicType':
+            self._basic(slot.typename, value, path)
+        elif name in ('UnboundedString', 'BoundedString'):
+            self._string(value)
+        elif name in ('UnboundedSequence', 'BoundedSequence'):
+            self._sequence(slot.value_type, value, path)
+        elif name == 'Array':
+            self._sequence(slot.value_type, value, path, fixed=slot.size)
+        elif name == 'NamespacedType':
+            self.message(value, path)
+        else:
+            raise TypeError(f'{path}: cannot encode field type {name}')
+
+    def message(self, msg, path: str = '') -> None:
+        if type(msg).__name__ == 'Time' and path.endswith('stamp'):
+            self.stamps.append(len(self.buf) + (-(len(self.buf) - 4)) % 4)
+        fields = msg.get_fields_and_field_types()
+        for (field, _), slot in zip(fields.items(), msg.SLOT_TYPES):
+            self._value(slot, getattr(msg, field), f'{path}.{field}' if path else field)
+
+
+def cdr_encode(msg) -> bytes:
+    """Canonical CDR (little-endian, zero padding, exact size) of an rclpy message.
+
+    ``rclpy.serialization.serialize_message`` gives the same bytes except in alignment
+    padding (left uninitialised by the middleware) and may append a few trailing bytes.
+    """
+    encoder = _Encoder()
+    encoder.message(msg)
+    return bytes(encoder.buf)
+
+
+class CdrTemplate:
+    """Bulk CDR for messages that differ only in header stamps and float64 fields.
+
+    Encode one message (the template) and record where its ``header.stamp`` fields and
+    float64 values live; :meth:`fill` then writes N stamps and N rows of values into N
+    copies of the template with numpy. The template's strings, counts and other fields
+    are shared by every message, so it must be built with the same names and array
+    lengths as the messages it stands for.
+
+    Args:
+        msg: the template rclpy message.
+
+    Attributes:
+        data: the template's CDR bytes; doubles: float64 field path -> (byte offset,
+            count), e.g. ``'effort'``, ``'data'``, ``'markers.3.points.1.x'``.
+    """
+
+    def __init__(self, msg) -> None:
+        encoder = _Encoder()
+        encoder.message(msg)
+        self.data = bytes(encoder.buf)
+        self.doubles = dict(encoder.doubles)
+        self._stamps = list(encoder.stamps)
+        self.size = len(self.data)
+
+    def fill(self, t_ns: np.ndarray, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        """CDR of N messages as rows of an (N, size) uint8 array.
+
+        Args:
+            t_ns: (N,) int64 header stamps [ns] (every stamp field of the message).
+            values: float64 field path -> (N, count) values (or (N,) for a scalar);
+                fields not given keep the template's values.
+
+        Raises:
+            KeyError: an unknown path; ValueError: a count that does not match.
+        """
+        t_ns = np.asarray(t_ns, dtype=np.int64)
+        n_rows = len(t_ns)
+        out = np.empty((n_rows, self.size), dtype=np.uint8)
+        out[:] = np.frombuffer(self.data, dtype=np.uint8)
+        sec, nsec = np.divmod(t_ns, 1_000_000_000)
+        stamp = np.empty((n_rows, 2), dtype='<u4')
+        stamp[:, 0] = sec.astype('<i4').view('<u4')
+        stamp[:, 1] = nsec
+        stamp_bytes = stamp.view(np.uint8)
+        for at in self._stamps:
+            out[:, at:at + 8] = stamp_bytes
+        for path, x in values.items():
+            at, count = self.doubles[path]
+            x = np.asarray(x, dtype='<f8').reshape(n_rows, -1)
+            if x.shape[1] != count:
+                raise ValueError(f'{path}: template has {count} values, got {x.shape[1]}')
+            out[:, at:at + 8 * count] = np.ascontiguousarray(x).view(np.uint8)
+        return out
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+class BagWriter:
+    """A rosbag2 bag being written (format 9, offered QoS recorded per topic).
+
+    Args:
+        path: bag directory to create; must not exist (see :func:`prepare_output`).
+        storage: ``'mcap'`` or ``'sqlite3'``.
+        typestore: typestore giving the message definitions (default Kilted, the message
+            definitions of the installed rclpy packages).
+    """
+
+    def __init__(self, path: str | Path, *, storage: str = 'mcap',
+                 typestore: Typestore | None = None) -> None:
+        plugins = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3}
+        if storage not in plugins:
+            raise ValueError(f"storage must be 'mcap' or 'sqlite3', got {storage!r}")
+        self.path = Path(path)
+        if self.path.exists():
+            raise OutputExistsError(f'{self.path} exists; use --force to overwrite it')
+        self.storage = storage
+        self.typestore = typestore or get_typestore(Stores.ROS2_KILTED)
+        self._writer = Writer(self.path, version=9, storage_plugin=plugins[storage])
+        self._writer.open()
+        self._connections: dict[str, object] = {}
+
+    def add_topic(self, topic: str, msgtype: str, *, qos: Qos | None = None,
+                  msgdef: str | None = None, rihs01: str | None = None):
+        """Register a topic; returns the connection handle for :meth:`write`.
+
+        Args:
+            topic: absolute topic name.
+            msgtype: ``pkg/msg/Type``.
+            qos: offered QoS (default reliable, volatile, depth 10).
+            msgdef, rihs01: message definition and hash when the typestore lacks the type.
+        """
+        if topic in self._connections:
+            return self._connections[topic]
+        kwargs = {'msgdef': msgdef, 'rihs01': rihs01} if msgdef else \
+            {'typestore': self.typestore}
+        conn = self._writer.add_connection(topic, msgtype,
+                                           offered_qos_profiles=[qos or qos_profile()],
+                                           **kwargs)
+        self._connections[topic] = conn
+        return conn
+
+    def write(self, conn, t_ns: int, data: bytes | memoryview) -> None:
+        """Write one serialized message received at ``t_ns`` [ns]."""
+        self._writer.write(conn, int(t_ns), data)
+
+    def write_rows(self, conn, t_ns: np.ndarray, rows: np.ndarray) -> None:
+        """Write N messages: ``rows`` (N, size) uint8 CDR (see :class:`CdrTemplate`)."""
+        write = self._writer.write
+        for t, row in zip(t_ns.tolist(), rows):
+            write(conn, t, row.data)
+
+    def close(self) -> None:
+        """Finish the bag (writes metadata.yaml)."""
+        self._writer.close()
+
+    def abort(self) -> None:
+        """Close after an error (what was written stays, metadata may be missing)."""
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - best effort on the error path
+            pass
+
+    def __enter__(self) -> BagWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[str],
+                          q: np.ndarray, qd: np.ndarray | None = None,
+                          effort: np.ndarray | None = None, *,
+                          topic: str = '/joint_states', storage: str = 'mcap',
+                          distro: str = 'jazzy', receive_ns: np.ndarray | None = None,
+                          frame_id: str = '') -> Path:
+    """Write JointState samples to a new bag (for tests, benchmarks and demos).
+
+    Args:
+        path: bag directory to create.
+        t_ns: (N,) int64 header stamps [ns].
+        names: (m,) joint names, the column order of the arrays (any order).
+        q: (N, m) positions; qd, effort: (N, m) or None (empty fields).
+        topic: topic name; storage: 'mcap' or 'sqlite3'; distro: typestore of the
+            message definitions written into the bag ('humble', 'jazzy', 'kilted').
+        receive_ns: (N,) bag receive times [ns] (default ``t_ns``).
+        frame_id: header frame.
+    """
+    from .messages import joint_state
+
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    arrays = {'position': q, 'velocity': qd, 'effort': effort}
+    template = CdrTemplate(joint_state(
+        names, *(None if x is None else np.zeros(len(names)) for x in arrays.values()),
+        t_ns=0, frame_id=frame_id))
+    rows = template.fill(t_ns, {k: v for k, v in arrays.items() if v is not None})
+    with BagWriter(path, storage=storage, typestore=typestore_for(distro)) as writer:
+        conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))
+        writer.write_rows(conn, t_ns if receive_ns is None else
+                          np.asarray(receive_ns, dtype=np.int64), rows)
+    return Path(path)

@@ -112,6 +112,9 @@ class PartialLagrangian:
         device: torch device (CPU by default).
     """
 
+    chunk_size: int = 512
+    """Samples per vectorised pass in :meth:`decompose` (cache-sized; see benchmarks)."""
+
     def __init__(self, model: RobotModel, *, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None) -> None:
         if not dtype.is_floating_point:
@@ -152,21 +155,35 @@ class PartialLagrangian:
         self._T_joint_link = tensor(model.T_joint_link)
 
     def _set_bodies(self, bodies: np.ndarray) -> None:
-        """Cache the inertial figures and masks of the body columns ``bodies``."""
+        """Cache the inertial figures and index tables of the body columns ``bodies``.
+
+        A *pair* p = (body i, source joint s) exists for every joint s on the path from the
+        root to body i; only pairs carry non-zero acceleration/velocity parts, so the fast
+        path works on pairs (44 of 81 for the CRANE-X7) and scatters into the dense table.
+        """
         model = self.model
+        n = model.n_joints
 
         def tensor(x) -> Tensor:
             return torch.as_tensor(np.asarray(x), dtype=self.dtype, device=self.device)
 
+        def index(x) -> Tensor:
+            return torch.as_tensor(np.asarray(x, dtype=np.int64), device=self.device)
+
+        anc = self._body_anc_np[bodies]                                         # (B, n)
+        pair_body, pair_source = np.nonzero(anc)
         self._bodies = bodies
-        self._body_joint = torch.as_tensor(model.body_joint[bodies], device=self.device)
+        self._n_body_columns = len(bodies)
+        self._body_joint = index(model.body_joint[bodies])
         self._mass = tensor(model.body_mass[bodies])                             # (B,)
         self._com = tensor(model.body_com[bodies])                              # (B, 3)
         self._inertia = tensor(model.body_inertia[bodies])                      # (B, 3, 3)
-        anc = self._body_anc_np[bodies]
-        # mask[k, i, s]: joints k and s both on the path from the root to body i
-        self._mask_kis = tensor(anc.T[:, :, None] * anc[None, :, :])
-        self._mask_ki = tensor(anc.T)
+        self._mask_ki = tensor(anc.T)                                           # (n, B)
+        self._pair_body = index(pair_body)                                      # (P,)
+        self._pair_source = index(pair_source)
+        self._pair_joint = index(model.body_joint[bodies][pair_body])
+        self._pair_flat = index(pair_body * n + pair_source)                    # into B*n
+        self._pair_mask_k = tensor(anc[pair_body].T)                            # (n, P)
 
     # ------------------------------------------------------------------ inputs
     def _as_batch(self, x, name: str) -> Tensor:
@@ -219,18 +236,23 @@ class PartialLagrangian:
         linear = rev * torch.linalg.cross(origin, axis_w) + (1.0 - rev) * axis_w
         return torch.cat([angular, linear], dim=-1)
 
-    def _spatial_inertias(self, T: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Spatial inertias (N, B, 6, 6) at the world origin, plus COMs and masses."""
+    def _body_inertials(self, T: Tensor) -> tuple[Tensor, Tensor]:
+        """World COM (N, B, 3) and rotational inertia about it (N, B, 3, 3) of each body."""
         Tb = T[:, self._body_joint]                                             # (N, B, 4, 4)
         R = Tb[..., :3, :3]
-        com = Tb[..., :3, 3] + (R @ self._com[..., None])[..., 0]               # (N, B, 3)
-        Ic = R @ self._inertia @ R.transpose(-1, -2)
-        m = self._mass[:, None, None]
-        C = _skew(com)
-        top = torch.cat([Ic - m * C @ C, m * C], dim=-1)
-        eye = torch.eye(3, dtype=self.dtype, device=self.device)
-        bottom = torch.cat([-m * C, m * eye.expand_as(C)], dim=-1)
-        return torch.cat([top, bottom], dim=-2), com, self._mass
+        com = Tb[..., :3, 3] + (R @ self._com[..., None])[..., 0]
+        return com, R @ self._inertia @ R.transpose(-1, -2)
+
+    @staticmethod
+    def _apply_inertia(mass: Tensor, com: Tensor, I_com: Tensor, x: Tensor) -> Tensor:
+        """Spatial inertia times motion vector: (..., 6) momentum at the world origin.
+
+        For x = (w, v): linear momentum m (v + w x c), angular I_c w + c x (linear).
+        """
+        w, v = x[..., :3], x[..., 3:]
+        linear = mass[..., None] * (v + torch.linalg.cross(w, com))
+        angular = (I_com @ w[..., None])[..., 0] + torch.linalg.cross(com, linear)
+        return torch.cat([angular, linear], dim=-1)
 
     # ------------------------------------------------------------------ fast path
     def decompose(self, q, qd, qdd) -> Decomposition:
@@ -249,37 +271,61 @@ class PartialLagrangian:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf.
         """
         q, qd, qdd, batch = self._inputs(q, qd, qdd)
-        return self._decompose_flat(q, qd, qdd).reshape(batch)
+        with torch.inference_mode():
+            if q.shape[0] <= self.chunk_size:
+                return self._decompose_flat(q, qd, qdd).reshape(batch)
+            # Long batches go through in cache-sized chunks: the pair tensors of a whole
+            # bag would spill every intermediate to memory (measured ~2x slower).
+            parts = [self._decompose_flat(q[a:a + self.chunk_size], qd[a:a + self.chunk_size],
+                                          qdd[a:a + self.chunk_size])
+                     for a in range(0, q.shape[0], self.chunk_size)]
+            fields = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
+            joined = {f: torch.cat([getattr(p, f) for p in parts]) for f in fields}
+            return _FlatDecomposition(**joined, mass=None).reshape(batch)
 
     def _decompose_flat(self, q: Tensor, qd: Tensor, qdd: Tensor) -> _FlatDecomposition:
+        N, n = q.shape
+        B = self._n_body_columns
         T = self._body_frames(q)
         S = self._motion_subspaces(T)                                           # (N, n, 6)
-        I, com, mass = self._spatial_inertias(T)                                # (N, B, 6, 6)
-        St = S.transpose(-1, -2)[:, None]                                       # (N, 1, 6, n)
-        IS = I @ St                                                             # (N, B, 6, n)
-        # M_i[k, s] = S_k . I_i S_s, laid out (N, B, k, s) then moved to (N, k, B, s)
-        M = (S[:, None] @ IS).transpose(1, 2) * self._mask_kis
-
+        com, I_com = self._body_inertials(T)                                    # (N, B, 3)
         v = self._joint_anc @ (S * qd[..., None])                               # (N, n, 6)
-        v_i = v[:, self._body_joint][:, :, None]                                # (N, B, 1, 6)
-        S_s = S[:, None]                                                        # (N, 1, n, 6)
-        X = _cross_motion(2.0 * v[:, None] - v_i, S_s)                          # (N, B, n, 6)
-        h_i = (I @ v_i.transpose(-1, -2)).transpose(-1, -2)                     # (N, B, 1, 6)
-        F = ((I @ X.transpose(-1, -2)).transpose(-1, -2)
-             + _cross_force(v_i, IS.transpose(-1, -2))
-             + _cross_force(S_s, h_i))                                          # (N, B, n, 6)
-        dq = (S[:, None] @ F.transpose(-1, -2)).transpose(1, 2) * self._mask_kis
-        velocity = 0.5 * dq * qd[:, None, None, :]
-        acceleration = M * qdd[:, None, None, :]
 
-        # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): force (m c x -g, -m g)
-        mg = -mass[:, None] * self._gravity                                     # (N, B, 3)
+        # Per pair p = (i, s): I_i S_s and the velocity-part vector F_p (module docstring).
+        pb, ps = self._pair_body, self._pair_source
+        m_p, c_p, I_p = self._mass[pb], com[:, pb], I_com[:, pb]
+        S_s, v_i = S[:, ps], v[:, self._pair_joint]                             # (N, P, 6)
+        IS = self._apply_inertia(m_p, c_p, I_p, S_s)
+        h = self._apply_inertia(self._mass, com, I_com, v[:, self._body_joint])  # (N, B, 6)
+        X = _cross_motion(2.0 * v[:, ps] - v_i, S_s)
+        F = (self._apply_inertia(m_p, c_p, I_p, X) + _cross_force(v_i, IS)
+             + _cross_force(S_s, h[:, pb]))
+        # Project on every joint k at once: (N, n, 2P), then keep k on body i's path.
+        Z = S @ torch.cat([IS, F], dim=1).transpose(1, 2)
+        P = pb.shape[0]
+        M_pairs = Z[..., :P] * self._pair_mask_k                                # (N, n, P)
+        acc_pairs = M_pairs * qdd[:, None, ps]
+        vel_pairs = 0.5 * Z[..., P:] * self._pair_mask_k * qd[:, None, ps]
+
+        def dense(pairs: Tensor) -> Tensor:
+            out = pairs.new_zeros(N, n, B * n)
+            out[..., self._pair_flat] = pairs
+            return out.view(N, n, B, n)
+
+        acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
+        # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
+        mg = -self._mass[:, None] * self._gravity                               # (B, 3)
         wrench = torch.cat([torch.linalg.cross(com, mg.expand_as(com)),
-                            mg.expand_as(com)], dim=-1)
-        gravity = (S @ wrench.transpose(-1, -2)) * self._mask_ki                # (N, n, B)
+                            mg.expand_as(com)], dim=-1)                         # (N, B, 6)
+        gravity = (S @ wrench.transpose(1, 2)) * self._mask_ki                  # (N, n, B)
         partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
         return _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
-                                  self.friction_torque(qd), M)
+                                  self.friction_torque(qd), M_pairs)
+
+    def _mass_from_pairs(self, M_pairs: Tensor) -> Tensor:
+        """M(q) (N, n, n) = sum over bodies of the pair entries M_i[k, s]."""
+        N, n, _ = M_pairs.shape
+        return M_pairs.new_zeros(N, n, n).index_add_(2, self._pair_source, M_pairs)
 
     # ------------------------------------------------------------------ helpers
     def inverse_dynamics(self, q, qd, qdd) -> Tensor:
@@ -292,14 +338,16 @@ class PartialLagrangian:
         batch, n = q.shape[:-1], self.model.n_joints
         qf = q.reshape(-1, n)
         zero = torch.zeros_like(qf)
-        return self._decompose_flat(qf, zero, zero).mass.sum(2).reshape(*batch, n, n)
+        return self._mass_from_pairs(self._decompose_flat(qf, zero, zero).mass).reshape(
+            *batch, n, n)
 
     def mass_matrix_and_bias(self, q, qd) -> tuple[Tensor, Tensor]:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
         q, qd, _, batch = self._inputs(q, qd, torch.zeros_like(torch.as_tensor(q)))
         flat = self._decompose_flat(q, qd, torch.zeros_like(q))
         n = self.model.n_joints
-        return flat.mass.sum(2).reshape(*batch, n, n), flat.torque.reshape(*batch, n)
+        return (self._mass_from_pairs(flat.mass).reshape(*batch, n, n),
+                flat.torque.reshape(*batch, n))
 
     def bias(self, q, qd) -> Tensor:
         """Velocity-product plus gravity torques C(q, qd) qd + g(q), (..., n)."""
@@ -464,7 +512,7 @@ class _FlatDecomposition:
     velocity: Tensor
     gravity: Tensor
     friction: Tensor
-    mass: Tensor | None  # (N, n, B, n) M_i[k, s]
+    mass: Tensor | None  # (N, n, P) M_i[k, s] per pair p = (i, s)
 
     def reshape(self, batch: tuple[int, ...]) -> Decomposition:
         def r(t: Tensor) -> Tensor:

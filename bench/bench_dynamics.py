@@ -1,0 +1,134 @@
+"""Engine speed on the CRANE-X7, with Pinocchio timed in the same process on the same states.
+
+Prints, for both paths (closed form ``decompose`` and ``decompose_autograd``):
+  * single-sample latency p50/p99 [us];
+  * batched throughput for batch 1, 100 and 10 000 [us per sample, median of repeats];
+and for Pinocchio:
+  * ``pin.rnea`` per sample (joint torques only: what the engine's ``torque`` replaces);
+  * the nearest equivalent of the per-body split: for every body, a single-body model's
+    ``crba`` (acceleration parts), ``computeRNEADerivatives`` (velocity parts, dtau/dqd) and
+    ``computeGeneralizedGravity`` (gravity part), i.e. what a user would run to get the same
+    table out of Pinocchio;
+and the ratios (ours / Pinocchio). Run: ``.venv/bin/python bench/bench_dynamics.py``.
+Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
+from pin_oracle import PinOracle  # noqa: E402
+
+from plag_ros.dynamics import PartialLagrangian  # noqa: E402
+from plag_ros.model import RobotModel, default_urdf_path  # noqa: E402
+
+
+def percentiles(samples_us):
+    a = np.asarray(samples_us)
+    return np.percentile(a, 50), np.percentile(a, 99)
+
+
+def time_single(fn, states, repeats):
+    out = []
+    for r in range(repeats):
+        q, qd, qdd = (x[r % len(x)] for x in states)
+        t0 = time.perf_counter_ns()
+        fn(q, qd, qdd)
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+def time_batch(fn, states, batch, repeats):
+    q, qd, qdd = (torch.as_tensor(x[:batch]) for x in states)
+    fn(q, qd, qdd)  # warm-up
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(q, qd, qdd)
+        runs.append((time.perf_counter() - t0) / batch * 1e6)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--quick', action='store_true')
+    parser.add_argument('--threads', type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    xml = default_urdf_path().read_text()
+    model = RobotModel.from_urdf(xml)
+    engine = PartialLagrangian(model)
+    oracle = PinOracle(xml, model)
+    rng = np.random.default_rng(0)
+    N = 10_000
+    states = (rng.uniform(-1.5, 1.5, (N, 9)), rng.uniform(-3, 3, (N, 9)),
+              rng.uniform(-10, 10, (N, 9)))
+    reps = 300 if args.quick else 2000
+    print(f'CRANE-X7 (n=9, B=9), float64, torch {torch.__version__} '
+          f'({torch.get_num_threads()} threads), pinocchio {pin.__version__}')
+
+    # ---- Pinocchio peers on the same states
+    pin_q = np.array([oracle.config(q) for q in states[0][:reps]])
+    pin_v = states[1][:reps][:, oracle.ours_of_pin]
+    pin_a = states[2][:reps][:, oracle.ours_of_pin]
+    data = oracle.pin.createData()
+    rnea_us = []
+    for r in range(reps):
+        t0 = time.perf_counter_ns()
+        pin.rnea(oracle.pin, data, pin_q[r], pin_v[r], pin_a[r])
+        rnea_us.append((time.perf_counter_ns() - t0) / 1e3)
+    singles = [oracle.single_body(i) for i in range(model.n_bodies)]
+    datas = [m.createData() for m in singles]
+    split_us = []
+    for r in range(min(reps, 500)):
+        t0 = time.perf_counter_ns()
+        for m, d in zip(singles, datas):
+            pin.crba(m, d, pin_q[r])
+            pin.computeRNEADerivatives(m, d, pin_q[r], pin_v[r], pin_a[r])
+            pin.computeGeneralizedGravity(m, d, pin_q[r])
+        split_us.append((time.perf_counter_ns() - t0) / 1e3)
+    rnea50, rnea99 = percentiles(rnea_us)
+    split50, split99 = percentiles(split_us)
+    print(f'pinocchio rnea               per sample: p50 {rnea50:8.2f} us  p99 {rnea99:8.2f} us')
+    print(f'pinocchio per-body split     per sample: p50 {split50:8.2f} us  p99 {split99:8.2f} us'
+          '  (9 x crba + computeRNEADerivatives + computeGeneralizedGravity)')
+
+    # ---- ours: single-sample latency
+    paths = {'closed form': engine.decompose, 'autograd': engine.decompose_autograd}
+    for name, fn in paths.items():
+        n_rep = reps if name == 'closed form' else max(reps // 10, 30)
+        time_single(fn, states, 20)
+        p50, p99 = percentiles(time_single(fn, states, n_rep))
+        print(f'{name:<12} single sample latency: p50 {p50:8.1f} us  p99 {p99:8.1f} us   '
+              f'p50 ratio vs pin split {p50 / split50:6.2f}x, vs rnea {p50 / rnea50:6.1f}x')
+
+    # ---- ours: batched throughput
+    for name, fn in paths.items():
+        for batch in (1, 100, 10_000):
+            if name == 'autograd' and batch == 10_000 and args.quick:
+                continue
+            repeats = 5 if batch == 10_000 else (50 if batch == 100 else 300)
+            if name == 'autograd':
+                repeats = max(repeats // 5, 2)
+            per = time_batch(fn, states, batch, repeats)
+            print(f'{name:<12} batch {batch:>6}: {per:9.2f} us/sample '
+                  f'({1e6 / per:10.0f} samples/s)  ratio vs pin split {per / split50:6.3f}x, '
+                  f'vs pin rnea {per / rnea50:6.2f}x')
+
+    f32 = PartialLagrangian(model, dtype=torch.float32)
+    per32 = time_batch(f32.decompose, tuple(x.astype(np.float32) for x in states), 10_000, 5)
+    print(f'closed form float32 batch 10000: {per32:9.2f} us/sample  '
+          f'ratio vs pin split {per32 / split50:6.3f}x')
+
+
+if __name__ == '__main__':
+    main()

@@ -31,8 +31,14 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 import numpy as np
-from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, \
-    QosReliability, QosTime
+from rosbags.interfaces import (
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
 from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore

@@ -1,0 +1,814 @@
+"""Offline analysis of a recorded bag: ``plag-ros analyze BAG -o OUT``.
+
+The bag's joint states are read once (:func:`plag_ros.bag.read_joint_states`), velocity and
+acceleration are estimated (zero-phase :func:`plag_ros.filters.estimate_offline` by
+default; the live node's causal :class:`~plag_ros.filters.JointStateEstimator` with
+``--causal``), and the partial Lagrangian decomposition (seed 000 eq. 6, seed 002 eq. 10)
+runs in batches with the fast engine. :func:`analyze_arrays` is the library function over
+arrays; :func:`analyze_bag` adds reading and the products written into ``OUT``:
+
+* ``OUT/bag/``: an mcap bag with the input joint states and every topic the live dynamics
+  node publishes (:mod:`plag_ros.nodes.dynamics_node`: same types, names, layouts and
+  rates; markers and image at ``visualization_rate_hz``; ``/diagnostics`` once per second
+  of bag time), stamped with the input stamps, for rviz2 or Foxglove;
+* ``OUT/analysis.npz``: every array with its names (compressed);
+* ``OUT/torques.csv``: joint torques and the per-body torques (non-zero partial torques);
+* ``OUT/*.png``: the paper's figures (seed 002 fig. 6-9, 11-14): torque with its
+  acceleration / velocity / gravity parts per joint, motion propagation torques by source
+  joint, and the partial torque table as a heat map over time;
+* ``OUT/summary.txt``: largest propagation paths and RMS per component.
+
+Bulk message bytes come from :class:`plag_ros.bag.CdrTemplate` over the messages that
+:mod:`plag_ros.messages` builds (the test suite proves them equal to
+``serialize_message`` of those builders), so a 10-minute 200 Hz bag is written without a
+Python call per message.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from .bag import (
+    JOINT_STATE_TYPE,
+    BagError,
+    BagWriter,
+    CdrTemplate,
+    JointStates,
+    open_bag,
+    prepare_output,
+    qos_profile,
+    read_joint_states,
+)
+from .filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from .model import RobotModel, default_urdf_path
+
+__all__ = [
+    'Analysis',
+    'AnalysisOptions',
+    'ARRAY_NAMES',
+    'analyze_arrays',
+    'analyze_bag',
+    'configure',
+    'decompose_states',
+    'estimate_states',
+    'propagation_paths',
+    'run',
+    'write_outputs',
+]
+
+ARRAY_NAMES = ('q', 'qd', 'qdd', 'torque', 'partial', 'acceleration', 'velocity', 'gravity',
+               'friction')
+"""Per-sample arrays of an :class:`Analysis`, in the order they are stored."""
+
+NODE_NAMESPACE = '/plag_dynamics'
+"""Topic prefix of the dynamics node's outputs (its default name, no namespace)."""
+
+_ARRAY_TOPICS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
+_MAX_PLOT_POINTS = 4000
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How a bag is analysed; defaults are the dynamics node's (config/crane_x7.yaml).
+
+    Attributes:
+        causal: use the live node's causal estimator instead of the zero-phase one.
+        estimator: estimator settings (cut-off, order, nominal rate, ...).
+        chunk: samples per decomposition batch.
+        visualization_rate_hz: rate of the markers and image topics (0: none).
+        marker_scale: arrow length per unit torque [m/(N*m)]; image_cell, image_limit:
+            heat map cell size [px] and saturation [N*m] (0: auto per image).
+        publish_bodies: write ``~/body/<body>`` topics.
+        frame_id: frame of stamped outputs (empty: the URDF root link).
+        storage: output bag storage, 'mcap' or 'sqlite3'.
+        products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
+        progress: show a progress bar (None: on a terminal for long bags).
+    """
+
+    causal: bool = False
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    chunk: int = 4096
+    visualization_rate_hz: float = 20.0
+    marker_scale: float = 0.02
+    image_cell: int = 16
+    image_limit: float = 0.0
+    publish_bodies: bool = True
+    frame_id: str = ''
+    storage: str = 'mcap'
+    products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1:
+            raise ValueError(f'chunk must be >= 1 sample, got {self.chunk}')
+        unknown = set(self.products) - {'bag', 'npz', 'csv', 'plots', 'summary'}
+        if unknown:
+            raise ValueError(f'unknown products {sorted(unknown)}')
+        if self.visualization_rate_hz < 0.0:
+            raise ValueError('visualization_rate_hz must be >= 0')
+
+
+class Analysis(NamedTuple):
+    """Decomposition of every estimated sample of a recording.
+
+    Attributes (M estimated samples, n joints, B bodies):
+        t_ns: (M,) int64 stamps [ns]; index: (M,) int64 row of each sample in the input.
+        q, qd, qdd: (M, n) estimated joint state.
+        torque: (M, n); partial: (M, n, B); acceleration, velocity: (M, n, B, n);
+        gravity: (M, n, B); friction: (M, n) [N*m or N] (see
+        :class:`plag_ros.dynamics.Decomposition`).
+        joint_names, body_names: column names.
+    """
+
+    t_ns: np.ndarray
+    index: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    torque: np.ndarray
+    partial: np.ndarray
+    acceleration: np.ndarray
+    velocity: np.ndarray
+    gravity: np.ndarray
+    friction: np.ndarray
+    joint_names: tuple[str, ...]
+    body_names: tuple[str, ...]
+
+
+# --- library ------------------------------------------------------------------------------
+
+
+def estimate_states(t_ns: np.ndarray, q: np.ndarray, *, qd_measured: np.ndarray | None = None,
+                    config: EstimatorConfig | None = None, causal: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Estimated ``(index, q, qd, qdd)`` of a recording, rows of the samples that have one.
+
+    Offline (zero-phase) every sample of a segment of at least five gap-free samples has an
+    estimate. Causal runs the live estimator sample by sample, exactly as the dynamics node
+    does per message: warm-up and rejected samples have none.
+
+    Args:
+        t_ns: (N,) int64 stamps [ns]; q: (N, n) positions; qd_measured: (N, n) or None.
+        config: estimator settings; causal: live estimator instead of zero-phase.
+
+    Returns:
+        index (M,) rows of the input, and q, qd, qdd (M, n).
+    """
+    config = config or EstimatorConfig()
+    if not causal:
+        est = estimate_offline(t_ns, q, config, qd_measured=qd_measured)
+        index = np.flatnonzero(np.isfinite(est.q).all(axis=1))
+        return index, est.q[index], est.qd[index], est.qdd[index]
+    estimator = JointStateEstimator(q.shape[1], config)
+    rows, out_q, out_qd, out_qdd = [], [], [], []
+    measured = qd_measured if config.velocity_source == 'measured' else None
+    for i, (t, x) in enumerate(zip(t_ns.tolist(), q)):
+        sample = estimator.update(t, x, None if measured is None else measured[i])
+        if sample is not None:
+            rows.append(i)
+            out_q.append(sample.q)
+            out_qd.append(sample.qd)
+            out_qdd.append(sample.qdd)
+    n = q.shape[1]
+    if not rows:
+        empty = np.zeros((0, n))
+        return np.zeros(0, dtype=np.int64), empty, empty.copy(), empty.copy()
+    return (np.asarray(rows, dtype=np.int64), np.asarray(out_q), np.asarray(out_qd),
+            np.asarray(out_qdd))
+
+
+def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
+                   qd_measured: np.ndarray | None = None,
+                   options: AnalysisOptions | None = None,
+                   engine=None) -> Analysis:
+    """Estimate and decompose a whole recording given as arrays.
+
+    Args:
+        model: the robot.
+        t_ns: (N,) int64 stamps [ns], strictly increasing.
+        q: (N, n) joint positions in model order, mimic joints filled.
+        qd_measured: (N, n) measured velocities (for ``velocity_source='measured'``).
+        options: estimator mode and batch size.
+        engine: a :class:`plag_ros.dynamics.PartialLagrangian` to reuse (default: new,
+            float64).
+
+    Returns:
+        :class:`Analysis` of the M samples that have an estimate.
+    """
+    options = options or AnalysisOptions()
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    index, qe, qde, qdde = estimate_states(t_ns, np.asarray(q, dtype=np.float64),
+                                           qd_measured=qd_measured, config=options.estimator,
+                                           causal=options.causal)
+    return decompose_states(model, t_ns, index, qe, qde, qdde, chunk=options.chunk,
+                            progress=options.progress, engine=engine)
+
+
+def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: np.ndarray,
+                     qd: np.ndarray, qdd: np.ndarray, *, chunk: int = 4096,
+                     progress: bool | None = None, engine=None) -> Analysis:
+    """Decompose estimated samples in batches of ``chunk`` (the fast engine).
+
+    Args:
+        t_ns: (N,) input stamps; index: (M,) rows of the estimated samples in the input.
+        q, qd, qdd: (M, n) estimated joint state.
+        progress: tqdm progress bar (None: on a terminal when there are many chunks).
+        engine: a float64 :class:`plag_ros.dynamics.PartialLagrangian` to reuse.
+    """
+    import torch
+
+    from .dynamics import PartialLagrangian
+
+    engine = engine or PartialLagrangian(model, dtype=torch.float64)
+    m, n, b = len(index), model.n_joints, model.n_bodies
+    out = {'torque': np.empty((m, n)), 'partial': np.empty((m, n, b)),
+           'acceleration': np.empty((m, n, b, n)), 'velocity': np.empty((m, n, b, n)),
+           'gravity': np.empty((m, n, b)), 'friction': np.empty((m, n))}
+    starts = range(0, m, chunk)
+    show = progress if progress is not None else (sys.stderr.isatty() and m > 8 * chunk)
+    if show:
+        from tqdm import tqdm
+        starts = tqdm(starts, total=math.ceil(m / chunk), unit='chunk', desc='decompose',
+                      leave=False)
+    for a in starts:
+        part = engine.decompose(q[a:a + chunk], qd[a:a + chunk], qdd[a:a + chunk]).numpy()
+        for name, values in part.items():
+            out[name][a:a + len(values)] = values
+    return Analysis(np.asarray(t_ns, dtype=np.int64)[index], np.asarray(index), q, qd, qdd,
+                    joint_names=tuple(model.joint_names), body_names=tuple(model.body_names),
+                    **out)
+
+
+def propagation_paths(analysis: Analysis, *, top: int = 10) -> list[tuple[float, str, int,
+                                                                          int]]:
+    """Largest motion propagation paths, source joint s -> joint k with s != k.
+
+    Returns:
+        Up to ``top`` tuples ``(rms [N*m], part, k, s)`` sorted by RMS over time, ``part``
+        being 'acceleration' or 'velocity' (summed over bodies).
+    """
+    paths = []
+    for part in ('acceleration', 'velocity'):
+        by_source = getattr(analysis, part).sum(axis=2)                          # (M, n, n)
+        rms = np.sqrt(np.mean(by_source ** 2, axis=0)) if len(by_source) else \
+            np.zeros(by_source.shape[1:])
+        for k in range(rms.shape[0]):
+            for s in range(rms.shape[1]):
+                if s != k:
+                    paths.append((float(rms[k, s]), part, k, s))
+    paths.sort(key=lambda p: -p[0])
+    return paths[:top]
+
+
+# --- output bag ---------------------------------------------------------------------------
+
+
+def _visual_rows(t_ns: np.ndarray, rate_hz: float) -> np.ndarray:
+    """Samples at which the node publishes markers and image (its gating rule)."""
+    if rate_hz <= 0.0:
+        return np.zeros(0, dtype=np.int64)
+    period = int(1e9 / rate_hz)
+    rows, last = [], 0
+    for i, t in enumerate(t_ns.tolist()):
+        if t - last >= period:
+            rows.append(i)
+            last = t
+    return np.asarray(rows, dtype=np.int64)
+
+
+def marker_points(model: RobotModel, T_world_link: np.ndarray,
+                  values: Mapping[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
+    """Arrow start/end points of :class:`plag_ros.messages.MarkerBuilder`, for many samples.
+
+    Args:
+        T_world_link: (M, L, 4, 4) link poses; values: component -> (M, n) torques.
+
+    Returns:
+        Field path in the MarkerArray CDR -> (M,) value, for :class:`CdrTemplate.fill`.
+    """
+    from .messages import COMPONENTS
+
+    links = np.array([model.link_index(model.body_link[k]) for k in range(model.n_joints)])
+    T = np.asarray(T_world_link, dtype=np.float64)[:, links]                  # (M, n, 4, 4)
+    origin = T[:, :, :3, 3]
+    axis = np.einsum('mkij,kj->mki', T[:, :, :3, :3], model.joint_axis)
+    out: dict[str, np.ndarray] = {}
+    marker = 0
+    for component in COMPONENTS:
+        if component not in values:
+            continue
+        value = np.asarray(values[component], dtype=np.float64)
+        tips = origin + axis * (value * scale)[:, :, None]
+        for k in range(model.n_joints):
+            for p, point in enumerate((origin[:, k], tips[:, k])):
+                for c, coord in enumerate('xyz'):
+                    out[f'markers.{marker}.points.{p}.{coord}'] = point[:, c]
+            marker += 1
+    return out
+
+
+def marker_components(analysis_rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-joint components the node draws as markers, from (M, ...) decomposition rows."""
+    return {
+        'torque': analysis_rows['torque'],
+        'acceleration': analysis_rows['acceleration'].sum(axis=(-1, -2)),
+        'velocity': analysis_rows['velocity'].sum(axis=(-1, -2)),
+        'gravity': analysis_rows['gravity'].sum(axis=-1),
+        'friction': analysis_rows['friction'],
+    }
+
+
+class _TopicWriter:
+    """One output topic: a CDR template and how to fill it from a block of samples."""
+
+    def __init__(self, topic: str, msgtype: str, template: CdrTemplate,
+                 fill: Callable[[slice], Mapping[str, np.ndarray]]) -> None:
+        self.topic, self.msgtype, self.template, self.fill = topic, msgtype, template, fill
+
+
+def _output_topics(model: RobotModel, analysis: Analysis, frame: str,
+                   options: AnalysisOptions) -> list[_TopicWriter]:
+    """The node's per-sample topics in its publishing order, each with its bulk filler."""
+    from . import messages as msgs
+
+    n, b = model.n_joints, model.n_bodies
+    names = list(model.joint_names)
+    zeros_n = np.zeros(n)
+    topics = [_TopicWriter(
+        f'{NODE_NAMESPACE}/joint_states', JOINT_STATE_TYPE,
+        CdrTemplate(msgs.joint_state(names, zeros_n, zeros_n, zeros_n, t_ns=0,
+                                     frame_id=frame)),
+        lambda s: {'position': analysis.q[s], 'velocity': analysis.qd[s],
+                   'effort': analysis.torque[s]})]
+    shapes = {'partial': (n, b), 'acceleration': (n, b, n), 'velocity': (n, b, n),
+              'gravity': (n, b), 'friction': (n,)}
+    for name in _ARRAY_TOPICS:
+        layout = msgs.array_layout(shapes[name], msgs.ARRAY_LABELS[name])
+        template = CdrTemplate(msgs.float64_multi_array(np.zeros(shapes[name]),
+                                                        layout=layout))
+        topics.append(_TopicWriter(
+            f'{NODE_NAMESPACE}/{name}', 'std_msgs/msg/Float64MultiArray', template,
+            lambda s, name=name: {'data': getattr(analysis, name)[s].reshape(
+                len(analysis.t_ns[s]), -1)}))
+    if options.publish_bodies:
+        templates = msgs.body_joint_states(names, np.zeros((n, b)), t_ns=0, frame_id=frame)
+        for i, (body, message) in enumerate(zip(model.body_names, templates)):
+            topics.append(_TopicWriter(
+                f'{NODE_NAMESPACE}/body/{body}', JOINT_STATE_TYPE, CdrTemplate(message),
+                lambda s, i=i: {'effort': analysis.partial[s][:, :, i]}))
+    return topics
+
+
+def _diagnostics(analysis: Analysis, n_input: int, model: RobotModel, mode: str,
+                 receive: np.ndarray) -> list[tuple[int, bytes]]:
+    """One ``/diagnostics`` message per second of bag time (offline counters)."""
+    from . import messages as msgs
+    from .bag import cdr_encode
+
+    if not len(analysis.t_ns):
+        return []
+    out = []
+    second = 1_000_000_000
+    start = int(analysis.t_ns[0])
+    edges = np.arange(start + second, int(analysis.t_ns[-1]) + second, second)
+    done = np.searchsorted(analysis.t_ns, edges, side='left')
+    for t, count in zip(edges.tolist(), done.tolist()):
+        values = {'mode': mode, 'published': count, 'received': int(n_input),
+                  'joints': model.n_joints, 'bodies': model.n_bodies}
+        status = msgs.diagnostic_status(f'{NODE_NAMESPACE}: decomposition',
+                                        msgs.DiagnosticLevel.OK, f'offline analysis ({mode})',
+                                        values, hardware_id=model.name)
+        row = min(max(count - 1, 0), len(receive) - 1)
+        out.append((int(max(t, receive[row])), cdr_encode(msgs.diagnostic_array([status],
+                                                                                t_ns=t))))
+    return out
+
+
+def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
+              source: Path | None, options: AnalysisOptions, *, mode: str) -> Path:
+    """Write the output bag: input joint states plus every topic the live node publishes.
+
+    Output messages are stamped (header) with the analysis stamps and recorded at the
+    receive time of the input message they come from, as a live ``ros2 bag record`` of
+    the node would hold them.
+    """
+    import torch
+
+    from . import messages as msgs
+    from .bag import cdr_encode
+    from .dynamics import PartialLagrangian
+
+    frame = options.frame_id or model.root_link
+    receive = js.receive_ns[analysis.index]
+    with BagWriter(out, storage=options.storage) as writer:
+        # 1. The input joint states, byte for byte, with their receive times.
+        if source is not None:
+            with open_bag(source) as reader:
+                conns = [c for c in reader.connections if c.topic == js.topic]
+                qos = [p for c in conns for p in c.ext.offered_qos_profiles][:1]
+                conn = writer.add_topic(js.topic, JOINT_STATE_TYPE,
+                                        qos=qos[0] if qos else qos_profile(depth=50))
+                for _, t, raw in reader.messages(connections=conns):
+                    writer.write(conn, t, raw)
+        # 2. Names, latched, once.
+        latched = qos_profile(depth=1, transient_local=True)
+        conn = writer.add_topic(f'{NODE_NAMESPACE}/names', 'std_msgs/msg/String', qos=latched)
+        if len(receive):
+            writer.write(conn, int(receive[0]), cdr_encode(msgs.names_message(model)))
+        # 3. Per-sample topics, in blocks so the bytes of one block stay in cache.
+        topics = _output_topics(model, analysis, frame, options)
+        conns = [writer.add_topic(t.topic, t.msgtype) for t in topics]
+        block = 4096
+        for a in range(0, len(analysis.t_ns), block):
+            s = slice(a, a + block)
+            for topic, conn in zip(topics, conns):
+                rows = topic.template.fill(analysis.t_ns[s], topic.fill(s))
+                writer.write_rows(conn, receive[s], rows)
+        # 4. Markers and image at the visualization rate.
+        vis = _visual_rows(analysis.t_ns, options.visualization_rate_hz)
+        if vis.size:
+            engine = PartialLagrangian(model, dtype=torch.float64)
+            markers = msgs.MarkerBuilder(model, frame_id=frame, scale=options.marker_scale)
+            image = msgs.PartialImageBuilder(model.n_joints, model.n_bodies,
+                                             cell=options.image_cell,
+                                             limit=options.image_limit, frame_id=frame)
+            n = model.n_joints
+            values0 = {c: np.zeros(n) for c in msgs.COMPONENTS}
+            poses0 = engine.link_poses(np.zeros(n)).numpy()
+            marker_template = CdrTemplate(markers.build(poses0, values0, t_ns=0))
+            image_template = CdrTemplate(image.build(np.zeros((n, model.n_bodies)), t_ns=0))
+            pixel_at = image_template.size - 3 * image_template_pixels(image)
+            c_markers = writer.add_topic(f'{NODE_NAMESPACE}/markers',
+                                         'visualization_msgs/msg/MarkerArray')
+            c_image = writer.add_topic(f'{NODE_NAMESPACE}/partial_image',
+                                       'sensor_msgs/msg/Image')
+            for a in range(0, vis.size, 1024):
+                rows = vis[a:a + 1024]
+                poses = engine.link_poses(analysis.q[rows]).numpy()
+                parts = marker_components({name: getattr(analysis, name)[rows]
+                                           for name in ('torque', 'acceleration', 'velocity',
+                                                        'gravity', 'friction')})
+                points = marker_points(model, poses, parts, options.marker_scale)
+                writer.write_rows(c_markers, receive[rows],
+                                  marker_template.fill(analysis.t_ns[rows], points))
+                img = image_template.fill(analysis.t_ns[rows], {})
+                for r, row in enumerate(rows):
+                    img[r, pixel_at:] = image.colours(analysis.partial[row]).reshape(-1)
+                writer.write_rows(c_image, receive[rows], img)
+        # 5. Diagnostics once per second of bag time.
+        c_diag = writer.add_topic('/diagnostics', 'diagnostic_msgs/msg/DiagnosticArray')
+        for t, data in _diagnostics(analysis, len(js.t_ns), model, mode, receive):
+            writer.write(c_diag, t, data)
+    return out
+
+
+def image_template_pixels(image) -> int:
+    """Pixel count of the node's heat map image (rows * columns)."""
+    return image.shape[0] * image.cell * image.shape[1] * image.cell
+
+
+# --- files --------------------------------------------------------------------------------
+
+
+def _save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Compressed ``.npz`` (deflate level 1: the tables are large, speed matters more)."""
+    with zipfile.ZipFile(path, 'w', compression=zipfile.ZIP_DEFLATED,
+                         compresslevel=1) as zf:
+        for name, value in arrays.items():
+            value = np.asarray(value)
+            with zf.open(f'{name}.npy', 'w', force_zip64=True) as f:
+                np.lib.format.write_array(f, value, allow_pickle=False)
+
+
+def _structural_pairs(model: RobotModel) -> list[tuple[int, int]]:
+    """(joint k, body i) pairs where partial[k, i] can be non-zero (k on i's root path)."""
+    pairs = []
+    for i in range(model.n_bodies):
+        k = int(model.body_joint[i])
+        path = []
+        while k >= 0:
+            path.append(k)
+            k = int(model.joint_parent[k])
+        pairs += [(k, i) for k in sorted(path)]
+    return sorted(pairs)
+
+
+def _save_csv(path: Path, model: RobotModel, analysis: Analysis) -> None:
+    """Joint torques and per-body torques (the non-zero partial torques), one row per
+    sample."""
+    pairs = _structural_pairs(model)
+    header = ['t_ns', 't_s'] + [f'torque[{j}]' for j in model.joint_names] + \
+        [f'partial[{model.joint_names[k]}][{model.body_names[i]}]' for k, i in pairs]
+    t0 = int(analysis.t_ns[0]) if len(analysis.t_ns) else 0
+    ks, is_ = (np.array([p[0] for p in pairs], dtype=np.int64),
+               np.array([p[1] for p in pairs], dtype=np.int64))
+    values = np.concatenate([((analysis.t_ns - t0) * 1e-9)[:, None], analysis.torque,
+                             analysis.partial[:, ks, is_]], axis=1)
+    row_fmt = '%d,' + ','.join(['%.9g'] * values.shape[1])
+    with open(path, 'w') as f:
+        f.write(','.join(header) + '\n')
+        for a in range(0, len(values), 8192):
+            rows = zip(analysis.t_ns[a:a + 8192].tolist(), values[a:a + 8192].tolist())
+            f.write('\n'.join(row_fmt % (t, *v) for t, v in rows))
+            f.write('\n')
+
+
+def _plot_rows(m: int) -> np.ndarray:
+    return np.arange(0, m, max(1, math.ceil(m / _MAX_PLOT_POINTS)))
+
+
+def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
+    """Figures in the style of seed 002 (fig. 6-9, 11-14), decimated to <= 4000 points."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    rows = _plot_rows(len(analysis.t_ns))
+    t = (analysis.t_ns[rows] - (analysis.t_ns[0] if len(rows) else 0)) * 1e-9
+    n = model.n_joints
+    short = [name.removeprefix(f'{model.name}_') for name in model.joint_names]
+    bodies = [name.removeprefix(f'{model.name}_') for name in model.body_names]
+    paths = []
+
+    # 1. Joint torque and its acceleration / velocity / gravity parts (fig. 6 and 11).
+    fig, axes = plt.subplots(n, 1, figsize=(10, 1.8 * n), sharex=True, squeeze=False)
+    parts = {'torque': analysis.torque[rows],
+             'acceleration': analysis.acceleration[rows].sum(axis=(-1, -2)),
+             'velocity': analysis.velocity[rows].sum(axis=(-1, -2)),
+             'gravity': analysis.gravity[rows].sum(axis=-1),
+             'friction': analysis.friction[rows]}
+    styles = {'torque': ('k', '-'), 'acceleration': ('tab:blue', '-'),
+              'velocity': ('tab:orange', '-'), 'gravity': ('tab:green', '-'),
+              'friction': ('tab:purple', ':')}
+    for k, ax in enumerate(axes[:, 0]):
+        for name, values in parts.items():
+            colour, style = styles[name]
+            ax.plot(t, values[:, k], color=colour, linestyle=style, linewidth=0.8,
+                    label=name)
+        ax.set_ylabel(f'{short[k]}\n[N m]', fontsize=7)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc='upper right', fontsize=7, ncol=5)
+    axes[-1, 0].set_xlabel('time [s]')
+    fig.suptitle('Joint torque and its acceleration, velocity and gravity parts')
+    fig.tight_layout()
+    paths.append(out / 'joint_torques.png')
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    # 2. Motion propagation torques by source joint (fig. 8-9, 13-14).
+    fig, axes = plt.subplots(n, 2, figsize=(12, 1.8 * n), sharex=True, squeeze=False)
+    colours = plt.cm.tab10(np.linspace(0, 1, 10))
+    for col, part in enumerate(('acceleration', 'velocity')):
+        by_source = getattr(analysis, part)[rows].sum(axis=2)                  # (m, n, n)
+        for k in range(n):
+            ax = axes[k, col]
+            for s in range(n):
+                if np.any(by_source[:, k, s]):
+                    ax.plot(t, by_source[:, k, s], color=colours[s % 10], linewidth=0.8,
+                            label=f'from {short[s]}')
+            ax.set_ylabel(f'{short[k]}\n[N m]', fontsize=7)
+            ax.grid(alpha=0.3)
+        axes[0, col].set_title(f'{part} propagation torque by source joint')
+        axes[-1, col].set_xlabel('time [s]')
+    handles, labels = axes[-1, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc='lower center', ncol=min(n, 5), fontsize=7)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    paths.append(out / 'propagation.png')
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    # 3. Partial torque table over time as a heat map (rows: joint k x body i).
+    pairs = _structural_pairs(model)
+    table = np.stack([analysis.partial[rows, k, i] for k, i in pairs], axis=0) \
+        if len(rows) else np.zeros((len(pairs), 1))
+    limit = float(np.max(np.abs(table), initial=0.0)) or 1.0
+    fig, ax = plt.subplots(figsize=(12, 0.18 * len(pairs) + 2))
+    extent = (float(t[0]) if len(t) else 0.0, float(t[-1]) if len(t) else 1.0,
+              len(pairs) - 0.5, -0.5)
+    image = ax.imshow(table, aspect='auto', cmap='RdBu_r', vmin=-limit, vmax=limit,
+                      extent=extent, interpolation='nearest')
+    ax.set_yticks(range(len(pairs)))
+    ax.set_yticklabels([f'{short[k]} <- {bodies[i]}' for k, i in pairs], fontsize=6)
+    ax.set_xlabel('time [s]')
+    ax.set_title('Partial torque table partial[k, i]: torque at joint k caused by body i')
+    fig.colorbar(image, ax=ax, label='[N m]')
+    fig.tight_layout()
+    paths.append(out / 'partial_heatmap.png')
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+    return paths
+
+
+def _rms(x: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean(x ** 2, axis=0)) if len(x) else np.zeros(x.shape[1:])
+
+
+def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode: str,
+                 source: str) -> str:
+    """Short human-readable summary: input, RMS per component, largest paths."""
+    m = len(analysis.t_ns)
+    duration = (js.t_ns[-1] - js.t_ns[0]) * 1e-9 if len(js.t_ns) > 1 else 0.0
+    lines = [
+        f'plag-ros analyze: {source}',
+        f'topic {js.topic}: {len(js.t_ns)} samples over {duration:.3f} s '
+        f'({(len(js.t_ns) - 1) / duration if duration else 0.0:.1f} Hz); '
+        f'{m} decomposed ({mode})',
+        '',
+        'RMS per component [N m]:',
+        f'  {"joint":<46}{"torque":>10}{"accel":>10}{"velocity":>10}{"gravity":>10}'
+        f'{"friction":>10}',
+    ]
+    rms = {
+        'torque': _rms(analysis.torque),
+        'acceleration': _rms(analysis.acceleration.sum(axis=(-1, -2))),
+        'velocity': _rms(analysis.velocity.sum(axis=(-1, -2))),
+        'gravity': _rms(analysis.gravity.sum(axis=-1)),
+        'friction': _rms(analysis.friction),
+    }
+    for k, name in enumerate(model.joint_names):
+        lines.append(f'  {name:<46}' + ''.join(f'{rms[c][k]:>10.4f}' for c in rms))
+    lines += ['', 'Largest motion propagation paths (source joint -> joint, RMS [N m]):']
+    for value, part, k, s in propagation_paths(analysis):
+        lines.append(f'  {value:10.4f}  {part:<12} {model.joint_names[s]} -> '
+                     f'{model.joint_names[k]}')
+    partial_rms = _rms(analysis.partial)
+    lines += ['', 'Largest partial torques from other bodies (body -> joint, RMS [N m]):']
+    ranked = sorted(((float(partial_rms[k, i]), k, i) for k, i in _structural_pairs(model)
+                     if int(model.body_joint[i]) != k), reverse=True)[:10]
+    for value, k, i in ranked:
+        lines.append(f'  {value:10.4f}  {model.body_names[i]} -> {model.joint_names[k]}')
+    return '\n'.join(lines) + '\n'
+
+
+def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointStates, *,
+                  source: Path | None, options: AnalysisOptions,
+                  timings: dict[str, float] | None = None) -> dict[str, Path]:
+    """Write the products selected in ``options.products`` into the directory ``out``."""
+    timings = {} if timings is None else timings
+    mode = 'causal' if options.causal else 'zero-phase'
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+
+    def step(name: str, fn: Callable[[], Path | list[Path]]) -> None:
+        t0 = time.perf_counter()
+        result = fn()
+        timings[f'write_{name}'] = time.perf_counter() - t0
+        written[name] = result if isinstance(result, Path) else out
+
+    if 'bag' in options.products:
+        step('bag', lambda: write_bag(out / 'bag', model, analysis, js, source, options,
+                                      mode=mode))
+    if 'npz' in options.products:
+        def npz() -> Path:
+            arrays = {name: getattr(analysis, name) for name in ARRAY_NAMES}
+            arrays.update(t_ns=analysis.t_ns, index=analysis.index,
+                          input_t_ns=js.t_ns, input_q=js.q,
+                          joint_names=np.array(model.joint_names),
+                          body_names=np.array(model.body_names),
+                          source_names=np.array(model.joint_names))
+            if js.qd is not None:
+                arrays['input_qd'] = js.qd
+            if js.effort is not None:
+                arrays['input_effort'] = js.effort
+            _save_npz(out / 'analysis.npz', arrays)
+            return out / 'analysis.npz'
+        step('npz', npz)
+    if 'csv' in options.products:
+        step('csv', lambda: (_save_csv(out / 'torques.csv', model, analysis),
+                             out / 'torques.csv')[1])
+    if 'plots' in options.products:
+        step('plots', lambda: _save_plots(out, model, analysis))
+    if 'summary' in options.products:
+        text = summary_text(model, analysis, js, mode=mode, source=str(source))
+        (out / 'summary.txt').write_text(text)
+        written['summary'] = out / 'summary.txt'
+    return written
+
+
+def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = None,
+                topic: str | None = None, stamp: str = 'header', force: bool = False,
+                options: AnalysisOptions | None = None,
+                timings: dict[str, float] | None = None) -> tuple[Analysis, dict[str, Path]]:
+    """Read, estimate, decompose and write every product of one bag.
+
+    Args:
+        bag: input bag (directory or single .mcap/.db3 file).
+        out: output directory; must not exist unless ``force``.
+        model: the robot (default: the bundled CRANE-X7).
+        topic: JointState topic (default ``/joint_states`` or the only one).
+        stamp: 'header' or 'receive'.
+        force: replace ``out`` if it exists.
+        options: analysis options.
+        timings: filled with seconds per stage (read, estimate+decompose, write_*).
+
+    Raises:
+        BagError: see :func:`plag_ros.bag.read_joint_states`; OutputExistsError when
+            ``out`` exists without ``force``.
+    """
+    options = options or AnalysisOptions()
+    timings = {} if timings is None else timings
+    out = Path(out)
+    bag = Path(bag)
+    if out.resolve() == bag.resolve() or bag.resolve() in out.resolve().parents:
+        raise BagError(f'output {out} would overwrite the input bag {bag}')
+    if out.exists() and not force:
+        prepare_output(out, force=False)
+    model = model or RobotModel.from_urdf(default_urdf_path())
+    t0 = time.perf_counter()
+    js = read_joint_states(bag, model, topic=topic, stamp=stamp)
+    timings['read'] = time.perf_counter() - t0
+    _check_rate(js, options.estimator)
+    t0 = time.perf_counter()
+    index, q, qd, qdd = estimate_states(js.t_ns, js.q, qd_measured=js.qd,
+                                        config=options.estimator, causal=options.causal)
+    timings['estimate'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    analysis = decompose_states(model, js.t_ns, index, q, qd, qdd, chunk=options.chunk,
+                                progress=options.progress)
+    timings['decompose'] = time.perf_counter() - t0
+    prepare_output(out, force=force)
+    written = write_outputs(out, model, analysis, js, source=bag, options=options,
+                            timings=timings)
+    return analysis, written
+
+
+def _check_rate(js: JointStates, config: EstimatorConfig) -> None:
+    """Warn when the bag's median rate is far from the rate the filter is designed for."""
+    if len(js.t_ns) < 2:
+        return
+    rate = 1e9 / float(np.median(np.diff(js.t_ns)))
+    if abs(rate - config.rate_hz) > 0.1 * config.rate_hz:
+        warnings.warn(f'{js.topic} runs at {rate:.1f} Hz but the estimator is designed for '
+                      f'{config.rate_hz:g} Hz; pass --rate-hz {rate:.0f}', stacklevel=3)
+
+
+# --- command line -------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``plag-ros analyze``."""
+    parser.add_argument('bag', type=Path, help='rosbag2 bag directory, .mcap or .db3 file')
+    parser.add_argument('-o', '--output', type=Path, required=True,
+                        help='output directory (bag/, analysis.npz, torques.csv, *.png, '
+                             'summary.txt)')
+    parser.add_argument('--force', action='store_true', help='overwrite the output directory')
+    parser.add_argument('--topic', help='JointState topic (default /joint_states or the only '
+                                        'one)')
+    parser.add_argument('--stamp', choices=('header', 'receive'), default='header',
+                        help='sample time: message header stamp or bag receive time')
+    parser.add_argument('--urdf', type=Path, help='robot URDF (default: bundled CRANE-X7)')
+    parser.add_argument('--causal', action='store_true',
+                        help="use the live node's causal estimator (same output as the "
+                             'node) instead of zero-phase filtering')
+    parser.add_argument('--cutoff-hz', type=float, default=10.0, help='low-pass cut-off [Hz]')
+    parser.add_argument('--order', type=int, default=2, help='Butterworth order')
+    parser.add_argument('--rate-hz', type=float, default=200.0,
+                        help='nominal joint_states rate the filter is designed for [Hz]')
+    parser.add_argument('--velocity-source', choices=('position', 'measured'),
+                        default='position')
+    parser.add_argument('--chunk', type=int, default=4096, help='samples per batch')
+    parser.add_argument('--visualization-rate-hz', type=float, default=20.0,
+                        help='rate of markers and image in the output bag (0: none)')
+    parser.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap',
+                        help='output bag storage')
+    parser.add_argument('--skip', action='append', default=[],
+                        choices=('bag', 'npz', 'csv', 'plots', 'summary'),
+                        help='product not to write (repeatable)')
+    parser.add_argument('--no-progress', action='store_true', help='no progress bar')
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``plag-ros analyze``; returns the exit status (2 on a bag or output error)."""
+    try:
+        model = RobotModel.from_urdf(args.urdf or default_urdf_path())
+        estimator = EstimatorConfig(cutoff_hz=args.cutoff_hz, order=args.order,
+                                    rate_hz=args.rate_hz,
+                                    velocity_source=args.velocity_source)
+        options = AnalysisOptions(
+            causal=args.causal, estimator=estimator, chunk=args.chunk,
+            visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,
+            products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
+            progress=False if args.no_progress else None)
+        timings: dict[str, float] = {}
+        analysis, written = analyze_bag(args.bag, args.output, model=model, topic=args.topic,
+                                        stamp=args.stamp, force=args.force, options=options,
+                                        timings=timings)
+    except (BagError, ValueError, FileNotFoundError) as err:
+        print(f'plag-ros analyze: error: {err}', file=sys.stderr)
+        return 2
+    if 'summary' in written:
+        print(written['summary'].read_text(), end='')
+    print('wrote ' + ', '.join(str(p) for p in sorted(set(written.values()))))
+    print('seconds: ' + ', '.join(f'{k} {v:.2f}' for k, v in timings.items()))
+    return 0

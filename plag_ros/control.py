@@ -1,0 +1,651 @@
+"""Partial-impedance control: joint impedance plus selected motion propagation torques.
+
+Seed 002 (section 4, eq. 19-20) proposes impedance control on *partial* torques: rather than
+one impedance for the whole arm, pick which motion propagation paths to cancel (the torque a
+fast wrist motion propagates into the shoulder, say) and leave the others compliant. With the
+partial Lagrangian decomposition of :mod:`plag_ros.dynamics` (seed 002 eq. 1 and 10),
+
+    acceleration[k, i, s] = M_i[k, s] qdd_s          velocity[k, i, s] = 1/2 d partial[k, i]/d qd_s qd_s
+
+the law per actuated joint ``a`` (full coordinates ``k``; ``G`` maps actuated to full
+coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
+
+    tau = G^T [ g(q)                                            (if gravity_compensation)
+               + alpha * sum_{i, s} W_acc[k, i, s] acceleration[k, i, s]
+               + alpha * sum_{i, s} W_vel[k, i, s] velocity[k, i, s] ]
+        + alpha * [ K (q_d - q) + D (qd_d - qd) + inertia term ]
+
+so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
+else. ``alpha`` in [0, 1] is the enable ramp; gravity compensation is never ramped (it is
+what keeps the arm up). The decomposition is evaluated at the measured configuration ``q``
+with either the desired motion (``motion_source='desired'``: feedforward, no estimator lag,
+the default) or the estimated motion (``'measured'``: feedback of the filtered ``qd, qdd``).
+With every mask zero the law is a plain joint impedance (plus gravity compensation).
+
+Target inertia ``Md_a > 0`` (0 keeps the natural inertia) uses the acceleration estimate:
+``m_aa qdd_d + (m_aa - Md_a)(qdd - qdd_d)``, which turns the decoupled joint equation
+``m_aa qdd = tau + tau_ext`` into ``Md_a e'' + D e' + K e = tau_ext`` (``e = q - q_d``).
+It is only as good as the estimate's lag allows; leave it at 0 unless you need it.
+
+Two command interfaces:
+
+* ``'effort'``: the torque above, clipped to ``effort_scale`` times the URDF effort limits
+  (``std_msgs/Float64MultiArray`` for ``forward_command_controller``).
+* ``'position'``: the real CRANE-X7 driver (crane_x7_control, Dynamixel XM servos) accepts
+  positions only. Each servo runs a position loop that, over the band the controller
+  uses, acts as a spring ``tau = K_s (q_cmd - q)`` with ``K_s`` = ``servo_stiffness``
+  [N*m/rad]. Commanding ``q_cmd = q + tau / K_s`` therefore makes the servo produce the
+  impedance torque ``tau``: for ``K == K_s`` this is the desired position shifted by the
+  feedforward torque, ``q_d + (g + compensation + D(qd_d - qd)) / K_s``. Identify ``K_s``
+  per joint by hanging known torques on the held servo (a weight on the link, or gravity
+  at several poses with :meth:`~plag_ros.dynamics.PartialLagrangian.gravity_torque`) and
+  fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection; the servo's own
+  derivative gain adds damping on top of ``D``. Positions are then clipped to the joint
+  limits and to ``max_position_step`` per cycle.
+
+Safety, as a pure state machine (no ROS here; :mod:`plag_ros.nodes.impedance_node` wraps
+it): nothing is commanded before the first valid state; a watchdog holds when joint states
+are stale for more than ``stale_periods`` periods, contain NaN/inf, or the estimator is
+warming up (after a stamp gap); disable holds; enable ramps ``alpha`` from 0 to 1 over
+``ramp_s``. *Hold* is the latched last valid position for the position interface; for the
+effort interface it is zero effort (``fault_action='zero'``) or the open-loop gravity
+torque at the latched position (``'hold'``): the state is not trusted, so no feedback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple, Protocol
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from .dynamics import PartialLagrangian
+from .filters import EstimatorConfig, JointStateEstimator
+from .model import RobotModel
+
+__all__ = [
+    'Command',
+    'ControlState',
+    'HoldReference',
+    'ImpedanceConfig',
+    'PartialImpedanceController',
+    'Reference',
+    'SineReference',
+    'actuation_matrix',
+    'propagation_mask',
+]
+
+CommandInterface = Literal['effort', 'position']
+MotionSource = Literal['desired', 'measured']
+FaultAction = Literal['hold', 'zero']
+ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
+"""``waiting``: no valid state yet (nothing commanded); ``disabled``/``fault``: hold;
+``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
+
+_ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')
+
+
+def _frozen(x: ArrayLike | None, name: str, ndim: Sequence[int]) -> np.ndarray | None:
+    if x is None:
+        return None
+    try:
+        a = np.array(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f'ImpedanceConfig.{name} must be numeric, got {x!r}') from err
+    if a.ndim not in ndim:
+        raise ValueError(f'ImpedanceConfig.{name} must have {" or ".join(map(str, ndim))} '
+                         f'dimensions, got shape {a.shape}')
+    if not np.isfinite(a).all():
+        raise ValueError(f'ImpedanceConfig.{name} must be finite, got {a.tolist()}')
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class ImpedanceConfig:
+    """Gains, compensation masks and safety limits of the partial-impedance controller.
+
+    Per-joint figures are scalars (same for every joint) or (n_act,) arrays over the
+    actuated joints in model order (mimic joints excluded); masks are over the full model
+    coordinates. Shapes against a model are checked by :class:`PartialImpedanceController`.
+
+    Attributes:
+        stiffness: K [N*m/rad], >= 0.
+        damping: D [N*m*s/rad], >= 0.
+        inertia: target inertia Md [kg*m^2], >= 0; 0 keeps the natural inertia.
+        gravity_compensation: add g(q).
+        acceleration_mask: W_acc, (n, n) over (joint k, source s) or (n, B, n) over
+            (k, body i, s), weights in [0, 1] (1 = compensate that path). None = zeros.
+        velocity_mask: W_vel, same shapes.
+        motion_source: ``'desired'`` or ``'measured'`` motion in the decomposition.
+        command_interface: ``'effort'`` or ``'position'``.
+        servo_stiffness: K_s [N*m/rad] > 0 of the servos' position loop (position only).
+        max_position_step: largest position command change per cycle [rad], > 0.
+        effort_scale: fraction of the URDF effort limits allowed, in (0, 1].
+        rate_hz: nominal joint_states / control rate [Hz].
+        stale_periods: hold when no valid state for this many periods, > 1.
+        ramp_s: enable ramp duration [s], >= 0.
+        fault_action: effort interface hold: ``'zero'`` effort or open-loop gravity
+            ``'hold'``.
+        resume_after_fault: re-ramp automatically when a fault clears (else disable).
+        start_enabled: enable as soon as the first valid state arrives.
+        estimator: settings of the joint state estimator run inside the controller.
+
+    Raises:
+        ValueError: a field is out of range; the message names it.
+    """
+
+    stiffness: ArrayLike = 0.0
+    damping: ArrayLike = 0.0
+    inertia: ArrayLike = 0.0
+    gravity_compensation: bool = True
+    acceleration_mask: ArrayLike | None = None
+    velocity_mask: ArrayLike | None = None
+    motion_source: MotionSource = 'desired'
+    command_interface: CommandInterface = 'effort'
+    servo_stiffness: ArrayLike = 20.0
+    max_position_step: ArrayLike = 0.02
+    effort_scale: float = 1.0
+    rate_hz: float = 200.0
+    stale_periods: float = 3.0
+    ramp_s: float = 1.0
+    fault_action: FaultAction = 'zero'
+    resume_after_fault: bool = True
+    start_enabled: bool = False
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+
+    def __post_init__(self) -> None:
+        for name in _ARRAY_FIELDS:
+            a = _frozen(getattr(self, name), name, (0, 1))
+            object.__setattr__(self, name, a)
+            if (a < 0.0).any():
+                raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {a.tolist()}')
+        for name in ('servo_stiffness', 'max_position_step'):
+            if (getattr(self, name) <= 0.0).any():
+                raise ValueError(f'ImpedanceConfig.{name} must be > 0, '
+                                 f'got {getattr(self, name).tolist()}')
+        for name in ('acceleration_mask', 'velocity_mask'):
+            a = _frozen(getattr(self, name), name, (2, 3))
+            object.__setattr__(self, name, a)
+            if a is not None and ((a < 0.0) | (a > 1.0)).any():
+                raise ValueError(f'ImpedanceConfig.{name} weights must be in [0, 1]')
+        for name, lo, hi in (('effort_scale', 0.0, 1.0), ('rate_hz', 0.0, math.inf),
+                             ('stale_periods', 1.0, math.inf), ('ramp_s', -1e-300, math.inf)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+                    or not (lo < value <= hi) or not math.isfinite(value):
+                raise ValueError(f'ImpedanceConfig.{name} must be in ({lo:g}, {hi:g}], '
+                                 f'got {value!r}')
+        choices = {'motion_source': ('desired', 'measured'),
+                   'command_interface': ('effort', 'position'),
+                   'fault_action': ('hold', 'zero')}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f'ImpedanceConfig.{name} must be one of {allowed}, '
+                                 f'got {getattr(self, name)!r}')
+        for name in ('gravity_compensation', 'resume_after_fault', 'start_enabled'):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f'ImpedanceConfig.{name} must be a bool')
+        if not isinstance(self.estimator, EstimatorConfig):
+            raise TypeError('ImpedanceConfig.estimator must be an EstimatorConfig')
+
+    def replace(self, **changes) -> ImpedanceConfig:
+        """A validated copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+def actuation_matrix(model: RobotModel) -> tuple[np.ndarray, np.ndarray]:
+    """Map actuated coordinates to full ones through the mimic joints.
+
+    Returns:
+        G (n, n_act) and offset (n,) with ``q = G q_act + offset``; torques map back as
+        ``tau_act = G^T tau`` (virtual work).
+    """
+    act = np.flatnonzero(model.actuated)
+    column = {int(j): a for a, j in enumerate(act)}
+    G = np.zeros((model.n_joints, act.size))
+    offset = np.zeros(model.n_joints)
+    for j in range(model.n_joints):
+        src = int(model.mimic_source[j])
+        if src < 0:
+            G[j, column[j]] = 1.0
+        else:
+            while model.mimic_source[src] >= 0:  # mimic of a mimic: follow to the actuator
+                src = int(model.mimic_source[src])
+            G[j, column[src]] = model.mimic_multiplier[j]
+            offset[j] = model.mimic_offset[j]
+    return G, offset
+
+
+def propagation_mask(model: RobotModel, paths: Iterable[str | tuple[str, str]], *,
+                     bodies: Iterable[str] | None = None) -> np.ndarray:
+    """Compensation mask from named propagation paths.
+
+    Args:
+        model: the robot.
+        paths: ``'target<-source'`` strings or ``(target, source)`` pairs of joint names;
+            ``'*'`` matches every joint on that side. The path from source joint s into
+            joint k is the torque at k caused by the motion of s (seed 002 eq. 1).
+        bodies: restrict to these bodies (names from ``model.body_names``); None = all.
+
+    Returns:
+        (n, n) mask over (k, s), or (n, B, n) over (k, i, s) when ``bodies`` is given.
+
+    Raises:
+        ValueError: a malformed path or an unknown joint or body name.
+    """
+    n = model.n_joints
+    mask = np.zeros((n, n))
+    for path in paths:
+        if isinstance(path, str):
+            parts = [p.strip() for p in path.split('<-')]
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"propagation path {path!r} is not 'target<-source'")
+        else:
+            parts = list(path)
+            if len(parts) != 2:
+                raise ValueError(f'propagation path {path!r} is not a (target, source) pair')
+        idx = [slice(None) if p == '*' else int(model.joint_index([p])[0]) for p in parts]
+        mask[idx[0], idx[1]] = 1.0
+    if bodies is None:
+        return mask
+    names = list(bodies)
+    unknown = [b for b in names if b not in model.body_names]
+    if unknown:
+        raise ValueError(f'unknown bodies {unknown}; known: {list(model.body_names)}')
+    select = np.array([b in names for b in model.body_names], dtype=np.float64)
+    return mask[:, None, :] * select[None, :, None]
+
+
+# --- references ----------------------------------------------------------------------------
+
+
+class Reference(Protocol):
+    """Desired trajectory in actuated coordinates, sampled at time since enable."""
+
+    def sample(self, t_s: float, anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                               np.ndarray]:
+        """q_d, qd_d, qdd_d (n_act,) at ``t_s`` [s]; ``anchor`` is q at enable."""
+        ...
+
+
+class HoldReference:
+    """Hold the position the arm had when the controller was enabled."""
+
+    def sample(self, t_s: float, anchor: np.ndarray):
+        zero = np.zeros_like(anchor)
+        return anchor.copy(), zero, zero.copy()
+
+
+@dataclass(frozen=True)
+class SineReference:
+    """``q_d = center + amplitude * sin(2 pi f t)`` per joint (center None = anchor).
+
+    Attributes:
+        amplitude: (n_act,) [rad]; 0 holds that joint.
+        frequency_hz: (n_act,) or scalar [Hz].
+        center: (n_act,) [rad] or None for the position at enable.
+    """
+
+    amplitude: ArrayLike
+    frequency_hz: ArrayLike
+    center: ArrayLike | None = None
+
+    def sample(self, t_s: float, anchor: np.ndarray):
+        a = np.asarray(self.amplitude, dtype=np.float64)
+        w = 2.0 * np.pi * np.asarray(self.frequency_hz, dtype=np.float64)
+        c = anchor if self.center is None else np.asarray(self.center, dtype=np.float64)
+        s, co = np.sin(w * t_s), np.cos(w * t_s)
+        return c + a * s, a * w * co, -a * w * w * s
+
+
+@dataclass(frozen=True)
+class _Point:
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+
+    def sample(self, t_s: float, anchor: np.ndarray):
+        return self.q, self.qd, self.qdd
+
+
+# --- controller ----------------------------------------------------------------------------
+
+
+class Command(NamedTuple):
+    """One controller output.
+
+    Attributes:
+        t_ns: time it was computed for [ns] (controller clock).
+        state: :data:`ControlState` after this cycle.
+        reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
+            'warming_up'.
+        effort: (n_act,) [N*m] for the effort interface, else None.
+        position: (n_act,) [rad] for the position interface, else None.
+        torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
+        compensation: (n_act,) [N*m] selected propagation torque (alpha included).
+        q_desired: (n_act,) [rad] desired position (hold position when holding).
+        alpha: enable ramp factor in [0, 1].
+        saturated: (n_act,) bool, effort or position clipped this cycle.
+    """
+
+    t_ns: int
+    state: str
+    reason: str
+    effort: np.ndarray | None
+    position: np.ndarray | None
+    torque: np.ndarray
+    compensation: np.ndarray
+    q_desired: np.ndarray
+    alpha: float
+    saturated: np.ndarray
+
+
+class PartialImpedanceController:
+    """Partial-impedance law with an estimator, limits, watchdog and enable ramp.
+
+    Feed every ``joint_states`` sample to :meth:`update` (it returns the command for that
+    sample) and call :meth:`tick` from a timer at about the control rate (it returns a hold
+    command when the input went stale). Both return None while nothing may be commanded.
+
+    Args:
+        engine: partial Lagrangian engine of the robot (its model gives joints and limits).
+        config: gains, masks and limits; shapes are checked against the model here.
+        reference: desired trajectory (default: hold the position at enable).
+
+    Raises:
+        ValueError: a per-joint array or mask has the wrong shape for the model, or an
+            acceleration mask diagonal is combined with a target inertia or with
+            ``motion_source='measured'`` (positive acceleration feedback).
+    """
+
+    def __init__(self, engine: PartialLagrangian, config: ImpedanceConfig,
+                 reference: Reference | None = None) -> None:
+        model = engine.model
+        self.engine = engine
+        self.model = model
+        self.config = config
+        self.reference: Reference = HoldReference() if reference is None else reference
+        n, B = model.n_joints, model.n_bodies
+        self._act = np.flatnonzero(model.actuated)
+        self.joint_names = tuple(model.joint_names[j] for j in self._act)
+        """Actuated joints, the order of every (n_act,) array and command."""
+        na = self._act.size
+        self._G, self._offset = actuation_matrix(model)
+
+        def per_joint(name: str) -> np.ndarray:
+            a = getattr(config, name)
+            if a.ndim == 0:
+                return np.full(na, float(a))
+            if a.shape != (na,):
+                raise ValueError(f'ImpedanceConfig.{name} needs {na} entries, one per actuated '
+                                 f'joint {list(self.joint_names)}, got {a.shape[0]}')
+            return a.copy()
+
+        self._K, self._D, self._Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
+        self._Ks = per_joint('servo_stiffness')
+        self._max_step = per_joint('max_position_step')
+        self._effort_max = config.effort_scale * model.effort_limit[self._act]
+        self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
+
+        def weights(name: str) -> torch.Tensor | None:
+            a = getattr(config, name)
+            if a is None or not a.any():
+                return None
+            if a.shape == (n, n):
+                a = np.broadcast_to(a[:, None, :], (n, B, n))
+            elif a.shape != (n, B, n):
+                raise ValueError(f'ImpedanceConfig.{name} must have shape ({n}, {n}) over '
+                                 f'(joint, source) or ({n}, {B}, {n}) over (joint, body, '
+                                 f'source) for {model.name}, got {a.shape}')
+            return torch.as_tensor(np.ascontiguousarray(a), dtype=engine.dtype,
+                                   device=engine.device)
+
+        self._W_acc, self._W_vel = weights('acceleration_mask'), weights('velocity_mask')
+        if self._W_acc is not None:
+            diag = torch.diagonal(self._W_acc.sum(1), dim1=0, dim2=1).cpu().numpy() > 0
+            diag_act = (self._G.T @ diag.astype(float)) > 0
+            if config.motion_source == 'measured' and diag.any():
+                raise ValueError(
+                    'acceleration_mask diagonal (a joint compensating its own acceleration) '
+                    "with motion_source='measured' is positive acceleration feedback; use "
+                    "'desired' or a target inertia")
+            clash = diag_act & (self._Md > 0)
+            if clash.any():
+                raise ValueError('acceleration_mask diagonal and a target inertia both set '
+                                 f'for {[self.joint_names[a] for a in np.flatnonzero(clash)]}')
+        self._estimator = JointStateEstimator(na, config.estimator)
+        self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
+        self.reset()
+
+    # ------------------------------------------------------------------ state machine
+    def reset(self) -> None:
+        """Back to 'waiting': forget the state, estimator, hold position and enable."""
+        self._estimator.reset()
+        self._enabled = False
+        self._fault = ''
+        self._last_valid_ns: int | None = None
+        self._q: np.ndarray | None = None        # last valid raw position (n_act,)
+        self._q_hold: np.ndarray | None = None
+        self._hold_effort: np.ndarray | None = None
+        self._last_position: np.ndarray | None = None
+        self._ramp_start_ns = 0
+        self._t0_ns = 0
+        self._anchor: np.ndarray | None = None
+        self._now_ns = 0
+
+    @property
+    def state(self) -> ControlState:
+        """Current :data:`ControlState`."""
+        if self._q is None:
+            return 'waiting'
+        if self._fault:
+            return 'fault'
+        if not self._enabled:
+            return 'disabled'
+        return 'ramping' if self._alpha(None) < 1.0 else 'enabled'
+
+    @property
+    def fault(self) -> str:
+        """Active fault reason ('' when none)."""
+        return self._fault
+
+    @property
+    def enabled(self) -> bool:
+        """Whether enable was requested (the law runs when also no fault)."""
+        return self._enabled
+
+    @property
+    def estimator(self) -> JointStateEstimator:
+        return self._estimator
+
+    def set_enabled(self, enable: bool, now_ns: int) -> tuple[bool, str]:
+        """Request enable (ramp from alpha = 0) or disable (hold). Returns (success, message)."""
+        if not enable:
+            if self._enabled:
+                self._enabled = False
+                self._latch_hold()
+            return True, 'disabled'
+        if self._q is None:
+            return False, 'no valid joint state yet'
+        if self._enabled:
+            return True, 'already enabled'
+        self._enabled = True
+        self._start(now_ns, new_reference=True)
+        if self._fault:
+            return True, f'enabled; waiting for fault to clear ({self._fault})'
+        return True, f'enabled; ramping over {self.config.ramp_s:g} s'
+
+    def set_reference(self, reference: Reference | None = None, *, q: ArrayLike | None = None,
+                      qd: ArrayLike | None = None, qdd: ArrayLike | None = None) -> None:
+        """Replace the desired trajectory, or set a constant point (q, qd, qdd) (n_act,)."""
+        if reference is None:
+            na = self._act.size
+
+            def vec(x, name):
+                a = np.zeros(na) if x is None else np.asarray(x, dtype=np.float64)
+                if a.shape != (na,) or not np.isfinite(a).all():
+                    raise ValueError(f'reference {name} must be {na} finite values')
+                return a
+
+            reference = _Point(vec(q, 'q'), vec(qd, 'qd'), vec(qdd, 'qdd'))
+        self.reference = reference
+
+    def _start(self, now_ns: int, *, new_reference: bool) -> None:
+        self._ramp_start_ns = now_ns
+        if new_reference:
+            self._t0_ns = now_ns
+            self._anchor = self._q.copy()
+            self._last_position = None
+
+    def _alpha(self, now_ns: int | None) -> float:
+        if self.config.ramp_s <= 0.0:
+            return 1.0
+        now = self._now_ns if now_ns is None else now_ns
+        return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self.config.ramp_s))
+
+    def _latch_hold(self) -> None:
+        self._q_hold = self._q.copy()
+        self._hold_effort = None
+        self._last_position = None
+
+    def _set_fault(self, reason: str) -> None:
+        if not self._fault and self._enabled:
+            self._latch_hold()  # disabled: already latched at disable or first state
+        self._fault = reason
+
+    def _clear_fault(self, now_ns: int) -> None:
+        if not self._fault:
+            return
+        self._fault = ''
+        if self._enabled:
+            if self.config.resume_after_fault:
+                self._start(now_ns, new_reference=False)
+            else:
+                self._enabled = False
+
+    # ------------------------------------------------------------------ cycle
+    def update(self, now_ns: int, q: ArrayLike, qd: ArrayLike | None = None, *,
+               stamp_ns: int | None = None) -> Command | None:
+        """Take one joint state sample and return the command for it.
+
+        Args:
+            now_ns: controller clock [ns] (receive time; the watchdog runs on it).
+            q: (n_act,) measured positions of the actuated joints [rad].
+            qd: (n_act,) measured velocities (used with the estimator's
+                ``velocity_source='measured'``).
+            stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``).
+
+        Returns:
+            The command, or None before the first valid state.
+        """
+        self._now_ns = now_ns
+        na = self._act.size
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != (na,):
+            raise ValueError(f'q must have {na} entries ({list(self.joint_names)}), '
+                             f'got shape {q.shape}')
+        if not np.isfinite(q).all() or (qd is not None and not np.isfinite(qd).all()):
+            if self._q is None:
+                return None
+            self._set_fault('nan')
+            return self._hold(now_ns)
+        sample = self._estimator.update(now_ns if stamp_ns is None else int(stamp_ns), q, qd)
+        if sample is None:
+            if self._q is None or not self._estimator.warming_up:
+                return None  # a rejected sample is skipped; the watchdog sees if they persist
+            self._set_fault('warming_up')
+            return self._hold(now_ns)
+        first = self._q is None
+        self._q = q.copy()
+        self._last_valid_ns = now_ns
+        if first:
+            self._latch_hold()
+            if self.config.start_enabled:
+                self.set_enabled(True, now_ns)
+        self._clear_fault(now_ns)
+        if not self._enabled:
+            return self._hold(now_ns)
+        return self._law(now_ns, q, sample.qd, sample.qdd)
+
+    def tick(self, now_ns: int) -> Command | None:
+        """Watchdog: a hold command when the last valid state is too old, else None."""
+        self._now_ns = now_ns
+        if self._last_valid_ns is None:
+            return None
+        if now_ns - self._last_valid_ns > self._stale_ns:
+            if self._fault != 'stale':
+                self._set_fault('stale')
+                self._estimator.reset()  # no derivative across the gap
+            return self._hold(now_ns)
+        return None
+
+    def _hold(self, now_ns: int) -> Command:
+        na = self._act.size
+        q_hold = self._q_hold
+        zero = np.zeros(na)
+        effort = position = None
+        if self.config.command_interface == 'position':
+            position = q_hold.copy()
+        elif self.config.fault_action == 'hold':
+            if self._hold_effort is None:
+                q_full = self._G @ q_hold + self._offset
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+                self._hold_effort = np.clip(self._G.T @ g, -self._effort_max, self._effort_max)
+            effort = self._hold_effort.copy()
+        else:
+            effort = zero.copy()
+        reason = self._fault or 'disabled'
+        return Command(now_ns, self.state, reason, effort, position,
+                       zero if effort is None else effort.copy(), zero.copy(), q_hold.copy(),
+                       0.0, np.zeros(na, dtype=bool))
+
+    def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
+        cfg, G = self.config, self._G
+        alpha = self._alpha(now_ns)
+        q_d, qd_d, qdd_d = (np.asarray(x, dtype=np.float64) for x in
+                            self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor))
+        # 1. One decomposition at the measured configuration with the chosen motion.
+        q_full = G @ q + self._offset
+        if cfg.motion_source == 'desired':
+            qd_full, qdd_full = G @ qd_d, G @ qdd_d
+        else:
+            qd_full, qdd_full = G @ qd, G @ qdd
+        with torch.inference_mode():
+            out = self.engine.decompose(q_full, qd_full, qdd_full)
+            comp = torch.zeros_like(out.torque)
+            if self._W_acc is not None:
+                comp = comp + (out.acceleration * self._W_acc).sum((-1, -2))
+            if self._W_vel is not None:
+                comp = comp + (out.velocity * self._W_vel).sum((-1, -2))
+            gravity = out.gravity.sum(-1) if cfg.gravity_compensation else None
+            comp_full = comp.cpu().numpy()
+            g_full = None if gravity is None else gravity.cpu().numpy()
+        # 2. Impedance in actuated coordinates; gravity is not ramped.
+        compensation = alpha * (G.T @ comp_full)
+        tau = alpha * (self._K * (q_d - q) + self._D * (qd_d - qd)) + compensation
+        if (self._Md > 0).any():
+            M = G.T @ self.engine.mass_matrix(q_full).cpu().numpy() @ G
+            m = np.diag(M)
+            on = self._Md > 0
+            tau += alpha * on * (m * qdd_d + (m - self._Md) * (qdd - qdd_d))
+        if g_full is not None:
+            tau += G.T @ g_full
+        # 3. Limits.
+        clipped = np.clip(tau, -self._effort_max, self._effort_max)
+        saturated = clipped != tau
+        effort = position = None
+        if cfg.command_interface == 'effort':
+            effort = clipped
+        else:
+            target = np.clip(q + clipped / self._Ks, self._lower, self._upper)
+            previous = q if self._last_position is None else self._last_position
+            position = np.clip(target, previous - self._max_step, previous + self._max_step)
+            saturated |= position != q + clipped / self._Ks
+            self._last_position = position
+        return Command(now_ns, self.state, '', effort, position, clipped, compensation, q_d,
+                       alpha, saturated)

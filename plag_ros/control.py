@@ -5,7 +5,8 @@ one impedance for the whole arm, pick which motion propagation paths to cancel (
 fast wrist motion propagates into the shoulder, say) and leave the others compliant. With the
 partial Lagrangian decomposition of :mod:`plag_ros.dynamics` (seed 002 eq. 1 and 10),
 
-    acceleration[k, i, s] = M_i[k, s] qdd_s          velocity[k, i, s] = 1/2 d partial[k, i]/d qd_s qd_s
+    acceleration[k, i, s] = M_i[k, s] qdd_s
+    velocity[k, i, s]     = 1/2 d partial[k, i] / d qd_s * qd_s
 
 the law per actuated joint ``a`` (full coordinates ``k``; ``G`` maps actuated to full
 coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
@@ -402,7 +403,7 @@ class PartialImpedanceController:
                 raise ValueError(f'ImpedanceConfig.{name} must have shape ({n}, {n}) over '
                                  f'(joint, source) or ({n}, {B}, {n}) over (joint, body, '
                                  f'source) for {model.name}, got {a.shape}')
-            return torch.as_tensor(np.ascontiguousarray(a), dtype=engine.dtype,
+            return torch.as_tensor(np.array(a, copy=True), dtype=engine.dtype,
                                    device=engine.device)
 
         self._W_acc, self._W_vel = weights('acceleration_mask'), weights('velocity_mask')

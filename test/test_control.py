@@ -162,9 +162,9 @@ def test_selected_paths_add_exactly_their_propagation_torques(engine, model):
     G, offset = actuation_matrix(model)
     d = engine.decompose(G @ Q0 + offset, G @ qd_d, G @ qdd_d).numpy()
     expected = np.zeros(9)
-    for k, s in zip(*np.nonzero(acc)):
+    for k, s in zip(*np.nonzero(acc), strict=True):
         expected[k] += d['acceleration'][k, :, s].sum()
-    for k, s in zip(*np.nonzero(vel)):
+    for k, s in zip(*np.nonzero(vel), strict=True):
         expected[k] += d['velocity'][k, :, s].sum()
     np.testing.assert_allclose(cmd.compensation, G.T @ expected, rtol=0, atol=1e-12)
     np.testing.assert_allclose(cmd.effort, G.T @ expected, rtol=0, atol=1e-12)

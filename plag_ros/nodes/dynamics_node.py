@@ -1,0 +1,480 @@
+"""``plag_dynamics``: live partial Lagrangian decomposition of the CRANE-X7's joint states.
+
+Per ``joint_states`` message: map it onto the model by joint name (mimic joints filled),
+estimate velocity and acceleration (:class:`plag_ros.filters.JointStateEstimator`, seed
+002 section 3), decompose the torques (:meth:`plag_ros.dynamics.PartialLagrangian.decompose`,
+seed 000 eq. 6, seed 002 eq. 10) and publish, stamped with the input stamp:
+
+==========================  =================================  ===============================
+topic (relative)            type                               content
+==========================  =================================  ===============================
+``~/joint_states``          sensor_msgs/JointState             filtered q, qd; torque in effort
+``~/partial``               std_msgs/Float64MultiArray         (joint, body) partial torques
+``~/acceleration``          std_msgs/Float64MultiArray         (joint, body, source)
+``~/velocity``              std_msgs/Float64MultiArray         (joint, body, source)
+``~/gravity``               std_msgs/Float64MultiArray         (joint, body)
+``~/friction``              std_msgs/Float64MultiArray         (joint,) viscous + Coulomb
+``~/body/<body>``           sensor_msgs/JointState             partial[:, body] in effort
+``~/names``                 std_msgs/String (latched)          JSON index of every array
+``~/markers``               visualization_msgs/MarkerArray     arrows per component and joint
+``~/partial_image``         sensor_msgs/Image (rgb8)           heat map of the partial table
+``/diagnostics``            diagnostic_msgs/DiagnosticArray    rates, latency, rejected counts
+==========================  =================================  ===============================
+
+Float64MultiArray has no header: every accepted sample publishes each topic exactly once,
+in the order above, right after ``~/joint_states`` carrying the stamp. Markers and the
+image are published at most ``visualization_rate_hz``.
+
+The model comes from ``robot_description_source``: ``'topic'`` (default) subscribes to
+``robot_description`` (transient local, as robot_state_publisher and the CRANE-X7 bring-up
+publish it) and falls back to ``urdf_path`` (or the bundled URDF) after
+``robot_description_timeout`` seconds; ``'parameter'`` parses the ``robot_description``
+parameter; ``'file'`` loads ``urdf_path`` (or the bundled URDF) at once.
+
+Bad input (unknown/missing/repeated joint names, length mismatches, NaN, stamps that do
+not increase) is dropped, counted by reason in ``/diagnostics`` and logged at most once
+per reason every two seconds; it never yields a NaN or a partial message.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import rclpy
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray, String
+from visualization_msgs.msg import MarkerArray
+
+from .. import messages as msgs
+from ..dynamics import PartialLagrangian
+from ..filters import EstimatorConfig, JointStateEstimator
+from ..model import RobotModel, default_urdf_path
+
+__all__ = ['REJECTION_REASONS', 'DynamicsNode', 'main']
+
+NODE_NAME = 'plag_dynamics'
+
+REJECTION_REASONS = ('no_model', 'unknown_name', 'missing_name', 'duplicate_name',
+                     'length_mismatch', 'nonfinite', 'stamp_not_increasing',
+                     'stamp_too_close', 'stamp_type', 'shape', 'missing_velocity',
+                     'nonfinite_output')
+"""Keys of the rejected-input counters (``rejected.<reason>`` in ``/diagnostics``)."""
+
+ARRAY_TOPICS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
+"""Decomposition arrays published as Float64MultiArray under ``~/``."""
+
+_LOG_THROTTLE_S = 2.0
+_DESCRIPTION_SOURCES = ('topic', 'parameter', 'file')
+
+
+def _float(description: str, low: float, high: float) -> ParameterDescriptor:
+    return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE, description=description,
+                               floating_point_range=[FloatingPointRange(
+                                   from_value=low, to_value=high, step=0.0)])
+
+
+def _int(description: str, low: int, high: int, *, read_only: bool = False
+         ) -> ParameterDescriptor:
+    return ParameterDescriptor(type=ParameterType.PARAMETER_INTEGER, description=description,
+                               read_only=read_only,
+                               integer_range=[IntegerRange(from_value=low, to_value=high,
+                                                           step=1)])
+
+
+def _str(description: str, *, read_only: bool = False,
+         constraints: str = '') -> ParameterDescriptor:
+    return ParameterDescriptor(type=ParameterType.PARAMETER_STRING, description=description,
+                               read_only=read_only, additional_constraints=constraints)
+
+
+# name -> (default, descriptor). Defaults match config/crane_x7.yaml.
+PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
+    'robot_description_source': ('topic', _str(
+        "where the model comes from: 'topic' (robot_description, transient local; falls "
+        "back to urdf_path after robot_description_timeout), 'parameter' or 'file'",
+        read_only=True, constraints="one of 'topic', 'parameter', 'file'")),
+    'robot_description': ('', _str(
+        "URDF XML, used when robot_description_source is 'parameter'", read_only=True)),
+    'urdf_path': ('', _str(
+        "URDF file for 'file' and the topic fallback; empty: the bundled crane_x7.urdf",
+        read_only=True)),
+    'robot_description_timeout': (5.0, _float(
+        'seconds to wait for robot_description before falling back to urdf_path; 0 waits '
+        'forever', 0.0, 3600.0)),
+    'frame_id': ('', _str('frame of stamped outputs and markers; empty: the URDF root link',
+                          read_only=True)),
+    'filter.cutoff_hz': (10.0, _float('low-pass -3 dB frequency [Hz], below rate_hz / 2',
+                                      0.01, 10000.0)),
+    'filter.order': (2, _int('Butterworth order', 1, 8)),
+    'filter.rate_hz': (200.0, _float('nominal joint_states rate [Hz] the filter is designed '
+                                     'for', 1.0, 100000.0)),
+    'filter.gap_periods': (5.0, _float('a stamp step above this many periods restarts the '
+                                       'estimator', 1.0, 1e6)),
+    'filter.velocity_source': ('position', _str(
+        "'position' differentiates positions; 'measured' filters joint_states velocity",
+        constraints="one of 'position', 'measured'")),
+    'filter.min_spacing_periods': (0.2, _float('stamp steps shorter than this many periods '
+                                               'are rejected', 0.0, 0.999)),
+    'visualization_rate_hz': (20.0, _float('max rate of ~/markers and ~/partial_image [Hz]; '
+                                           '0 disables them', 0.0, 10000.0)),
+    'marker_scale': (0.02, _float('arrow length per unit torque [m/(N*m)]', 0.0, 100.0)),
+    'image_cell': (16, _int('pixels per cell of ~/partial_image', 1, 256)),
+    'image_limit': (0.0, _float('colour saturation of ~/partial_image [N*m]; 0: auto per '
+                                'image', 0.0, 1e6)),
+    'publish_bodies': (True, ParameterDescriptor(
+        type=ParameterType.PARAMETER_BOOL,
+        description='publish ~/body/<body> (one JointState per body)')),
+    'diagnostics_period': (1.0, _float('period of /diagnostics [s]', 0.05, 3600.0)),
+    'input_depth': (50, _int('history depth of the joint_states subscription (reliable, keep '
+                             'last): 50 = 250 ms at 200 Hz', 1, 100000, read_only=True)),
+    # A reliable keep-last writer drops samples a slow reader has not acknowledged once its
+    # history is full: 100 keeps 0.5 s at 200 Hz, so rviz2 or a recorder can lag briefly.
+    'output_depth': (100, _int('history depth of every reliable output topic', 1, 100000,
+                               read_only=True)),
+    'torch_threads': (1, _int('torch intra-op threads (1 is fastest for single samples)', 1,
+                              256, read_only=True)),
+}
+
+
+class _Window:
+    """Counters and latency samples over one diagnostics period."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.received = 0
+        self.published = 0
+        self.latency_ns: list[int] = []      # input stamp -> publish done (wall clock)
+        self.processing_ns: list[int] = []   # callback entry -> publish done
+
+
+class DynamicsNode(Node):
+    """Joint states in; filtered state and partial Lagrangian decomposition out.
+
+    Args:
+        **kwargs: passed to ``rclpy.node.Node`` (e.g. ``parameter_overrides``,
+            ``context``, ``namespace``).
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        for name, (default, descriptor) in PARAMETERS.items():
+            self.declare_parameter(name, default, descriptor)
+        values = {name: self.get_parameter(name).value for name in PARAMETERS}
+        error = self._check(values)
+        if error:
+            raise ValueError(f'{self.get_name()}: {error}')
+        self._config = self._estimator_config(values)
+        self._pending_config: EstimatorConfig | None = None
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        torch.set_num_threads(int(values['torch_threads']))
+
+        self._frame_param = str(values['frame_id'])
+        self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
+        self._marker_scale = float(values['marker_scale'])
+        self._publish_bodies = bool(values['publish_bodies'])
+        self._image_cell = int(values['image_cell'])
+        self._image_limit = float(values['image_limit'])
+
+        self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
+        self._last_log: dict[str, float] = {}
+        self._window = _Window()
+        self._totals = {'received': 0, 'published': 0}
+        self._last_vis_ns = 0
+        self._model: RobotModel | None = None
+        self._model_source = 'none'
+
+        # Outputs (relative names under the node's private namespace).
+        self._output_depth = int(values['output_depth'])
+        reliable = QoSProfile(depth=self._output_depth, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._pub_state = self.create_publisher(JointState, '~/joint_states', reliable)
+        self._pub_arrays = {name: self.create_publisher(Float64MultiArray, f'~/{name}',
+                                                        reliable)
+                            for name in ARRAY_TOPICS}
+        self._pub_names = self.create_publisher(String, '~/names', latched)
+        self._pub_bodies: dict[str, object] = {}
+        self._pub_markers = self.create_publisher(MarkerArray, '~/markers', reliable)
+        self._pub_image = self.create_publisher(Image, '~/partial_image', reliable)
+        self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', reliable)
+
+        # Inputs. Reliable like the joint state broadcaster.
+        self._sub_state = self.create_subscription(
+            JointState, 'joint_states', self._on_joint_state,
+            QoSProfile(depth=int(values['input_depth']), reliability=ReliabilityPolicy.RELIABLE))
+        self._fallback_timer = None
+        source = values['robot_description_source']
+        if source == 'file':
+            self._load_file('file')
+        elif source == 'parameter':
+            self._set_model(RobotModel.from_urdf(str(values['robot_description'])),
+                            'parameter')
+        else:
+            self._sub_description = self.create_subscription(
+                String, 'robot_description', self._on_description,
+                QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL))
+            timeout = float(values['robot_description_timeout'])
+            if timeout > 0.0:
+                self._fallback_timer = self.create_timer(timeout, self._on_description_timeout)
+            self.get_logger().info('waiting for robot_description (fallback to the URDF file '
+                                   f'after {timeout:g} s)' if timeout > 0.0 else
+                                   'waiting for robot_description')
+        self._diag_timer = self.create_timer(float(values['diagnostics_period']),
+                                             self._publish_diagnostics)
+
+    # ------------------------------------------------------------------ parameters
+    @staticmethod
+    def _period_ns(rate_hz: float) -> int:
+        return int(1e9 / rate_hz) if rate_hz > 0.0 else 0
+
+    @staticmethod
+    def _estimator_config(values: dict) -> EstimatorConfig:
+        return EstimatorConfig(
+            cutoff_hz=float(values['filter.cutoff_hz']), order=int(values['filter.order']),
+            rate_hz=float(values['filter.rate_hz']),
+            gap_periods=float(values['filter.gap_periods']),
+            velocity_source=str(values['filter.velocity_source']),
+            min_spacing_periods=float(values['filter.min_spacing_periods']))
+
+    @classmethod
+    def _check(cls, values: dict) -> str:
+        """'' when the parameter set is consistent, else what is wrong."""
+        source = values['robot_description_source']
+        if source not in _DESCRIPTION_SOURCES:
+            return (f'robot_description_source must be one of {_DESCRIPTION_SOURCES}, '
+                    f'got {source!r}')
+        if source == 'parameter' and not str(values['robot_description']).strip():
+            return "robot_description_source is 'parameter' but robot_description is empty"
+        if values['urdf_path'] and source != 'parameter':
+            from pathlib import Path
+            if not Path(values['urdf_path']).is_file():
+                return f"urdf_path {values['urdf_path']!r} is not a file"
+        try:
+            cls._estimator_config(values)
+        except ValueError as err:
+            return str(err)
+        return ''
+
+    def _on_set_parameters(self, parameters: Sequence[Parameter]) -> SetParametersResult:
+        values = {name: self.get_parameter(name).value for name in PARAMETERS}
+        values.update({p.name: p.value for p in parameters if p.name in PARAMETERS})
+        error = self._check(values)
+        if error:
+            return SetParametersResult(successful=False, reason=error)
+        names = {p.name for p in parameters}
+        if any(name.startswith('filter.') for name in names):
+            self._pending_config = self._estimator_config(values)  # applied by the hot path
+        self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
+        self._marker_scale = float(values['marker_scale'])
+        self._publish_bodies = bool(values['publish_bodies'])
+        self._image_cell = int(values['image_cell'])
+        self._image_limit = float(values['image_limit'])
+        if self._model is not None and names & {'marker_scale', 'image_cell', 'image_limit'}:
+            self._build_visuals()
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ model
+    def _load_file(self, why: str) -> None:
+        path = self.get_parameter('urdf_path').value or str(default_urdf_path())
+        self._set_model(RobotModel.from_urdf(path), f'{why}:{path}')
+
+    def _on_description(self, msg: String) -> None:
+        if self._model is not None and msg.data == self._model.urdf_xml:
+            return
+        try:
+            model = RobotModel.from_urdf(msg.data)
+        except (ValueError, FileNotFoundError) as err:
+            self.get_logger().error(f'robot_description rejected: {err}')
+            return
+        self._set_model(model, 'topic')
+
+    def _on_description_timeout(self) -> None:
+        self._fallback_timer.cancel()
+        if self._model is None:
+            self.get_logger().warning('no robot_description received within '
+                                      f"{self.get_parameter('robot_description_timeout').value}"
+                                      ' s; using the URDF file')
+            self._load_file('fallback')
+
+    def _set_model(self, model: RobotModel, source: str) -> None:
+        """Build engine, reader, estimator and constant message parts for ``model``."""
+        self._model = model
+        self._model_source = source
+        self._engine = PartialLagrangian(model, dtype=torch.float64)
+        self._reader = msgs.JointStateReader(model)
+        self._estimator = JointStateEstimator(model.n_joints, self._config)
+        self._estimator_counts = self._estimator.rejected
+        self._frame_id = self._frame_param or model.root_link
+        n, B = model.n_joints, model.n_bodies
+        self._messages = msgs.DecompositionMessages(model, frame_id=self._frame_id,
+                                                    arrays=ARRAY_TOPICS)
+        reliable = QoSProfile(depth=self._output_depth, reliability=ReliabilityPolicy.RELIABLE)
+        for body in model.body_names:
+            if body not in self._pub_bodies:
+                self._pub_bodies[body] = self.create_publisher(JointState, f'~/body/{body}',
+                                                               reliable)
+        self._body_pubs = [self._pub_bodies[body] for body in model.body_names]
+        self._build_visuals()
+        self._pub_names.publish(msgs.names_message(model))
+        self.get_logger().info(f'model {model.name!r} from {source}: {n} joints, {B} bodies, '
+                               f'frame {self._frame_id!r}')
+
+    def _build_visuals(self) -> None:
+        model = self._model
+        self._markers = msgs.MarkerBuilder(model, frame_id=self._frame_id,
+                                           scale=self._marker_scale)
+        self._image = msgs.PartialImageBuilder(model.n_joints, model.n_bodies,
+                                               cell=self._image_cell, limit=self._image_limit,
+                                               frame_id=self._frame_id)
+
+    # ------------------------------------------------------------------ hot path
+    def _reject(self, reason: str, detail: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        now = time.monotonic()
+        if now - self._last_log.get(reason, -math.inf) >= _LOG_THROTTLE_S:
+            self._last_log[reason] = now
+            self.get_logger().warning(f'joint_states dropped ({reason}, '
+                                      f'{self.rejected[reason]} so far): {detail}')
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        t_in = time.perf_counter_ns()
+        window = self._window
+        window.received += 1
+        if self._model is None:
+            self._reject('no_model', 'no robot model yet (waiting for robot_description)')
+            return
+        if self._pending_config is not None:
+            self._config, self._pending_config = self._pending_config, None
+            self._estimator = JointStateEstimator(self._model.n_joints, self._config)
+            self._estimator_counts = self._estimator.rejected
+        measured = self._config.velocity_source == 'measured'
+        try:
+            t_ns, q, qd_measured, _ = self._reader.read(msg, velocity=measured)
+        except msgs.JointStateError as err:
+            self._reject(err.reason, str(err))
+            return
+        estimator = self._estimator
+        sample = estimator.update(t_ns, q, qd_measured)
+        if sample is None:
+            counts = estimator.rejected
+            if counts != self._estimator_counts:
+                for reason, count in counts.items():
+                    if count != self._estimator_counts[reason]:
+                        self._reject(reason, f'estimator refused the sample stamped {t_ns} ns')
+                self._estimator_counts = counts
+            return
+        try:
+            out = self._engine.decompose(sample.q, sample.qd, sample.qdd).numpy()
+        except ValueError as err:
+            self._reject('nonfinite_output', str(err))
+            return
+        for value in out.values():
+            if not math.isfinite(value.sum()):
+                self._reject('nonfinite_output', 'decomposition overflowed')
+                return
+        self._publish(t_ns, sample, out)
+        done = time.perf_counter_ns()
+        window.published += 1
+        window.processing_ns.append(done - t_in)
+        window.latency_ns.append(time.time_ns() - t_ns)
+
+    def _publish(self, t_ns: int, sample, out: dict[str, np.ndarray]) -> None:
+        live = self._messages
+        live.fill(t_ns, sample.q, sample.qd, out, bodies=self._publish_bodies)
+        self._pub_state.publish(live.joint_state)
+        for name, publisher in self._pub_arrays.items():
+            publisher.publish(live.arrays[name])
+        if self._publish_bodies:
+            for publisher, message in zip(self._body_pubs, live.bodies, strict=True):
+                publisher.publish(message)
+        if self._vis_period_ns and t_ns - self._last_vis_ns >= self._vis_period_ns:
+            self._last_vis_ns = t_ns
+            poses = self._engine.link_poses(sample.q).numpy()
+            components = {
+                'torque': out['torque'],
+                'acceleration': out['acceleration'].sum(axis=(-1, -2)),
+                'velocity': out['velocity'].sum(axis=(-1, -2)),
+                'gravity': out['gravity'].sum(axis=-1),
+                'friction': out['friction'],
+            }
+            self._pub_markers.publish(self._markers.build(poses, components, t_ns=t_ns))
+            self._pub_image.publish(self._image.build(out['partial'], t_ns=t_ns))
+
+    # ------------------------------------------------------------------ diagnostics
+    def _publish_diagnostics(self) -> None:
+        window, self._window = self._window, _Window()
+        elapsed = max(time.monotonic() - window.start, 1e-9)
+        self._totals['received'] += window.received
+        self._totals['published'] += window.published
+        latency = np.array(window.latency_ns, dtype=np.float64) * 1e-6
+        processing = np.array(window.processing_ns, dtype=np.float64) * 1e-6
+
+        def pct(x: np.ndarray, p: float) -> float:
+            return float(np.percentile(x, p)) if x.size else math.nan
+
+        rejected_total = sum(self.rejected.values())
+        values = {
+            'input_rate_hz': window.received / elapsed,
+            'output_rate_hz': window.published / elapsed,
+            'latency_p50_ms': pct(latency, 50), 'latency_p99_ms': pct(latency, 99),
+            'latency_max_ms': float(latency.max()) if latency.size else math.nan,
+            'processing_p50_ms': pct(processing, 50),
+            'processing_p99_ms': pct(processing, 99),
+            'received': self._totals['received'], 'published': self._totals['published'],
+            'rejected': rejected_total,
+        }
+        values.update({f'rejected.{reason}': count for reason, count in self.rejected.items()})
+        if self._model is not None:
+            values.update({'warming_up': self._estimator.warming_up,
+                           'estimator_resets': self._estimator.resets,
+                           'model_source': self._model_source,
+                           'joints': self._model.n_joints, 'bodies': self._model.n_bodies})
+        if self._model is None:
+            level, message = msgs.DiagnosticLevel.ERROR, 'no robot model'
+        elif window.received == 0:
+            level, message = msgs.DiagnosticLevel.WARN, 'no joint_states'
+        elif window.published < window.received:
+            level, message = msgs.DiagnosticLevel.WARN, (
+                f'{window.received - window.published} of {window.received} joint_states '
+                'not decomposed (warm-up or rejected)')
+        else:
+            level, message = msgs.DiagnosticLevel.OK, 'decomposing'
+        status = msgs.diagnostic_status(
+            f'{self.get_fully_qualified_name()}: decomposition', level, message, values,
+            hardware_id=self._model.name if self._model is not None else '')
+        self._pub_diag.publish(msgs.diagnostic_array([status], t_ns=time.time_ns()))
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console script ``dynamics_node``: spin :class:`DynamicsNode` until shutdown."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = DynamicsNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

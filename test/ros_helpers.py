@@ -1,0 +1,191 @@
+"""Helpers for tests that talk to real nodes over DDS on this machine.
+
+* :func:`start_node` runs a plag_ros node as a subprocess (``python -m plag_ros.nodes.X``,
+  no dependence on PATH) in a given ROS domain, and :class:`NodeProcess` stops it with
+  SIGINT (the node's own shutdown path) and returns its output.
+* :class:`RosClient` is the test's side of the graph: its own rclpy ``Context`` (so tests
+  never touch the global one and can pick their domain), one node, a background executor
+  thread, publishers and message collectors.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+__all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
+           'start_node']
+
+REPO = Path(__file__).resolve().parents[1]
+RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a node subprocess: this machine only, Fast DDS, ``domain_id``."""
+    env = dict(os.environ)
+    env.update({'ROS_DOMAIN_ID': str(domain_id), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
+                'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_LOCALHOST_ONLY': '1',
+                'PYTHONUNBUFFERED': '1'})
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO), env.get('PYTHONPATH')]))
+    env.update(extra or {})
+    return env
+
+
+class NodeProcess:
+    """A node running in a subprocess; output goes to a log file read back on stop."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.args = args
+        self.log_path = log_path
+        self._log = open(log_path, 'wb')  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, env=env, cwd=REPO, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        """Everything the node printed so far."""
+        self._log.flush()
+        return self.log_path.read_text(errors='replace')
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGINT (the node's shutdown path), then SIGKILL after ``timeout``; exit code."""
+        if self.alive():
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def __enter__(self) -> NodeProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_node(module: str, *, domain_id: int, log_dir: Path, params_file: Path | None = None,
+               params: Mapping[str, object] | None = None,
+               remaps: Mapping[str, str] | None = None) -> NodeProcess:
+    """Start ``python -m plag_ros.nodes.<module> --ros-args ...`` in ``domain_id``.
+
+    Args:
+        module: node module name, e.g. ``'dynamics_node'``.
+        domain_id: ROS_DOMAIN_ID of the test module.
+        log_dir: folder for the node's output log.
+        params_file: a ``--params-file``.
+        params: ``-p name:=value`` overrides (values are written as YAML scalars).
+        remaps: ``-r from:=to`` remappings.
+    """
+    args = [sys.executable, '-m', f'plag_ros.nodes.{module}', '--ros-args']
+    if params_file is not None:
+        args += ['--params-file', str(params_file)]
+    for name, value in (params or {}).items():
+        text = ('true' if value else 'false') if isinstance(value, bool) else str(value)
+        args += ['-p', f'{name}:={text}']
+    for source, target in (remaps or {}).items():
+        args += ['-r', f'{source}:={target}']
+    return NodeProcess(args, ros_env(domain_id), Path(log_dir) / f'{module}.log')
+
+
+class RosClient:
+    """The test's own node in its own rclpy context and domain, spun in a thread.
+
+    Args:
+        domain_id: ROS domain of the test module.
+        name: node name.
+    """
+
+    def __init__(self, domain_id: int, name: str = 'plag_test_client') -> None:
+        os.environ['ROS_DOMAIN_ID'] = str(domain_id)
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain_id)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop and self.context.ok():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def collect(self, msg_type, topic: str, qos: QoSProfile = RELIABLE) -> list:
+        """Subscribe and return the list that received messages are appended to.
+
+        Each entry is ``(receipt time.time_ns(), message)``.
+        """
+        received: list = []
+
+        def callback(msg) -> None:
+            received.append((time.time_ns(), msg))
+
+        with self._lock:
+            self.node.create_subscription(msg_type, topic, callback, qos)
+        return received
+
+    def publisher(self, msg_type, topic: str, qos: QoSProfile = RELIABLE):
+        with self._lock:
+            return self.node.create_publisher(msg_type, topic, qos)
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], bool], timeout: float, what: str = '') -> None:
+        """Poll ``predicate`` until true; AssertionError naming ``what`` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.02)
+        raise AssertionError(f'timed out after {timeout} s waiting for {what or predicate}')
+
+    def wait_for_subscribers(self, publisher, count: int = 1, timeout: float = 30.0) -> None:
+        self.wait_for(lambda: publisher.get_subscription_count() >= count, timeout,
+                      f'{count} subscriber(s) on {publisher.topic_name}')
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=5.0)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+    def __enter__(self) -> RosClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def publish_at_rate(publisher, messages: Iterable, rate_hz: float) -> int:
+    """Publish ``messages`` on a fixed-rate schedule (sleeping between); returns the count."""
+    period = 1.0 / rate_hz
+    start = time.perf_counter()
+    count = 0
+    for count, msg in enumerate(messages, 1):
+        delay = start + (count - 1) * period - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        publisher.publish(msg)
+    return count

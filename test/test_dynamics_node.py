@@ -1,0 +1,292 @@
+"""The plag_dynamics node over real DDS: outputs equal the library run on the same input.
+
+One dynamics node runs as a subprocess for the module (ROS_DOMAIN_ID 12), its model taken
+from a ``robot_description`` the test publishes latched. The test publishes
+``joint_states`` at 200 Hz in a shuffled (non-URDF) joint order without the mimic finger,
+like the CRANE-X7 driver, and reproduces every output in-process with the same reader,
+estimator configuration and engine: they must agree to 1e-9.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray, String
+from visualization_msgs.msg import MarkerArray
+
+from plag_ros import messages as msgs
+from plag_ros.dynamics import PartialLagrangian
+from plag_ros.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.model import RobotModel, default_urdf_path
+
+DOMAIN_ID = 12
+NODE = '/plag_dynamics'
+RATE_HZ = 200.0
+PERIOD_NS = 5_000_000
+ARRAYS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
+TOL = 1e-9
+
+
+@pytest.fixture(scope='module')
+def model() -> RobotModel:
+    return RobotModel.from_urdf(default_urdf_path())
+
+
+@pytest.fixture(scope='module')
+def graph(model, tmp_path_factory):
+    """(client, node process, collected outputs by topic) shared by the module's tests."""
+    client = RosClient(DOMAIN_ID)
+    description = client.publisher(String, 'robot_description', LATCHED)
+    description.publish(String(data=model.urdf_xml))
+    out = {name: client.collect(Float64MultiArray, f'{NODE}/{name}') for name in ARRAYS}
+    out['joint_states'] = client.collect(JointState, f'{NODE}/joint_states')
+    out['names'] = client.collect(String, f'{NODE}/names', LATCHED)
+    out['markers'] = client.collect(MarkerArray, f'{NODE}/markers')
+    out['image'] = client.collect(Image, f'{NODE}/partial_image')
+    out['diagnostics'] = client.collect(DiagnosticArray, '/diagnostics')
+    out['bodies'] = {body: client.collect(JointState, f'{NODE}/body/{body}')
+                     for body in model.body_names}
+    node = start_node('dynamics_node', domain_id=DOMAIN_ID,
+                      log_dir=tmp_path_factory.mktemp('dynamics_node'),
+                      params_file=REPO / 'config' / 'crane_x7.yaml',
+                      params={'robot_description_source': 'topic',
+                              'robot_description_timeout': 0.0,
+                              'visualization_rate_hz': 40.0, 'diagnostics_period': 0.25,
+                              # Deep queues: a busy CI machine may slow the node or this
+                              # client below 200 Hz for a moment; nothing may be lost.
+                              'input_depth': 1000, 'output_depth': 1000})
+    joint_states = client.publisher(JointState, 'joint_states')
+    try:
+        client.wait_for(lambda: out['names'], 60.0, f'{NODE}/names (node log: see below)')
+        client.wait_for_subscribers(joint_states)
+        # The node has published and subscribed; let discovery of every output settle.
+        client.wait_for(lambda: all(client.node.count_publishers(f'{NODE}/{name}') for name
+                                    in ARRAYS), 30.0, 'output publishers')
+        yield client, node, joint_states, out
+    except AssertionError as err:
+        raise AssertionError(f'{err}\n--- node log ---\n{node.output()}') from err
+    finally:
+        code = node.stop()
+        client.close()
+    assert code == 0, f'node exited with {code}\n{node.output()}'
+
+
+def _driver_names(model: RobotModel) -> list[str]:
+    """The 8 actuated joints in a fixed shuffled order that is not the URDF's."""
+    names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+    order = np.random.default_rng(7).permutation(len(names))
+    assert list(order) != sorted(order)
+    return [names[i] for i in order]
+
+
+def _trajectory(model: RobotModel, names: list[str], t0_ns: int, count: int) -> list:
+    """``count`` JointState messages of a smooth motion, stamped every 5 ms from t0."""
+    rng = np.random.default_rng(11)
+    amp, freq, phase = (rng.uniform(0.1, 0.6, len(names)), rng.uniform(0.3, 1.5, len(names)),
+                        rng.uniform(0, 2 * np.pi, len(names)))
+    out = []
+    for k in range(count):
+        t_ns = t0_ns + k * PERIOD_NS
+        q = amp * np.sin(2 * np.pi * freq * (t_ns - t0_ns) * 1e-9 + phase)
+        out.append(msgs.joint_state(names, q, t_ns=t_ns))
+    return out
+
+
+def _reproduce(model: RobotModel, sent: list[JointState]) -> list[tuple[int, dict]]:
+    """The library's answer for the same messages: (stamp, arrays) per accepted sample."""
+    reader = msgs.JointStateReader(model)
+    estimator = JointStateEstimator(model.n_joints, EstimatorConfig(
+        cutoff_hz=10.0, order=2, rate_hz=200.0, gap_periods=5.0,
+        velocity_source='position', min_spacing_periods=0.2))   # config/crane_x7.yaml
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    expected = []
+    for msg in sent:
+        try:
+            t_ns, q, _, _ = reader.read(msg)
+        except msgs.JointStateError:
+            continue
+        sample = estimator.update(t_ns, q)
+        if sample is None:
+            continue
+        out = engine.decompose(sample.q, sample.qd, sample.qdd).numpy()
+        out.update(q=sample.q, qd=sample.qd)
+        expected.append((t_ns, out))
+    return expected
+
+
+def _diagnostic_values(entry) -> dict[str, str]:
+    for status in entry[1].status:
+        if status.name.startswith(NODE):
+            return {kv.key: kv.value for kv in status.values}
+    return {}
+
+
+def _latest_counts(out) -> dict[str, str]:
+    for entry in reversed(out['diagnostics']):
+        values = _diagnostic_values(entry)
+        if values:
+            return values
+    return {}
+
+
+def _clear(out) -> None:
+    for key, value in out.items():
+        if key == 'bodies':
+            for lst in value.values():
+                lst.clear()
+        elif key != 'names':
+            value.clear()
+
+
+def _stream(graph, model, sent: list[JointState], expected_count: int):
+    client, node, joint_states, out = graph
+    publish_at_rate(joint_states, sent, RATE_HZ)
+    try:
+        client.wait_for(lambda: len(out['joint_states']) >= expected_count
+                        and all(len(out[name]) >= expected_count for name in ARRAYS)
+                        and all(len(b) >= expected_count for b in out['bodies'].values()),
+                        30.0, f'{expected_count} outputs on every topic')
+    except AssertionError as err:
+        counts = {k: len(v) for k, v in out.items() if k != 'bodies'}
+        raise AssertionError(f'{err}: got {counts}\n{node.output()[-3000:]}') from err
+
+
+def _check_outputs(model, out, expected) -> None:
+    """Every output message equals the library's arrays; nothing NaN, nothing partial."""
+    n, B = model.n_joints, model.n_bodies
+    assert len(out['joint_states']) == len(expected)
+    for name in ARRAYS:
+        assert len(out[name]) == len(expected), name
+    shapes = {'partial': (n, B), 'acceleration': (n, B, n), 'velocity': (n, B, n),
+              'gravity': (n, B), 'friction': (n,)}
+    for index, (t_ns, want) in enumerate(expected):
+        state = out['joint_states'][index][1]
+        assert msgs.stamp_to_ns(state.header.stamp) == t_ns
+        assert state.header.frame_id == model.root_link
+        assert list(state.name) == list(model.joint_names)
+        for field, key in (('position', 'q'), ('velocity', 'qd'), ('effort', 'torque')):
+            got = np.array(getattr(state, field))
+            assert np.isfinite(got).all()
+            np.testing.assert_allclose(got, want[key], rtol=0, atol=TOL, err_msg=field)
+        for name in ARRAYS:
+            values, labels = msgs.multi_array_to_numpy(out[name][index][1])
+            assert values.shape == shapes[name] and labels == msgs.ARRAY_LABELS[name]
+            assert np.isfinite(values).all()
+            np.testing.assert_allclose(values, want[name], rtol=0, atol=TOL, err_msg=name)
+        for i, body in enumerate(model.body_names):
+            msg = out['bodies'][body][index][1]
+            assert msgs.stamp_to_ns(msg.header.stamp) == t_ns
+            np.testing.assert_allclose(np.array(msg.effort), want['partial'][:, i], rtol=0,
+                                       atol=TOL, err_msg=body)
+
+
+def test_names_are_latched_and_complete(graph, model):
+    out = graph[3]
+    payload = msgs.parse_names(out['names'][0][1])
+    assert payload['joints'] == list(model.joint_names)
+    assert payload['bodies'] == list(model.body_names)
+    assert payload['sources'] == list(model.joint_names)
+    assert set(payload['components']) == {'torque', 'acceleration', 'velocity', 'gravity',
+                                          'friction'}
+    # A late subscriber still gets the names (transient local).
+    client = graph[0]
+    late = client.collect(String, f'{NODE}/names', LATCHED)
+    client.wait_for(lambda: late, 10.0, 'latched names for a late subscriber')
+
+
+def test_outputs_equal_library_decomposition(graph, model):
+    client, node, _, out = graph
+    _clear(out)
+    names = _driver_names(model)
+    sent = _trajectory(model, names, t0_ns=1_000_000_000_000, count=200)
+    expected = _reproduce(model, sent)
+    assert len(expected) == 196   # five-point warm-up
+    _stream(graph, model, sent, len(expected))
+    _check_outputs(model, out, expected)
+    # rviz outputs at the visualization rate: markers and the heat map.
+    client.wait_for(lambda: out['markers'] and out['image'], 5.0, 'markers and image')
+    array = out['markers'][-1][1]
+    assert {m.ns for m in array.markers} == set(msgs.COMPONENTS)
+    assert len(array.markers) == len(msgs.COMPONENTS) * model.n_joints
+    image = out['image'][-1][1]
+    assert (image.height, image.width) == (16 * model.n_joints, 16 * model.n_bodies)
+    assert len(out['markers']) <= 1 + 40.0 * 200 / RATE_HZ  # throttled, not per sample
+    # The node reports its model source and rates in /diagnostics.
+    client.wait_for(lambda: _latest_counts(out).get('model_source') == 'topic', 5.0,
+                    'diagnostics with model_source topic')
+
+
+def test_bad_input_is_counted_and_never_published(graph, model):
+    client, node, _, out = graph
+    client.wait_for(lambda: _latest_counts(out), 10.0, 'a diagnostics message')
+    before = {k: int(v) for k, v in _latest_counts(out).items() if k.startswith('rejected')}
+    _clear(out)
+    names = _driver_names(model)
+    good = _trajectory(model, names, t0_ns=2_000_000_000_000, count=120)
+    sent = list(good)
+
+    def bad_like(k: int, **change) -> JointState:
+        t_ns, msg_names, q, _, _ = msgs.joint_state_arrays(good[k])
+        msg_names, q = change.get('names', msg_names), change.get('q', q)
+        msg = msgs.joint_state(msg_names, q if len(q) == len(msg_names) else np.zeros(
+            len(msg_names)), t_ns=change.get('t_ns', t_ns + 1_000_000))
+        if len(q) != len(msg_names):
+            msg.position = msgs.float64_array(q)
+        return msg
+
+    nan_q = np.array(good[30].position)
+    nan_q[2] = math.nan
+    insertions = {   # index in the good stream -> bad message inserted after it
+        30: bad_like(30, q=nan_q),
+        40: bad_like(40, names=names[:-1] + ['crane_x7_elbow_of_doom']),
+        50: bad_like(50, names=names[:-1], q=np.array(good[50].position)[:-1]),
+        60: bad_like(60, q=np.array(good[60].position)[:-1]),   # 8 names, 7 positions
+        70: bad_like(70, t_ns=msgs.stamp_to_ns(good[70].header.stamp) - 2 * PERIOD_NS),
+        80: bad_like(80, t_ns=msgs.stamp_to_ns(good[80].header.stamp)),   # same stamp
+    }
+    for index in sorted(insertions, reverse=True):
+        sent.insert(index + 1, insertions[index])
+    expected = _reproduce(model, sent)
+    assert len(expected) == len(good) - 4     # every bad message dropped, none published
+    _stream(graph, model, sent, len(expected))
+    _check_outputs(model, out, expected)
+
+    want = {'rejected.nonfinite': 1, 'rejected.unknown_name': 1, 'rejected.missing_name': 1,
+            'rejected.length_mismatch': 1, 'rejected.stamp_not_increasing': 2}
+
+    def counted() -> bool:
+        now = _latest_counts(out)
+        return all(int(now.get(key, -1)) - before.get(key, 0) == count
+                   for key, count in want.items())
+
+    client.wait_for(counted, 10.0, f'diagnostics counting {want}')
+    now = _latest_counts(out)
+    assert int(now['rejected']) - before['rejected'] == sum(want.values())
+    assert 'stamp_not_increasing' in node.output() and 'elbow_of_doom' in node.output()
+
+
+def test_parameters_are_validated_live(graph):
+    """An invalid filter setting is refused by the running node; a valid one is taken."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    client = graph[0]
+    service = client.node.create_client(SetParameters, f'{NODE}/set_parameters')
+    assert service.wait_for_service(timeout_sec=10.0)
+
+    def set_cutoff(value: float):
+        request = SetParameters.Request(parameters=[Parameter(
+            name='filter.cutoff_hz', value=ParameterValue(
+                type=ParameterType.PARAMETER_DOUBLE, double_value=value))])
+        future = service.call_async(request)
+        client.wait_for(future.done, 10.0, 'set_parameters reply')
+        return future.result().results[0]
+
+    refused = set_cutoff(150.0)   # above Nyquist of the 200 Hz design rate
+    assert not refused.successful and 'cutoff_hz' in refused.reason
+    assert set_cutoff(10.0).successful

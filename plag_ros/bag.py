@@ -505,9 +505,13 @@ class _Encoder:
         self.buf = bytearray(b'\x00\x01\x00\x00')
         self.stamps: list[int] = []
         self.doubles: dict[str, tuple[int, int]] = {}
+        self.padding: list[tuple[int, int]] = []
 
     def _pad(self, size: int) -> None:
-        self.buf += bytes((-(len(self.buf) - 4)) % size)
+        pad = (-(len(self.buf) - 4)) % size
+        if pad:
+            self.padding.append((len(self.buf), len(self.buf) + pad))
+            self.buf += bytes(pad)
 
     def _basic(self, typename: str, value, path: str) -> None:
         fmt, size = _BASIC[typename]
@@ -594,7 +598,8 @@ class CdrTemplate:
 
     Attributes:
         data: the template's CDR bytes; doubles: float64 field path -> (byte offset,
-            count), e.g. ``'effort'``, ``'data'``, ``'markers.3.points.1.x'``.
+            count), e.g. ``'effort'``, ``'data'``, ``'markers.3.points.1.x'``;
+            padding: ``(start, stop)`` byte ranges of alignment padding.
     """
 
     def __init__(self, msg) -> None:
@@ -603,6 +608,7 @@ class CdrTemplate:
         self.data = bytes(encoder.buf)
         self.doubles = dict(encoder.doubles)
         self._stamps = list(encoder.stamps)
+        self.padding = list(encoder.padding)
         self.size = len(self.data)
 
     def fill(self, t_ns: np.ndarray, values: Mapping[str, np.ndarray]) -> np.ndarray:

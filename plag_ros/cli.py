@@ -17,6 +17,9 @@ __all__ = ['COMMANDS', 'main']
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     'demo': ('plag_ros.demo', 'decompose a CRANE-X7 trajectory offline and print the result'),
+    'analyze': ('plag_ros.analysis', 'analyse a rosbag2 bag offline: output bag, npz, csv, plots'),
+    'replay': ('plag_ros.replay', "publish a bag's joint states with their timing (and /clock)"),
+    'record': ('plag_ros.replay', 'record /joint_states and the dynamics outputs into a bag'),
 }
 
 

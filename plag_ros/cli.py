@@ -28,7 +28,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog='plag-ros',
         description='Partial Lagrangian dynamics for the CRANE-X7 (ROS 2).')
     sub = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
     return parser
 

@@ -37,7 +37,9 @@ Two implementations agree to rounding:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,28 +80,242 @@ class Decomposition:
                 for f in dataclasses.fields(self)}
 
 
-def _cross_motion(a: Tensor, b: Tensor) -> Tensor:
+@dataclass(frozen=True)
+class _FlatDecomposition:
+    """Decomposition over a flat batch (N, ...) in one array library, plus the per-pair
+    mass-matrix entries ``mass`` (N, n, P) = M_i[k, s] for each pair p = (i, s)."""
+
+    torque: Any
+    partial: Any
+    acceleration: Any
+    velocity: Any
+    gravity: Any
+    friction: Any
+    mass: Any
+
+    def reshape(self, batch: tuple[int, ...], convert=lambda x: x) -> Decomposition:
+        def r(t):
+            return convert(t.reshape(*batch, *t.shape[1:]))
+
+        return Decomposition(r(self.torque), r(self.partial), r(self.acceleration),
+                             r(self.velocity), r(self.gravity), r(self.friction))
+
+
+class _TorchOps:
+    """Array operations of the closed form for torch tensors (batches, autograd path)."""
+
+    sin, cos, tanh, sign = torch.sin, torch.cos, torch.tanh, torch.sign
+    cross = staticmethod(torch.linalg.cross)
+    broadcast_to = staticmethod(torch.broadcast_to)
+
+    @staticmethod
+    def concat(arrays, axis):
+        return torch.cat(arrays, dim=axis)
+
+    @staticmethod
+    def stack(arrays, axis):
+        return torch.stack(arrays, dim=axis)
+
+    @staticmethod
+    def zeros(shape, like):
+        return like.new_zeros(shape)
+
+
+class _NumpyOps:
+    """The same operations for numpy arrays: a single live sample costs ~1 us per numpy op
+    against ~5 us per torch op, and the closed form is ~100 ops."""
+
+    sin, cos, tanh, sign = np.sin, np.cos, np.tanh, np.sign
+    concat, stack, broadcast_to = np.concatenate, np.stack, np.broadcast_to
+
+    @staticmethod
+    def cross(a, b):
+        # np.cross validates and moves axes on every call; this is 5x cheaper on tiny arrays
+        a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+        b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+        return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+
+    @staticmethod
+    def zeros(shape, like):
+        return np.zeros(shape, dtype=like.dtype)
+
+
+def _skew(v: np.ndarray) -> np.ndarray:
+    """(..., 3) -> (..., 3, 3) with skew(v) @ x == v x x."""
+    out = np.zeros(v.shape + (3,))
+    out[..., 0, 1], out[..., 0, 2], out[..., 1, 2] = -v[..., 2], v[..., 1], -v[..., 0]
+    return out - np.swapaxes(out, -1, -2)
+
+
+def _cross_motion(ops, a, b):
     """Spatial motion cross product a x b, (..., 6) angular first."""
     wa, va, wb, vb = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
-    return torch.cat([torch.linalg.cross(wa, wb),
-                      torch.linalg.cross(wa, vb) + torch.linalg.cross(va, wb)], dim=-1)
+    return ops.concat([ops.cross(wa, wb), ops.cross(wa, vb) + ops.cross(va, wb)], -1)
 
 
-def _cross_force(a: Tensor, f: Tensor) -> Tensor:
+def _cross_force(ops, a, f):
     """Spatial force cross product a x* f, (..., 6) angular (moment) first."""
     wa, va, n, lin = a[..., :3], a[..., 3:], f[..., :3], f[..., 3:]
-    return torch.cat([torch.linalg.cross(wa, n) + torch.linalg.cross(va, lin),
-                      torch.linalg.cross(wa, lin)], dim=-1)
+    return ops.concat([ops.cross(wa, n) + ops.cross(va, lin), ops.cross(wa, lin)], -1)
 
 
-def _skew(v: Tensor) -> Tensor:
-    """(..., 3) -> (..., 3, 3) with skew(v) @ x == v x x."""
-    zero = torch.zeros_like(v[..., 0])
-    return torch.stack([
-        torch.stack([zero, -v[..., 2], v[..., 1]], dim=-1),
-        torch.stack([v[..., 2], zero, -v[..., 0]], dim=-1),
-        torch.stack([-v[..., 1], v[..., 0], zero], dim=-1),
-    ], dim=-2)
+@dataclass(frozen=True)
+class _Constants:
+    """Everything the closed form needs about the model, in one array library.
+
+    A *pair* p = (body i, source joint s) exists for every joint s on the path from the
+    root to body i; only pairs carry non-zero acceleration/velocity parts, so the closed
+    form works on pairs (44 of 81 for the CRANE-X7) and scatters them into the table.
+    """
+
+    ops: type
+    parent: tuple[int, ...]
+    axis: Any                  # (n, 3) joint axes in the joint frames
+    K: Any                     # (n, 3, 3) skew(axis); K2 = K @ K (Rodrigues)
+    K2: Any
+    T_parent_joint: Any        # (n, 4, 4)
+    homogeneous_row: Any       # (1, 4)
+    eye3: Any                  # (3, 3)
+    revolute: Any              # (n,) 1.0 for revolute/continuous, 0.0 for prismatic
+    joint_anc: Any             # (n, n) joint_anc[j, s] = 1 if s is j or an ancestor of j
+    gravity: Any               # (3,)
+    damping: Any               # (n,)
+    coulomb: Any               # (n,)
+    n_bodies: int
+    body_joint: Any            # (B,) int
+    mass: Any                  # (B,)
+    com: Any                   # (B, 3) in the joint child frame
+    inertia: Any               # (B, 3, 3) about the COM, joint child frame
+    mask_ki: Any               # (n, B) joint k on body i's path
+    pair_body: Any             # (P,) int
+    pair_source: Any           # (P,) int
+    pair_joint: Any            # (P,) int, joint body i rides on
+    pair_flat: Any             # (P,) int, i * n + s
+    pair_mask_k: Any           # (n, P) joint k on the path of the pair's body
+    pair_onehot_source: Any    # (P, n) sums pairs into mass-matrix columns
+
+    @classmethod
+    def build(cls, model: RobotModel, bodies: np.ndarray, *, ops, convert, index) -> _Constants:
+        n = model.n_joints
+        joint_anc = np.zeros((n, n))
+        for j in range(n):
+            s = j
+            while s >= 0:
+                joint_anc[j, s] = 1.0
+                s = model.joint_parent[s]
+        anc = joint_anc[model.body_joint[bodies]]                               # (B, n)
+        pair_body, pair_source = np.nonzero(anc)
+        K = _skew(model.joint_axis)
+        return cls(
+            ops=ops,
+            parent=tuple(int(p) for p in model.joint_parent),
+            axis=convert(model.joint_axis), K=convert(K), K2=convert(K @ K),
+            T_parent_joint=convert(model.T_parent_joint),
+            homogeneous_row=convert([[0.0, 0.0, 0.0, 1.0]]), eye3=convert(np.eye(3)),
+            revolute=convert([t != 'prismatic' for t in model.joint_types]),
+            joint_anc=convert(joint_anc), gravity=convert(GRAVITY),
+            damping=convert(model.damping), coulomb=convert(model.friction),
+            n_bodies=len(bodies),
+            body_joint=index(model.body_joint[bodies]),
+            mass=convert(model.body_mass[bodies]), com=convert(model.body_com[bodies]),
+            inertia=convert(model.body_inertia[bodies]), mask_ki=convert(anc.T),
+            pair_body=index(pair_body), pair_source=index(pair_source),
+            pair_joint=index(model.body_joint[bodies][pair_body]),
+            pair_flat=index(pair_body * n + pair_source),
+            pair_mask_k=convert(anc[pair_body].T),
+            pair_onehot_source=convert(np.eye(n)[pair_source]),
+        )
+
+
+def _body_frames(c: _Constants, q):
+    """World pose of each joint's child frame, (N, n) -> (N, n, 4, 4)."""
+    ops = c.ops
+    N, n = q.shape
+    s, co = ops.sin(q)[..., None, None], ops.cos(q)[..., None, None]
+    # Rodrigues for revolute joints, identity rotation and a slide for prismatic ones.
+    R = c.eye3 + c.revolute[:, None, None] * (s * c.K + (1.0 - co) * c.K2)    # (N, n, 3, 3)
+    p = ((1.0 - c.revolute) * q)[..., None] * c.axis                            # (N, n, 3)
+    # Built out of place so the same code runs under torch.func transforms.
+    bottom = ops.broadcast_to(c.homogeneous_row, (N, n, 1, 4))
+    local = ops.concat([ops.concat([R, p[..., None]], -1), bottom], -2)
+    A = c.T_parent_joint @ local                                                # parent->child
+    frames = []
+    for j, parent in enumerate(c.parent):
+        frames.append(A[:, j] if parent < 0 else frames[parent] @ A[:, j])
+    return ops.stack(frames, 1)
+
+
+def _motion_subspaces(c: _Constants, T):
+    """Joint motion subspaces S (N, n, 6) in world coordinates from the body frames."""
+    axis_w = (T[..., :3, :3] @ c.axis[..., None])[..., 0]                     # (N, n, 3)
+    rev = c.revolute[:, None]
+    linear = rev * c.ops.cross(T[..., :3, 3], axis_w) + (1.0 - rev) * axis_w
+    return c.ops.concat([rev * axis_w, linear], -1)
+
+
+def _body_inertials(c: _Constants, T):
+    """World COM (N, B, 3) and rotational inertia about it (N, B, 3, 3) of each body."""
+    Tb = T[:, c.body_joint]                                                     # (N, B, 4, 4)
+    R = Tb[..., :3, :3]
+    com = Tb[..., :3, 3] + (R @ c.com[..., None])[..., 0]
+    return com, R @ c.inertia @ R.swapaxes(-1, -2)
+
+
+def _apply_inertia(ops, mass, com, I_com, x):
+    """Spatial inertia times motion vector: (..., 6) momentum at the world origin.
+
+    For x = (w, v): linear momentum m (v + w x c), angular I_c w + c x (linear).
+    """
+    w, v = x[..., :3], x[..., 3:]
+    linear = mass[..., None] * (v + ops.cross(w, com))
+    angular = (I_com @ w[..., None])[..., 0] + ops.cross(com, linear)
+    return ops.concat([angular, linear], -1)
+
+
+def _closed_form(c: _Constants, q, qd, qdd) -> _FlatDecomposition:
+    """The closed form of the module docstring over a flat batch (N, n) of one library."""
+    ops = c.ops
+    N, n = q.shape
+    B = c.n_bodies
+    T = _body_frames(c, q)
+    S = _motion_subspaces(c, T)                                                 # (N, n, 6)
+    com, I_com = _body_inertials(c, T)                                          # (N, B, 3)
+    v = c.joint_anc @ (S * qd[..., None])                                       # (N, n, 6)
+
+    # Per pair p = (i, s): I_i S_s and the velocity-part vector F_p.
+    pb, ps = c.pair_body, c.pair_source
+    m_p, c_p, I_p = c.mass[pb], com[:, pb], I_com[:, pb]
+    S_s, v_i = S[:, ps], v[:, c.pair_joint]                                     # (N, P, 6)
+    IS = _apply_inertia(ops, m_p, c_p, I_p, S_s)
+    h = _apply_inertia(ops, c.mass, com, I_com, v[:, c.body_joint])             # (N, B, 6)
+    X = _cross_motion(ops, 2.0 * v[:, ps] - v_i, S_s)
+    F = (_apply_inertia(ops, m_p, c_p, I_p, X) + _cross_force(ops, v_i, IS)
+         + _cross_force(ops, S_s, h[:, pb]))
+    # Project on every joint k at once: (N, n, 2P), then keep k on body i's path.
+    Z = S @ ops.concat([IS, F], 1).swapaxes(1, 2)
+    P = pb.shape[0]
+    M_pairs = Z[..., :P] * c.pair_mask_k                                        # (N, n, P)
+    acc_pairs = M_pairs * qdd[:, None, ps]
+    vel_pairs = 0.5 * Z[..., P:] * c.pair_mask_k * qd[:, None, ps]
+
+    def dense(pairs):
+        out = ops.zeros((N, n, B * n), pairs)
+        out[..., c.pair_flat] = pairs
+        return out.reshape(N, n, B, n)
+
+    acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
+    # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
+    mg = ops.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)             # (N, B, 3)
+    wrench = ops.concat([ops.cross(com, mg), mg], -1)                           # (N, B, 6)
+    gravity = (S @ wrench.swapaxes(1, 2)) * c.mask_ki                           # (N, n, B)
+    partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
+    return _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
+                              _friction(c, qd, 0.0), M_pairs)
+
+
+def _friction(c: _Constants, qd, smoothing: float):
+    sign = c.ops.tanh(qd / smoothing) if smoothing > 0.0 else c.ops.sign(qd)
+    return c.damping * qd + c.coulomb * sign
 
 
 class PartialLagrangian:
@@ -107,13 +323,18 @@ class PartialLagrangian:
 
     Args:
         model: the robot.
-        dtype: floating dtype of every computation (float64 for analysis, float32 is
+        dtype: floating dtype of every computation (float64 for analysis; float32 is
             allowed for throughput).
         device: torch device (CPU by default).
+
+    Inputs may be numpy arrays or torch tensors; results are torch tensors of ``dtype``.
     """
 
     chunk_size: int = 512
-    """Samples per vectorised pass in :meth:`decompose` (cache-sized; see benchmarks)."""
+    """Samples per vectorised pass in :meth:`decompose` (cache-sized; see bench/)."""
+    small_batch: int = 4
+    """Batches up to this size run the same closed form through numpy (float64 on the
+    CPU only): per-op overhead, not arithmetic, dominates a single live sample."""
 
     def __init__(self, model: RobotModel, *, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None) -> None:
@@ -122,139 +343,70 @@ class PartialLagrangian:
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
-        n, B = model.n_joints, model.n_bodies
-
-        def tensor(x) -> Tensor:
-            return torch.as_tensor(np.asarray(x), dtype=dtype, device=self.device)
-
-        self._parent = [int(p) for p in model.joint_parent]
-        self._axis = tensor(model.joint_axis)                                   # (n, 3)
-        self._K = _skew(self._axis)                                             # (n, 3, 3)
-        self._K2 = self._K @ self._K
-        self._T_parent_joint = tensor(model.T_parent_joint)                     # (n, 4, 4)
-        self._homogeneous_row = tensor([[0.0, 0.0, 0.0, 1.0]])
-        prismatic = np.array([t == 'prismatic' for t in model.joint_types])
-        self._revolute = tensor(~prismatic)                                     # (n,)
-        self._prismatic = tensor(prismatic)
-
-        # ancestor-or-self masks: joint_anc[j, s] (n, n), body_anc[i, s] (B, n)
-        joint_anc = np.zeros((n, n))
-        for j in range(n):
-            s = j
-            while s >= 0:
-                joint_anc[j, s] = 1.0
-                s = model.joint_parent[s]
-        self._joint_anc = tensor(joint_anc)
-        body_anc = joint_anc[model.body_joint]
-        self._body_anc_np = body_anc
-        self._gravity = tensor(GRAVITY)
-        self._set_bodies(np.arange(B))
-        self._damping = tensor(model.damping)
-        self._coulomb = tensor(model.friction)
+        self._torch = self._constants(np.arange(model.n_bodies), numpy=False)
+        self._numpy = (self._constants(np.arange(model.n_bodies), numpy=True)
+                       if dtype == torch.float64 and self.device.type == 'cpu' else None)
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
-        self._T_joint_link = tensor(model.T_joint_link)
+        self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
+                                             device=self.device)
 
-    def _set_bodies(self, bodies: np.ndarray) -> None:
-        """Cache the inertial figures and index tables of the body columns ``bodies``.
-
-        A *pair* p = (body i, source joint s) exists for every joint s on the path from the
-        root to body i; only pairs carry non-zero acceleration/velocity parts, so the fast
-        path works on pairs (44 of 81 for the CRANE-X7) and scatters into the dense table.
-        """
-        model = self.model
-        n = model.n_joints
-
-        def tensor(x) -> Tensor:
-            return torch.as_tensor(np.asarray(x), dtype=self.dtype, device=self.device)
-
-        def index(x) -> Tensor:
-            return torch.as_tensor(np.asarray(x, dtype=np.int64), device=self.device)
-
-        anc = self._body_anc_np[bodies]                                         # (B, n)
-        pair_body, pair_source = np.nonzero(anc)
-        self._bodies = bodies
-        self._n_body_columns = len(bodies)
-        self._body_joint = index(model.body_joint[bodies])
-        self._mass = tensor(model.body_mass[bodies])                             # (B,)
-        self._com = tensor(model.body_com[bodies])                              # (B, 3)
-        self._inertia = tensor(model.body_inertia[bodies])                      # (B, 3, 3)
-        self._mask_ki = tensor(anc.T)                                           # (n, B)
-        self._pair_body = index(pair_body)                                      # (P,)
-        self._pair_source = index(pair_source)
-        self._pair_joint = index(model.body_joint[bodies][pair_body])
-        self._pair_flat = index(pair_body * n + pair_source)                    # into B*n
-        self._pair_mask_k = tensor(anc[pair_body].T)                            # (n, P)
+    def _constants(self, bodies: np.ndarray, *, numpy: bool) -> _Constants:
+        if numpy:
+            return _Constants.build(self.model, bodies, ops=_NumpyOps,
+                                    convert=lambda x: np.asarray(x, dtype=np.float64),
+                                    index=lambda x: np.asarray(x, dtype=np.int64))
+        return _Constants.build(
+            self.model, bodies, ops=_TorchOps,
+            convert=lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64),
+                                              dtype=self.dtype, device=self.device),
+            index=lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64), device=self.device))
 
     # ------------------------------------------------------------------ inputs
-    def _as_batch(self, x, name: str) -> Tensor:
-        t = torch.as_tensor(x, dtype=self.dtype, device=self.device)
-        n = self.model.n_joints
-        if t.ndim == 0 or t.shape[-1] != n:
-            raise ValueError(f'{name} must have shape (..., {n}), got {tuple(t.shape)}')
-        if not torch.isfinite(t).all():
-            bad = torch.nonzero(~torch.isfinite(t).reshape(-1, n).all(0)).flatten().tolist()
-            names = [self.model.joint_names[k] for k in bad]
-            raise ValueError(f'{name} is not finite for joints {names}')
-        return t
+    def _prepare(self, **arrays) -> tuple[list, tuple[int, ...], _Constants]:
+        """Validate (..., n) inputs, broadcast them, flatten to (N, n) in one library.
 
-    def _inputs(self, q, qd, qdd) -> tuple[Tensor, Tensor, Tensor, tuple[int, ...]]:
-        q, qd, qdd = self._as_batch(q, 'q'), self._as_batch(qd, 'qd'), self._as_batch(qdd, 'qdd')
+        Returns the flat arrays, the batch shape and the constants of the library chosen:
+        numpy for small float64 CPU batches, torch otherwise.
+
+        Raises:
+            ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf
+                (naming the joints).
+        """
+        n = self.model.n_joints
+        tensors = []
+        for name, x in arrays.items():
+            t = torch.as_tensor(x.detach() if torch.is_tensor(x) else x, dtype=self.dtype,
+                                device=self.device)
+            if t.ndim == 0 or t.shape[-1] != n:
+                raise ValueError(f'{name} must have shape (..., {n}), got {tuple(t.shape)}')
+            tensors.append(t)
         try:
-            shape = torch.broadcast_shapes(q.shape, qd.shape, qdd.shape)
+            shape = torch.broadcast_shapes(*(t.shape for t in tensors))
         except RuntimeError as err:
-            raise ValueError(f'q, qd, qdd shapes do not broadcast: {tuple(q.shape)}, '
-                             f'{tuple(qd.shape)}, {tuple(qdd.shape)}') from err
-        n = self.model.n_joints
-        flat = [x.expand(shape).reshape(-1, n) for x in (q, qd, qdd)]
-        return flat[0], flat[1], flat[2], shape[:-1]
-
-    # ------------------------------------------------------------------ kinematics
-    def _body_frames(self, q: Tensor) -> Tensor:
-        """World pose of each joint's child frame, (N, n) -> (N, n, 4, 4)."""
-        N, n = q.shape
-        s, c = torch.sin(q)[..., None, None], torch.cos(q)[..., None, None]
-        rev = self._revolute[:, None, None]
-        # Rodrigues for revolute joints, identity rotation for prismatic ones.
-        R = torch.eye(3, dtype=self.dtype, device=self.device) + rev * (
-            s * self._K + (1.0 - c) * self._K2)                                 # (N, n, 3, 3)
-        p = (self._prismatic * q)[..., None] * self._axis                       # (N, n, 3)
-        # Built out of place so the same code runs under torch.func transforms.
-        bottom = self._homogeneous_row.expand(N, n, 1, 4)
-        local = torch.cat([torch.cat([R, p[..., None]], dim=-1), bottom], dim=-2)
-        A = self._T_parent_joint @ local                                        # parent->child
-        frames: list[Tensor] = []
-        for j, parent in enumerate(self._parent):
-            frames.append(A[:, j] if parent < 0 else frames[parent] @ A[:, j])
-        return torch.stack(frames, dim=1)
-
-    def _motion_subspaces(self, T: Tensor) -> Tensor:
-        """Joint motion subspaces S (N, n, 6) in world coordinates from body frames."""
-        axis_w = (T[..., :3, :3] @ self._axis[..., None])[..., 0]              # (N, n, 3)
-        origin = T[..., :3, 3]
-        rev = self._revolute[:, None]
-        angular = rev * axis_w
-        linear = rev * torch.linalg.cross(origin, axis_w) + (1.0 - rev) * axis_w
-        return torch.cat([angular, linear], dim=-1)
-
-    def _body_inertials(self, T: Tensor) -> tuple[Tensor, Tensor]:
-        """World COM (N, B, 3) and rotational inertia about it (N, B, 3, 3) of each body."""
-        Tb = T[:, self._body_joint]                                             # (N, B, 4, 4)
-        R = Tb[..., :3, :3]
-        com = Tb[..., :3, 3] + (R @ self._com[..., None])[..., 0]
-        return com, R @ self._inertia @ R.transpose(-1, -2)
+            shapes = ', '.join(f'{k} {tuple(t.shape)}'
+                               for k, t in zip(arrays, tensors, strict=True))
+            raise ValueError(f'input shapes do not broadcast: {shapes}') from err
+        batch = tuple(shape[:-1])
+        use_numpy = self._numpy is not None and math.prod(batch) <= self.small_batch
+        flat = []
+        for name, t in zip(arrays, tensors, strict=True):
+            x = t.numpy() if use_numpy else t
+            finite = np.isfinite(x) if use_numpy else torch.isfinite(x)
+            if not finite.all():
+                bad = (~finite).reshape(-1, n).any(0)
+                bad = np.flatnonzero(bad if use_numpy else bad.cpu().numpy())
+                names = [self.model.joint_names[k] for k in bad]
+                raise ValueError(f'{name} is not finite for joints {names}')
+            flat.append(x.reshape(-1, n) if x.shape == shape else
+                        (np.broadcast_to(x, shape) if use_numpy else x.expand(shape)
+                         ).reshape(-1, n))
+        return flat, batch, self._numpy if use_numpy else self._torch
 
     @staticmethod
-    def _apply_inertia(mass: Tensor, com: Tensor, I_com: Tensor, x: Tensor) -> Tensor:
-        """Spatial inertia times motion vector: (..., 6) momentum at the world origin.
+    def _to_torch(x):
+        return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
 
-        For x = (w, v): linear momentum m (v + w x c), angular I_c w + c x (linear).
-        """
-        w, v = x[..., :3], x[..., 3:]
-        linear = mass[..., None] * (v + torch.linalg.cross(w, com))
-        angular = (I_com @ w[..., None])[..., 0] + torch.linalg.cross(com, linear)
-        return torch.cat([angular, linear], dim=-1)
-
-    # ------------------------------------------------------------------ fast path
+    # ------------------------------------------------------------------ closed form
     def decompose(self, q, qd, qdd) -> Decomposition:
         """Split joint torques by body and by motion source (closed form, batched).
 
@@ -270,84 +422,40 @@ class PartialLagrangian:
         Raises:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf.
         """
-        q, qd, qdd, batch = self._inputs(q, qd, qdd)
+        (q, qd, qdd), batch, c = self._prepare(q=q, qd=qd, qdd=qdd)
+        return self._decompose_flat(c, q, qd, qdd).reshape(batch, self._to_torch)
+
+    def _decompose_flat(self, c: _Constants, q, qd, qdd) -> _FlatDecomposition:
+        if c.ops is _NumpyOps:
+            return _closed_form(c, q, qd, qdd)
         with torch.inference_mode():
-            if q.shape[0] <= self.chunk_size:
-                return self._decompose_flat(q, qd, qdd).reshape(batch)
-            # Long batches go through in cache-sized chunks: the pair tensors of a whole
-            # bag would spill every intermediate to memory (measured ~2x slower).
-            parts = [self._decompose_flat(q[a:a + self.chunk_size], qd[a:a + self.chunk_size],
-                                          qdd[a:a + self.chunk_size])
-                     for a in range(0, q.shape[0], self.chunk_size)]
-            fields = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
-            joined = {f: torch.cat([getattr(p, f) for p in parts]) for f in fields}
-            return _FlatDecomposition(**joined, mass=None).reshape(batch)
-
-    def _decompose_flat(self, q: Tensor, qd: Tensor, qdd: Tensor) -> _FlatDecomposition:
-        N, n = q.shape
-        B = self._n_body_columns
-        T = self._body_frames(q)
-        S = self._motion_subspaces(T)                                           # (N, n, 6)
-        com, I_com = self._body_inertials(T)                                    # (N, B, 3)
-        v = self._joint_anc @ (S * qd[..., None])                               # (N, n, 6)
-
-        # Per pair p = (i, s): I_i S_s and the velocity-part vector F_p (module docstring).
-        pb, ps = self._pair_body, self._pair_source
-        m_p, c_p, I_p = self._mass[pb], com[:, pb], I_com[:, pb]
-        S_s, v_i = S[:, ps], v[:, self._pair_joint]                             # (N, P, 6)
-        IS = self._apply_inertia(m_p, c_p, I_p, S_s)
-        h = self._apply_inertia(self._mass, com, I_com, v[:, self._body_joint])  # (N, B, 6)
-        X = _cross_motion(2.0 * v[:, ps] - v_i, S_s)
-        F = (self._apply_inertia(m_p, c_p, I_p, X) + _cross_force(v_i, IS)
-             + _cross_force(S_s, h[:, pb]))
-        # Project on every joint k at once: (N, n, 2P), then keep k on body i's path.
-        Z = S @ torch.cat([IS, F], dim=1).transpose(1, 2)
-        P = pb.shape[0]
-        M_pairs = Z[..., :P] * self._pair_mask_k                                # (N, n, P)
-        acc_pairs = M_pairs * qdd[:, None, ps]
-        vel_pairs = 0.5 * Z[..., P:] * self._pair_mask_k * qd[:, None, ps]
-
-        def dense(pairs: Tensor) -> Tensor:
-            out = pairs.new_zeros(N, n, B * n)
-            out[..., self._pair_flat] = pairs
-            return out.view(N, n, B, n)
-
-        acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
-        # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
-        mg = -self._mass[:, None] * self._gravity                               # (B, 3)
-        wrench = torch.cat([torch.linalg.cross(com, mg.expand_as(com)),
-                            mg.expand_as(com)], dim=-1)                         # (N, B, 6)
-        gravity = (S @ wrench.transpose(1, 2)) * self._mask_ki                  # (N, n, B)
-        partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
-        return _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
-                                  self.friction_torque(qd), M_pairs)
-
-    def _mass_from_pairs(self, M_pairs: Tensor) -> Tensor:
-        """M(q) (N, n, n) = sum over bodies of the pair entries M_i[k, s]."""
-        N, n, _ = M_pairs.shape
-        return M_pairs.new_zeros(N, n, n).index_add_(2, self._pair_source, M_pairs)
+            N, size = q.shape[0], self.chunk_size
+            if N <= size:
+                return _closed_form(c, q, qd, qdd)
+            # Long batches go through in cache-sized chunks: on a whole bag every pair
+            # intermediate would spill to memory (measured about 2x slower).
+            parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
+                     for a in range(0, N, size)]
+            return _FlatDecomposition(*(torch.cat(f) for f in zip(*(
+                (p.torque, p.partial, p.acceleration, p.velocity, p.gravity, p.friction,
+                 p.mass) for p in parts), strict=True)))
 
     # ------------------------------------------------------------------ helpers
     def inverse_dynamics(self, q, qd, qdd) -> Tensor:
         """Rigid-body joint torques (..., n), friction excluded (== RNEA)."""
         return self.decompose(q, qd, qdd).torque
 
-    def mass_matrix(self, q) -> Tensor:
-        """Joint-space mass matrix M(q) = sum_i M_i(q), (..., n) -> (..., n, n)."""
-        q = self._as_batch(q, 'q')
-        batch, n = q.shape[:-1], self.model.n_joints
-        qf = q.reshape(-1, n)
-        zero = torch.zeros_like(qf)
-        return self._mass_from_pairs(self._decompose_flat(qf, zero, zero).mass).reshape(
-            *batch, n, n)
-
     def mass_matrix_and_bias(self, q, qd) -> tuple[Tensor, Tensor]:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
-        q, qd, _, batch = self._inputs(q, qd, torch.zeros_like(torch.as_tensor(q)))
-        flat = self._decompose_flat(q, qd, torch.zeros_like(q))
+        (q, qd), batch, c = self._prepare(q=q, qd=qd)
+        flat = self._decompose_flat(c, q, qd, 0.0 * q)
         n = self.model.n_joints
-        return (self._mass_from_pairs(flat.mass).reshape(*batch, n, n),
-                flat.torque.reshape(*batch, n))
+        M = (flat.mass @ c.pair_onehot_source).reshape(*batch, n, n)
+        return self._to_torch(M), self._to_torch(flat.torque.reshape(*batch, n))
+
+    def mass_matrix(self, q) -> Tensor:
+        """Joint-space mass matrix M(q) = sum_i M_i(q), (..., n) -> (..., n, n)."""
+        return self.mass_matrix_and_bias(q, 0.0 * torch.as_tensor(q))[0]
 
     def bias(self, q, qd) -> Tensor:
         """Velocity-product plus gravity torques C(q, qd) qd + g(q), (..., n)."""
@@ -355,8 +463,7 @@ class PartialLagrangian:
 
     def gravity_torque(self, q) -> Tensor:
         """Gravity torques g(q) = tau(q, 0, 0), (..., n)."""
-        zero = torch.zeros_like(torch.as_tensor(q, dtype=self.dtype))
-        return self.decompose(q, zero, zero).torque
+        return self.mass_matrix_and_bias(q, 0.0 * torch.as_tensor(q))[1]
 
     def friction_torque(self, qd, *, smoothing: float = 0.0) -> Tensor:
         """Viscous plus Coulomb joint friction (..., n) from URDF damping and friction.
@@ -367,14 +474,13 @@ class PartialLagrangian:
                 the exact (discontinuous) Coulomb law.
         """
         qd = torch.as_tensor(qd, dtype=self.dtype, device=self.device)
-        sign = torch.tanh(qd / smoothing) if smoothing > 0.0 else torch.sign(qd)
-        return self._damping * qd + self._coulomb * sign
+        return _friction(self._torch, qd, smoothing)
 
     def link_poses(self, q) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
-        q = self._as_batch(q, 'q')
-        batch = q.shape[:-1]
-        T = self._body_frames(q.reshape(-1, self.model.n_joints))
+        (q,), batch, _ = self._prepare(q=torch.as_tensor(q, dtype=self.dtype))
+        q = torch.as_tensor(q, dtype=self.dtype, device=self.device)
+        T = _body_frames(self._torch, q)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
         frames = torch.cat([eye, T], dim=1)[:, self._link_joint + 1]            # root = 0
         return (frames @ self._T_joint_link).reshape(*batch, -1, 4, 4)
@@ -386,13 +492,10 @@ class PartialLagrangian:
         ``partial``, ``acceleration``, ``velocity`` and ``gravity`` have ``len(bodies)``
         columns; ``torque`` is the sum over those columns only.
         """
-        bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
-        saved = self._bodies
-        self._set_bodies(bodies)
-        try:
-            return self.decompose(q, qd, qdd)
-        finally:
-            self._set_bodies(saved)
+        (q, qd, qdd), batch, c = self._prepare(q=q, qd=qd, qdd=qdd)
+        subset = self._constants(np.asarray(bodies, dtype=np.int64).reshape(-1),
+                                 numpy=c.ops is _NumpyOps)
+        return self._decompose_flat(subset, q, qd, qdd).reshape(batch, self._to_torch)
 
     def extend(self, previous: Decomposition, previous_model: RobotModel, q, qd,
                qdd) -> Decomposition:
@@ -417,7 +520,6 @@ class PartialLagrangian:
         if not fresh:
             return previous
         new = self.columns(q, qd, qdd, fresh)
-        B_old = previous_model.n_bodies
         keep = [i for i in range(model.n_bodies) if i not in fresh]
 
         def splice(old: Tensor, part: Tensor, axis: int) -> Tensor:
@@ -434,7 +536,6 @@ class PartialLagrangian:
 
         nb = previous.partial.ndim - 1  # axis of the body index in partial
         partial = splice(previous.partial, new.partial, nb)
-        assert previous.partial.shape[nb] == B_old
         return Decomposition(
             torque=partial.sum(-1),
             partial=partial,
@@ -452,18 +553,20 @@ class PartialLagrangian:
         velocity taken by forward-mode differentiation of the forward kinematics along qd;
         ``P_i = -m_i g . c_i``.
         """
+        c = self._torch
+
         def pose(q_: Tensor) -> tuple[Tensor, Tensor]:
-            T = self._body_frames(q_[None])[0][self._body_joint]                # (B, 4, 4)
+            T = _body_frames(c, q_[None])[0][c.body_joint]                      # (B, 4, 4)
             R = T[:, :3, :3]
-            return R, T[:, :3, 3] + (R @ self._com[..., None])[..., 0]
+            return R, T[:, :3, 3] + (R @ c.com[..., None])[..., 0]
 
         (R, com), (R_dot, com_dot) = torch.func.jvp(pose, (q,), (qd,))
         W = R_dot @ R.transpose(-1, -2)                     # [w]x = R' R^T
         w = torch.stack([W[:, 2, 1], W[:, 0, 2], W[:, 1, 0]], dim=-1)
-        I_world = R @ self._inertia @ R.transpose(-1, -2)
-        kinetic = 0.5 * self._mass * (com_dot * com_dot).sum(-1) + 0.5 * (
+        I_world = R @ c.inertia @ R.transpose(-1, -2)
+        kinetic = 0.5 * c.mass * (com_dot * com_dot).sum(-1) + 0.5 * (
             w * (I_world @ w[..., None])[..., 0]).sum(-1)
-        potential = -self._mass * (com @ self._gravity)
+        potential = -c.mass * (com @ c.gravity)
         return kinetic - potential, potential
 
     def _autograd_single(self, q: Tensor, qd: Tensor, qdd: Tensor):
@@ -494,29 +597,11 @@ class PartialLagrangian:
         Lagrangian by automatic differentiation), vmapped over the batch. Slower than the
         closed form; it is the reference the fast path is tested against.
         """
-        q, qd, qdd, batch = self._inputs(q, qd, qdd)
+        (q, qd, qdd), batch, _ = self._prepare(q=q, qd=qd, qdd=qdd)
+        q, qd, qdd = (torch.as_tensor(x, dtype=self.dtype, device=self.device)
+                      for x in (q, qd, qdd))
         partial, acceleration, velocity, gravity = torch.func.vmap(self._autograd_single)(
             q, qd, qdd)
         flat = _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
                                   self.friction_torque(qd), None)
         return flat.reshape(batch)
-
-
-@dataclass(frozen=True)
-class _FlatDecomposition:
-    """Decomposition over a flat batch (N, ...), plus the per-body mass matrices."""
-
-    torque: Tensor
-    partial: Tensor
-    acceleration: Tensor
-    velocity: Tensor
-    gravity: Tensor
-    friction: Tensor
-    mass: Tensor | None  # (N, n, P) M_i[k, s] per pair p = (i, s)
-
-    def reshape(self, batch: tuple[int, ...]) -> Decomposition:
-        def r(t: Tensor) -> Tensor:
-            return t.reshape(*batch, *t.shape[1:])
-
-        return Decomposition(r(self.torque), r(self.partial), r(self.acceleration),
-                             r(self.velocity), r(self.gravity), r(self.friction))

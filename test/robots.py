@@ -23,7 +23,8 @@ def _inertial(rng: np.random.Generator) -> str:
     rpy = rng.uniform(-np.pi, np.pi, size=3)
     return (f'<inertial><origin xyz="{_fmt(com)}" rpy="{_fmt(rpy)}"/>'
             f'<mass value="{float(mass)!r}"/>'
-            f'<inertia ixx="{float(a)!r}" iyy="{float(b)!r}" izz="{float(c)!r}" ixy="0" ixz="0" iyz="0"/>'
+            f'<inertia ixx="{float(a)!r}" iyy="{float(b)!r}" izz="{float(c)!r}" '
+            'ixy="0" ixz="0" iyz="0"/>'
             '</inertial>')
 
 

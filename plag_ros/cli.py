@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'analyze': ('plag_ros.analysis', 'analyse a rosbag2 bag offline: output bag, npz, csv, plots'),
     'replay': ('plag_ros.replay', "publish a bag's joint states with their timing (and /clock)"),
     'record': ('plag_ros.replay', 'record /joint_states and the dynamics outputs into a bag'),
+    'sim': ('plag_ros.bringup', 'simulated CRANE-X7 + live dynamics node, summary each second'),
+    'run': ('plag_ros.bringup', "live dynamics node joining a real robot's ROS 2 graph"),
 }
 
 

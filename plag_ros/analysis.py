@@ -40,6 +40,7 @@ import numpy as np
 
 from .bag import (
     JOINT_STATE_TYPE,
+    TEMPLATE_NS,
     BagError,
     BagWriter,
     CdrTemplate,
@@ -346,7 +347,7 @@ def _output_topics(model: RobotModel, analysis: Analysis, frame: str,
     zeros_n = np.zeros(n)
     topics = [_TopicWriter(
         f'{NODE_NAMESPACE}/joint_states', JOINT_STATE_TYPE,
-        CdrTemplate(msgs.joint_state(names, zeros_n, zeros_n, zeros_n, t_ns=0,
+        CdrTemplate(msgs.joint_state(names, zeros_n, zeros_n, zeros_n, t_ns=TEMPLATE_NS,
                                      frame_id=frame)),
         lambda s: {'position': analysis.q[s], 'velocity': analysis.qd[s],
                    'effort': analysis.torque[s]})]
@@ -361,7 +362,8 @@ def _output_topics(model: RobotModel, analysis: Analysis, frame: str,
             lambda s, name=name: {'data': getattr(analysis, name)[s].reshape(
                 len(analysis.t_ns[s]), -1)}))
     if options.publish_bodies:
-        templates = msgs.body_joint_states(names, np.zeros((n, b)), t_ns=0, frame_id=frame)
+        templates = msgs.body_joint_states(names, np.zeros((n, b)), t_ns=TEMPLATE_NS,
+                                           frame_id=frame)
         for i, (body, message) in enumerate(zip(model.body_names, templates)):
             topics.append(_TopicWriter(
                 f'{NODE_NAMESPACE}/body/{body}', JOINT_STATE_TYPE, CdrTemplate(message),
@@ -445,8 +447,9 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
             n = model.n_joints
             values0 = {c: np.zeros(n) for c in msgs.COMPONENTS}
             poses0 = engine.link_poses(np.zeros(n)).numpy()
-            marker_template = CdrTemplate(markers.build(poses0, values0, t_ns=0))
-            image_template = CdrTemplate(image.build(np.zeros((n, model.n_bodies)), t_ns=0))
+            marker_template = CdrTemplate(markers.build(poses0, values0, t_ns=TEMPLATE_NS))
+            image_template = CdrTemplate(image.build(np.zeros((n, model.n_bodies)),
+                                                     t_ns=TEMPLATE_NS))
             pixel_at = image_template.size - 3 * image_template_pixels(image)
             c_markers = writer.add_topic(f'{NODE_NAMESPACE}/markers',
                                          'visualization_msgs/msg/MarkerArray')

@@ -55,6 +55,7 @@ __all__ = [
     'MissingJointsError',
     'NotABagError',
     'OutputExistsError',
+    'TEMPLATE_NS',
     'TopicError',
     'bag_topics',
     'cdr_encode',
@@ -503,7 +504,7 @@ class _Encoder:
 
     def __init__(self) -> None:
         self.buf = bytearray(b'\x00\x01\x00\x00')
-        self.stamps: list[int] = []
+        self.stamps: list[tuple[int, int]] = []   # (offset, value [ns]) of every Time
         self.doubles: dict[str, tuple[int, int]] = {}
         self.padding: list[tuple[int, int]] = []
 
@@ -566,8 +567,9 @@ class _Encoder:
             raise TypeError(f'{path}: cannot encode field type {name}')
 
     def message(self, msg, path: str = '') -> None:
-        if type(msg).__name__ == 'Time' and path.endswith('stamp'):
-            self.stamps.append(len(self.buf) + (-(len(self.buf) - 4)) % 4)
+        if type(msg).__name__ == 'Time':
+            at = len(self.buf) + (-(len(self.buf) - 4)) % 4
+            self.stamps.append((at, msg.sec * 1_000_000_000 + msg.nanosec))
         fields = msg.get_fields_and_field_types()
         for (field, _), slot in zip(fields.items(), msg.SLOT_TYPES):
             self._value(slot, getattr(msg, field), f'{path}.{field}' if path else field)
@@ -584,17 +586,27 @@ def cdr_encode(msg) -> bytes:
     return bytes(encoder.buf)
 
 
+TEMPLATE_NS = 1_234_567_890_123_456_789
+"""Stamp to build templates with: a value no constant Time field of a message holds."""
+
+
 class CdrTemplate:
     """Bulk CDR for messages that differ only in header stamps and float64 fields.
 
-    Encode one message (the template) and record where its ``header.stamp`` fields and
-    float64 values live; :meth:`fill` then writes N stamps and N rows of values into N
+    Encode one message (the template, built with ``t_ns=TEMPLATE_NS``) and record where
+    its stamp fields (every ``builtin_interfaces/Time`` holding ``stamp_ns``; other times,
+    e.g. the empty header of a marker's texture, keep their value) and float64 values
+    live; :meth:`fill` then writes N stamps and N rows of values into N
     copies of the template with numpy. The template's strings, counts and other fields
     are shared by every message, so it must be built with the same names and array
     lengths as the messages it stands for.
 
     Args:
         msg: the template rclpy message.
+        stamp_ns: the stamp the template was built with.
+
+    Raises:
+        ValueError: the template has Time fields but none holds ``stamp_ns``.
 
     Attributes:
         data: the template's CDR bytes; doubles: float64 field path -> (byte offset,
@@ -602,12 +614,15 @@ class CdrTemplate:
             padding: ``(start, stop)`` byte ranges of alignment padding.
     """
 
-    def __init__(self, msg) -> None:
+    def __init__(self, msg, *, stamp_ns: int = TEMPLATE_NS) -> None:
         encoder = _Encoder()
         encoder.message(msg)
         self.data = bytes(encoder.buf)
         self.doubles = dict(encoder.doubles)
-        self._stamps = list(encoder.stamps)
+        self._stamps = [at for at, value in encoder.stamps if value == stamp_ns]
+        if encoder.stamps and not self._stamps:
+            raise ValueError(f'no stamp of the {type(msg).__name__} template holds '
+                             f'{stamp_ns} ns; build the template with that stamp')
         self.padding = list(encoder.padding)
         self.size = len(self.data)
 
@@ -744,7 +759,7 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
     arrays = {'position': q, 'velocity': qd, 'effort': effort}
     template = CdrTemplate(joint_state(
         names, *(None if x is None else np.zeros(len(names)) for x in arrays.values()),
-        t_ns=0, frame_id=frame_id))
+        t_ns=TEMPLATE_NS, frame_id=frame_id))
     rows = template.fill(t_ns, {k: v for k, v in arrays.items() if v is not None})
     with BagWriter(path, storage=storage, typestore=typestore_for(distro)) as writer:
         conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))

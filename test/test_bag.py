@@ -23,6 +23,7 @@ from visualization_msgs.msg import MarkerArray
 from plag_ros import messages as msgs
 from plag_ros.bag import (
     JOINT_STATE_TYPE,
+    TEMPLATE_NS,
     BagReadError,
     BagWriter,
     CdrTemplate,
@@ -284,7 +285,7 @@ def test_cdr_template_equals_builders(model):
     t = np.array([0, 1, 999_999_999, T0_NS, -1_500_000_000], dtype=np.int64)
 
     template = CdrTemplate(msgs.joint_state(names, np.zeros(n), np.zeros(n), np.zeros(n),
-                                            t_ns=0, frame_id='world'))
+                                            t_ns=TEMPLATE_NS, frame_id='world'))
     q, qd, tau = rng.normal(size=(3, len(t), n))
     rows = template.fill(t, {'position': q, 'velocity': qd, 'effort': tau})
     for r in range(len(t)):
@@ -304,7 +305,8 @@ def test_cdr_template_equals_builders(model):
                               Float64MultiArray)
 
     partial = rng.normal(size=(len(t), n, b))
-    templates = msgs.body_joint_states(names, np.zeros((n, b)), t_ns=0, frame_id='world')
+    templates = msgs.body_joint_states(names, np.zeros((n, b)), t_ns=TEMPLATE_NS,
+                                       frame_id='world')
     for i, tmpl_msg in enumerate(templates):
         template = CdrTemplate(tmpl_msg)
         rows = template.fill(t, {'effort': partial[:, :, i]})
@@ -326,13 +328,13 @@ def test_cdr_encode_of_markers_and_image(model):
     poses = engine.link_poses(q).numpy()
     values = {c: np.linspace(-1, 1, model.n_joints) for c in msgs.COMPONENTS}
     markers = msgs.MarkerBuilder(model, frame_id='world').build(poses, values, t_ns=T0_NS)
-    _assert_same_cdr(cdr_encode(markers), markers, CdrTemplate(markers))
+    _assert_same_cdr(cdr_encode(markers), markers, CdrTemplate(markers, stamp_ns=T0_NS))
     assert len(deserialize_message(cdr_encode(markers), MarkerArray).markers) == \
         len(msgs.COMPONENTS) * model.n_joints
     image = msgs.PartialImageBuilder(model.n_joints, model.n_bodies).build(
         np.arange(model.n_joints * model.n_bodies, dtype=float).reshape(model.n_joints, -1),
         t_ns=T0_NS)
-    _assert_same_cdr(cdr_encode(image), image, CdrTemplate(image))
+    _assert_same_cdr(cdr_encode(image), image, CdrTemplate(image, stamp_ns=T0_NS))
     assert deserialize_message(cdr_encode(image), Image) == image
 
 

@@ -1,0 +1,73 @@
+"""plag_ros against the simulated CRANE-X7 (no hardware).
+
+* ``plag_sim`` (sim_node, config/sim.yaml): forward dynamics of the bundled URDF,
+  publishing ``joint_states`` (200 Hz) and ``robot_description`` (transient local), taking
+  ``position_controller/commands`` and ``effort_controller/commands``;
+* ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml): the live decomposition, model
+  from the simulator's ``robot_description``;
+* ``plag_impedance`` (impedance_node, config/impedance.yaml) when ``control:=true``;
+* rviz2 with config/plag_ros.rviz when ``rviz:=true``, plus robot_state_publisher
+  (the same URDF, fed by the simulator's ``joint_states``) so rviz2 has the TF frames the
+  RobotModel and Effort displays need; on the real robot its bring-up provides them.
+
+Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``. Without
+``ros2 launch``: ``plag-ros sim [--control]`` starts the same nodes with the same files.
+"""
+from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
+from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
+from launch.substitutions import Command, LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.substitutions import FindPackageShare
+
+
+def generate_launch_description():
+    share = FindPackageShare('plag_ros')
+    control = LaunchConfiguration('control')
+    rviz = LaunchConfiguration('rviz')
+    return LaunchDescription([
+        DeclareLaunchArgument('control', default_value='false',
+                              description='start the partial-impedance controller'),
+        DeclareLaunchArgument('rviz', default_value='false',
+                              description='start rviz2 with the plag_ros displays'),
+        Node(
+            package='plag_ros',
+            executable='sim_node',
+            name='plag_sim',
+            output='screen',
+            parameters=[PathJoinSubstitution([share, 'config', 'sim.yaml'])],
+        ),
+        Node(
+            package='plag_ros',
+            executable='dynamics_node',
+            name='plag_dynamics',
+            output='screen',
+            parameters=[PathJoinSubstitution([share, 'config', 'crane_x7.yaml']),
+                        {'robot_description_source': 'topic'}],
+        ),
+        Node(
+            package='plag_ros',
+            executable='impedance_node',
+            name='plag_impedance',
+            output='screen',
+            parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml'])],
+            condition=IfCondition(control),
+        ),
+        Node(
+            package='robot_state_publisher',
+            executable='robot_state_publisher',
+            name='robot_state_publisher',
+            parameters=[{'robot_description': ParameterValue(
+                Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
+                value_type=str)}],
+            condition=IfCondition(rviz),
+        ),
+        Node(
+            package='rviz2',
+            executable='rviz2',
+            name='rviz2',
+            arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
+            condition=IfCondition(rviz),
+        ),
+    ])

@@ -19,8 +19,10 @@ coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
 so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
 else. ``alpha`` in [0, 1] is the enable ramp; gravity compensation is never ramped (it is
 what keeps the arm up). The decomposition is evaluated at the measured configuration ``q``
-with either the desired motion (``motion_source='desired'``: feedforward, no estimator lag,
-the default) or the estimated motion (``'measured'``: feedback of the filtered ``qd, qdd``).
+with either the estimated motion (``motion_source='measured'``, the default: feedback of
+the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
+motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
+tracking error, e.g. under a position servo's own damping).
 With every mask zero the law is a plain joint impedance (plus gravity compensation).
 
 Target inertia ``Md_a > 0`` (0 keeps the natural inertia) uses the acceleration estimate:
@@ -146,7 +148,7 @@ class ImpedanceConfig:
     gravity_compensation: bool = True
     acceleration_mask: ArrayLike | None = None
     velocity_mask: ArrayLike | None = None
-    motion_source: MotionSource = 'desired'
+    motion_source: MotionSource = 'measured'
     command_interface: CommandInterface = 'effort'
     servo_stiffness: ArrayLike = 20.0
     max_position_step: ArrayLike = 0.02

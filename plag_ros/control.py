@@ -373,12 +373,30 @@ class PartialImpedanceController:
         self.model = model
         self.config = config
         self.reference: Reference = HoldReference() if reference is None else reference
-        n, B = model.n_joints, model.n_bodies
         self._act = np.flatnonzero(model.actuated)
         self.joint_names = tuple(model.joint_names[j] for j in self._act)
         """Actuated joints, the order of every (n_act,) array and command."""
-        na = self._act.size
         self._G, self._offset = actuation_matrix(model)
+        self._apply(config)
+        self._estimator = JointStateEstimator(self._act.size, config.estimator)
+        self.reset()
+
+    def reconfigure(self, config: ImpedanceConfig) -> None:
+        """Swap gains, masks and limits in place, keeping the state (enable, estimator).
+
+        Raises:
+            ValueError: as the constructor; or a different estimator config (build a new
+                controller for that). Nothing changes on error.
+        """
+        if config.estimator != self.config.estimator:
+            raise ValueError('the estimator settings cannot change on a running controller')
+        self._apply(config)
+        self._hold_effort = None
+
+    def _apply(self, config: ImpedanceConfig) -> None:
+        engine, model = self.engine, self.model
+        n, B = model.n_joints, model.n_bodies
+        na = self._act.size
 
         def per_joint(name: str) -> np.ndarray:
             a = getattr(config, name)
@@ -389,11 +407,8 @@ class PartialImpedanceController:
                                  f'joint {list(self.joint_names)}, got {a.shape[0]}')
             return a.copy()
 
-        self._K, self._D, self._Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
-        self._Ks = per_joint('servo_stiffness')
-        self._max_step = per_joint('max_position_step')
-        self._effort_max = config.effort_scale * model.effort_limit[self._act]
-        self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
+        K, D, Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
+        Ks, max_step = per_joint('servo_stiffness'), per_joint('max_position_step')
 
         def weights(name: str) -> torch.Tensor | None:
             a = getattr(config, name)
@@ -408,22 +423,25 @@ class PartialImpedanceController:
             return torch.as_tensor(np.array(a, copy=True), dtype=engine.dtype,
                                    device=engine.device)
 
-        self._W_acc, self._W_vel = weights('acceleration_mask'), weights('velocity_mask')
-        if self._W_acc is not None:
-            diag = torch.diagonal(self._W_acc.sum(1), dim1=0, dim2=1).cpu().numpy() > 0
+        W_acc, W_vel = weights('acceleration_mask'), weights('velocity_mask')
+        if W_acc is not None:
+            diag = torch.diagonal(W_acc.sum(1), dim1=0, dim2=1).cpu().numpy() > 0
             diag_act = (self._G.T @ diag.astype(float)) > 0
             if config.motion_source == 'measured' and diag.any():
                 raise ValueError(
                     'acceleration_mask diagonal (a joint compensating its own acceleration) '
                     "with motion_source='measured' is positive acceleration feedback; use "
                     "'desired' or a target inertia")
-            clash = diag_act & (self._Md > 0)
+            clash = diag_act & (Md > 0)
             if clash.any():
                 raise ValueError('acceleration_mask diagonal and a target inertia both set '
                                  f'for {[self.joint_names[a] for a in np.flatnonzero(clash)]}')
-        self._estimator = JointStateEstimator(na, config.estimator)
+        self.config = config
+        self._K, self._D, self._Md, self._Ks, self._max_step = K, D, Md, Ks, max_step
+        self._W_acc, self._W_vel = W_acc, W_vel
+        self._effort_max = config.effort_scale * model.effort_limit[self._act]
+        self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
         self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
-        self.reset()
 
     # ------------------------------------------------------------------ state machine
     def reset(self) -> None:

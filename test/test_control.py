@@ -416,6 +416,21 @@ def test_closed_loop_cancels_selected_path_keeps_stiffness(engine, model, interf
     assert k_comp == pytest.approx(K[tilt], rel=0.05)
 
 
+def test_reconfigure_keeps_state(engine):
+    ctl = law_controller(engine)
+    _, now = feed_constant(ctl, Q0, 6)
+    ctl.set_reference(q=Q0 + 0.1)
+    ctl.reconfigure(ctl.config.replace(stiffness=2.0))
+    cmd, _ = feed_constant(ctl, Q0, 1, start_ns=now + PERIOD_NS)
+    assert cmd.state == 'enabled'
+    np.testing.assert_allclose(cmd.effort - gravity_act(engine, Q0), 0.2, atol=1e-12)
+    with pytest.raises(ValueError, match='needs 8 entries'):
+        ctl.reconfigure(ctl.config.replace(damping=[1.0]))
+    with pytest.raises(ValueError, match='estimator'):
+        ctl.reconfigure(ctl.config.replace(estimator=EstimatorConfig(cutoff_hz=5.0)))
+    assert ctl.config.stiffness == 2.0
+
+
 def test_hold_reference_is_default(engine):
     ctl = PartialImpedanceController(engine, ImpedanceConfig(start_enabled=True))
     assert isinstance(ctl.reference, HoldReference)

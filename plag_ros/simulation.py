@@ -315,6 +315,11 @@ class Simulator:
         return self._G.copy(), self._o.copy()
 
     @property
+    def coulomb(self) -> np.ndarray:
+        """(m,) generalized Coulomb friction level per actuated joint [N*m] (mimics added)."""
+        return self._coulomb.copy()
+
+    @property
     def kp(self) -> np.ndarray:
         """(m,) servo stiffness [N*m/rad]."""
         return self._kp.copy()
@@ -338,12 +343,13 @@ class Simulator:
             raise ValueError(f'{what} is not finite for joints {bad}')
         return arr.copy()
 
-    def reset(self, q0=None) -> None:
-        """Restart at rest at ``q0`` with zero effort command, time 0.
+    def reset(self, q0=None, qd0=None) -> None:
+        """Restart at ``q0`` with velocity ``qd0``, zero effort command, time 0.
 
         Args:
             q0: (m,) actuated or (n,) full joint positions [rad]; None = zeros clipped
                 into the limits. Mimic entries of a full vector must satisfy the mimic law.
+            qd0: (m,) actuated joint velocities [rad/s]; None = at rest.
 
         Raises:
             ValueError: wrong length, NaN, mimic entries off their law, outside the limits.
@@ -370,7 +376,7 @@ class Simulator:
                         f' {self._upper[k]:.4f}])' for k in out))
                 z = np.clip(z, self._lower, self._upper)
         self._z = z
-        self._v = np.zeros(m)
+        self._v = np.zeros(m) if qd0 is None else self._check(qd0, 'qd0')
         self._a = np.zeros(m)
         self._t = 0.0
         self._mode = 'effort'

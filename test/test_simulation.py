@@ -117,9 +117,8 @@ def test_forward_then_inverse_dynamics_round_trip(crane, seed):
     sim = Simulator(crane, SimulatorConfig(joint_limits=False))
     G, _ = sim.coordinate_map
     z0 = _random_pose(sim, rng)
-    sim.reset(z0)
     v0 = rng.uniform(0.5, 2.0, size=8) * rng.choice([-1.0, 1.0], size=8)
-    sim._v = v0.copy()  # start moving: the round trip must hold with Coriolis terms
+    sim.reset(z0, v0)  # start moving: the round trip must hold with Coriolis terms
     tau = rng.uniform(-0.5, 0.5, size=8) * crane.effort_limit[:8] + sim.gravity_effort()
     before = sim.state
     after = sim.step(effort=tau)
@@ -151,7 +150,7 @@ def test_coulomb_friction_sticks_below_and_slips_above_its_level(crane):
     z0 = np.array([0.3, 0.6, -0.4, -1.2, 0.5, 0.7, -0.2, 0.4])
     sim.reset(z0)
     hold = sim.gravity_effort()
-    f = sim._coulomb
+    f = sim.coulomb
     state = sim.step(0.3, effort=hold + 0.9 * f)
     np.testing.assert_array_equal(state.q[:8], z0)  # exactly still: no creep, no chatter
     np.testing.assert_allclose(np.abs(state.friction), 0.9 * f, rtol=1e-6)
@@ -181,7 +180,7 @@ def test_position_loop_with_friction_stops_inside_the_stick_band(crane):
     target = _random_pose(sim, rng, shrink=0.5)
     state = sim.step(2.0, position_command=target)
     residual = sim.kp * (target - state.q[:8]) - sim.gravity_effort()
-    assert np.all(np.abs(residual) <= sim._coulomb + 1e-9), residual
+    assert np.all(np.abs(residual) <= sim.coulomb + 1e-9), residual
     np.testing.assert_allclose(state.qd, 0.0, atol=1e-9)
 
 

@@ -1,0 +1,376 @@
+"""``plag_sim``: a simulated CRANE-X7 on the ROS 2 graph, for demos and tests without hardware.
+
+Physics is :class:`plag_ros.simulation.Simulator` (forward dynamics of the URDF with servo
+emulation, Coulomb stick-slip, hard stops, effort saturation); this node only moves numbers
+between it and the topics, like the robot's ros2_control driver would:
+
+==================================  ============================  ============================
+topic (relative)                    type, QoS                     content
+==================================  ============================  ============================
+``joint_states`` (out)              sensor_msgs/JointState,       the 8 actuated joints (7 arm
+                                    reliable, depth 10            + finger_a) sorted by name,
+                                                                  as the joint state broadcaster
+                                                                  orders them; effort = motor
+                                                                  torque applied [N*m]
+``robot_description`` (out)         std_msgs/String, reliable,    the URDF text
+                                    transient local, depth 1
+``effort_controller/commands``      std_msgs/Float64MultiArray,   8 torques [N*m]
+(in)                                reliable, depth 10
+``position_controller/commands``    std_msgs/Float64MultiArray,   8 goal positions [rad]
+(in)                                reliable, depth 10
+``/diagnostics`` (out)              diagnostic_msgs/              rates, CPU, counters
+                                    DiagnosticArray
+==================================  ============================  ============================
+
+Command layout: one entry per actuated joint in URDF order without mimic joints (for the
+CRANE-X7: the 7 arm joints from the shoulder pan to the wrist, then
+``crane_x7_gripper_finger_a_joint``), as ``forward_command_controller`` takes them. The
+last command received, effort or position, is in force. A command of the wrong length or
+with NaN/inf entries is rejected, counted (``rejected.length``, ``rejected.nonfinite``) and
+logged at most every two seconds per reason; the previous command stays in force. An
+effort command older than ``effort_timeout`` seconds is replaced by zero effort (the arm
+goes limp, as a torque-controlled arm whose controller died should not keep pushing).
+
+Timing: one wall-clock timer at ``publish_rate_hz`` integrates, per tick, as many physics
+steps of ``1 / physics_rate_hz`` as wall time has advanced (at most
+``max_steps_per_tick``, and no more than fit in 80 % of the tick period; time beyond that
+is dropped and counted as ``overrun_steps``, so a busy machine slows the simulated robot
+down instead of piling up work or thinning out joint_states), then publishes one joint
+state stamped with the node clock. The achieved physics rate and the process CPU
+share are reported on ``/diagnostics`` and logged every ``report_period`` seconds.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import rclpy
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+
+from .. import messages as msgs
+from ..model import RobotModel, default_urdf_path
+from ..simulation import DYNAMIXEL_P_GAIN, Simulator, SimulatorConfig
+
+__all__ = ['NODE_NAME', 'PARAMETERS', 'REJECTION_REASONS', 'SimNode', 'main']
+
+NODE_NAME = 'plag_sim'
+REJECTION_REASONS = ('length', 'nonfinite')
+_LOG_THROTTLE_S = 2.0
+_COMMAND_MODES = ('position', 'effort')
+
+
+def _float(description: str, low: float, high: float, *, read_only: bool = False
+           ) -> ParameterDescriptor:
+    return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE, description=description,
+                               read_only=read_only,
+                               floating_point_range=[FloatingPointRange(
+                                   from_value=low, to_value=high, step=0.0)])
+
+
+def _bool(description: str) -> ParameterDescriptor:
+    return ParameterDescriptor(type=ParameterType.PARAMETER_BOOL, description=description,
+                               read_only=True)
+
+
+def _doubles(description: str) -> ParameterDescriptor:
+    return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
+                               description=description, read_only=True)
+
+
+# name -> (default, descriptor). Defaults match config/sim.yaml.
+PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
+    'urdf_path': ('', ParameterDescriptor(
+        type=ParameterType.PARAMETER_STRING, read_only=True,
+        description='URDF of the simulated robot; empty: the bundled crane_x7.urdf')),
+    'physics_rate_hz': (1000.0, _float('physics step rate [Hz]', 10.0, 100000.0,
+                                       read_only=True)),
+    'publish_rate_hz': (200.0, _float('joint_states rate [Hz], at most physics_rate_hz',
+                                      1.0, 100000.0, read_only=True)),
+    'max_steps_per_tick': (10, ParameterDescriptor(
+        type=ParameterType.PARAMETER_INTEGER, read_only=True,
+        description='physics steps one publish tick may run to catch up with wall time',
+        integer_range=[IntegerRange(from_value=1, to_value=100000, step=1)])),
+    'initial_positions': ([0.0], _doubles(
+        'start positions [rad] of the actuated joints in command order; one value is used '
+        'for every joint; clipped into the joint limits')),
+    'command_mode': ('position', ParameterDescriptor(
+        type=ParameterType.PARAMETER_STRING, read_only=True,
+        additional_constraints="one of 'position', 'effort'",
+        description="before any command: 'position' holds initial_positions with the servo "
+                    "loop (as the real driver on activation), 'effort' applies zero torque")),
+    'position_p_gain': (DYNAMIXEL_P_GAIN, _float(
+        'Dynamixel position P gain (register units) the servo stiffness is derived from',
+        0.0, 16383.0, read_only=True)),
+    'kp': ([0.0], _doubles('servo stiffness [N*m/rad], one or one per actuated joint; '
+                           '0: derived from position_p_gain')),
+    'kd': ([0.0], _doubles('servo damping [N*m*s/rad], one or one per actuated joint; 0: '
+                           'back-EMF figure effort_limit / velocity_limit')),
+    'effort_timeout': (0.1, _float('age [s] after which an effort command is replaced by '
+                                   'zero effort; 0 disables', 0.0, 3600.0)),
+    'friction': (True, _bool('apply the URDF joint damping and Coulomb friction')),
+    'joint_limits': (True, _bool('stop the joints at the URDF position limits')),
+    'effort_saturation': (True, _bool('clip motor torques at the URDF effort limits')),
+    'quantize_position': (True, _bool('publish positions in encoder steps (2 pi / 4096)')),
+    'quantize_velocity': (True, _bool('publish velocities in Dynamixel steps (0.02398 '
+                                      'rad/s)')),
+    'report_period': (5.0, _float('period of /diagnostics and the rate log line [s]', 0.1,
+                                  3600.0)),
+    'torch_threads': (1, ParameterDescriptor(
+        type=ParameterType.PARAMETER_INTEGER, read_only=True,
+        description='torch intra-op threads (1 is fastest for one 9x9 mass matrix)',
+        integer_range=[IntegerRange(from_value=1, to_value=256, step=1)])),
+}
+
+
+class SimNode(Node):
+    """Simulated robot: commands in, joint states and robot_description out.
+
+    Args:
+        **kwargs: passed to ``rclpy.node.Node`` (``parameter_overrides``, ``context``, ...).
+
+    Raises:
+        ValueError: inconsistent parameters (message names the parameter).
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        for name, (default, descriptor) in PARAMETERS.items():
+            self.declare_parameter(name, default, descriptor)
+        values = {name: self.get_parameter(name).value for name in PARAMETERS}
+        torch.set_num_threads(int(values['torch_threads']))
+        self.model = RobotModel.from_urdf(values['urdf_path'] or default_urdf_path())
+        self.sim = Simulator(self.model, self._config(values))
+        m = self.sim.n_actuated
+        q0 = self._per_joint(values['initial_positions'], 'initial_positions', m)
+        lower, upper = self._actuated_limits()
+        q0 = np.clip(q0, lower, upper)
+        self.sim.step()            # warm up torch so the first tick keeps time
+        self.sim.reset(q0)
+        if values['command_mode'] == 'position':
+            self.sim.set_position_command(self.sim.measure().q)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+        self.command_names = self.sim.actuated_names
+        # The joint state broadcaster's order is its own (alphabetical here), not the URDF's.
+        self.state_names = tuple(sorted(self.command_names))
+        self._state_order = np.array([self.command_names.index(n) for n in self.state_names])
+        self._effort_timeout = float(values['effort_timeout'])
+        self._dt = 1.0 / float(values['physics_rate_hz'])
+        self._max_steps = int(values['max_steps_per_tick'])
+        self._budget = 0.8 / float(values['publish_rate_hz'])   # physics time per tick [s]
+        self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
+        self.counters = {'effort_commands': 0, 'position_commands': 0, 'stale_effort': 0,
+                         'overrun_steps': 0, 'published': 0}
+        self._last_log: dict[str, float] = {}
+        self._effort_stamp: float | None = None  # monotonic time of the effort command
+
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._pub_state = self.create_publisher(JointState, 'joint_states', reliable)
+        self._pub_description = self.create_publisher(String, 'robot_description', latched)
+        self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', reliable)
+        self._pub_description.publish(String(data=self.model.urdf_xml))
+        self.create_subscription(Float64MultiArray, 'effort_controller/commands',
+                                 self._on_effort, reliable)
+        self.create_subscription(Float64MultiArray, 'position_controller/commands',
+                                 self._on_position, reliable)
+
+        self._start = time.monotonic()
+        self._steps_due_from: float | None = None  # wall time the step schedule counts from
+        self._scheduled = 0                         # physics steps taken on this schedule
+        self._window = (time.monotonic(), time.process_time(), self.sim.steps, 0)
+        self._timer = self.create_timer(1.0 / float(values['publish_rate_hz']), self._on_tick)
+        self._report_timer = self.create_timer(float(values['report_period']), self._report)
+        self.get_logger().info(
+            f'simulating {self.model.name} ({m} actuated joints) at '
+            f"{values['physics_rate_hz']:g} Hz, joint_states at {values['publish_rate_hz']:g} "
+            f'Hz, {self.sim.mode} mode; commands take {list(self.command_names)}')
+
+    # ------------------------------------------------------------------ parameters
+    def _actuated_limits(self) -> tuple[np.ndarray, np.ndarray]:
+        act = self.model.actuated
+        return self.model.joint_lower[act], self.model.joint_upper[act]
+
+    @staticmethod
+    def _per_joint(values, name: str, m: int) -> np.ndarray:
+        arr = np.asarray(list(values), dtype=float)
+        if arr.size == 1:
+            arr = np.full(m, arr[0])
+        if arr.shape != (m,) or not np.all(np.isfinite(arr)):
+            raise ValueError(f'parameter {name}: need 1 or {m} finite values, got '
+                             f'{list(values)}')
+        return arr
+
+    def _config(self, values: dict) -> SimulatorConfig:
+        error = self._check(values)
+        if error:
+            raise ValueError(f'{NODE_NAME}: {error}')
+        def gain(name: str):
+            arr = np.asarray(list(values[name]), dtype=float)
+            if np.all(arr == 0.0):
+                return None                      # derived from the servo model
+            return float(arr[0]) if arr.size == 1 else tuple(arr)
+
+        return SimulatorConfig(
+            dt=1.0 / float(values['physics_rate_hz']),
+            friction=bool(values['friction']), joint_limits=bool(values['joint_limits']),
+            effort_saturation=bool(values['effort_saturation']),
+            kp=gain('kp'), kd=gain('kd'),
+            p_gain=float(values['position_p_gain']) or DYNAMIXEL_P_GAIN,
+            quantize_position=bool(values['quantize_position']),
+            quantize_velocity=bool(values['quantize_velocity']))
+
+    @staticmethod
+    def _check(values: dict) -> str:
+        """'' when the parameters are consistent, else what is wrong."""
+        if values['command_mode'] not in _COMMAND_MODES:
+            return f"command_mode must be one of {_COMMAND_MODES}, got {values['command_mode']!r}"
+        if values['publish_rate_hz'] > values['physics_rate_hz']:
+            return (f"publish_rate_hz ({values['publish_rate_hz']:g}) exceeds physics_rate_hz "
+                    f"({values['physics_rate_hz']:g})")
+        for name in ('kp', 'kd'):
+            if any(not math.isfinite(v) or v < 0.0 for v in values[name]):
+                return f'{name} must be finite and non-negative, got {list(values[name])}'
+        return ''
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        for param in params:
+            if param.name == 'effort_timeout':
+                value = float(param.value)
+                if not (math.isfinite(value) and value >= 0.0):
+                    return SetParametersResult(successful=False,
+                                               reason='effort_timeout must be >= 0')
+                self._effort_timeout = value
+            elif param.name == 'report_period':
+                pass  # takes effect on restart; range checked by the descriptor
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ commands
+    def _reject(self, reason: str, detail: str) -> None:
+        self.rejected[reason] += 1
+        now = time.monotonic()
+        if now - self._last_log.get(reason, -math.inf) >= _LOG_THROTTLE_S:
+            self._last_log[reason] = now
+            self.get_logger().warn(f'rejected command ({reason}): {detail} '
+                                   f'[{self.rejected[reason]} so far]')
+
+    def _validated(self, msg: Float64MultiArray, kind: str) -> np.ndarray | None:
+        data = np.asarray(msg.data, dtype=float)
+        m = self.sim.n_actuated
+        if data.shape != (m,):
+            self._reject('length', f'{kind} command has {data.size} values, needs {m} '
+                         f'({", ".join(self.command_names)})')
+            return None
+        if not np.all(np.isfinite(data)):
+            bad = [self.command_names[k] for k in np.flatnonzero(~np.isfinite(data))]
+            self._reject('nonfinite', f'{kind} command is not finite for {bad}')
+            return None
+        return data
+
+    def _on_effort(self, msg: Float64MultiArray) -> None:
+        tau = self._validated(msg, 'effort')
+        if tau is not None:
+            self.sim.set_effort_command(tau)
+            self._effort_stamp = time.monotonic()
+            self.counters['effort_commands'] += 1
+
+    def _on_position(self, msg: Float64MultiArray) -> None:
+        q = self._validated(msg, 'position')
+        if q is not None:
+            self.sim.set_position_command(q)
+            self._effort_stamp = None
+            self.counters['position_commands'] += 1
+
+    # ------------------------------------------------------------------ physics + publish
+    def _on_tick(self) -> None:
+        now = time.monotonic()
+        if (self.sim.mode == 'effort' and self._effort_stamp is not None
+                and self._effort_timeout > 0.0
+                and now - self._effort_stamp > self._effort_timeout):
+            self.sim.set_effort_command(np.zeros(self.sim.n_actuated))
+            self._effort_stamp = None
+            self.counters['stale_effort'] += 1
+            self.get_logger().warn(f'effort command older than {self._effort_timeout:g} s: '
+                                   'zero effort')
+        if self._steps_due_from is None:   # first tick: the schedule starts now
+            self._steps_due_from = now - self._dt
+        due = int((now - self._steps_due_from) / self._dt) - self._scheduled
+        # Step until caught up, but within the tick's budget so joint_states keep their
+        # rate; what a busy machine cannot do is dropped and the robot runs slow.
+        done = 0
+        for _ in range(min(due, self._max_steps)):
+            self.sim.step(self._dt)
+            done += 1
+            if time.monotonic() - now > self._budget:
+                break
+        if due > done:
+            self.counters['overrun_steps'] += due - done
+        self._scheduled += max(due, 0)
+        if not self.context.ok():
+            return  # shutting down (signal) while stepping: the publisher is gone
+        meas = self.sim.measure()
+        order = self._state_order
+        self._pub_state.publish(msgs.joint_state(
+            self.state_names, meas.q[order], meas.qd[order], meas.effort[order],
+            t_ns=self.get_clock().now().nanoseconds))
+        self.counters['published'] += 1
+
+    def _report(self) -> None:
+        now, cpu = time.monotonic(), time.process_time()
+        t0, cpu0, steps0, published0 = self._window
+        elapsed = max(now - t0, 1e-9)
+        physics_hz = (self.sim.steps - steps0) / elapsed
+        publish_hz = (self.counters['published'] - published0) / elapsed
+        cpu_percent = 100.0 * (cpu - cpu0) / elapsed
+        self._window = (now, cpu, self.sim.steps, self.counters['published'])
+        values = {'physics_rate_hz': physics_hz, 'publish_rate_hz': publish_hz,
+                  'cpu_percent': cpu_percent, 'sim_time_s': self.sim.state.t,
+                  'wall_time_s': now - self._start, 'mode': self.sim.mode,
+                  'solver_fallbacks': self.sim.solver_fallbacks}
+        values.update(self.counters)
+        values.update({f'rejected.{k}': v for k, v in self.rejected.items()})
+        target = 1.0 / self._dt
+        level = msgs.DiagnosticLevel.OK if physics_hz > 0.9 * target \
+            else msgs.DiagnosticLevel.WARN
+        self._pub_diag.publish(msgs.diagnostic_array([msgs.diagnostic_status(
+            self.get_fully_qualified_name(), level,
+            f'physics {physics_hz:.0f} Hz of {target:g}', values,
+            hardware_id=self.model.name)], t_ns=self.get_clock().now().nanoseconds))
+        self.get_logger().info(
+            f'physics {physics_hz:.0f} Hz (target {target:g}), joint_states {publish_hz:.0f} '
+            f'Hz, CPU {cpu_percent:.0f} %, {self.counters["overrun_steps"]} steps dropped, '
+            f'rejected {sum(self.rejected.values())}')
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console script ``sim_node``: spin :class:`SimNode` until shutdown."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,151 @@
+"""sim_node over DDS (ROS_DOMAIN_ID 11): the simulated CRANE-X7 as a driver stand-in.
+
+One ``plag_sim`` subprocess (config/sim.yaml, a bent start pose where gravity loads the
+shoulder) serves the module; the tests run in file order against it: joint_states and
+robot_description first, then bad commands (rejected, arm still), a position command, and
+last an effort command that holds the arm against gravity until it goes stale (zero effort:
+the arm drops).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+
+from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.simulation import DEFAULT_POSITION_RESOLUTION, Simulator
+
+DOMAIN_ID = 11
+START = [0.0, 0.5, 0.0, -0.9, 0.0, 0.4, 0.0, 0.2]   # command order (URDF, no mimic)
+# The servo spring sags under gravity plus the Coulomb stick band: at START the tilt
+# joint's (0.67 + 0.2) N*m over Kp = 46 N*m/rad, the elbow's (0.48 + 0.2) / 18.4 = 0.037 rad.
+SAG = 0.045
+
+
+@pytest.fixture(scope='module')
+def model() -> RobotModel:
+    return RobotModel.from_urdf(default_urdf_path())
+
+
+@pytest.fixture(scope='module')
+def graph(tmp_path_factory):
+    client = RosClient(DOMAIN_ID, 'plag_test_sim')
+    process = start_node('sim_node', domain_id=DOMAIN_ID,
+                         log_dir=tmp_path_factory.mktemp('sim_node'),
+                         params_file=REPO / 'config' / 'sim.yaml',
+                         params={'initial_positions': str(START), 'report_period': 0.5})
+    try:
+        states = client.collect(JointState, 'joint_states')
+        client.wait_for(lambda: len(states) > 20 or not process.alive(), 60.0,
+                        'joint_states from plag_sim')
+        assert process.alive(), process.output()[-3000:]
+        yield client, process, states
+    finally:
+        code = process.stop()
+        client.close()
+        assert code in (0, -2), f'sim_node exited with {code}:\n{process.output()[-3000:]}'
+
+
+def _latest(states, model: RobotModel) -> np.ndarray:
+    """Last received positions in command order."""
+    msg = states[-1][1]
+    names = [n for n in model.joint_names if n in msg.name]
+    return np.array([msg.position[list(msg.name).index(n)] for n in names])
+
+
+def _publish_for(client: RosClient, topic: str, values, seconds: float,
+                 rate_hz: float = 100.0) -> None:
+    pub = client.publisher(Float64MultiArray, topic)
+    client.wait_for_subscribers(pub)
+    msg = Float64MultiArray(data=[float(v) for v in values])
+    publish_at_rate(pub, (msg for _ in range(round(seconds * rate_hz))), rate_hz)
+
+
+def test_joint_states_stream_like_the_driver(graph, model):
+    client, _, states = graph
+    start = len(states)
+    time.sleep(2.0)
+    window = states[start:]
+    rate = (len(window) - 1) / ((window[-1][0] - window[0][0]) * 1e-9)
+    assert 120.0 < rate < 230.0, f'joint_states at {rate:.0f} Hz (nominal 200)'
+    msg = window[-1][1]
+    actuated = [n for n, a in zip(model.joint_names, model.actuated) if a]
+    assert list(msg.name) == sorted(actuated) and list(msg.name) != actuated
+    assert 'crane_x7_gripper_finger_b_joint' not in msg.name
+    for _, m in window:
+        for field in (m.position, m.velocity, m.effort):
+            assert len(field) == 8 and all(math.isfinite(v) for v in field)
+    # Encoder quantisation and the start pose (held by the servo loop).
+    q = _latest(window, model)
+    steps = q / DEFAULT_POSITION_RESOLUTION
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-6)
+    np.testing.assert_allclose(q, START, atol=SAG)
+    stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, m in window]
+    assert all(b > a for a, b in zip(stamps, stamps[1:]))
+
+
+def test_robot_description_reaches_a_late_subscriber(graph):
+    client = graph[0]
+    descriptions = client.collect(String, 'robot_description', LATCHED)
+    client.wait_for(lambda: descriptions, 10.0, 'robot_description (transient local)')
+    assert descriptions[0][1].data == default_urdf_path().read_text()
+
+
+def test_bad_commands_are_rejected_and_the_arm_does_not_move(graph, model):
+    client, process, states = graph
+    diagnostics = client.collect(DiagnosticArray, '/diagnostics')
+    before = _latest(states, model)
+    _publish_for(client, 'effort_controller/commands', [5.0] * 7, 0.3)      # 7 values
+    _publish_for(client, 'position_controller/commands', [0.3] * 9, 0.3)    # 9 values
+    nan = [10.0] * 8
+    nan[3] = math.nan
+    _publish_for(client, 'effort_controller/commands', nan, 0.3)
+
+    def counters() -> dict:
+        for _, msg in reversed(diagnostics):
+            for status in msg.status:
+                if status.name.endswith('plag_sim'):
+                    return {kv.key: kv.value for kv in status.values}
+        return {}
+
+    client.wait_for(lambda: int(counters().get('rejected.nonfinite', 0)) >= 20, 5.0,
+                    'rejected counters in /diagnostics')
+    seen = counters()
+    assert int(seen['rejected.length']) >= 50
+    assert int(seen['effort_commands']) == 0 and int(seen['position_commands']) == 0
+    assert seen['mode'] == 'position'
+    np.testing.assert_allclose(_latest(states, model), before,
+                               atol=2 * DEFAULT_POSITION_RESOLUTION)
+    assert 'rejected command (length)' in process.output()
+
+
+def test_position_command_moves_a_joint_to_its_target(graph, model):
+    client, _, states = graph
+    target = list(START)
+    target[0] = 0.6                       # shoulder pan: no gravity load
+    _publish_for(client, 'position_controller/commands', target, 0.1)
+    client.wait_for(lambda: abs(_latest(states, model)[0] - 0.6) < 0.01, 5.0,
+                    'shoulder pan at 0.6 rad')
+    np.testing.assert_allclose(_latest(states, model)[1:], START[1:], atol=SAG)
+
+
+def test_gravity_effort_holds_the_arm_and_a_stale_command_lets_it_drop(graph, model):
+    client, _, states = graph
+    q0 = _latest(states, model)
+    hold = Simulator(model).gravity_effort(q0)
+    assert abs(hold[1]) > 0.5           # the shoulder tilt carries real load here
+    _publish_for(client, 'effort_controller/commands', hold, 1.5)
+    q1 = _latest(states, model)
+    np.testing.assert_allclose(q1, q0, atol=0.01)
+    effort = np.array(states[-1][1].effort)
+    names = list(states[-1][1].name)
+    assert effort[names.index(model.joint_names[1])] == pytest.approx(hold[1], abs=1e-9)
+    # No more commands: after effort_timeout the torque is zero and gravity wins.
+    client.wait_for(lambda: abs(_latest(states, model)[1] - q0[1]) > 0.1, 3.0,
+                    'the unpowered shoulder to drop')

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
@@ -149,3 +150,26 @@ def test_gravity_effort_holds_the_arm_and_a_stale_command_lets_it_drop(graph, mo
     # No more commands: after effort_timeout the torque is zero and gravity wins.
     client.wait_for(lambda: abs(_latest(states, model)[1] - q0[1]) > 0.1, 3.0,
                     'the unpowered shoulder to drop')
+
+
+@pytest.mark.parametrize('override, message', [
+    (('command_mode', 'torque'), 'command_mode'),
+    (('publish_rate_hz', 2000.0), 'publish_rate_hz'),
+    (('initial_positions', [0.1, 0.2]), 'initial_positions'),
+    (('kp', [1.0, 2.0, 3.0]), 'kp'),
+    (('kd', [-1.0]), 'kd'),
+])
+def test_inconsistent_parameters_are_refused_at_start(override, message):
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+
+    from plag_ros.nodes.sim_node import SimNode
+
+    context = Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    try:
+        with pytest.raises(ValueError, match=message):
+            SimNode(context=context,
+                    parameter_overrides=[Parameter(override[0], value=override[1])])
+    finally:
+        context.try_shutdown()

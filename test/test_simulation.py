@@ -297,3 +297,33 @@ def test_step_splits_long_intervals_into_physics_steps(crane):
     sim.reset([0.0, 0.5, 0.0, -1.0, 0.0, 0.5, 0.0, 0.2])
     state = sim.step(0.0105)
     assert sim.steps == 11 and state.t == pytest.approx(0.0105)
+
+
+@pytest.mark.parametrize('friction', [False, True])
+def test_stiff_finger_servo_is_stable_without_overshoot_or_chatter(crane, friction):
+    # The finger's reduced inertia (both fingers through the mimic) is ~3.6e-5 kg*m^2: the
+    # servo's back-EMF damping makes Kd / I * dt ~ 23 at 1 kHz, far past the explicit
+    # Euler limit of 2. The implicit treatment must give a smooth, overdamped approach.
+    sim = Simulator(crane, SimulatorConfig(friction=friction))
+    start = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2])
+    sim.reset(start)
+    G, o = sim.coordinate_map
+    M = sim.engine.mass_matrix(G @ start + o).numpy()
+    inertia = (G.T @ M @ G)[FINGER_A, FINGER_A]
+    assert sim.kd[FINGER_A] / inertia * sim.config.dt > 10.0
+    goal = start.copy()
+    goal[FINGER_A] = 0.6
+    q, qd = [], []
+    for _ in range(400):
+        state = sim.step(position_command=goal)
+        q.append(state.q[FINGER_A])
+        qd.append(state.qd[FINGER_A])
+    q, qd = np.array(q), np.array(qd)
+    # Rest point: the spring balances gravity (and, with friction, the Coulomb level).
+    rest = 0.6 - (sim.gravity_effort()[FINGER_A] + sim.coulomb[FINGER_A] * friction) / sim.kp[
+        FINGER_A]
+    assert np.all(np.diff(q) >= -1e-12), 'finger moved backwards (oscillation)'
+    assert q.max() <= rest + 1e-9, 'overshoot'
+    assert abs(q[-1] - rest) < 1e-3 and abs(qd[-1]) < 0.01
+    signs = np.sign(qd[np.abs(qd) > 0])
+    assert np.count_nonzero(np.diff(signs)) == 0, 'finger velocity chatters'

@@ -114,7 +114,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
                     "loop (as the real driver on activation), 'effort' applies zero torque")),
     'position_p_gain': (DYNAMIXEL_P_GAIN, _float(
         'Dynamixel position P gain (register units) the servo stiffness is derived from',
-        0.0, 16383.0, read_only=True)),
+        1.0, 16383.0, read_only=True)),
     'kp': ([0.0], _doubles('servo stiffness [N*m/rad], one or one per actuated joint; '
                            '0: derived from position_p_gain')),
     'kd': ([0.0], _doubles('servo damping [N*m*s/rad], one or one per actuated joint; 0: '
@@ -128,7 +128,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     'quantize_velocity': (True, _bool('publish velocities in Dynamixel steps (0.02398 '
                                       'rad/s)')),
     'report_period': (5.0, _float('period of /diagnostics and the rate log line [s]', 0.1,
-                                  3600.0)),
+                                  3600.0, read_only=True)),
     'torch_threads': (1, ParameterDescriptor(
         type=ParameterType.PARAMETER_INTEGER, read_only=True,
         description='torch intra-op threads (1 is fastest for one 9x9 mass matrix)',
@@ -161,8 +161,7 @@ class SimNode(Node):
         self.sim.step()            # warm up torch so the first tick keeps time
         self.sim.reset(q0)
         if values['command_mode'] == 'position':
-            self.sim.set_position_command(self.sim.measure().q)
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+            self.sim.set_position_command(q0)
 
         self.command_names = self.sim.actuated_names
         # The joint state broadcaster's order is its own (alphabetical here), not the URDF's.
@@ -196,6 +195,7 @@ class SimNode(Node):
         self._window = (time.monotonic(), time.process_time(), self.sim.steps, 0)
         self._timer = self.create_timer(1.0 / float(values['publish_rate_hz']), self._on_tick)
         self._report_timer = self.create_timer(float(values['report_period']), self._report)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
         self.get_logger().info(
             f'simulating {self.model.name} ({m} actuated joints) at '
             f"{values['physics_rate_hz']:g} Hz, joint_states at {values['publish_rate_hz']:g} "
@@ -220,6 +220,7 @@ class SimNode(Node):
         error = self._check(values)
         if error:
             raise ValueError(f'{NODE_NAME}: {error}')
+
         def gain(name: str):
             arr = np.asarray(list(values[name]), dtype=float)
             if np.all(arr == 0.0):
@@ -231,7 +232,7 @@ class SimNode(Node):
             friction=bool(values['friction']), joint_limits=bool(values['joint_limits']),
             effort_saturation=bool(values['effort_saturation']),
             kp=gain('kp'), kd=gain('kd'),
-            p_gain=float(values['position_p_gain']) or DYNAMIXEL_P_GAIN,
+            p_gain=float(values['position_p_gain']),
             quantize_position=bool(values['quantize_position']),
             quantize_velocity=bool(values['quantize_velocity']))
 
@@ -256,8 +257,6 @@ class SimNode(Node):
                     return SetParametersResult(successful=False,
                                                reason='effort_timeout must be >= 0')
                 self._effort_timeout = value
-            elif param.name == 'report_period':
-                pass  # takes effect on restart; range checked by the descriptor
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ commands

@@ -20,7 +20,7 @@ def demo_trajectory(duration_s: float = 6.0, rate_hz: float = 200.0,
     """Smooth test motion with analytic derivatives.
 
     Joint 4 (elbow) swings 0.8 rad at 0.5 Hz for the whole motion; joint 2 (shoulder tilt)
-    joins with a 0.4 rad, 0.7 Hz swing after half the duration, ramped in smoothly; the
+    joins with a 0.4 rad, 0.7 Hz swing after half the duration, ramped in C2-smoothly; the
     wrist turns slowly. Every other joint holds.
 
     Returns:
@@ -39,11 +39,12 @@ def demo_trajectory(duration_s: float = 6.0, rate_hz: float = 200.0,
         qd[:, k] = de * s + e * ds
         qdd[:, k] = dde * s + 2 * de * ds + e * dds
 
-    # smoothstep envelope from duration/2 over 1 s: e = 3x^2 - 2x^3
+    # C2 'smootherstep' envelope from duration/2 over 1 s, e = 10x^3 - 15x^4 + 6x^5, so the
+    # acceleration stays continuous (a C1 ramp would put a step into qdd and the torques)
     x = np.clip((t - duration_s / 2) / 1.0, 0.0, 1.0)
-    inside = (x > 0) & (x < 1)
-    envelope = (3 * x ** 2 - 2 * x ** 3, np.where(inside, 6 * x - 6 * x ** 2, 0.0),
-                np.where(inside, 6 - 12 * x, 0.0))
+    envelope = (10 * x ** 3 - 15 * x ** 4 + 6 * x ** 5,
+                30 * x ** 2 - 60 * x ** 3 + 30 * x ** 4,
+                60 * x - 180 * x ** 2 + 120 * x ** 3)
     swing(3, 0.8, 0.5, offset=-1.2)
     swing(1, 0.4, 0.7, offset=0.3, envelope=envelope)
     swing(6, 0.5, 0.25)

@@ -104,7 +104,8 @@ def load_schedule(path: str | Path, topics: list[str] | None = None) -> ReplaySc
 
 def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
            clock: bool = False, node=None, stop: threading.Event | None = None,
-           start_delay: float = 0.0) -> int:
+           start_delay: float = 0.0, wait_subscribers: int = 0,
+           wait_timeout: float = 60.0) -> int:
     """Publish the schedule with its original timing; returns the number published.
 
     Args:
@@ -116,6 +117,9 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
             None, which needs ``rclpy.init`` done).
         stop: set to end the replay early.
         start_delay: seconds to wait after creating the publishers (discovery).
+        wait_subscribers: before that, wait until every replayed topic has this many
+            matched subscriptions (at most ``wait_timeout`` seconds), so a volatile
+            subscriber started just before misses nothing.
     """
     import rclpy
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -129,7 +133,7 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
     stop = stop or threading.Event()
     publishers = []
     for topic, msgtype, reliable, latched in schedule.topics:
-        qos = QoSProfile(depth=1 if latched else 100,
+        qos = QoSProfile(depth=1 if latched else 1000,
                          reliability=ReliabilityPolicy.RELIABLE if reliable
                          else ReliabilityPolicy.BEST_EFFORT,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
@@ -138,12 +142,20 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
     clock_pub = node.create_publisher(Clock, '/clock', QoSProfile(depth=1)) if clock else None
     published = 0
     try:
+        deadline = time.monotonic() + wait_timeout
+        while wait_subscribers and not stop.is_set() and time.monotonic() < deadline and any(
+                p.get_subscription_count() < wait_subscribers for p in publishers):
+            stop.wait(0.05)
         if start_delay > 0.0:
             stop.wait(start_delay)
         while not stop.is_set() and len(schedule):
             published += _play_once(schedule, publishers, clock_pub, rate, stop)
             if not loop:
                 break
+        # Reliable subscribers get everything before the publishers go away.
+        from rclpy.duration import Duration
+        for publisher in publishers:
+            publisher.wait_for_all_acked(Duration(seconds=5.0))
     finally:
         if own:
             node.destroy_node()
@@ -322,7 +334,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--topic', action='append', dest='topics',
                         help='topic to replay (repeatable; default: the JointState topic)')
     parser.add_argument('--delay', type=float, default=0.5,
-                        help='seconds to wait for subscribers before the first message')
+                        help='seconds to wait for discovery before the first message')
+    parser.add_argument('--wait-subscribers', type=int, default=0, metavar='N',
+                        help='first wait (up to 60 s) until each topic has N subscribers')
 
 
 def run(args: argparse.Namespace) -> int:
@@ -341,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
     _stop_on_signals(stop)
     try:
         count = replay(schedule, rate=args.rate, loop=args.loop, clock=args.clock, stop=stop,
-                       start_delay=args.delay)
+                       start_delay=args.delay, wait_subscribers=args.wait_subscribers)
     finally:
         rclpy.try_shutdown()
     print(f'replayed {count} messages from {args.bag}')

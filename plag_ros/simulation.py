@@ -97,6 +97,8 @@ def servo_gains(model: RobotModel, p_gain: float = DYNAMIXEL_P_GAIN
     ``Kp = p_gain / 128 * effort_limit / 885 / (2 pi / 4096)`` and
     ``Kd = effort_limit / velocity_limit`` (back-EMF; see the module docstring).
 
+    These are rotary-servo figures; for prismatic joints give ``kp`` and ``kd`` yourself.
+
     Args:
         model: the robot; its actuated joints need finite effort and velocity limits.
         p_gain: Dynamixel position P gain register value.
@@ -281,7 +283,10 @@ class Simulator:
         # Independent-coordinate bounds: intersection of every joint mapped onto it.
         lo, hi = np.full(m, -np.inf), np.full(m, np.inf)
         for j in range(n):
-            k = int(np.flatnonzero(G[j])[0])
+            cols = np.flatnonzero(G[j])
+            if cols.size == 0:
+                continue  # a mimic with multiplier 0 sits at its offset: it bounds nothing
+            k = int(cols[0])
             a, b = (model.joint_lower[j] - o[j]) / G[j, k], (model.joint_upper[j] - o[j]) / G[j, k]
             lo[k], hi[k] = max(lo[k], min(a, b)), min(hi[k], max(a, b))
         self._lower, self._upper = lo, hi

@@ -331,6 +331,15 @@ class DynamicsNode(Node):
                                                                reliable)
         self._body_pubs = [self._pub_bodies[body] for body in model.body_names]
         self._build_visuals()
+        # Pay torch's and numpy's first-call costs now, not on the first joint states
+        # (they take ~100 ms and would back up the input queue).
+        zero = np.zeros(n)
+        for _ in range(3):
+            out = self._engine.decompose(zero, zero, zero).numpy()
+            self._messages.fill(0, zero, zero, out)
+            self._markers.build(self._engine.link_poses(zero).numpy(),
+                                {'torque': out['torque']}, t_ns=0)
+            self._image.build(out['partial'], t_ns=0)
         self._pub_names.publish(msgs.names_message(model))
         self.get_logger().info(f'model {model.name!r} from {source}: {n} joints, {B} bodies, '
                                f'frame {self._frame_id!r}')

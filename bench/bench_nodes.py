@@ -1,0 +1,260 @@
+"""Live dynamics node over DDS: latency, drops and CPU at 200 Hz, 500 Hz and 1 kHz.
+
+For each rate a fresh ``plag_dynamics`` node (config/crane_x7.yaml, bundled URDF,
+``filter.rate_hz`` set to the feed rate) runs as a subprocess; a feeder subprocess publishes
+``joint_states`` (8 joints, shuffled order, wall-clock stamps) at the rate for the duration,
+and this process receives ``~/joint_states`` (the first output of a sample) and the last
+``~/body/<body>`` message (the last output of a sample). Printed per rate:
+
+* latency p50/p99/max from the input stamp to the receipt of the first and the last output
+  (same machine, same wall clock);
+* dropped: samples fed minus outputs received, after the five-point warm-up, and where
+  they were lost (the node's own received/published counters from /diagnostics);
+* CPU of the node process over the feed (utime + stime from /proc/<pid>/stat), in cores;
+* Pinocchio peer: ``pin.rnea`` timed in this process on as many samples as were fed, with
+  the node's CPU time per sample and the in-process ``engine.decompose`` time per sample as
+  ratios to it (RNEA computes only the n joint torques; the node computes the full
+  (n, B, n) decomposition, the estimator and 15 messages per sample).
+
+Usage: ``python bench/bench_nodes.py [--duration 10] [--rates 200 500 1000]``.
+Targets: nothing dropped at 500 Hz, p99 <= 3 ms, under half a core at 200 Hz.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DOMAIN_ID = 17
+NODE = '/plag_dynamics'
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({'ROS_DOMAIN_ID': str(DOMAIN_ID), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
+                'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_LOCALHOST_ONLY': '1',
+                'PYTHONPATH': os.pathsep.join(filter(None, [str(REPO),
+                                                            os.environ.get('PYTHONPATH')]))})
+    return env
+
+
+def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
+    """Feeder subprocess: publish joint_states at ``rate_hz``; print the count as JSON."""
+    import rclpy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+
+    from plag_ros import messages as msgs
+    from plag_ros.model import RobotModel, default_urdf_path
+
+    model = RobotModel.from_urdf(default_urdf_path())
+    names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+    names = [names[i] for i in np.random.default_rng(0).permutation(len(names))]
+    rclpy.init(args=[])
+    node = rclpy.create_node('plag_bench_feed')
+    pub = node.create_publisher(JointState, 'joint_states',
+                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    deadline = time.monotonic() + wait_s
+    while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    period = 1.0 / rate_hz
+    phase = np.arange(len(names), dtype=float)
+    count = 0
+    start = time.perf_counter()
+    while True:
+        target = start + count * period
+        if target - start >= duration_s:
+            break
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        t_ns = time.time_ns()
+        q = 0.4 * np.sin(2 * np.pi * 0.5 * (target - start) + phase)
+        pub.publish(msgs.joint_state(names, q, t_ns=t_ns))
+        count += 1
+    elapsed = time.perf_counter() - start
+    print(json.dumps({'sent': count, 'elapsed_s': elapsed}), flush=True)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def _pct(x: np.ndarray, p: float) -> float:
+    return float(np.percentile(x, p)) if x.size else float('nan')
+
+
+def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
+               extra: list[str] = ()) -> dict:
+    """One node, one feed; returns the figures."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+
+    from plag_ros import messages as msgs
+    from plag_ros.model import RobotModel, default_urdf_path
+
+    model = RobotModel.from_urdf(default_urdf_path())
+    last_body = model.body_names[-1]
+    log = open(log_dir / f'node_{int(rate_hz)}.log', 'wb')  # noqa: SIM115
+    node_proc = subprocess.Popen(
+        [sys.executable, '-m', 'plag_ros.nodes.dynamics_node', '--ros-args',
+         '--params-file', str(REPO / 'config' / 'crane_x7.yaml'),
+         '-p', 'robot_description_source:=file', '-p', f'filter.rate_hz:={float(rate_hz)}',
+         *[a for p in extra for a in ('-p', p)]],
+        env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    context = rclpy.Context()
+    rclpy.init(args=[], context=context, domain_id=DOMAIN_ID)
+    node = rclpy.create_node('plag_bench_receiver', context=context)
+    qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    first: list[int] = []
+    last: list[int] = []
+    diag: dict[str, str] = {}
+
+    def on_first(msg: JointState) -> None:
+        first.append(time.time_ns() - msgs.stamp_to_ns(msg.header.stamp))
+
+    def on_last(msg: JointState) -> None:
+        last.append(time.time_ns() - msgs.stamp_to_ns(msg.header.stamp))
+
+    def on_diag(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith(NODE):
+                diag.clear()
+                diag.update({kv.key: kv.value for kv in status.values})
+
+    node.create_subscription(JointState, f'{NODE}/joint_states', on_first, qos)
+    node.create_subscription(JointState, f'{NODE}/body/{last_body}', on_last, qos)
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, qos)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    # Wait for the node to be up (it publishes diagnostics once its model is loaded).
+    deadline = time.monotonic() + 120.0
+    while not diag.get('model_source') and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.1)
+    feeder = subprocess.Popen([sys.executable, __file__, '--feed', str(rate_hz),
+                               '--duration', str(duration_s)], env=_env(),
+                              stdout=subprocess.PIPE, text=True)
+    # CPU window: from the first output to the end of the feed.
+    while not first and feeder.poll() is None:
+        executor.spin_once(timeout_sec=0.01)
+    cpu0, wall0 = _cpu_s(node_proc.pid), time.monotonic()
+    while feeder.poll() is None:
+        executor.spin_once(timeout_sec=0.01)
+    cpu1, wall1 = _cpu_s(node_proc.pid), time.monotonic()
+    sent = json.loads(feeder.stdout.read().strip().splitlines()[-1])['sent']
+    settle = time.monotonic() + 3.0
+    while time.monotonic() < settle:
+        executor.spin_once(timeout_sec=0.05)
+    figures = {
+        'rate_hz': rate_hz, 'sent': sent, 'outputs': len(first), 'last_outputs': len(last),
+        'dropped': max(sent - 4 - len(first), 0),
+        'node_received': diag.get('received'), 'node_published': diag.get('published'),
+        'node_rejected': diag.get('rejected'),
+        'p50_ms': _pct(np.array(first) * 1e-6, 50), 'p99_ms': _pct(np.array(first) * 1e-6, 99),
+        'max_ms': float(np.max(first) * 1e-6) if first else float('nan'),
+        'last_p50_ms': _pct(np.array(last) * 1e-6, 50),
+        'last_p99_ms': _pct(np.array(last) * 1e-6, 99),
+        'cpu_cores': (cpu1 - cpu0) / max(wall1 - wall0, 1e-9),
+        'cpu_s_per_sample': (cpu1 - cpu0) / max(len(first), 1) if first else float('nan'),
+        'processing_p50_ms': diag.get('processing_p50_ms'),
+    }
+    executor.shutdown()
+    node.destroy_node()
+    context.try_shutdown()
+    node_proc.send_signal(signal.SIGINT)
+    try:
+        node_proc.wait(15)
+    except subprocess.TimeoutExpired:
+        node_proc.kill()
+    log.close()
+    return figures
+
+
+def pinocchio_peer(n_samples: int) -> tuple[float, float]:
+    """Seconds per sample of pin.rnea and of engine.decompose, in this process."""
+    import pinocchio as pin
+    import torch
+
+    from plag_ros.dynamics import PartialLagrangian
+    from plag_ros.model import RobotModel, default_urdf_path
+
+    torch.set_num_threads(1)
+    model = RobotModel.from_urdf(default_urdf_path())
+    pmodel = pin.buildModelFromXML(model.urdf_xml)
+    pdata = pmodel.createData()
+    rng = np.random.default_rng(1)
+    q = rng.uniform(-1, 1, (n_samples, pmodel.nq))
+    v = rng.uniform(-1, 1, (n_samples, pmodel.nv))
+    a = rng.uniform(-1, 1, (n_samples, pmodel.nv))
+    start = time.perf_counter()
+    for i in range(n_samples):
+        pin.rnea(pmodel, pdata, q[i], v[i], a[i])
+    rnea = (time.perf_counter() - start) / n_samples
+    engine = PartialLagrangian(model)
+    n = model.n_joints
+    count = min(n_samples, 2000)
+    qs = rng.uniform(-1, 1, (count, 3, n))
+    for i in range(20):
+        engine.decompose(*qs[i]).numpy()
+    start = time.perf_counter()
+    for i in range(count):
+        engine.decompose(*qs[i]).numpy()
+    return rnea, (time.perf_counter() - start) / count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--duration', type=float, default=10.0)
+    parser.add_argument('--rates', type=float, nargs='+', default=[200.0, 500.0, 1000.0])
+    parser.add_argument('--param', action='append', default=[], metavar='NAME:=VALUE',
+                        help='extra dynamics node parameter, e.g. publish_bodies:=false')
+    parser.add_argument('--feed', type=float, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.feed is not None:
+        feed(args.feed, args.duration, wait_s=120.0)
+        return 0
+    log_dir = Path(tempfile.mkdtemp(prefix='bench_nodes_'))
+    print(f'bench_nodes: {args.duration:g} s per rate, node parameters {args.param or "default"}, '
+          f'node logs in {log_dir}, '
+          f'{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}')
+    header = (f"{'rate':>6} {'sent':>6} {'out':>6} {'drop':>5} {'p50':>7} {'p99':>7} "
+              f"{'max':>7} {'last p50':>9} {'last p99':>9} {'cpu':>6} {'ms cpu/sample':>13}")
+    print(header + '   (latency ms from input stamp; cpu in cores)')
+    rows = []
+    for rate in args.rates:
+        f = bench_rate(rate, args.duration, log_dir, args.param)
+        rows.append(f)
+        print(f"{f['rate_hz']:6.0f} {f['sent']:6d} {f['outputs']:6d} {f['dropped']:5d} "
+              f"{f['p50_ms']:7.2f} {f['p99_ms']:7.2f} {f['max_ms']:7.2f} "
+              f"{f['last_p50_ms']:9.2f} {f['last_p99_ms']:9.2f} {f['cpu_cores']:6.2f} "
+              f"{f['cpu_s_per_sample'] * 1e3:13.3f}   node received {f['node_received']} "
+              f"published {f['node_published']} rejected {f['node_rejected']}", flush=True)
+    n_samples = max(int(r['sent']) for r in rows)
+    rnea_s, decompose_s = pinocchio_peer(n_samples)
+    node_s = rows[0]['cpu_s_per_sample']
+    print(f'Pinocchio peer ({n_samples} samples, this process): pin.rnea '
+          f'{rnea_s * 1e6:.1f} us/sample; engine.decompose {decompose_s * 1e6:.1f} us/sample '
+          f'({decompose_s / rnea_s:.0f}x rnea); node CPU at {rows[0]["rate_hz"]:.0f} Hz '
+          f'{node_s * 1e6:.0f} us/sample ({node_s / rnea_s:.0f}x rnea)')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

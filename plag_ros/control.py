@@ -380,6 +380,10 @@ class PartialImpedanceController:
         self._apply(config)
         self._estimator = JointStateEstimator(self._act.size, config.estimator)
         self.reset()
+        with torch.inference_mode():  # first calls are slow: pay it here, not in the loop
+            zero = np.zeros(model.n_joints)
+            engine.decompose(zero, zero, zero)
+            engine.gravity_torque(zero)
 
     def reconfigure(self, config: ImpedanceConfig) -> None:
         """Swap gains, masks and limits in place, keeping the state (enable, estimator).
@@ -482,7 +486,13 @@ class PartialImpedanceController:
 
     @property
     def estimator(self) -> JointStateEstimator:
+        """The controller's joint state estimator (for its counters)."""
         return self._estimator
+
+    @property
+    def measured_q(self) -> np.ndarray | None:
+        """Last valid measured position (n_act,) [rad], None before the first."""
+        return None if self._q is None else self._q.copy()
 
     def set_enabled(self, enable: bool, now_ns: int) -> tuple[bool, str]:
         """Request enable (ramp from alpha = 0) or disable (hold). Returns (success, message)."""
@@ -575,15 +585,19 @@ class PartialImpedanceController:
                 return None
             self._set_fault('nan')
             return self._hold(now_ns)
+        rejected = sum(self._estimator.rejected.values())
         sample = self._estimator.update(now_ns if stamp_ns is None else int(stamp_ns), q, qd)
+        if sum(self._estimator.rejected.values()) > rejected:
+            return None  # a rejected sample is skipped; the watchdog sees if they persist
+        self._last_valid_ns = now_ns  # fresh input, even while the estimator warms up
         if sample is None:
-            if self._q is None or not self._estimator.warming_up:
-                return None  # a rejected sample is skipped; the watchdog sees if they persist
+            if self._q is None:
+                return None
+            self._q = q.copy()
             self._set_fault('warming_up')
             return self._hold(now_ns)
         first = self._q is None
         self._q = q.copy()
-        self._last_valid_ns = now_ns
         if first:
             self._latch_hold()
             if self.config.start_enabled:
@@ -596,7 +610,7 @@ class PartialImpedanceController:
     def tick(self, now_ns: int) -> Command | None:
         """Watchdog: a hold command when the last valid state is too old, else None."""
         self._now_ns = now_ns
-        if self._last_valid_ns is None:
+        if self._q is None or self._last_valid_ns is None:
             return None
         if now_ns - self._last_valid_ns > self._stale_ns:
             if self._fault != 'stale':

@@ -1,0 +1,231 @@
+"""The plag_impedance node over real DDS (ROS_DOMAIN_ID 31 and 32).
+
+* Against joint states the test publishes: nothing is commanded before the first valid
+  state; the command then equals the library law; NaN, stale input and ``~/enable false``
+  hold (zero effort); enable ramps again.
+* Closed loop with ``plag_sim`` (position interface, like the real CRANE-X7 driver): the
+  elbow follows a sine while the shoulder tilt holds, the selected elbow -> tilt
+  propagation torque shows on ``~/compensation``.
+* Parameters: config/impedance.yaml declares exactly the node's parameters with its
+  defaults; bad values are refused at start and at run time.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import rclpy
+import yaml
+from rclpy.context import Context
+from rclpy.parameter import Parameter
+from ros_helpers import REPO, RosClient, publish_at_rate, start_node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from std_srvs.srv import SetBool
+
+from plag_ros import messages as msgs
+from plag_ros.control import actuation_matrix
+from plag_ros.dynamics import PartialLagrangian
+from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.nodes.impedance_node import PARAMETERS, ImpedanceNode
+
+NODE = '/plag_impedance'
+RATE_HZ = 200.0
+PERIOD_NS = 5_000_000
+Q0 = np.array([0.0, 0.6, 0.0, -1.4, 0.0, 0.5, 0.0, 0.3])
+TILT, ELBOW = 1, 3
+
+
+@pytest.fixture(scope='module')
+def model() -> RobotModel:
+    return RobotModel.from_urdf(default_urdf_path())
+
+
+def gravity(model, q_act):
+    G, offset = actuation_matrix(model)
+    return G.T @ PartialLagrangian(model).gravity_torque(G @ q_act + offset).numpy()
+
+
+def states(model, q_act, count, start_ns, *, order=None):
+    """``count`` JointState messages (actuated joints, shuffled order) at 200 Hz."""
+    names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    order = list(reversed(range(len(names)))) if order is None else order
+    for c in range(count):
+        yield msgs.joint_state([names[i] for i in order], np.asarray(q_act)[order],
+                               t_ns=start_ns + c * PERIOD_NS)
+
+
+def last_state(collected) -> dict:
+    return json.loads(collected[-1][1].data)
+
+
+def last_active(commands) -> np.ndarray:
+    """Newest command that is not the zero-effort hold (the watchdog holds right after a
+    burst of states ends)."""
+    for _, msg in reversed(commands):
+        if any(msg.data):
+            return np.array(msg.data)
+    raise AssertionError('no active command')
+
+
+def call_enable(client, value: bool) -> SetBool.Response:
+    cli = client.node.create_client(SetBool, f'{NODE}/enable')
+    assert cli.wait_for_service(timeout_sec=20.0)
+    future = cli.call_async(SetBool.Request(data=value))
+    client.wait_for(future.done, 10.0, 'enable service response')
+    return future.result()
+
+
+def test_safety_rules_over_dds(model, tmp_path):
+    client = RosClient(31)
+    commands = client.collect(Float64MultiArray, 'effort_controller/commands')
+    state = client.collect(String, f'{NODE}/state')
+    compensation = client.collect(JointState, f'{NODE}/compensation')
+    pub = client.publisher(JointState, 'joint_states')
+    node = start_node('impedance_node', domain_id=31, log_dir=tmp_path,
+                      params_file=REPO / 'config' / 'impedance.yaml',
+                      params={'command_interface': 'effort', 'start_enabled': True,
+                              'ramp_s': 0.1, 'stale_periods': 10.0})
+    try:
+        client.wait_for_subscribers(pub, timeout=30.0)
+        client.wait_for(lambda: state, 20.0, 'first ~/state')
+        time.sleep(0.5)
+        assert commands == [], 'commanded before any joint state'
+        assert last_state(state)['state'] == 'waiting'
+
+        # Valid states: the hold law at rest is gravity compensation exactly.
+        t0 = time.time_ns()
+        publish_at_rate(pub, states(model, Q0, 100, t0), RATE_HZ)
+        client.wait_for(lambda: len(commands) >= 90, 10.0, 'effort commands')
+        np.testing.assert_allclose(last_active(commands), gravity(model, Q0),
+                                   atol=1e-9)
+        assert any(json.loads(m.data)['state'] == 'enabled' for _, m in state), node.output()
+        assert len(compensation) > 0
+
+        # NaN in the state: zero effort at once, then recovery with a ramp.
+        count = len(commands)
+        bad = Q0.copy()
+        bad[2] = np.nan
+        pub.publish(next(states(model, bad, 1, t0 + 100 * PERIOD_NS)))
+        client.wait_for(lambda: len(commands) > count, 5.0, 'hold command after NaN')
+        assert np.array(commands[count][1].data).tolist() == [0.0] * 8
+        client.wait_for(lambda: any(json.loads(m.data)['reason'] == 'nan' for _, m in state),
+                        5.0, 'nan state')
+        publish_at_rate(pub, states(model, Q0, 60, t0 + 101 * PERIOD_NS), RATE_HZ)
+        client.wait_for(lambda: any(json.loads(m.data)['state'] == 'enabled'
+                                    for _, m in state[-30:]), 5.0, 're-enabled')
+        np.testing.assert_allclose(last_active(commands), gravity(model, Q0),
+                                   atol=1e-9)
+
+        # Stale input: the watchdog holds (zero effort) a few periods later.
+        client.wait_for(lambda: not any(commands[-1][1].data), 5.0, 'watchdog zero effort')
+        client.wait_for(lambda: last_state(state)['reason'] == 'stale', 5.0, 'stale state')
+
+        # Disable: states flow again, but the node only holds; enable ramps again.
+        response = call_enable(client, False)
+        assert response.success
+        t1 = time.time_ns()
+        publish_at_rate(pub, states(model, Q0, 40, t1), RATE_HZ)
+        client.wait_for(lambda: last_state(state)['state'] == 'disabled', 5.0, 'disabled')
+        time.sleep(0.1)
+        assert not any(any(m.data) for _, m in commands[-20:]), 'commanded while disabled'
+        response = call_enable(client, True)
+        assert response.success and response.message.startswith('enabled')
+        publish_at_rate(pub, states(model, Q0, 60, t1 + 40 * PERIOD_NS), RATE_HZ)
+        client.wait_for(lambda: any(json.loads(m.data)['state'] == 'enabled'
+                                    for _, m in state[-30:]), 5.0, 'enabled')
+        np.testing.assert_allclose(last_active(commands), gravity(model, Q0),
+                                   atol=1e-9)
+    finally:
+        code = node.stop()
+        client.close()
+    print(node.log_path.read_text())
+    assert code == 0, node.log_path.read_text()
+
+
+def test_closed_loop_with_sim_node(model, tmp_path):
+    """sim_node + impedance_node in position mode: the elbow swings, the tilt holds."""
+    client = RosClient(32)
+    joint_states = client.collect(JointState, 'joint_states')
+    compensation = client.collect(JointState, f'{NODE}/compensation')
+    commands = client.collect(Float64MultiArray, 'position_controller/commands')
+    q0 = '[' + ', '.join(str(x) for x in Q0) + ']'
+    sim = start_node('sim_node', domain_id=32, log_dir=tmp_path,
+                     params_file=REPO / 'config' / 'sim.yaml',
+                     params={'initial_positions': q0})
+    amplitude = '[' + ', '.join('0.4' if a == ELBOW else '0.0' for a in range(8)) + ']'
+    ctl = start_node('impedance_node', domain_id=32, log_dir=tmp_path,
+                     params_file=REPO / 'config' / 'impedance.yaml',
+                     params={'start_enabled': True, 'ramp_s': 0.2, 'reference.mode': 'sine',
+                             'reference.amplitude': amplitude,
+                             'reference.frequency_hz': '[1.0]'})
+    try:
+        client.wait_for(lambda: len(commands) > 200, 60.0, 'position commands')
+        start = len(joint_states)
+        client.wait_for(lambda: len(joint_states) - start > 400, 30.0, '2 s of joint states')
+        order = None
+        q = []
+        for _, msg in joint_states[start:]:
+            if order is None:
+                names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+                order = [list(msg.name).index(name) for name in names]
+            q.append(np.array(msg.position)[order])
+        q = np.array(q)
+        tilt_dev = np.abs(q[:, TILT] - Q0[TILT]).max()
+        elbow_swing = np.ptp(q[:, ELBOW]) / 2
+        comp = np.array([np.array(m.effort) for _, m in compensation[-200:]])
+        print(f'\n[sim_node + impedance_node, position] elbow swing {elbow_swing:.3f} rad, '
+              f'tilt max deviation {tilt_dev:.4f} rad, tilt compensation up to '
+              f'{np.abs(comp[:, TILT]).max():.3f} N*m')
+        assert elbow_swing > 0.1
+        assert tilt_dev < 0.05
+        assert np.abs(comp[:, TILT]).max() > 0.01           # the selected path is active
+        assert np.abs(np.delete(comp, TILT, axis=1)).max() == 0.0   # and nothing else
+    finally:
+        codes = ctl.stop(), sim.stop()
+        client.close()
+    assert codes == (0, 0), ctl.log_path.read_text() + sim.log_path.read_text()
+
+
+def test_yaml_declares_every_parameter_with_its_default():
+    data = yaml.safe_load((REPO / 'config' / 'impedance.yaml').read_text())
+    params = data['plag_impedance']['ros__parameters']
+
+    def flatten(d, prefix=''):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flatten(value, f'{prefix}{key}.')
+            else:
+                yield f'{prefix}{key}', value
+
+    flat = dict(flatten(params))
+    assert set(flat) == set(PARAMETERS)
+    for name, value in flat.items():
+        assert value == PARAMETERS[name][0], name
+
+
+def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
+    context = Context()
+    rclpy.init(context=context, domain_id=33)
+    try:
+        with pytest.raises(ValueError, match='stiffness must be >= 0'):
+            ImpedanceNode(context=context, parameter_overrides=[
+                Parameter('stiffness', value=[-1.0])])
+        with pytest.raises(ValueError, match='compensate.velocity: .*nope'):
+            ImpedanceNode(context=context, parameter_overrides=[
+                Parameter('compensate.velocity', value=['nope<-*'])])
+        node = ImpedanceNode(context=context)
+        try:
+            result = node.set_parameters([Parameter('damping', value=[1.0, 2.0])])[0]
+            assert not result.successful and '8 entries' in result.reason
+            result = node.set_parameters([Parameter('command_interface', value='effort')])[0]
+            assert not result.successful
+            result = node.set_parameters([Parameter('stiffness', value=[5.0])])[0]
+            assert result.successful
+            assert node.controller.config.stiffness == 5.0
+        finally:
+            node.destroy_node()
+    finally:
+        context.try_shutdown()

@@ -245,7 +245,8 @@ def main() -> int:
               f"{f['p50_ms']:7.2f} {f['p99_ms']:7.2f} {f['max_ms']:7.2f} "
               f"{f['last_p50_ms']:9.2f} {f['last_p99_ms']:9.2f} {f['cpu_cores']:6.2f} "
               f"{f['cpu_s_per_sample'] * 1e3:13.3f}   node received {f['node_received']} "
-              f"published {f['node_published']} rejected {f['node_rejected']}", flush=True)
+              f"published {f['node_published']} rejected {f['node_rejected']} "
+              f"in-callback p50 {f['processing_p50_ms']} ms", flush=True)
     n_samples = max(int(r['sent']) for r in rows)
     rnea_s, decompose_s = pinocchio_peer(n_samples)
     node_s = rows[0]['cpu_s_per_sample']

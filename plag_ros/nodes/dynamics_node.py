@@ -28,7 +28,8 @@ image are published at most ``visualization_rate_hz``.
 The model comes from ``robot_description_source``: ``'topic'`` (default) subscribes to
 ``robot_description`` (transient local, as robot_state_publisher and the CRANE-X7 bring-up
 publish it) and falls back to ``urdf_path`` (or the bundled URDF) after
-``robot_description_timeout`` seconds; ``'parameter'`` parses the ``robot_description``
+``robot_description_timeout`` seconds (a description arriving later still replaces the
+fallback model); ``'parameter'`` parses the ``robot_description``
 parameter; ``'file'`` loads ``urdf_path`` (or the bundled URDF) at once.
 
 Bad input (unknown/missing/repeated joint names, length mismatches, NaN, stamps that do
@@ -82,8 +83,10 @@ _LOG_THROTTLE_S = 2.0
 _DESCRIPTION_SOURCES = ('topic', 'parameter', 'file')
 
 
-def _float(description: str, low: float, high: float) -> ParameterDescriptor:
+def _float(description: str, low: float, high: float, *, read_only: bool = False
+           ) -> ParameterDescriptor:
     return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE, description=description,
+                               read_only=read_only,
                                floating_point_range=[FloatingPointRange(
                                    from_value=low, to_value=high, step=0.0)])
 
@@ -115,7 +118,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         read_only=True)),
     'robot_description_timeout': (5.0, _float(
         'seconds to wait for robot_description before falling back to urdf_path; 0 waits '
-        'forever', 0.0, 3600.0)),
+        'forever', 0.0, 3600.0, read_only=True)),
     'frame_id': ('', _str('frame of stamped outputs and markers; empty: the URDF root link',
                           read_only=True)),
     'filter.cutoff_hz': (10.0, _float('low-pass -3 dB frequency [Hz], below rate_hz / 2',
@@ -139,7 +142,8 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     'publish_bodies': (True, ParameterDescriptor(
         type=ParameterType.PARAMETER_BOOL,
         description='publish ~/body/<body> (one JointState per body)')),
-    'diagnostics_period': (1.0, _float('period of /diagnostics [s]', 0.05, 3600.0)),
+    'diagnostics_period': (1.0, _float('period of /diagnostics [s]', 0.05, 3600.0,
+                                       read_only=True)),
     'input_depth': (50, _int('history depth of the joint_states subscription (reliable, keep '
                              'last): 50 = 250 ms at 200 Hz', 1, 100000, read_only=True)),
     # A reliable keep-last writer drops samples a slow reader has not acknowledged once its
@@ -191,6 +195,7 @@ class DynamicsNode(Node):
         self._image_limit = float(values['image_limit'])
 
         self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
+        self._clock = self.get_clock()
         self._last_log: dict[str, float] = {}
         self._window = _Window()
         self._totals = {'received': 0, 'published': 0}
@@ -401,7 +406,8 @@ class DynamicsNode(Node):
         done = time.perf_counter_ns()
         window.published += 1
         window.processing_ns.append(done - t_in)
-        window.latency_ns.append(time.time_ns() - t_ns)
+        # Input stamp to publish done on the node's clock (wall time, or /clock on replays).
+        window.latency_ns.append(self._clock.now().nanoseconds - t_ns)
 
     def _publish(self, t_ns: int, sample, out: dict[str, np.ndarray]) -> None:
         live = self._messages
@@ -467,7 +473,8 @@ class DynamicsNode(Node):
         status = msgs.diagnostic_status(
             f'{self.get_fully_qualified_name()}: decomposition', level, message, values,
             hardware_id=self._model.name if self._model is not None else '')
-        self._pub_diag.publish(msgs.diagnostic_array([status], t_ns=time.time_ns()))
+        self._pub_diag.publish(msgs.diagnostic_array(
+            [status], t_ns=self._clock.now().nanoseconds))
 
 
 def main(args: list[str] | None = None) -> None:

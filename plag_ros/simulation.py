@@ -295,6 +295,8 @@ class Simulator:
         self._damping = (G ** 2).T @ model.damping
         self._coulomb = np.abs(G).T @ model.friction
         self._effort_limit = model.effort_limit[self._independent].copy()
+        self._zeros, self._inf = np.zeros(m), np.full(m, np.inf)
+        self._servo_on, self._servo_off = np.ones(m, dtype=bool), np.zeros(m, dtype=bool)
 
         cfg = self.config
         if cfg.kp is None or cfg.kd is None:
@@ -492,19 +494,18 @@ class Simulator:
         M, bias = self.engine.mass_matrix_and_bias(G @ z + self._o, G @ v)
         M, bias = M.cpu().numpy(), bias.cpu().numpy()
         A = G.T @ M @ G
-        m = z.size
-        inf = np.full(m, np.inf)
+        inf = self._inf
         limit = self._effort_limit if cfg.effort_saturation else inf
-        zeros = np.zeros(m)
+        zeros = self._zeros
         tau_const = zeros
         if self._mode == 'effort':
-            tau_const = np.clip(self._effort_cmd, -limit, limit)
-            g_s, h_s, servo = zeros, zeros, np.zeros(m, dtype=bool)
+            tau_const = np.minimum(np.maximum(self._effort_cmd, -limit), limit)
+            g_s, h_s, servo = zeros, zeros, self._servo_off
         else:
             # tau = sat(Kp (q_cmd - q - dt w) - Kd w) with w the new velocity (implicit).
             g_s = self._kp * (self._position_cmd - z)
             h_s = self._kp * dt + self._kd
-            servo = np.ones(m, dtype=bool)
+            servo = self._servo_on
         if cfg.joint_limits:
             lo, hi = (self._lower - z) / dt, (self._upper - z) / dt
         else:
@@ -519,18 +520,18 @@ class Simulator:
         if self._mode == 'effort':
             effort = tau_const
         else:
-            effort = np.clip(g_s - h_s * w, -limit, limit)
+            effort = np.minimum(np.maximum(g_s - h_s * w, -limit), limit)
         # Generalized friction: R(w) = dt (friction - servo torque) + stop reaction.
         servo_torque = effort if self._mode == 'position' else zeros
         reaction = (c - A @ w) / dt + servo_torque
         slip = np.abs(w) > 1e-12
         friction = np.where(slip, law.d * w + law.f * np.sign(w),
-                            np.clip(reaction, -law.f, law.f))
+                            np.minimum(np.maximum(reaction, -law.f), law.f))
         self._a = (w - v) / dt
         self._v = w
         z_new = z + dt * w
         if cfg.joint_limits:
-            z_new = np.clip(z_new, self._lower, self._upper)
+            z_new = np.minimum(np.maximum(z_new, self._lower), self._upper)
         self._z = z_new
         self._effort = effort
         self._friction = friction
@@ -626,15 +627,37 @@ class Simulator:
         return float(0.5 * w @ A @ w - c @ w
                      + dt * np.sum(0.5 * law.d * w * w + law.f * np.abs(w) + servo))
 
-    def _linear(self, A, c, pinned, alpha, beta, w_pin) -> np.ndarray:
+    @staticmethod
+    def _linear(A, c, pinned, alpha, beta, w_pin) -> np.ndarray:
         """Solve the linear system of one guess of pieces (pinned coordinates fixed)."""
+        if not pinned.any():     # the common case while moving: one dense solve
+            K = A.copy()
+            K.flat[::K.shape[0] + 1] += alpha
+            return np.linalg.solve(K, c - beta)
         w = np.where(pinned, w_pin, 0.0)
-        free = ~pinned
-        if free.any():
-            Aff = A[np.ix_(free, free)] + np.diag(alpha[free])
-            rhs = c[free] - beta[free] - A[np.ix_(free, pinned)] @ w[pinned]
-            w[free] = np.linalg.solve(Aff, rhs)
+        free = np.flatnonzero(~pinned)
+        if free.size:
+            fixed = np.flatnonzero(pinned)
+            K = A[np.ix_(free, free)]
+            K.flat[::free.size + 1] += alpha[free]
+            rhs = c[free] - beta[free] - A[np.ix_(free, fixed)] @ w[fixed]
+            w[free] = np.linalg.solve(K, rhs)
         return w
+
+    @staticmethod
+    def _law_bounds(law: _Law, w: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """Left and right limits of R at ``w`` (k,) in one pass (see :meth:`_law_value`)."""
+        base = law.d * w
+        if law.servo.any():
+            base = base - np.where(law.servo,
+                                   np.minimum(np.maximum(law.g - law.h * w, -law.T), law.T),
+                                   0.0)
+        sgn = np.sign(w)
+        left = dt * (base + law.f * np.where(w == 0.0, -1.0, sgn))
+        right = dt * (base + law.f * np.where(w == 0.0, 1.0, sgn))
+        left[w <= law.lo] = -np.inf
+        right[w >= law.hi] = np.inf
+        return left, right
 
     def _solve(self, A: np.ndarray, c: np.ndarray, law: _Law, dt: float,
                previous: np.ndarray) -> np.ndarray:
@@ -645,14 +668,15 @@ class Simulator:
 
         def solved(w: np.ndarray) -> bool:
             lam = c - A @ w   # must lie in R(w), a vertical segment where w is pinned
+            left, right = self._law_bounds(law, w, dt)
             with np.errstate(invalid='ignore'):
                 return bool(np.all((law.lo <= w) & (w <= law.hi)
-                                   & (self._law_value(law, w, -1, dt) - tol_f <= lam)
-                                   & (lam <= self._law_value(law, w, 1, dt) + tol_f)))
+                                   & (left - tol_f <= lam) & (lam <= right + tol_f)))
 
         # 1. Pieces of the previous step's solution (they rarely change from step to step).
         w_prev, pinned, alpha, beta = self._pieces(law, previous, dt)
-        w = self._linear(A, c, pinned, alpha, beta, np.clip(w_prev, law.lo, law.hi))
+        w = self._linear(A, c, pinned, alpha, beta,
+                         np.minimum(np.maximum(w_prev, law.lo), law.hi))
         if solved(w):
             return w
         # 2. Globalised semi-smooth Newton: a Gauss-Seidel sweep (exact coordinate descent)

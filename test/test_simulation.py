@@ -337,3 +337,30 @@ def test_stiff_finger_servo_is_stable_without_overshoot_or_chatter(crane, fricti
     assert abs(q[-1] - rest) < 1e-3 and abs(qd[-1]) < 0.01
     signs = np.sign(qd[np.abs(qd) > 0])
     assert np.count_nonzero(np.diff(signs)) == 0, 'finger velocity chatters'
+
+
+def test_steps_at_exact_rest_are_skipped_without_changing_the_result(crane):
+    q0 = np.array([0.0, 0.5, 0.0, -0.9, 0.0, 0.4, 0.0, 0.2])
+    goal = q0 + 0.1
+    runs = []
+    for skip in (True, False):
+        sim = Simulator(crane, SimulatorConfig(skip_rest=skip))
+        sim.reset(q0)
+        sim.set_position_command(q0)
+        sim.step(1.0)                 # sags under gravity, then sticks
+        assert not sim.state.qd.any()
+        before = sim.evaluations
+        sim.step(0.5)
+        idle = sim.evaluations - before
+        sim.set_position_command(q0)  # the same command again: still at rest
+        sim.step(0.1)
+        sim.set_position_command(goal)
+        moving = sim.step(0.05)
+        runs.append((sim.state, idle, sim.evaluations - before))
+    (rested, idle_skip, total_skip), (computed, idle_full, total_full) = runs
+    assert idle_skip == 0 and idle_full == 500
+    assert total_skip == 50 and total_full == 650
+    assert np.any(moving.qd != 0.0)
+    for field in ('q', 'qd', 'qdd', 'effort', 'friction'):
+        np.testing.assert_array_equal(getattr(rested, field), getattr(computed, field))
+    assert rested.t == pytest.approx(computed.t)

@@ -36,8 +36,11 @@ steps of ``1 / physics_rate_hz`` as wall time has advanced (at most
 ``max_steps_per_tick``, and no more than fit in 80 % of the tick period; time beyond that
 is dropped and counted as ``overrun_steps``, so a busy machine slows the simulated robot
 down instead of piling up work or thinning out joint_states), then publishes one joint
-state stamped with the node clock. The achieved physics rate and the process CPU
-share are reported on ``/diagnostics`` and logged every ``report_period`` seconds.
+state stamped with the node clock. A robot at exact rest (stuck by friction or stops,
+command unchanged) costs next to nothing: such steps have the same inputs as the last one
+and are skipped (``SimulatorConfig.skip_rest``). The achieved physics rate, the rate of
+computed steps and the process CPU share are reported on ``/diagnostics`` and logged every
+``report_period`` seconds.
 """
 from __future__ import annotations
 
@@ -192,7 +195,8 @@ class SimNode(Node):
         self._start = time.monotonic()
         self._steps_due_from: float | None = None  # wall time the step schedule counts from
         self._scheduled = 0                         # physics steps taken on this schedule
-        self._window = (time.monotonic(), time.process_time(), self.sim.steps, 0)
+        self._window = (time.monotonic(), time.process_time(), self.sim.steps, 0,
+                        self.sim.evaluations)
         self._timer = self.create_timer(1.0 / float(values['publish_rate_hz']), self._on_tick)
         self._report_timer = self.create_timer(float(values['report_period']), self._report)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -331,13 +335,16 @@ class SimNode(Node):
 
     def _report(self) -> None:
         now, cpu = time.monotonic(), time.process_time()
-        t0, cpu0, steps0, published0 = self._window
+        t0, cpu0, steps0, published0, evaluations0 = self._window
         elapsed = max(now - t0, 1e-9)
         physics_hz = (self.sim.steps - steps0) / elapsed
+        computed_hz = (self.sim.evaluations - evaluations0) / elapsed
         publish_hz = (self.counters['published'] - published0) / elapsed
         cpu_percent = 100.0 * (cpu - cpu0) / elapsed
-        self._window = (now, cpu, self.sim.steps, self.counters['published'])
-        values = {'physics_rate_hz': physics_hz, 'publish_rate_hz': publish_hz,
+        self._window = (now, cpu, self.sim.steps, self.counters['published'],
+                        self.sim.evaluations)
+        values = {'physics_rate_hz': physics_hz, 'computed_steps_hz': computed_hz,
+                  'publish_rate_hz': publish_hz,
                   'cpu_percent': cpu_percent, 'sim_time_s': self.sim.state.t,
                   'wall_time_s': now - self._start, 'mode': self.sim.mode,
                   'solver_fallbacks': self.sim.solver_fallbacks}
@@ -351,9 +358,10 @@ class SimNode(Node):
             f'physics {physics_hz:.0f} Hz of {target:g}', values,
             hardware_id=self.model.name)], t_ns=self.get_clock().now().nanoseconds))
         self.get_logger().info(
-            f'physics {physics_hz:.0f} Hz (target {target:g}), joint_states {publish_hz:.0f} '
-            f'Hz, CPU {cpu_percent:.0f} %, {self.counters["overrun_steps"]} steps dropped, '
-            f'rejected {sum(self.rejected.values())}')
+            f'physics {physics_hz:.0f} Hz (target {target:g}; {computed_hz:.0f} Hz computed, '
+            f'the rest at exact rest), joint_states {publish_hz:.0f} Hz, CPU '
+            f'{cpu_percent:.0f} %, {self.counters["overrun_steps"]} steps dropped, rejected '
+            f'{sum(self.rejected.values())}')
 
 
 def main(args: list[str] | None = None) -> None:

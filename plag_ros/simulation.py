@@ -40,6 +40,9 @@ Choices (and why):
   (no penetration, no bounce, no stiff spring to tune).
 * **Effort saturation** clips every motor torque at the URDF effort limit, effort commands as
   well as the servo's output.
+* **Exact rest is free.** A step that leaves every velocity exactly zero (stuck by friction or
+  a stop) with the command unchanged has the same inputs as the next one, so the next is
+  skipped (``SimulatorConfig.skip_rest``): an idle simulated arm costs no engine passes.
 
 Per step the velocity ``w`` solves the monotone inclusion ``A w + R(w) ∋ c`` with
 ``A = G^T M G`` (SPD), ``c = A v + dt (tau_const - G^T b)`` and ``R`` a separable, piecewise

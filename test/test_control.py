@@ -7,6 +7,8 @@ Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -435,3 +437,22 @@ def test_hold_reference_is_default(engine):
     ctl = PartialImpedanceController(engine, ImpedanceConfig(start_enabled=True))
     assert isinstance(ctl.reference, HoldReference)
     assert ctl.joint_names[-1] == 'crane_x7_gripper_finger_a_joint'
+
+
+def test_three_link_study_writes_the_papers_figures(tmp_path):
+    """examples/three_link_study.py: Figures 10-14 and the seed 002 observations."""
+    import importlib.util
+    import json
+
+    path = Path(__file__).resolve().parents[1] / 'examples' / 'three_link_study.py'
+    spec = importlib.util.spec_from_file_location('three_link_study', path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert study.main([str(tmp_path), '--duration', '4', '--no-control']) == 0
+    for name in ('fig10_motion', 'fig11_joint_torque', 'fig12_partial_torque_joint1',
+                 'fig13_velocity_propagation_joint1', 'fig14_acceleration_propagation_joint1'):
+        assert (tmp_path / f'{name}.png').stat().st_size > 10_000
+    summary = json.loads((tmp_path / 'summary.json').read_text())
+    assert summary['max_abs_tau12p_first_3s'] == 0.0      # link 2 rests: nothing from it
+    assert summary['max_abs_tau13p_acceleration'] > 0.1   # link 3 moves: it shows
+    assert summary['max_abs_sum_partial_minus_torque'] < 1e-12

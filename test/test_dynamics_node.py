@@ -9,11 +9,14 @@ estimator configuration and engine: they must agree to 1e-9.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
 from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -272,9 +275,6 @@ def test_bad_input_is_counted_and_never_published(graph, model):
 
 def test_parameters_are_validated_live(graph):
     """An invalid filter setting is refused by the running node; a valid one is taken."""
-    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-    from rcl_interfaces.srv import SetParameters
-
     client = graph[0]
     service = client.node.create_client(SetParameters, f'{NODE}/set_parameters')
     assert service.wait_for_service(timeout_sec=10.0)
@@ -290,3 +290,35 @@ def test_parameters_are_validated_live(graph):
     refused = set_cutoff(150.0)   # above Nyquist of the 200 Hz design rate
     assert not refused.successful and 'cutoff_hz' in refused.reason
     assert set_cutoff(10.0).successful
+
+
+def _set(client, name: str, value: ParameterValue):
+    service = client.node.create_client(SetParameters, f'{NODE}/set_parameters')
+    assert service.wait_for_service(timeout_sec=10.0)
+    future = service.call_async(SetParameters.Request(parameters=[
+        Parameter(name=name, value=value)]))
+    client.wait_for(future.done, 10.0, 'set_parameters reply')
+    client.node.destroy_client(service)
+    return future.result().results[0]
+
+
+def test_output_rate_decimates_outputs_not_the_estimator(graph, model):
+    client, node, _, out = graph
+    rate = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=50.0)
+    assert _set(client, 'output_rate_hz', rate).successful
+    try:
+        _clear(out)
+        sent = _trajectory(model, _driver_names(model), t0_ns=3_000_000_000_000, count=100)
+        every = _reproduce(model, sent)          # the estimator runs on every sample
+        expected, last = [], -math.inf
+        for t_ns, values in every:
+            if t_ns - last >= 20_000_000:        # 50 Hz on the stamps
+                expected.append((t_ns, values))
+                last = t_ns
+        assert 20 <= len(expected) <= 26
+        _stream(graph, model, sent, len(expected))
+        time.sleep(0.5)   # nothing more may arrive
+        _check_outputs(model, out, expected)
+    finally:
+        rate.double_value = 0.0
+        assert _set(client, 'output_rate_hz', rate).successful

@@ -23,7 +23,9 @@ topic (relative)            type                               content
 
 Float64MultiArray has no header: every accepted sample publishes each topic exactly once,
 in the order above, right after ``~/joint_states`` carrying the stamp. Markers and the
-image are published at most ``visualization_rate_hz``.
+image are published at most ``visualization_rate_hz``; ``output_rate_hz`` (default 0:
+every sample) decimates all outputs for fast inputs (1 kHz) while the estimator still takes
+every sample.
 
 The model comes from ``robot_description_source``: ``'topic'`` (default) subscribes to
 ``robot_description`` (transient local, as robot_state_publisher and the CRANE-X7 bring-up
@@ -133,6 +135,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         constraints="one of 'position', 'measured'")),
     'filter.min_spacing_periods': (0.2, _float('stamp steps shorter than this many periods '
                                                'are rejected', 0.0, 0.999)),
+    'output_rate_hz': (0.0, _float('max rate of the decomposition outputs [Hz] (stamp time); '
+                                   'the estimator still takes every sample. 0: every sample',
+                                   0.0, 100000.0)),
     'visualization_rate_hz': (20.0, _float('max rate of ~/markers and ~/partial_image [Hz]; '
                                            '0 disables them', 0.0, 10000.0)),
     'marker_scale': (0.02, _float('arrow length per unit torque [m/(N*m)]', 0.0, 100.0)),
@@ -162,6 +167,7 @@ class _Window:
         self.start = time.monotonic()
         self.received = 0
         self.published = 0
+        self.decimated = 0
         self.latency_ns: list[int] = []      # input stamp -> publish done (wall clock)
         self.processing_ns: list[int] = []   # callback entry -> publish done
 
@@ -189,6 +195,8 @@ class DynamicsNode(Node):
 
         self._frame_param = str(values['frame_id'])
         self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
+        self._out_period_ns = self._period_ns(values['output_rate_hz'])
+        self._last_out_ns = 0
         self._marker_scale = float(values['marker_scale'])
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
@@ -198,7 +206,7 @@ class DynamicsNode(Node):
         self._clock = self.get_clock()
         self._last_log: dict[str, float] = {}
         self._window = _Window()
-        self._totals = {'received': 0, 'published': 0}
+        self._totals = {'received': 0, 'published': 0, 'decimated': 0}
         self._last_vis_ns = 0
         self._model: RobotModel | None = None
         self._model_source = 'none'
@@ -286,6 +294,7 @@ class DynamicsNode(Node):
         if any(name.startswith('filter.') for name in names):
             self._pending_config = self._estimator_config(values)  # applied by the hot path
         self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
+        self._out_period_ns = self._period_ns(values['output_rate_hz'])
         self._marker_scale = float(values['marker_scale'])
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
@@ -393,6 +402,13 @@ class DynamicsNode(Node):
                         self._reject(reason, f'estimator refused the sample stamped {t_ns} ns')
                 self._estimator_counts = counts
             return
+        if self._out_period_ns:
+            # Decimated output: the estimator has seen every sample; decompose and publish
+            # at most output_rate_hz (stamp time).
+            if t_ns - self._last_out_ns < self._out_period_ns:
+                window.decimated += 1
+                return
+            self._last_out_ns = t_ns
         try:
             out = self._engine.decompose(sample.q, sample.qd, sample.qdd).numpy()
         except ValueError as err:
@@ -437,6 +453,7 @@ class DynamicsNode(Node):
         elapsed = max(time.monotonic() - window.start, 1e-9)
         self._totals['received'] += window.received
         self._totals['published'] += window.published
+        self._totals['decimated'] += window.decimated
         latency = np.array(window.latency_ns, dtype=np.float64) * 1e-6
         processing = np.array(window.processing_ns, dtype=np.float64) * 1e-6
 
@@ -452,6 +469,7 @@ class DynamicsNode(Node):
             'processing_p50_ms': pct(processing, 50),
             'processing_p99_ms': pct(processing, 99),
             'received': self._totals['received'], 'published': self._totals['published'],
+            'decimated': self._totals['decimated'],
             'rejected': rejected_total,
         }
         values.update({f'rejected.{reason}': count for reason, count in self.rejected.items()})
@@ -464,10 +482,10 @@ class DynamicsNode(Node):
             level, message = msgs.DiagnosticLevel.ERROR, 'no robot model'
         elif window.received == 0:
             level, message = msgs.DiagnosticLevel.WARN, 'no joint_states'
-        elif window.published < window.received:
+        elif window.published + window.decimated < window.received:
             level, message = msgs.DiagnosticLevel.WARN, (
-                f'{window.received - window.published} of {window.received} joint_states '
-                'not decomposed (warm-up or rejected)')
+                f'{window.received - window.published - window.decimated} of '
+                f'{window.received} joint_states not decomposed (warm-up or rejected)')
         else:
             level, message = msgs.DiagnosticLevel.OK, 'decomposing'
         status = msgs.diagnostic_status(

@@ -272,8 +272,12 @@ def _apply_inertia(ops, mass, com, I_com, x):
     return ops.concat([angular, linear], -1)
 
 
-def _closed_form(c: _Constants, q, qd, qdd) -> _FlatDecomposition:
-    """The closed form of the module docstring over a flat batch (N, n) of one library."""
+def _closed_form(c: _Constants, q, qd, qdd, *, tables: bool = True) -> _FlatDecomposition:
+    """The closed form of the module docstring over a flat batch (N, n) of one library.
+
+    With ``tables=False`` only ``torque`` and the pair mass entries are returned (the
+    forward-dynamics case): the dense (n, B, n) tables are never built.
+    """
     ops = c.ops
     N, n = q.shape
     B = c.n_bodies
@@ -298,16 +302,20 @@ def _closed_form(c: _Constants, q, qd, qdd) -> _FlatDecomposition:
     acc_pairs = M_pairs * qdd[:, None, ps]
     vel_pairs = 0.5 * Z[..., P:] * c.pair_mask_k * qd[:, None, ps]
 
+    # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
+    mg = ops.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)             # (N, B, 3)
+    wrench = ops.concat([ops.cross(com, mg), mg], -1)                           # (N, B, 6)
+    gravity = (S @ wrench.swapaxes(1, 2)) * c.mask_ki                           # (N, n, B)
+    if not tables:
+        torque = (acc_pairs + vel_pairs).sum(-1) + gravity.sum(-1)
+        return _FlatDecomposition(torque, None, None, None, None, None, M_pairs)
+
     def dense(pairs):
         out = ops.zeros((N, n, B * n), pairs)
         out[..., c.pair_flat] = pairs
         return out.reshape(N, n, B, n)
 
     acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
-    # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
-    mg = ops.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)             # (N, B, 3)
-    wrench = ops.concat([ops.cross(com, mg), mg], -1)                           # (N, B, 6)
-    gravity = (S @ wrench.swapaxes(1, 2)) * c.mask_ki                           # (N, n, B)
     partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
     return _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
                               _friction(c, qd, 0.0), M_pairs)
@@ -425,13 +433,14 @@ class PartialLagrangian:
         (q, qd, qdd), batch, c = self._prepare(q=q, qd=qd, qdd=qdd)
         return self._decompose_flat(c, q, qd, qdd).reshape(batch, self._to_torch)
 
-    def _decompose_flat(self, c: _Constants, q, qd, qdd) -> _FlatDecomposition:
+    def _decompose_flat(self, c: _Constants, q, qd, qdd, *,
+                        tables: bool = True) -> _FlatDecomposition:
         if c.ops is _NumpyOps:
-            return _closed_form(c, q, qd, qdd)
+            return _closed_form(c, q, qd, qdd, tables=tables)
         with torch.inference_mode():
             N, size = q.shape[0], self.chunk_size
-            if N <= size:
-                return _closed_form(c, q, qd, qdd)
+            if N <= size or not tables:
+                return _closed_form(c, q, qd, qdd, tables=tables)
             # Long batches go through in cache-sized chunks: on a whole bag every pair
             # intermediate would spill to memory (measured about 2x slower).
             parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
@@ -448,7 +457,7 @@ class PartialLagrangian:
     def mass_matrix_and_bias(self, q, qd) -> tuple[Tensor, Tensor]:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
         (q, qd), batch, c = self._prepare(q=q, qd=qd)
-        flat = self._decompose_flat(c, q, qd, 0.0 * q)
+        flat = self._decompose_flat(c, q, qd, 0.0 * q, tables=False)
         n = self.model.n_joints
         M = (flat.mass @ c.pair_onehot_source).reshape(*batch, n, n)
         return self._to_torch(M), self._to_torch(flat.torque.reshape(*batch, n))

@@ -109,8 +109,8 @@ def test_safety_rules_over_dds(model, tmp_path):
         bad = Q0.copy()
         bad[2] = np.nan
         pub.publish(next(states(model, bad, 1, t0 + 100 * PERIOD_NS)))
-        client.wait_for(lambda: len(commands) > count, 5.0, 'hold command after NaN')
-        assert np.array(commands[count][1].data).tolist() == [0.0] * 8
+        client.wait_for(lambda: any(not any(m.data) for _, m in commands[count:]), 5.0,
+                        'zero-effort hold after NaN')
         client.wait_for(lambda: any(json.loads(m.data)['reason'] == 'nan' for _, m in state),
                         5.0, 'nan state')
         publish_at_rate(pub, states(model, Q0, 60, t0 + 101 * PERIOD_NS), RATE_HZ)
@@ -129,8 +129,8 @@ def test_safety_rules_over_dds(model, tmp_path):
         t1 = time.time_ns()
         publish_at_rate(pub, states(model, Q0, 40, t1), RATE_HZ)
         client.wait_for(lambda: last_state(state)['state'] == 'disabled', 5.0, 'disabled')
-        time.sleep(0.1)
-        assert not any(any(m.data) for _, m in commands[-20:]), 'commanded while disabled'
+        client.wait_for(lambda: len(commands) > 20 and not any(
+            any(m.data) for _, m in commands[-20:]), 5.0, 'only zero effort while disabled')
         response = call_enable(client, True)
         assert response.success and response.message.startswith('enabled')
         publish_at_rate(pub, states(model, Q0, 60, t1 + 40 * PERIOD_NS), RATE_HZ)

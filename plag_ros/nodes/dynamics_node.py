@@ -196,7 +196,7 @@ class DynamicsNode(Node):
         self._frame_param = str(values['frame_id'])
         self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
         self._out_period_ns = self._period_ns(values['output_rate_hz'])
-        self._last_out_ns = 0
+        self._next_out_ns = 0
         self._marker_scale = float(values['marker_scale'])
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
@@ -405,10 +405,13 @@ class DynamicsNode(Node):
         if self._out_period_ns:
             # Decimated output: the estimator has seen every sample; decompose and publish
             # at most output_rate_hz (stamp time).
-            if t_ns - self._last_out_ns < self._out_period_ns:
+            if t_ns < self._next_out_ns:
                 window.decimated += 1
                 return
-            self._last_out_ns = t_ns
+            # Keep the phase so the mean rate is output_rate_hz; resynchronise after a gap.
+            self._next_out_ns += self._out_period_ns
+            if self._next_out_ns <= t_ns:
+                self._next_out_ns = t_ns + self._out_period_ns
         try:
             out = self._engine.decompose(sample.q, sample.qd, sample.qdd).numpy()
         except ValueError as err:

@@ -161,6 +161,8 @@ class Summary:
         else:
             latency = 'latency -'
         d = self.diagnostics
+        if d.get('latency_p99_ms', 'nan') != 'nan':
+            latency += f" (node p99 {_num(d['latency_p99_ms']).strip()} ms)"  # before DDS out
         rate_in = d.get('input_rate_hz', '-')
         rejected = d.get('rejected', '-')
         reasons = [f"{key.removeprefix('rejected.')} {value}" for key, value in d.items()
@@ -216,7 +218,9 @@ def _monitor(children: list[_Child], *, duration: float | None, startup_timeout:
 
     summary = Summary()
     context = rclpy.Context()
-    rclpy.init(context=context)
+    # No rclpy signal handlers here: this process's Ctrl-C must reach the finally blocks
+    # that stop the node subprocesses, as a KeyboardInterrupt.
+    rclpy.init(context=context, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
     node = rclpy.create_node('plag_monitor', context=context)
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -285,7 +289,7 @@ def _monitor(children: list[_Child], *, duration: float | None, startup_timeout:
                 print(dead[0].tail(), file=sys.stderr)
                 status = 1
                 break
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
         pass
     finally:
         executor.shutdown()
@@ -304,9 +308,18 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     print(f'plag-ros: starting {", ".join(s.module for s in specs)} '
           f"(ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}, logs in {log_dir})",
           flush=True)
-    children = [_Child(spec, log_dir) for spec in specs]
+    # Ctrl-C, `kill` and a closed terminal all stop the nodes cleanly. An explicit SIGINT
+    # handler also undoes the SIG_IGN a non-interactive shell gives background jobs, which
+    # the node subprocesses would otherwise inherit (and then ignore Ctrl-C).
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                       signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    children = []
     status = 1
     try:
+        children.extend(_Child(spec, log_dir) for spec in specs)
         status = _monitor(children, duration=args.duration,
                           startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout)
     except KeyboardInterrupt:
@@ -318,7 +331,13 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
                 print(f'plag-ros: {child.spec.module} exited with {code}', file=sys.stderr)
                 print(child.tail(), file=sys.stderr)
                 status = status or 1
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return status
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f'signal {signum}')
 
 
 def _dynamics_spec(args: argparse.Namespace, source: str) -> NodeSpec:

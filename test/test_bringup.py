@@ -23,7 +23,8 @@ from plag_ros.model import RobotModel, default_urdf_path
 
 DOMAIN_ID = 14
 LINE = re.compile(r'^t=\s*(\d+\.\d)s\s+in\s+(\S+) Hz\s+out\s+(\S+) Hz\s+latency p50 (\S+) ms '
-                  r'p99 (\S+) ms\s+rejected (\d+)(?: \(([^)]*)\))?\s+paths: (.*)$')
+                  r'p99 (\S+) ms(?: \(node [^)]*\))?\s+rejected (\d+)(?: \(([^)]*)\))?'
+                  r'\s+paths: (.*)$')
 
 
 def _summary_lines(stdout: str) -> list[re.Match]:

@@ -10,8 +10,8 @@ partial-impedance controller (config/impedance.yaml) on sim time, to study the c
 would have sent during the recorded motion (nothing executes them on a replay).
 
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
-[loop:=true] [rviz:=true] [control:=true]``. Without a ROS install: ``plag-ros replay BAG --clock`` and
-``dynamics_node --ros-args -p use_sim_time:=true`` do the same.
+[loop:=true] [rviz:=true] [control:=true]``. Without a ROS install, ``plag-ros replay BAG
+--clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do the same.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.actions import DeclareLaunchArgument, ExecuteProcess

@@ -93,6 +93,8 @@ class AnalysisOptions:
         publish_bodies: write ``~/body/<body>`` topics.
         frame_id: frame of stamped outputs (empty: the URDF root link).
         storage: output bag storage, 'mcap' or 'sqlite3'.
+        npz_level: deflate level of the npz (1: fastest; 0: stored uncompressed, several
+            times faster to write for long bags, still loadable by ``np.load``).
         products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
         progress: show a progress bar (None: on a terminal for long bags).
     """
@@ -107,6 +109,7 @@ class AnalysisOptions:
     publish_bodies: bool = True
     frame_id: str = ''
     storage: str = 'mcap'
+    npz_level: int = 1
     products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
     progress: bool | None = None
 
@@ -118,6 +121,8 @@ class AnalysisOptions:
             raise ValueError(f'unknown products {sorted(unknown)}')
         if self.visualization_rate_hz < 0.0:
             raise ValueError('visualization_rate_hz must be >= 0')
+        if not 0 <= self.npz_level <= 9:
+            raise ValueError(f'npz_level must be in 0..9, got {self.npz_level}')
 
 
 class Analysis(NamedTuple):
@@ -498,10 +503,11 @@ def image_template_pixels(image) -> int:
 # --- files --------------------------------------------------------------------------------
 
 
-def _save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """Compressed ``.npz`` (deflate level 1: the tables are large, speed matters more)."""
-    with zipfile.ZipFile(path, 'w', compression=zipfile.ZIP_DEFLATED,
-                         compresslevel=1) as zf:
+def _save_npz(path: Path, arrays: Mapping[str, np.ndarray], level: int = 1) -> None:
+    """``.npz`` written entry by entry (deflate ``level``; 0 = stored), as ``np.savez``."""
+    compression = zipfile.ZIP_DEFLATED if level else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, 'w', compression=compression,
+                         compresslevel=level or None) as zf:
         for name, value in arrays.items():
             value = np.asarray(value)
             with zf.open(f'{name}.npy', 'w', force_zip64=True) as f:
@@ -702,7 +708,7 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
                 arrays['input_qd'] = js.qd
             if js.effort is not None:
                 arrays['input_effort'] = js.effort
-            _save_npz(out / 'analysis.npz', arrays)
+            _save_npz(out / 'analysis.npz', arrays, options.npz_level)
             return out / 'analysis.npz'
 
         errors: list[BaseException] = []
@@ -824,6 +830,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help='rate of markers and image in the output bag (0: none)')
     parser.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap',
                         help='output bag storage')
+    parser.add_argument('--npz-level', type=int, default=1, choices=range(10),
+                        metavar='0-9', help='deflate level of analysis.npz (0: uncompressed)')
     parser.add_argument('--skip', action='append', default=[],
                         choices=('bag', 'npz', 'csv', 'plots', 'summary'),
                         help='product not to write (repeatable)')
@@ -840,6 +848,7 @@ def run(args: argparse.Namespace) -> int:
         options = AnalysisOptions(
             causal=args.causal, estimator=estimator, chunk=args.chunk,
             visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,
+            npz_level=args.npz_level,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)
         timings: dict[str, float] = {}

@@ -62,6 +62,7 @@ __all__ = [
     'bag_topics',
     'cdr_encode',
     'open_bag',
+    'pick_joint_state_topic',
     'prepare_output',
     'qos_profile',
     'read_joint_states',
@@ -346,7 +347,9 @@ def _decode_slow(raws: list[bytes], index: list[int], store: Typestore,
     return blocks
 
 
-def _pick_topic(reader: Reader, topic: str | None, path: Path) -> str:
+def pick_joint_state_topic(reader: Reader, topic: str | None, path: Path) -> str:
+    """The JointState topic to read: ``topic`` if given (checked), else ``/joint_states``,
+    else the only JointState topic; TopicError listing the bag's topics otherwise."""
     topics = reader.topics
     listing = ', '.join(f'{name} [{info.msgtype}]' for name, info in sorted(topics.items())) \
         or 'none'
@@ -394,7 +397,7 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
         raise ValueError(f"stamp must be 'header' or 'receive', got {stamp!r}")
     path = Path(path)
     with open_bag(path) as reader:
-        topic = _pick_topic(reader, topic, path)
+        topic = pick_joint_state_topic(reader, topic, path)
         distro = reader.ros_distro
         connections = [c for c in reader.connections if c.topic == topic]
         receive: list[int] = []
@@ -456,7 +459,7 @@ def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topi
     keep = np.flatnonzero(covered)
     if stamp == 'header' and keep.size and not t[keep].any():
         raise BagReadError(f'{path}: every header stamp on {topic} is zero; '
-                           "use the receive time (--stamp receive)")
+                           'use the receive time (--stamp receive)')
     order = keep[np.argsort(t[keep], kind='stable')]
     dup = np.flatnonzero(np.diff(t[order]) == 0) + 1
     if dup.size:

@@ -22,9 +22,17 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .bag import BagError, BagWriter, open_bag, prepare_output, qos_profile
+from .bag import (
+    BagError,
+    BagWriter,
+    open_bag,
+    pick_joint_state_topic,
+    prepare_output,
+    qos_profile,
+)
 
 __all__ = ['ReplaySchedule', 'configure', 'configure_record', 'load_schedule', 'record',
            'replay', 'run', 'run_record']
@@ -44,20 +52,21 @@ def _message_class(msgtype: str):
     return getattr(importlib.import_module(f'{package}.{kind}'), name)
 
 
+@dataclass(frozen=True)
 class ReplaySchedule:
-    """Messages of one bag to replay: (receive time [ns], topic index, CDR bytes).
+    """Messages of one bag to replay, in bag order.
 
     Attributes:
         topics: ((topic, msgtype, reliable, transient_local), ...) in publisher order.
-        t_ns: receive times, non-decreasing; topic: index into ``topics`` per message;
-        data: the serialized messages.
+        t_ns: (N,) receive times [ns], non-decreasing.
+        topic: (N,) index into ``topics`` per message.
+        data: (N,) the serialized messages (CDR with encapsulation header).
     """
 
-    def __init__(self, topics, t_ns, topic, data) -> None:
-        self.topics = topics
-        self.t_ns = t_ns
-        self.topic = topic
-        self.data = data
+    topics: tuple[tuple[str, str, bool, bool], ...]
+    t_ns: list[int]
+    topic: list[int]
+    data: list[bytes]
 
     def __len__(self) -> int:
         return len(self.t_ns)
@@ -69,14 +78,12 @@ def load_schedule(path: str | Path, topics: list[str] | None = None) -> ReplaySc
     Raises:
         BagError: unreadable bag, or a requested topic that is not in it.
     """
-    from .bag import _pick_topic
-
     path = Path(path)
     with open_bag(path) as reader:
         present = reader.topics
         if not topics:
             # The same topic choice and errors as the analysis (joint names not checked).
-            topics = [_pick_topic(reader, None, path)]
+            topics = [pick_joint_state_topic(reader, None, path)]
         missing = [t for t in topics if t not in present]
         if missing:
             listing = ', '.join(sorted(present))

@@ -266,7 +266,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
     """--causal: per message, what the dynamics node computes (JointStateReader, the
     streaming estimator with config/crane_x7.yaml settings, one decompose per sample)."""
     names, t, q = _write(tmp_path / 'bag', model, storage='sqlite3', distro='humble')
-    options = AnalysisOptions(causal=True, progress=False,
+    options = AnalysisOptions(causal=True, progress=False, npz_level=0,
                               products=frozenset({'bag', 'npz'}))
     analysis, written = analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model,
                                     options=options)
@@ -292,6 +292,10 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
             np.testing.assert_allclose(getattr(analysis, name)[k], want[name], rtol=0,
                                        atol=TOL, err_msg=name)
     assert not (tmp_path / 'out' / 'torques.csv').exists()
+    with zipfile.ZipFile(written['npz']) as zf:   # --npz-level 0: stored, still an npz
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+    with np.load(written['npz']) as npz:
+        np.testing.assert_array_equal(npz['partial'], analysis.partial)
 
 
 def _cli(*args, timeout=300):

@@ -44,10 +44,14 @@ T0_NS = 1_700_000_000_000_000_000
 NODE = '/plag_dynamics'
 ARRAYS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
 
-# Stated timing tolerance of replay (machine shared with other test runs): every message is
-# published within MAX_LATE_S of its scheduled offset from the first, 95 % within P95_S.
-MAX_LATE_S = 0.10
-P95_S = 0.02
+# Stated timing tolerance of replay, measured at this test's subscriber on a machine shared
+# with other test runs (a descheduled process shows as one late message): 90 % of the
+# messages arrive within P90_S of their recorded offset from the first, every one within
+# MAX_LATE_S, and the schedule does not drift (median lateness of the first and the last
+# 20 messages within DRIFT_S).
+P90_S = 0.02
+MAX_LATE_S = 0.5
+DRIFT_S = 0.01
 
 
 @pytest.fixture(scope='module')
@@ -111,8 +115,9 @@ def test_replay_delivers_every_message_in_order_on_time(tmp_path, client, model)
     arrival = np.array([r for r, _ in received])
     late = (arrival - arrival[0]) - (t - t[0]) * 1e-9
     late -= np.median(late)
+    assert np.percentile(np.abs(late), 90) < P90_S, late
     assert np.max(np.abs(late)) < MAX_LATE_S, late
-    assert np.percentile(np.abs(late), 95) < P95_S, late
+    assert abs(np.median(late[-20:]) - np.median(late[:20])) < DRIFT_S, late
     client.wait_for(lambda: clocks and clocks[-1] == t[-1], 5.0, 'final /clock')
     assert np.all(np.diff(clocks) >= 0)
     assert clocks[0] >= t[0] and len(clocks) >= 0.8 * 40 * (t[-1] - t[0]) * 1e-9

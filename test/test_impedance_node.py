@@ -54,7 +54,7 @@ def states(model, q_act, count, start_ns, *, order=None):
     order = list(reversed(range(len(names)))) if order is None else order
     for c in range(count):
         yield msgs.joint_state([names[i] for i in order], np.asarray(q_act)[order],
-                               t_ns=start_ns + c * PERIOD_NS)
+                               np.zeros(len(names)), t_ns=start_ns + c * PERIOD_NS)
 
 
 def last_state(collected) -> dict:
@@ -160,7 +160,7 @@ def test_closed_loop_with_sim_node(model, tmp_path):
                      params_file=REPO / 'config' / 'impedance.yaml',
                      params={'start_enabled': True, 'ramp_s': 0.2, 'reference.mode': 'sine',
                              'reference.amplitude': amplitude,
-                             'reference.frequency_hz': '[1.0]'})
+                             'reference.frequency_hz': '[0.5]'})
     try:
         client.wait_for(lambda: len(commands) > 200, 60.0, 'position commands')
         start = len(joint_states)

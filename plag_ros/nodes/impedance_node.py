@@ -153,11 +153,11 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         'sin(2 pi f t)', constraints="one of 'hold', 'sine'")),
     'reference.amplitude': ([0.0], _desc(_DA, 'sine amplitude [rad]' + _PER_JOINT)),
     'reference.frequency_hz': ([0.5], _desc(_DA, 'sine frequency [Hz]' + _PER_JOINT)),
-    'filter.cutoff_hz': (25.0, _desc(_D, 'estimator low-pass -3 dB frequency [Hz]',
+    'filter.cutoff_hz': (15.0, _desc(_D, 'estimator low-pass -3 dB frequency [Hz]',
                                      read_only=True, low=0.01, high=10000.0)),
     'filter.order': (2, _desc(_I, 'estimator Butterworth order', read_only=True, low=1,
                               high=8)),
-    'filter.velocity_source': ('position', _desc(
+    'filter.velocity_source': ('measured', _desc(
         _S, "'position' differentiates positions; 'measured' filters joint_states velocity",
         read_only=True, constraints="one of 'position', 'measured'")),
     'filter.gap_periods': (5.0, _desc(_D, 'a stamp gap above this many periods restarts '

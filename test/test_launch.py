@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,6 +184,9 @@ def running(tmp_path_factory):
     try:
         yield client, nodes
     finally:
+        for process in nodes.values():     # signal all first: they shut down in parallel
+            if process.alive():
+                process.process.send_signal(signal.SIGINT)
         for process in nodes.values():
             process.stop()
         client.close()

@@ -1,9 +1,10 @@
 """Partial-impedance control: joint impedance plus selected motion propagation torques.
 
-Seed 002 (section 4, eq. 19-20) proposes impedance control on *partial* torques: rather than
-one impedance for the whole arm, pick which motion propagation paths to cancel (the torque a
-fast wrist motion propagates into the shoulder, say) and leave the others compliant. With the
-partial Lagrangian decomposition of :mod:`plag_ros.dynamics` (seed 002 eq. 1 and 10),
+Seed 002 (section 4, the partial impedance after eq. 17) proposes impedance control on
+*partial* torques: rather than one impedance for the whole arm, pick which motion
+propagation paths to cancel (the torque a fast wrist motion propagates into the shoulder,
+say) and leave the others compliant. With the partial Lagrangian decomposition of
+:mod:`plag_ros.dynamics` (seed 002 eq. 1 and 10),
 
     acceleration[k, i, s] = M_i[k, s] qdd_s
     velocity[k, i, s]     = 1/2 d partial[k, i] / d qd_s * qd_s

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                         choices=('bag', 'npz', 'csv', 'plots', 'summary'))
     parser.add_argument('--causal', action='store_true')
     parser.add_argument('--npz-level', type=int, default=1, help='0: uncompressed npz')
+    parser.add_argument('--compression', choices=('lz4', 'zstd', 'none'), default='lz4',
+                        help='chunk compression of the output bag')
     parser.add_argument('--threads', type=int, default=0, help='torch threads (0: default)')
     parser.add_argument('--keep', type=Path, help='directory to keep the bag and outputs in')
     args = parser.parse_args(argv)
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
         options = AnalysisOptions(
             causal=args.causal, progress=False, npz_level=args.npz_level,
+            compression=args.compression,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)))
         timings: dict[str, float] = {}
         t0, c0 = time.perf_counter(), time.process_time()

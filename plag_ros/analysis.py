@@ -93,6 +93,8 @@ class AnalysisOptions:
         publish_bodies: write ``~/body/<body>`` topics.
         frame_id: frame of stamped outputs (empty: the URDF root link).
         storage: output bag storage, 'mcap' or 'sqlite3'.
+        compression: MCAP chunk compression of the output bag, 'lz4' (default: about 4x
+            smaller at ~1 GB/s), 'zstd' (smaller, ~3x slower) or 'none'.
         npz_level: deflate level of the npz (1: fastest; 0: stored uncompressed, several
             times faster to write for long bags, still loadable by ``np.load``).
         products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
@@ -109,6 +111,7 @@ class AnalysisOptions:
     publish_bodies: bool = True
     frame_id: str = ''
     storage: str = 'mcap'
+    compression: str = 'lz4'
     npz_level: int = 1
     products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
     progress: bool | None = None
@@ -418,7 +421,7 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
 
     frame = options.frame_id or model.root_link
     receive = js.receive_ns[analysis.index]
-    with BagWriter(out, storage=options.storage) as writer:
+    with BagWriter(out, storage=options.storage, compression=options.compression) as writer:
         # 1. The input joint states, byte for byte, with their receive times.
         if source is not None:
             with open_bag(source) as reader:
@@ -830,6 +833,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help='rate of markers and image in the output bag (0: none)')
     parser.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap',
                         help='output bag storage')
+    parser.add_argument('--compression', choices=('lz4', 'zstd', 'none'), default='lz4',
+                        help='chunk compression of the output mcap bag')
     parser.add_argument('--npz-level', type=int, default=1, choices=range(10),
                         metavar='0-9', help='deflate level of analysis.npz (0: uncompressed)')
     parser.add_argument('--skip', action='append', default=[],
@@ -848,7 +853,7 @@ def run(args: argparse.Namespace) -> int:
         options = AnalysisOptions(
             causal=args.causal, estimator=estimator, chunk=args.chunk,
             visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,
-            npz_level=args.npz_level,
+            npz_level=args.npz_level, compression=args.compression,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)
         timings: dict[str, float] = {}

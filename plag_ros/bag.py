@@ -41,7 +41,14 @@ from rosbags.interfaces import (
     QosReliability,
     QosTime,
 )
-from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer
+from rosbags.rosbag2 import (
+    CompressionFormat,
+    CompressionMode,
+    Reader,
+    ReaderError,
+    StoragePlugin,
+    Writer,
+)
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
@@ -678,20 +685,39 @@ class BagWriter:
         storage: ``'mcap'`` or ``'sqlite3'``.
         typestore: typestore giving the message definitions (default Kilted, the message
             definitions of the installed rclpy packages).
+        compression: MCAP chunk compression, ``'none'``, ``'lz4'`` (fast) or ``'zstd'``
+            (level 1, smaller); ignored for sqlite3.
     """
 
     def __init__(self, path: str | Path, *, storage: str = 'mcap',
-                 typestore: Typestore | None = None) -> None:
+                 typestore: Typestore | None = None, compression: str = 'none') -> None:
         plugins = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3}
         if storage not in plugins:
             raise ValueError(f"storage must be 'mcap' or 'sqlite3', got {storage!r}")
+        if compression not in ('none', 'lz4', 'zstd'):
+            raise ValueError(f"compression must be 'none', 'lz4' or 'zstd', got "
+                             f'{compression!r}')
         self.path = Path(path)
         if self.path.exists():
             raise OutputExistsError(f'{self.path} exists; use --force to overwrite it')
         self.storage = storage
         self.typestore = typestore or get_typestore(Stores.ROS2_KILTED)
         self._writer = Writer(self.path, version=9, storage_plugin=plugins[storage])
+        if storage == 'mcap' and compression != 'none':
+            # MCAP chunk compression: inside the .mcap file, read by ros2 bag, Foxglove and
+            # rosbags alike; the bag metadata stays uncompressed.
+            self._writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
         self._writer.open()
+        if storage == 'mcap' and compression != 'none':
+            mcap = self._writer.storage
+            if compression == 'lz4':
+                import lz4.frame
+                mcap.compression, mcap.compressor = 'lz4', lz4.frame.compress
+            else:
+                zstd = _zstd()
+                mcap.compression = 'zstd'
+                mcap.compressor = lambda data: zstd.compress(data, 1)
+        self.compression = compression if storage == 'mcap' else 'none'
         self._connections: dict[str, object] = {}
 
     def add_topic(self, topic: str, msgtype: str, *, qos: Qos | None = None,
@@ -798,6 +824,15 @@ class BagWriter:
             self.abort()
 
 
+def _zstd():
+    """The zstd module rosbags uses (``compression.zstd`` or ``backports.zstd``)."""
+    try:
+        from compression import zstd
+    except ImportError:
+        from backports import zstd
+    return zstd
+
+
 def _close_mcap_chunk(storage) -> None:
     """``McapWriter.close_chunk`` of rosbags 0.11 with the message index built by numpy.
 
@@ -856,7 +891,7 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
                           effort: np.ndarray | None = None, *,
                           topic: str = '/joint_states', storage: str = 'mcap',
                           distro: str = 'jazzy', receive_ns: np.ndarray | None = None,
-                          frame_id: str = '') -> Path:
+                          frame_id: str = '', compression: str = 'none') -> Path:
     """Write JointState samples to a new bag (for tests, benchmarks and demos).
 
     Args:
@@ -868,6 +903,7 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
             message definitions written into the bag ('humble', 'jazzy', 'kilted').
         receive_ns: (N,) bag receive times [ns] (default ``t_ns``).
         frame_id: header frame.
+        compression: MCAP chunk compression ('none', 'lz4', 'zstd').
     """
     from .messages import joint_state
 
@@ -877,7 +913,8 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
         names, *(None if x is None else np.zeros(len(names)) for x in arrays.values()),
         t_ns=TEMPLATE_NS, frame_id=frame_id))
     rows = template.fill(t_ns, {k: v for k, v in arrays.items() if v is not None})
-    with BagWriter(path, storage=storage, typestore=typestore_for(distro)) as writer:
+    with BagWriter(path, storage=storage, typestore=typestore_for(distro),
+                   compression=compression) as writer:
         conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))
         writer.write_rows(conn, t_ns if receive_ns is None else
                           np.asarray(receive_ns, dtype=np.int64), rows)

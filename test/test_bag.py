@@ -10,7 +10,7 @@ builders. No DDS here (ROS_DOMAIN_ID 21 is reserved for this module).
 from __future__ import annotations
 
 import os
-import shutil
+import struct
 
 import numpy as np
 import pytest
@@ -338,23 +338,30 @@ def test_cdr_encode_of_markers_and_image(model):
     assert deserialize_message(cdr_encode(image), Image) == image
 
 
-def test_written_bag_reads_back_with_rosbags(tmp_path, model):
-    """Bulk rows written through BagWriter decode with rosbags' typestore (sqlite3 too)."""
+@pytest.mark.parametrize('storage,compression', [('mcap', 'none'), ('mcap', 'lz4'),
+                                                 ('mcap', 'zstd'), ('sqlite3', 'none')])
+def test_written_bag_reads_back_with_rosbags(tmp_path, model, storage, compression):
+    """Bulk rows written through BagWriter (several MCAP chunks, compressed or not) decode
+    with rosbags' typestore."""
     names = list(model.joint_names)
-    q, qd = _trajectory(50, model.n_joints)
-    t = T0_NS + np.arange(50) * PERIOD_NS
-    for storage in ('mcap', 'sqlite3'):
-        path = tmp_path / storage
-        write_joint_state_bag(path, t, names, q, qd, storage=storage, distro='kilted')
-        js = read_joint_states(path, model)
-        np.testing.assert_array_equal(js.q, model.fill_mimic(q))
-        np.testing.assert_array_equal(js.qd, model.fill_mimic(qd, derivative=True))
-        from rosbags.rosbag2 import Reader
-        store = get_typestore(Stores.ROS2_KILTED)
-        with Reader(path) as reader:
-            (conn,) = reader.connections
-            assert conn.ext.offered_qos_profiles[0].depth == 50
-            first = next(reader.messages())[2]
-            msg = store.deserialize_cdr(first, JOINT_STATE_TYPE)
-            assert list(msg.name) == names
-        shutil.rmtree(path)
+    q, qd = _trajectory(5000, model.n_joints)
+    t = T0_NS + np.arange(5000) * PERIOD_NS
+    path = tmp_path / storage
+    write_joint_state_bag(path, t, names, q, qd, storage=storage, distro='kilted',
+                          compression=compression)
+    if compression != 'none':
+        data = (path / f'{storage}.mcap').read_bytes()
+        assert struct.pack('<I', len(compression)) + compression.encode() in data
+    js = read_joint_states(path, model)
+    np.testing.assert_array_equal(js.q, model.fill_mimic(q))
+    np.testing.assert_array_equal(js.qd, model.fill_mimic(qd, derivative=True))
+    from rosbags.rosbag2 import Reader
+    store = get_typestore(Stores.ROS2_KILTED)
+    with Reader(path) as reader:
+        (conn,) = reader.connections
+        assert conn.ext.offered_qos_profiles[0].depth == 50
+        first = next(reader.messages())[2]
+        msg = store.deserialize_cdr(first, JOINT_STATE_TYPE)
+        assert list(msg.name) == names
+        count = sum(1 for _ in reader.messages())
+    assert count == len(t)

@@ -72,7 +72,7 @@ __all__ = ['REJECTION_REASONS', 'DynamicsNode', 'main']
 
 NODE_NAME = 'plag_dynamics'
 
-REJECTION_REASONS = ('no_model', 'unknown_name', 'missing_name', 'duplicate_name',
+REJECTION_REASONS = ('unknown_name', 'missing_name', 'duplicate_name',
                      'length_mismatch', 'nonfinite', 'stamp_not_increasing',
                      'stamp_too_close', 'stamp_type', 'shape', 'missing_velocity',
                      'nonfinite_output')
@@ -226,10 +226,11 @@ class DynamicsNode(Node):
         self._pub_image = self.create_publisher(Image, '~/partial_image', reliable)
         self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', reliable)
 
-        # Inputs. Reliable like the joint state broadcaster.
-        self._sub_state = self.create_subscription(
-            JointState, 'joint_states', self._on_joint_state,
-            QoSProfile(depth=int(values['input_depth']), reliability=ReliabilityPolicy.RELIABLE))
+        # Inputs. joint_states is subscribed once a model exists (see _set_model), so
+        # samples that come before robot_description are not taken, not dropped as bad.
+        self._input_qos = QoSProfile(depth=int(values['input_depth']),
+                                     reliability=ReliabilityPolicy.RELIABLE)
+        self._sub_state = None
         self._fallback_timer = None
         source = values['robot_description_source']
         if source == 'file':
@@ -355,6 +356,9 @@ class DynamicsNode(Node):
                                 {'torque': out['torque']}, t_ns=0)
             self._image.build(out['partial'], t_ns=0)
         self._pub_names.publish(msgs.names_message(model))
+        if self._sub_state is None:   # reliable, like the joint state broadcaster
+            self._sub_state = self.create_subscription(
+                JointState, 'joint_states', self._on_joint_state, self._input_qos)
         self.get_logger().info(f'model {model.name!r} from {source}: {n} joints, {B} bodies, '
                                f'frame {self._frame_id!r}')
 
@@ -379,9 +383,6 @@ class DynamicsNode(Node):
         t_in = time.perf_counter_ns()
         window = self._window
         window.received += 1
-        if self._model is None:
-            self._reject('no_model', 'no robot model yet (waiting for robot_description)')
-            return
         if self._pending_config is not None:
             self._config, self._pending_config = self._pending_config, None
             self._estimator = JointStateEstimator(self._model.n_joints, self._config)

@@ -322,3 +322,60 @@ def test_output_rate_decimates_outputs_not_the_estimator(graph, model):
     finally:
         rate.double_value = 0.0
         assert _set(client, 'output_rate_hz', rate).successful
+
+
+def _in_process_node(overrides: dict):
+    """A DynamicsNode in its own context and namespace (no cross-talk with the module's)."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter as RclpyParameter
+
+    from plag_ros.nodes.dynamics_node import DynamicsNode
+
+    context = Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    params = [RclpyParameter(name, value=value) for name, value in overrides.items()]
+    try:
+        return context, DynamicsNode(context=context, namespace='/in_process',
+                                     parameter_overrides=params)
+    except Exception:
+        context.try_shutdown()
+        raise
+
+
+def test_model_sources_and_invalid_parameters(model):
+    """'parameter' and 'file' load at once; 'topic' falls back to the file on timeout."""
+    import rclpy
+
+    context, node = _in_process_node({'robot_description_source': 'parameter',
+                                      'robot_description': model.urdf_xml})
+    try:
+        assert node._model_source == 'parameter'
+        assert node._model.joint_names == model.joint_names
+    finally:
+        node.destroy_node()
+        context.try_shutdown()
+
+    context, node = _in_process_node({'robot_description_source': 'topic',
+                                      'robot_description_timeout': 0.2})
+    try:
+        assert node._model is None
+        executor = rclpy.executors.SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        deadline = time.monotonic() + 10.0
+        while node._model is None and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        assert node._model_source.startswith('fallback:')
+        assert node._model.joint_names == model.joint_names
+        executor.shutdown()
+    finally:
+        node.destroy_node()
+        context.try_shutdown()
+
+    for overrides, match in (
+            ({'robot_description_source': 'database'}, 'robot_description_source'),
+            ({'robot_description_source': 'parameter'}, 'robot_description is empty'),
+            ({'urdf_path': '/nonexistent/arm.urdf'}, 'not a file'),
+            ({'filter.cutoff_hz': 120.0}, 'cutoff_hz')):
+        with pytest.raises(ValueError, match=match):
+            _in_process_node(overrides)

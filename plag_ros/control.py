@@ -399,7 +399,7 @@ class PartialImpedanceController:
         self._hold_effort = None
 
     def _apply(self, config: ImpedanceConfig) -> None:
-        engine, model = self.engine, self.model
+        model = self.model
         n, B = model.n_joints, model.n_bodies
         na = self._act.size
 
@@ -415,7 +415,7 @@ class PartialImpedanceController:
         K, D, Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
         Ks, max_step = per_joint('servo_stiffness'), per_joint('max_position_step')
 
-        def weights(name: str) -> torch.Tensor | None:
+        def weights(name: str) -> np.ndarray | None:
             a = getattr(config, name)
             if a is None or not a.any():
                 return None
@@ -425,12 +425,11 @@ class PartialImpedanceController:
                 raise ValueError(f'ImpedanceConfig.{name} must have shape ({n}, {n}) over '
                                  f'(joint, source) or ({n}, {B}, {n}) over (joint, body, '
                                  f'source) for {model.name}, got {a.shape}')
-            return torch.as_tensor(np.array(a, copy=True), dtype=engine.dtype,
-                                   device=engine.device)
+            return np.array(a, dtype=np.float64).reshape(n, B * n)   # (k, i*s), dense
 
         W_acc, W_vel = weights('acceleration_mask'), weights('velocity_mask')
         if W_acc is not None:
-            diag = torch.diagonal(W_acc.sum(1), dim1=0, dim2=1).cpu().numpy() > 0
+            diag = np.diagonal(W_acc.reshape(n, B, n).sum(1)) > 0
             diag_act = (self._G.T @ diag.astype(float)) > 0
             if config.motion_source == 'measured' and diag.any():
                 raise ValueError(
@@ -653,14 +652,15 @@ class PartialImpedanceController:
             qd_full, qdd_full = G @ qd, G @ qdd
         with torch.inference_mode():
             out = self.engine.decompose(q_full, qd_full, qdd_full)
-            comp = torch.zeros_like(out.torque)
-            if self._W_acc is not None:
-                comp = comp + (out.acceleration * self._W_acc).sum((-1, -2))
-            if self._W_vel is not None:
-                comp = comp + (out.velocity * self._W_vel).sum((-1, -2))
-            gravity = out.gravity.sum(-1) if cfg.gravity_compensation else None
-            comp_full = comp.cpu().numpy()
-            g_full = None if gravity is None else gravity.cpu().numpy()
+        n = q_full.size
+        comp_full = np.zeros(n)
+        if self._W_acc is not None:
+            acc = out.acceleration.cpu().numpy().reshape(n, -1)
+            comp_full += np.einsum('kj,kj->k', acc, self._W_acc)
+        if self._W_vel is not None:
+            vel = out.velocity.cpu().numpy().reshape(n, -1)
+            comp_full += np.einsum('kj,kj->k', vel, self._W_vel)
+        g_full = out.gravity.cpu().numpy().sum(-1) if cfg.gravity_compensation else None
         # 2. Impedance in actuated coordinates; gravity is not ramped.
         compensation = alpha * (G.T @ comp_full)
         tau = alpha * (self._K * (q_d - q) + self._D * (qd_d - qd)) + compensation

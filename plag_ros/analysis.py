@@ -7,10 +7,12 @@ default; the live node's causal :class:`~plag_ros.filters.JointStateEstimator` w
 runs in batches with the fast engine. :func:`analyze_arrays` is the library function over
 arrays; :func:`analyze_bag` adds reading and the products written into ``OUT``:
 
-* ``OUT/bag/``: an mcap bag with the input joint states and every topic the live dynamics
-  node publishes (:mod:`plag_ros.nodes.dynamics_node`: same types, names, layouts and
-  rates; markers and image at ``visualization_rate_hz``; ``/diagnostics`` once per second
-  of bag time), stamped with the input stamps, for rviz2 or Foxglove;
+* ``OUT/bag/``: an mcap bag (lz4 chunk compression) with the input joint states and every
+  topic the live dynamics node publishes (:mod:`plag_ros.nodes.dynamics_node`: same types,
+  names, layouts and rates: every per-sample topic at the full input rate, markers and
+  image at ``visualization_rate_hz`` as the node gates them, ``~/names`` once, latched;
+  ``/diagnostics`` once per second of bag time with offline counters), header-stamped with
+  the input stamps and recorded at the input receive times, for rviz2 or Foxglove;
 * ``OUT/analysis.npz``: every array with its names (compressed);
 * ``OUT/torques.csv``: joint torques and the per-body torques (non-zero partial torques);
 * ``OUT/*.png``: the paper's figures (seed 002 fig. 6-9, 11-14): torque with its
@@ -46,7 +48,6 @@ from .bag import (
     BagWriter,
     CdrTemplate,
     JointStates,
-    open_bag,
     prepare_output,
     qos_profile,
     read_joint_states,
@@ -424,22 +425,7 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
     with BagWriter(out, storage=options.storage, compression=options.compression) as writer:
         # 1. The input joint states, byte for byte, with their receive times.
         if source is not None:
-            with open_bag(source) as reader:
-                conns = [c for c in reader.connections if c.topic == js.topic]
-                qos = [p for c in conns for p in c.ext.offered_qos_profiles][:1]
-                conn = writer.add_topic(js.topic, JOINT_STATE_TYPE,
-                                        qos=qos[0] if qos else qos_profile(depth=50))
-                stamps, raws = [], []
-                for _, t, raw in reader.messages(connections=conns):
-                    stamps.append(t)
-                    raws.append(bytes(raw))
-            # Messages of one size go in bulk (a driver's messages usually all have one).
-            stamps = np.asarray(stamps, dtype=np.int64)
-            sizes = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
-            for size in np.unique(sizes):
-                rows = np.flatnonzero(sizes == size)
-                data = np.frombuffer(b''.join([raws[i] for i in rows]), dtype=np.uint8)
-                writer.write_rows(conn, stamps[rows], data.reshape(len(rows), int(size)))
+            writer.copy_topic(source, js.topic)
         # 2. Names, latched, once.
         latched = qos_profile(depth=1, transient_local=True)
         conn = writer.add_topic(f'{NODE_NAMESPACE}/names', 'std_msgs/msg/String', qos=latched)

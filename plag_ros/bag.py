@@ -799,6 +799,28 @@ class BagWriter:
                 _close_mcap_chunk(storage)
 
 
+    def copy_topic(self, source: str | Path, topic: str) -> int:
+        """Copy every message of ``topic`` from the bag ``source``, bytes and receive times
+        unchanged, with its offered QoS; returns the number copied."""
+        with open_bag(source) as reader:
+            conns = [c for c in reader.connections if c.topic == topic]
+            if not conns:
+                raise TopicError(f'{source}: no topic {topic!r}')
+            qos = [p for c in conns for p in c.ext.offered_qos_profiles][:1]
+            conn = self.add_topic(topic, conns[0].msgtype, qos=qos[0] if qos else None)
+            stamps, raws = [], []
+            for _, t, raw in reader.messages(connections=conns):
+                stamps.append(t)
+                raws.append(bytes(raw))
+        # Messages of one size go in bulk (a driver's messages usually all have one).
+        t_ns = np.asarray(stamps, dtype=np.int64)
+        sizes = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+        for size in np.unique(sizes):
+            rows = np.flatnonzero(sizes == size)
+            data = np.frombuffer(b''.join([raws[i] for i in rows]), dtype=np.uint8)
+            self.write_rows(conn, t_ns[rows], data.reshape(len(rows), int(size)))
+        return len(raws)
+
     def close(self) -> None:
         """Finish the bag (writes metadata.yaml)."""
         storage = self._writer.storage

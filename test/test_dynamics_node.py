@@ -376,6 +376,25 @@ def test_model_sources_and_invalid_parameters(model):
             ({'robot_description_source': 'database'}, 'robot_description_source'),
             ({'robot_description_source': 'parameter'}, 'robot_description is empty'),
             ({'urdf_path': '/nonexistent/arm.urdf'}, 'not a file'),
+            ({'stamp_source': 'gps'}, 'stamp_source'),
             ({'filter.cutoff_hz': 120.0}, 'cutoff_hz')):
         with pytest.raises(ValueError, match=match):
             _in_process_node(overrides)
+
+
+def test_receive_stamps_for_unstamped_publishers(model):
+    """stamp_source 'receive': zero header stamps are replaced by the arrival time."""
+    context, node = _in_process_node({'robot_description_source': 'file',
+                                      'stamp_source': 'receive'})
+    try:
+        sent = _trajectory(model, _driver_names(model), t0_ns=0, count=10)
+        for msg in sent:
+            msg.header.stamp = msgs.ns_to_stamp(0)
+            node._on_joint_state(msg)
+            time.sleep(0.005)
+        assert node._window.published == 6 and sum(node.rejected.values()) == 0
+        state = node._messages.joint_state
+        assert abs(msgs.stamp_to_ns(state.header.stamp) - time.time_ns()) < 5e9
+    finally:
+        node.destroy_node()
+        context.try_shutdown()

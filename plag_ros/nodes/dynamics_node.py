@@ -3,7 +3,8 @@
 Per ``joint_states`` message: map it onto the model by joint name (mimic joints filled),
 estimate velocity and acceleration (:class:`plag_ros.filters.JointStateEstimator`, seed
 002 section 3), decompose the torques (:meth:`plag_ros.dynamics.PartialLagrangian.decompose`,
-seed 000 eq. 6, seed 002 eq. 10) and publish, stamped with the input stamp:
+seed 000 eq. 6, seed 002 eq. 10) and publish, stamped with the input stamp (or the
+arrival time with ``stamp_source: receive``):
 
 ==========================  =================================  ===============================
 topic (relative)            type                               content
@@ -135,6 +136,10 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         constraints="one of 'position', 'measured'")),
     'filter.min_spacing_periods': (0.2, _float('stamp steps shorter than this many periods '
                                                'are rejected', 0.0, 0.999)),
+    'stamp_source': ('header', _str(
+        "time of each sample: 'header' (the joint state stamp, as the driver's control cycle "
+        "sets it) or 'receive' (this node's clock on arrival, for unstamped publishers)",
+        constraints="one of 'header', 'receive'")),
     'output_rate_hz': (0.0, _float('max rate of the decomposition outputs [Hz] (stamp time); '
                                    'the estimator still takes every sample. 0: every sample',
                                    0.0, 100000.0)),
@@ -197,6 +202,7 @@ class DynamicsNode(Node):
         self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
         self._out_period_ns = self._period_ns(values['output_rate_hz'])
         self._next_out_ns = 0
+        self._receive_stamps = values['stamp_source'] == 'receive'
         self._marker_scale = float(values['marker_scale'])
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
@@ -273,6 +279,8 @@ class DynamicsNode(Node):
         if source not in _DESCRIPTION_SOURCES:
             return (f'robot_description_source must be one of {_DESCRIPTION_SOURCES}, '
                     f'got {source!r}')
+        if values['stamp_source'] not in ('header', 'receive'):
+            return f"stamp_source must be 'header' or 'receive', got {values['stamp_source']!r}"
         if source == 'parameter' and not str(values['robot_description']).strip():
             return "robot_description_source is 'parameter' but robot_description is empty"
         if values['urdf_path'] and source != 'parameter':
@@ -296,6 +304,7 @@ class DynamicsNode(Node):
             self._pending_config = self._estimator_config(values)  # applied by the hot path
         self._vis_period_ns = self._period_ns(values['visualization_rate_hz'])
         self._out_period_ns = self._period_ns(values['output_rate_hz'])
+        self._receive_stamps = values['stamp_source'] == 'receive'
         self._marker_scale = float(values['marker_scale'])
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
@@ -393,6 +402,8 @@ class DynamicsNode(Node):
         except msgs.JointStateError as err:
             self._reject(err.reason, str(err))
             return
+        if self._receive_stamps:
+            t_ns = self._clock.now().nanoseconds
         estimator = self._estimator
         sample = estimator.update(t_ns, q, qd_measured)
         if sample is None:

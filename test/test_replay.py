@@ -176,9 +176,12 @@ def test_replay_node_record_analyze_round_trip(tmp_path, client, model):
         client.wait_for(lambda: client.node.count_publishers(f'{NODE}/partial') > 0
                         and client.node.count_subscribers('/joint_states') > 0, 60.0,
                         'dynamics node up')
-        client.wait_for(lambda: client.node.count_subscribers(f'{NODE}/partial') > 0, 60.0,
+        client.wait_for(lambda: all(client.node.count_subscribers(f'{NODE}/{name}') > 0
+                                    for name in ARRAYS + ('joint_states',)), 60.0,
                         'recorder subscribed to the node outputs')
-        replay = _cli('replay', path, '--wait-subscribers', '2', '--delay', '1.0')
+        # Both subscribers of /joint_states matched, then time for the node's publishers to
+        # match the recorder's subscriptions (discovery is slower on a loaded machine).
+        replay = _cli('replay', path, '--wait-subscribers', '2', '--delay', '3.0')
         out, _ = replay.communicate(timeout=60)
         assert replay.returncode == 0, out
         time.sleep(2.0)

@@ -62,6 +62,7 @@ __all__ = [
     'analyze_arrays',
     'analyze_bag',
     'configure',
+    'output_rows',
     'decompose_states',
     'estimate_states',
     'propagation_paths',
@@ -88,6 +89,8 @@ class AnalysisOptions:
         causal: use the live node's causal estimator instead of the zero-phase one.
         estimator: estimator settings (cut-off, order, nominal rate, ...).
         chunk: samples per decomposition batch.
+        output_rate_hz: decompose and publish at most this often (stamp time), the node's
+            ``output_rate_hz`` rule; the estimator still sees every sample (0: all).
         visualization_rate_hz: rate of the markers and image topics (0: none).
         marker_scale: arrow length per unit torque [m/(N*m)]; image_cell, image_limit:
             heat map cell size [px] and saturation [N*m] (0: auto per image).
@@ -105,6 +108,7 @@ class AnalysisOptions:
     causal: bool = False
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     chunk: int = 4096
+    output_rate_hz: float = 0.0
     visualization_rate_hz: float = 20.0
     marker_scale: float = 0.02
     image_cell: int = 16
@@ -123,8 +127,8 @@ class AnalysisOptions:
         unknown = set(self.products) - {'bag', 'npz', 'csv', 'plots', 'summary'}
         if unknown:
             raise ValueError(f'unknown products {sorted(unknown)}')
-        if self.visualization_rate_hz < 0.0:
-            raise ValueError('visualization_rate_hz must be >= 0')
+        if self.visualization_rate_hz < 0.0 or self.output_rate_hz < 0.0:
+            raise ValueError('visualization_rate_hz and output_rate_hz must be >= 0')
         if not 0 <= self.npz_level <= 9:
             raise ValueError(f'npz_level must be in 0..9, got {self.npz_level}')
 
@@ -221,6 +225,8 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
     index, qe, qde, qdde = estimate_states(t_ns, np.asarray(q, dtype=np.float64),
                                            qd_measured=qd_measured, config=options.estimator,
                                            causal=options.causal)
+    keep = output_rows(t_ns[index], options.output_rate_hz)
+    index, qe, qde, qdde = index[keep], qe[keep], qde[keep], qdde[keep]
     return decompose_states(model, t_ns, index, qe, qde, qdde, chunk=options.chunk,
                             progress=options.progress, engine=engine)
 
@@ -282,6 +288,26 @@ def propagation_paths(analysis: Analysis, *, top: int = 10) -> list[tuple[float,
 
 
 # --- output bag ---------------------------------------------------------------------------
+
+
+def output_rows(t_ns: np.ndarray, rate_hz: float) -> np.ndarray:
+    """Rows the dynamics node decomposes at ``output_rate_hz`` (all when 0).
+
+    The node's rule: a sample is published when its stamp reaches the next due time, which
+    then advances by one period (keeping the phase) or restarts after a gap.
+    """
+    if rate_hz <= 0.0:
+        return np.arange(len(t_ns))
+    period = int(1e9 / rate_hz)
+    rows, due = [], 0
+    for i, t in enumerate(t_ns.tolist()):
+        if t < due:
+            continue
+        rows.append(i)
+        due += period
+        if due <= t:
+            due = t + period
+    return np.asarray(rows, dtype=np.int64)
 
 
 def _visual_rows(t_ns: np.ndarray, rate_hz: float) -> np.ndarray:
@@ -769,6 +795,8 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     t0 = time.perf_counter()
     index, q, qd, qdd = estimate_states(js.t_ns, js.q, qd_measured=js.qd,
                                         config=options.estimator, causal=options.causal)
+    keep = output_rows(js.t_ns[index], options.output_rate_hz)
+    index, q, qd, qdd = index[keep], q[keep], qd[keep], qdd[keep]
     timings['estimate'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     analysis = decompose_states(model, js.t_ns, index, q, qd, qdd, chunk=options.chunk,
@@ -815,6 +843,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--velocity-source', choices=('position', 'measured'),
                         default='position')
     parser.add_argument('--chunk', type=int, default=4096, help='samples per batch')
+    parser.add_argument('--output-rate-hz', type=float, default=0.0,
+                        help="decompose at most this often, as the node's output_rate_hz "
+                             '(0: every sample)')
     parser.add_argument('--visualization-rate-hz', type=float, default=20.0,
                         help='rate of markers and image in the output bag (0: none)')
     parser.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap',
@@ -839,6 +870,7 @@ def run(args: argparse.Namespace) -> int:
         options = AnalysisOptions(
             causal=args.causal, estimator=estimator, chunk=args.chunk,
             visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,
+            output_rate_hz=args.output_rate_hz,
             npz_level=args.npz_level, compression=args.compression,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)

@@ -332,3 +332,31 @@ def test_output_inside_input_and_existing_output_are_refused(tmp_path, model):
     (tmp_path / 'out').mkdir()
     with pytest.raises(OutputExistsError):
         analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model)
+
+
+def test_output_rate_decimates_like_the_node(tmp_path, model):
+    """--output-rate-hz: the node's rule (estimator sees every sample, outputs at most the
+    rate in stamp time, phase kept), written independently here."""
+    _write(tmp_path / 'bag', model)
+    analysis, _ = analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model,
+                              options=AnalysisOptions(causal=True, output_rate_hz=60.0,
+                                                      progress=False,
+                                                      products=frozenset({'bag'})))
+    reader = msgs.JointStateReader(model)
+    estimator = JointStateEstimator(model.n_joints, EstimatorConfig())
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    period, due, kept = int(1e9 / 60.0), 0, []
+    with Reader(tmp_path / 'bag') as bag:
+        for _, _, raw in bag.messages():
+            t_ns, qm, _, _ = reader.read(deserialize_message(bytes(raw), JointState))
+            sample = estimator.update(t_ns, qm)
+            if sample is None or t_ns < due:
+                continue
+            due = due + period if due + period > t_ns else t_ns + period
+            kept.append((t_ns, engine.decompose(sample.q, sample.qd, sample.qdd).numpy()))
+    assert 0.2 * COUNT < len(kept) < 0.4 * COUNT
+    np.testing.assert_array_equal(analysis.t_ns, [t for t, _ in kept])
+    for k, (_, want) in enumerate(kept):
+        np.testing.assert_allclose(analysis.partial[k], want['partial'], rtol=0, atol=TOL)
+    out, _ = _bag_messages(tmp_path / 'out' / 'bag')
+    assert len(out[f'{NODE}/partial']) == len(kept)

@@ -155,8 +155,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         description='publish ~/body/<body> (one JointState per body)')),
     'diagnostics_period': (1.0, _float('period of /diagnostics [s]', 0.05, 3600.0,
                                        read_only=True)),
-    'input_depth': (50, _int('history depth of the joint_states subscription (reliable, keep '
-                             'last): 50 = 250 ms at 200 Hz', 1, 100000, read_only=True)),
+    'input_depth': (0, _int('history depth of the joint_states subscription (reliable, keep '
+                            'last); 0: 250 ms of input at filter.rate_hz, at least 50 (50 at '
+                            '200 Hz)', 0, 100000, read_only=True)),
     # A reliable keep-last writer drops samples a slow reader has not acknowledged once its
     # history is full: 100 keeps 0.5 s at 200 Hz, so rviz2 or a recorder can lag briefly.
     'output_depth': (100, _int('history depth of every reliable output topic', 1, 100000,
@@ -235,8 +236,8 @@ class DynamicsNode(Node):
 
         # Inputs. joint_states is subscribed once a model exists (see _set_model), so
         # samples that come before robot_description are not taken, not dropped as bad.
-        self._input_qos = QoSProfile(depth=int(values['input_depth']),
-                                     reliability=ReliabilityPolicy.RELIABLE)
+        depth = int(values['input_depth']) or max(50, math.ceil(0.25 * self._config.rate_hz))
+        self._input_qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
         self._sub_state = None
         self._fallback_timer = None
         source = values['robot_description_source']

@@ -19,7 +19,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 venv: $(VENV)/.installed
 
 demo: venv
-	$(VENV)/bin/plag-ros demo
+	$(VENV)/bin/plag-ros sim --duration 10
 
 test: venv
 	$(PY) -m pytest -q test

@@ -353,7 +353,13 @@ def run_sim(args: argparse.Namespace) -> int:
             print('plag-ros: --control needs plag_ros.nodes.impedance_node, which is not '
                   'installed', file=sys.stderr)
             return 2
-        specs.append(NodeSpec('impedance_node', 'impedance.yaml'))
+        # In the simulator the controller may drive at once: enabled, the elbow swinging
+        # 0.4 rad at 0.5 Hz while the shoulder tilt holds with its elbow path cancelled
+        # (on the real arm start_enabled stays false until ~/enable is called).
+        specs.append(NodeSpec('impedance_node', 'impedance.yaml', {
+            'start_enabled': True, 'reference.mode': 'sine',
+            'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0],
+            'reference.frequency_hz': [0.5]}))
     return _bring_up(specs, args, motion=not args.control and args.motion == 'swing')
 
 

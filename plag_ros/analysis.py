@@ -9,8 +9,9 @@ arrays; :func:`analyze_bag` adds reading and the products written into ``OUT``:
 
 * ``OUT/bag/``: an mcap bag (lz4 chunk compression) with the input joint states and every
   topic the live dynamics node publishes (:mod:`plag_ros.nodes.dynamics_node`: same types,
-  names, layouts and rates: every per-sample topic at the full input rate, markers and
-  image at ``visualization_rate_hz`` as the node gates them, ``~/names`` once, latched;
+  names, layouts and rates: the state and array topics at the full input rate, per-body
+  states, markers and image at ``visualization_rate_hz`` as the node gates them,
+  ``~/names`` once, latched;
   ``/diagnostics`` once per second of bag time with offline counters), header-stamped with
   the input stamps and recorded at the input receive times, for rviz2 or Foxglove;
 * ``OUT/analysis.npz``: every array with its names (compressed);
@@ -397,14 +398,23 @@ def _output_topics(model: RobotModel, analysis: Analysis, frame: str,
             f'{NODE_NAMESPACE}/{name}', 'std_msgs/msg/Float64MultiArray', template,
             lambda s, name=name: {'data': getattr(analysis, name)[s].reshape(
                 len(analysis.t_ns[s]), -1)}))
-    if options.publish_bodies:
-        templates = msgs.body_joint_states(names, np.zeros((n, b)), t_ns=TEMPLATE_NS,
-                                           frame_id=frame)
-        for i, (body, message) in enumerate(zip(model.body_names, templates)):
-            topics.append(_TopicWriter(
-                f'{NODE_NAMESPACE}/body/{body}', JOINT_STATE_TYPE, CdrTemplate(message),
-                lambda s, i=i: {'effort': analysis.partial[s][:, :, i]}))
     return topics
+
+
+def _body_topics(model: RobotModel, analysis: Analysis, frame: str,
+                 options: AnalysisOptions) -> list[_TopicWriter]:
+    """``~/body/<body>`` topics: the node publishes them at the visualization rate."""
+    from . import messages as msgs
+
+    if not options.publish_bodies:
+        return []
+    n, b = model.n_joints, model.n_bodies
+    templates = msgs.body_joint_states(list(model.joint_names), np.zeros((n, b)),
+                                       t_ns=TEMPLATE_NS, frame_id=frame)
+    return [_TopicWriter(f'{NODE_NAMESPACE}/body/{body}', JOINT_STATE_TYPE,
+                         CdrTemplate(message),
+                         lambda rows, i=i: {'effort': analysis.partial[rows][:, :, i]})
+            for i, (body, message) in enumerate(zip(model.body_names, templates))]
 
 
 def _diagnostics(analysis: Analysis, n_input: int, model: RobotModel, mode: str,
@@ -466,8 +476,13 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
             for topic, conn in zip(topics, conns):
                 rows = topic.template.fill(analysis.t_ns[s], topic.fill(s))
                 writer.write_rows(conn, receive[s], rows)
-        # 4. Markers and image at the visualization rate.
+        # 4. Per-body states, markers and image at the visualization rate.
         vis = _visual_rows(analysis.t_ns, options.visualization_rate_hz)
+        for topic in _body_topics(model, analysis, frame, options):
+            if vis.size:
+                conn = writer.add_topic(topic.topic, topic.msgtype)
+                writer.write_rows(conn, receive[vis],
+                                  topic.template.fill(analysis.t_ns[vis], topic.fill(vis)))
         if vis.size:
             engine = PartialLagrangian(model, dtype=torch.float64)
             markers = msgs.MarkerBuilder(model, frame_id=frame, scale=options.marker_scale)

@@ -50,7 +50,6 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import rclpy
 import torch
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -59,7 +58,6 @@ from rcl_interfaces.msg import (
     ParameterType,
     SetParametersResult,
 )
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -79,6 +77,7 @@ from ..control import (
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig
 from ..model import RobotModel, default_urdf_path
+from . import spin_node
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'ImpedanceNode', 'main']
 
@@ -406,17 +405,7 @@ class ImpedanceNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Console script ``impedance_node``: spin :class:`ImpedanceNode` until shutdown."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = ImpedanceNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    spin_node(ImpedanceNode, args)
 
 
 if __name__ == '__main__':

@@ -48,7 +48,6 @@ import math
 import time
 
 import numpy as np
-import rclpy
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import (
@@ -58,7 +57,6 @@ from rcl_interfaces.msg import (
     ParameterType,
     SetParametersResult,
 )
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -67,6 +65,7 @@ from std_msgs.msg import Float64MultiArray, String
 from .. import messages as msgs
 from ..model import RobotModel, default_urdf_path
 from ..simulation import DYNAMIXEL_P_GAIN, Simulator, SimulatorConfig
+from . import spin_node
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'REJECTION_REASONS', 'SimNode', 'main']
 
@@ -366,17 +365,7 @@ class SimNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Console script ``sim_node``: spin :class:`SimNode` until shutdown."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    spin_node(SimNode, args)
 
 
 if __name__ == '__main__':

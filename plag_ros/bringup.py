@@ -83,7 +83,8 @@ class _Child:
         return self.process.poll() is None
 
     def tail(self, lines: int = 20) -> str:
-        self._log.flush()
+        if not self._log.closed:  # still readable after stop()
+            self._log.flush()
         text = self.log_path.read_text(errors='replace').splitlines()
         return '\n'.join(f'  [{self.spec.module}] {line}' for line in text[-lines:])
 

@@ -62,7 +62,8 @@ class NodeProcess:
 
     def output(self) -> str:
         """Everything the node printed so far."""
-        self._log.flush()
+        if not self._log.closed:  # still readable after stop()
+            self._log.flush()
         return self.log_path.read_text(errors='replace')
 
     def stop(self, timeout: float = 10.0) -> int:

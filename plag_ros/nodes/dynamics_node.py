@@ -50,8 +50,6 @@ import numpy as np
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import (
-    FloatingPointRange,
-    IntegerRange,
     ParameterDescriptor,
     ParameterType,
     SetParametersResult,
@@ -69,6 +67,9 @@ from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig, JointStateEstimator
 from ..model import RobotModel, default_urdf_path
 from . import spin_node
+from .parameters import float_descriptor as _float
+from .parameters import int_descriptor as _int
+from .parameters import str_descriptor as _str
 
 __all__ = ['REJECTION_REASONS', 'DynamicsNode', 'main']
 
@@ -85,28 +86,6 @@ ARRAY_TOPICS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
 
 _LOG_THROTTLE_S = 2.0
 _DESCRIPTION_SOURCES = ('topic', 'parameter', 'file')
-
-
-def _float(description: str, low: float, high: float, *, read_only: bool = False
-           ) -> ParameterDescriptor:
-    return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE, description=description,
-                               read_only=read_only,
-                               floating_point_range=[FloatingPointRange(
-                                   from_value=low, to_value=high, step=0.0)])
-
-
-def _int(description: str, low: int, high: int, *, read_only: bool = False
-         ) -> ParameterDescriptor:
-    return ParameterDescriptor(type=ParameterType.PARAMETER_INTEGER, description=description,
-                               read_only=read_only,
-                               integer_range=[IntegerRange(from_value=low, to_value=high,
-                                                           step=1)])
-
-
-def _str(description: str, *, read_only: bool = False,
-         constraints: str = '') -> ParameterDescriptor:
-    return ParameterDescriptor(type=ParameterType.PARAMETER_STRING, description=description,
-                               read_only=read_only, additional_constraints=constraints)
 
 
 # name -> (default, descriptor). Defaults match config/crane_x7.yaml.

@@ -52,8 +52,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from rcl_interfaces.msg import (
-    FloatingPointRange,
-    IntegerRange,
     ParameterDescriptor,
     ParameterType,
     SetParametersResult,
@@ -78,6 +76,7 @@ from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig
 from ..model import RobotModel, default_urdf_path
 from . import spin_node
+from .parameters import descriptor as _desc
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'ImpedanceNode', 'main']
 
@@ -85,17 +84,6 @@ NODE_NAME = 'plag_impedance'
 _LOG_THROTTLE_S = 2.0
 TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'
 ELBOW = 'crane_x7_upper_arm_revolute_part_rotate_joint'
-
-
-def _desc(kind: int, description: str, *, read_only: bool = False, low: float | None = None,
-          high: float | None = None, constraints: str = '') -> ParameterDescriptor:
-    d = ParameterDescriptor(type=kind, description=description, read_only=read_only,
-                            additional_constraints=constraints)
-    if kind == ParameterType.PARAMETER_DOUBLE and low is not None:
-        d.floating_point_range = [FloatingPointRange(from_value=low, to_value=high, step=0.0)]
-    if kind == ParameterType.PARAMETER_INTEGER and low is not None:
-        d.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
-    return d
 
 
 _D, _DA = ParameterType.PARAMETER_DOUBLE, ParameterType.PARAMETER_DOUBLE_ARRAY

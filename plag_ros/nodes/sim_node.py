@@ -51,7 +51,6 @@ import numpy as np
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import (
-    FloatingPointRange,
     IntegerRange,
     ParameterDescriptor,
     ParameterType,
@@ -66,6 +65,8 @@ from .. import messages as msgs
 from ..model import RobotModel, default_urdf_path
 from ..simulation import DYNAMIXEL_P_GAIN, Simulator, SimulatorConfig
 from . import spin_node
+from .parameters import bool_descriptor, doubles_descriptor
+from .parameters import float_descriptor as _float
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'REJECTION_REASONS', 'SimNode', 'main']
 
@@ -75,22 +76,12 @@ _LOG_THROTTLE_S = 2.0
 _COMMAND_MODES = ('position', 'effort')
 
 
-def _float(description: str, low: float, high: float, *, read_only: bool = False
-           ) -> ParameterDescriptor:
-    return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE, description=description,
-                               read_only=read_only,
-                               floating_point_range=[FloatingPointRange(
-                                   from_value=low, to_value=high, step=0.0)])
-
-
 def _bool(description: str) -> ParameterDescriptor:
-    return ParameterDescriptor(type=ParameterType.PARAMETER_BOOL, description=description,
-                               read_only=True)
+    return bool_descriptor(description, read_only=True)   # the simulator's set-up is fixed
 
 
 def _doubles(description: str) -> ParameterDescriptor:
-    return ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
-                               description=description, read_only=True)
+    return doubles_descriptor(description, read_only=True)
 
 
 # name -> (default, descriptor). Defaults match config/sim.yaml.

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ['NodeSpec', 'Summary', 'config_path', 'configure', 'configure_run', 'run',
-           'run_dynamics_only', 'run_sim']
+__all__ = ['NodeProcess', 'NodeSpec', 'Summary', 'config_path', 'configure', 'configure_run',
+           'run', 'run_dynamics_only', 'run_sim']
 
 DYNAMICS = '/plag_dynamics'
 
@@ -55,40 +55,64 @@ def config_path(name: str) -> Path:
 
 @dataclass
 class NodeSpec:
-    """One node subprocess: ``python -m plag_ros.nodes.<module> --ros-args ...``."""
+    """One node subprocess: ``python -m plag_ros.nodes.<module> --ros-args ...``.
+
+    ``params_file`` is a name under ``config/`` or an absolute path; ``params`` are
+    ``-p name:=value`` overrides (YAML scalars or lists), ``remaps`` ``-r from:=to``.
+    """
 
     module: str
-    params_file: str | None = None
+    params_file: str | Path | None = None
     params: dict[str, object] = field(default_factory=dict)
+    remaps: dict[str, str] = field(default_factory=dict)
 
     def command(self) -> list[str]:
         args = [sys.executable, '-m', f'plag_ros.nodes.{self.module}', '--ros-args']
         if self.params_file:
-            args += ['--params-file', str(config_path(self.params_file))]
+            path = Path(self.params_file)
+            args += ['--params-file',
+                     str(path if path.is_absolute() else config_path(str(self.params_file)))]
         for name, value in self.params.items():
             text = ('true' if value else 'false') if isinstance(value, bool) else str(value)
             args += ['-p', f'{name}:={text}']
+        for source, target in self.remaps.items():
+            args += ['-r', f'{source}:={target}']
         return args
 
 
-class _Child:
-    def __init__(self, spec: NodeSpec, log_dir: Path) -> None:
-        self.spec = spec
-        self.log_path = log_dir / f'{spec.module}.log'
-        self._log = open(self.log_path, 'wb')  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(spec.command(), stdout=self._log,
+class NodeProcess:
+    """A node in a subprocess, its output in a log file; stopped through its SIGINT path.
+
+    Used by the bring-up and by the tests that talk to real nodes.
+    """
+
+    def __init__(self, args: list[str], log_path: Path, *, label: str = '',
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.args, self.log_path, self.label = args, log_path, label
+        self._log = open(log_path, 'wb')  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._log,
                                         stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def tail(self, lines: int = 20) -> str:
-        if not self._log.closed:  # still readable after stop()
+    def output(self) -> str:
+        """Everything the node printed so far (also after :meth:`stop`)."""
+        if not self._log.closed:
             self._log.flush()
-        text = self.log_path.read_text(errors='replace').splitlines()
-        return '\n'.join(f'  [{self.spec.module}] {line}' for line in text[-lines:])
+        return self.log_path.read_text(errors='replace')
+
+    def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` of output, each prefixed with the node's label."""
+        text = self.output().splitlines()
+        return '\n'.join(f'  [{self.label}] {line}' for line in text[-lines:])
 
     def stop(self, timeout: float = 10.0) -> int:
+        """SIGINT (the node's shutdown path), then SIGKILL after ``timeout``; exit code."""
         if self.alive():
             self.process.send_signal(signal.SIGINT)
             try:
@@ -98,6 +122,12 @@ class _Child:
                 self.process.wait()
         self._log.close()
         return self.process.returncode
+
+    def __enter__(self) -> NodeProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def _short(name: str) -> str:
@@ -205,7 +235,7 @@ def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
     return q[actuated]
 
 
-def _monitor(children: list[_Child], *, duration: float | None, startup_timeout: float,
+def _monitor(children: list[NodeProcess], *, duration: float | None, startup_timeout: float,
              motion: bool, out) -> int:
     """Host ``plag_monitor``: print the summary once a second until ``duration``."""
     import rclpy
@@ -263,7 +293,7 @@ def _monitor(children: list[_Child], *, duration: float | None, startup_timeout:
             executor.spin_once(timeout_sec=0.1)
             dead = [c for c in children if not c.alive()]
             if dead or time.monotonic() - begin > startup_timeout:
-                why = (f'{dead[0].spec.module} exited with {dead[0].process.returncode}'
+                why = (f'{dead[0].label} exited with {dead[0].process.returncode}'
                        if dead else f'no output from {DYNAMICS} within {startup_timeout:g} s')
                 print(f'plag-ros: {why}', file=sys.stderr)
                 for child in children:
@@ -285,7 +315,7 @@ def _monitor(children: list[_Child], *, duration: float | None, startup_timeout:
                 print(summary.line(now - start), file=out, flush=True)
             dead = [c for c in children if not c.alive()]
             if dead:
-                print(f'plag-ros: {dead[0].spec.module} exited with '
+                print(f'plag-ros: {dead[0].label} exited with '
                       f'{dead[0].process.returncode}', file=sys.stderr)
                 print(dead[0].tail(), file=sys.stderr)
                 status = 1
@@ -320,7 +350,8 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     children = []
     status = 1
     try:
-        children.extend(_Child(spec, log_dir) for spec in specs)
+        children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
+                                     label=spec.module) for spec in specs)
         status = _monitor(children, duration=args.duration,
                           startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout)
     except KeyboardInterrupt:
@@ -329,7 +360,7 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
         for child in reversed(children):
             code = child.stop()
             if code not in (0, -signal.SIGINT):
-                print(f'plag-ros: {child.spec.module} exited with {code}', file=sys.stderr)
+                print(f'plag-ros: {child.label} exited with {code}', file=sys.stderr)
                 print(child.tail(), file=sys.stderr)
                 status = status or 1
         for sig, handler in previous.items():

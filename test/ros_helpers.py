@@ -10,9 +10,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +19,8 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+from plag_ros.bringup import NodeProcess, NodeSpec
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
            'start_node']
@@ -43,48 +42,6 @@ def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str,
     return env
 
 
-class NodeProcess:
-    """A node running in a subprocess; output goes to a log file read back on stop."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.args = args
-        self.log_path = log_path
-        self._log = open(log_path, 'wb')  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(args, env=env, cwd=REPO, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def output(self) -> str:
-        """Everything the node printed so far."""
-        if not self._log.closed:  # still readable after stop()
-            self._log.flush()
-        return self.log_path.read_text(errors='replace')
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGINT (the node's shutdown path), then SIGKILL after ``timeout``; exit code."""
-        if self.alive():
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
-
-    def __enter__(self) -> NodeProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
 def start_node(module: str, *, domain_id: int, log_dir: Path, params_file: Path | None = None,
                params: Mapping[str, object] | None = None,
                remaps: Mapping[str, str] | None = None) -> NodeProcess:
@@ -98,15 +55,9 @@ def start_node(module: str, *, domain_id: int, log_dir: Path, params_file: Path 
         params: ``-p name:=value`` overrides (values are written as YAML scalars).
         remaps: ``-r from:=to`` remappings.
     """
-    args = [sys.executable, '-m', f'plag_ros.nodes.{module}', '--ros-args']
-    if params_file is not None:
-        args += ['--params-file', str(params_file)]
-    for name, value in (params or {}).items():
-        text = ('true' if value else 'false') if isinstance(value, bool) else str(value)
-        args += ['-p', f'{name}:={text}']
-    for source, target in (remaps or {}).items():
-        args += ['-r', f'{source}:={target}']
-    return NodeProcess(args, ros_env(domain_id), Path(log_dir) / f'{module}.log')
+    spec = NodeSpec(module, params_file, dict(params or {}), dict(remaps or {}))
+    return NodeProcess(spec.command(), Path(log_dir) / f'{module}.log', label=module,
+                       env=ros_env(domain_id), cwd=REPO)
 
 
 class RosClient:

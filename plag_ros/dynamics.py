@@ -32,12 +32,12 @@ Two implementations agree to rounding:
   this is the block sparsity of seed 001's partial torque tensor). The velocity formula is
   the symmetric quadratic form of the Coriolis/centrifugal terms differentiated by ``qd_s``:
   kinematics is computed once per sample and every body and source in one vectorised pass,
-  O(n^2 B) per sample.
+  O(n^2 B) per sample. For float64 on the CPU the same formulas run as one compiled loop
+  per sample (:mod:`plag_ros.kernel`); the torch form serves float32, GPUs and autograd.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import kernel
 from .model import RobotModel
 
 __all__ = ['Decomposition', 'PartialLagrangian', 'GRAVITY']
@@ -102,7 +103,7 @@ class _FlatDecomposition:
 
 
 class _TorchOps:
-    """Array operations of the closed form for torch tensors (batches, autograd path)."""
+    """Array operations of the closed form for torch tensors (float32, GPUs, autograd)."""
 
     sin, cos, tanh, sign = torch.sin, torch.cos, torch.tanh, torch.sign
     cross = staticmethod(torch.linalg.cross)
@@ -119,29 +120,6 @@ class _TorchOps:
     @staticmethod
     def zeros(shape, like):
         return like.new_zeros(shape)
-
-
-class _NumpyOps:
-    """The same operations for numpy arrays: a single live sample costs ~1 us per numpy op
-    against ~5 us per torch op, and the closed form is ~100 ops."""
-
-    sin, cos, tanh, sign = np.sin, np.cos, np.tanh, np.sign
-    concat, stack, broadcast_to = np.concatenate, np.stack, np.broadcast_to
-
-    # a x b = [a]x b with [a]x = a @ LEVI (3 -> 3x3): two small matmuls are 2x cheaper than
-    # per-component products on tiny arrays and 5x cheaper than np.cross (bench/)
-    LEVI = np.array([[0, 0, 0, 0, 0, -1, 0, 1, 0],
-                     [0, 0, 1, 0, 0, 0, -1, 0, 0],
-                     [0, -1, 0, 1, 0, 0, 0, 0, 0]], dtype=np.float64)
-
-    @staticmethod
-    def cross(a, b):
-        skew = (a @ _NumpyOps.LEVI).reshape(*a.shape[:-1], 3, 3)
-        return (skew @ b[..., None])[..., 0]
-
-    @staticmethod
-    def zeros(shape, like):
-        return np.zeros(shape, dtype=like.dtype)
 
 
 def _skew(v: np.ndarray) -> np.ndarray:
@@ -338,35 +316,33 @@ class PartialLagrangian:
         dtype: floating dtype of every computation (float64 for analysis; float32 is
             allowed for throughput).
         device: torch device (CPU by default).
+        compiled: run float64 on the CPU through the compiled loop of
+            :mod:`plag_ros.kernel` (the default); False forces the torch form, as float32
+            and GPUs always use it (a reference for tests and benchmarks).
 
     Inputs may be numpy arrays or torch tensors; results are torch tensors of ``dtype``.
     """
 
     chunk_size: int = 512
-    """Samples per vectorised pass in :meth:`decompose` (cache-sized; see bench/)."""
-    small_batch: int = 4
-    """Batches up to this size run the same closed form through numpy (float64 on the
-    CPU only): per-op overhead, not arithmetic, dominates a single live sample."""
+    """Samples per vectorised pass of the torch form (cache-sized; see bench/)."""
 
     def __init__(self, model: RobotModel, *, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, compiled: bool = True) -> None:
         if not dtype.is_floating_point:
             raise ValueError(f'dtype must be floating point, got {dtype}')
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
-        self._torch = self._constants(np.arange(model.n_bodies), numpy=False)
-        self._numpy = (self._constants(np.arange(model.n_bodies), numpy=True)
-                       if dtype == torch.float64 and self.device.type == 'cpu' else None)
+        self._torch = self._constants(np.arange(model.n_bodies))
+        # float64 on the CPU runs the compiled loop (plag_ros.kernel) on numpy views
+        self._host = compiled and dtype == torch.float64 and self.device.type == 'cpu'
+        self._kernel = (kernel.KernelModel.build(model, np.arange(model.n_bodies), GRAVITY)
+                        if self._host else None)
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
 
-    def _constants(self, bodies: np.ndarray, *, numpy: bool) -> _Constants:
-        if numpy:
-            return _Constants.build(self.model, bodies, ops=_NumpyOps,
-                                    convert=lambda x: np.asarray(x, dtype=np.float64),
-                                    index=lambda x: np.asarray(x, dtype=np.int64))
+    def _constants(self, bodies: np.ndarray) -> _Constants:
         return _Constants.build(
             self.model, bodies, ops=_TorchOps,
             convert=lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64),
@@ -374,18 +350,18 @@ class PartialLagrangian:
             index=lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64), device=self.device))
 
     # ------------------------------------------------------------------ inputs
-    def _prepare(self, **arrays) -> tuple[list, tuple[int, ...], _Constants]:
-        """Validate (..., n) inputs, broadcast them, flatten to (N, n) in one library.
+    def _prepare(self, **arrays) -> tuple[list, tuple[int, ...]]:
+        """Validate (..., n) inputs, broadcast them and flatten to (N, n).
 
-        Returns the flat arrays, the batch shape and the constants of the library chosen:
-        numpy for small float64 CPU batches, torch otherwise.
+        Returns the flat arrays (C-contiguous float64 numpy on the host path, torch tensors
+        of the engine's dtype and device otherwise) and the batch shape.
 
         Raises:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf
                 (naming the joints).
         """
         n = self.model.n_joints
-        host = self._numpy is not None  # float64 on the CPU: validate in numpy (cheaper)
+        host = self._host
         arrays = {name: self._host_array(x) if host else torch.as_tensor(
             x.detach() if torch.is_tensor(x) else x, dtype=self.dtype, device=self.device)
             for name, x in arrays.items()}
@@ -398,8 +374,6 @@ class PartialLagrangian:
         except (ValueError, RuntimeError) as err:
             shapes = ', '.join(f'{k} {tuple(x.shape)}' for k, x in arrays.items())
             raise ValueError(f'input shapes do not broadcast: {shapes}') from err
-        batch = tuple(shape[:-1])
-        use_numpy = host and math.prod(batch) <= self.small_batch
         flat = []
         for name, x in arrays.items():
             finite = np.isfinite(x) if host else torch.isfinite(x)
@@ -411,9 +385,8 @@ class PartialLagrangian:
             if x.shape != shape:
                 x = np.broadcast_to(x, shape) if host else x.expand(shape)
             x = x.reshape(-1, n)
-            flat.append(x if use_numpy or not host else torch.from_numpy(
-                np.ascontiguousarray(x)))
-        return flat, batch, self._numpy if use_numpy else self._torch
+            flat.append(np.ascontiguousarray(x) if host else x)
+        return flat, tuple(shape[:-1])
 
     @staticmethod
     def _host_array(x) -> np.ndarray:
@@ -424,7 +397,7 @@ class PartialLagrangian:
 
     @staticmethod
     def _to_torch(x):
-        return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+        return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
 
     # ------------------------------------------------------------------ closed form
     def decompose(self, q, qd, qdd) -> Decomposition:
@@ -442,17 +415,25 @@ class PartialLagrangian:
         Raises:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf.
         """
-        (q, qd, qdd), batch, c = self._prepare(q=q, qd=qd, qdd=qdd)
-        return self._decompose_flat(c, q, qd, qdd).reshape(batch, self._to_torch)
+        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+        return self._decompose_flat(np.arange(self.model.n_bodies), q, qd, qdd).reshape(
+            batch, self._to_torch)
 
-    def _decompose_flat(self, c: _Constants, q, qd, qdd, *,
-                        tables: bool = True) -> _FlatDecomposition:
-        if c.ops is _NumpyOps:
-            return _closed_form(c, q, qd, qdd, tables=tables)
+    def _decompose_flat(self, bodies: np.ndarray, q, qd, qdd) -> _FlatDecomposition:
+        """The split of the body columns ``bodies`` for flat (N, n) inputs from _prepare."""
+        every = len(bodies) == self.model.n_bodies and np.array_equal(
+            bodies, np.arange(self.model.n_bodies))
+        if self._host:
+            km = self._kernel if every else kernel.KernelModel.build(self.model, bodies, GRAVITY)
+            out = kernel.decompose_into(km, q, qd, qdd, threads=torch.get_num_threads())
+            friction = self.model.damping * qd + self.model.friction * np.sign(qd)
+            return _FlatDecomposition(out['torque'], out['partial'], out['acceleration'],
+                                      out['velocity'], out['gravity'], friction, None)
+        c = self._torch if every else self._constants(bodies)
         with torch.inference_mode():
             N, size = q.shape[0], self.chunk_size
-            if N <= size or not tables:
-                return _closed_form(c, q, qd, qdd, tables=tables)
+            if N <= size:
+                return _closed_form(c, q, qd, qdd)
             # Long batches go through in cache-sized chunks: on a whole bag every pair
             # intermediate would spill to memory (measured about 2x slower).
             parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
@@ -468,11 +449,18 @@ class PartialLagrangian:
 
     def mass_matrix_and_bias(self, q, qd) -> tuple[Tensor, Tensor]:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
-        (q, qd), batch, c = self._prepare(q=q, qd=qd)
-        flat = self._decompose_flat(c, q, qd, 0.0 * q, tables=False)
+        (q, qd), batch = self._prepare(q=q, qd=qd)
         n = self.model.n_joints
-        M = (flat.mass @ c.pair_onehot_source).reshape(*batch, n, n)
-        return self._to_torch(M), self._to_torch(flat.torque.reshape(*batch, n))
+        if self._host:
+            M, bias = kernel.mass_matrix_and_bias_into(self._kernel, q, qd,
+                                                       threads=torch.get_num_threads())
+        else:
+            c = self._torch
+            with torch.inference_mode():
+                flat = _closed_form(c, q, qd, 0.0 * q, tables=False)
+            M, bias = flat.mass @ c.pair_onehot_source, flat.torque
+        return (self._to_torch(M.reshape(*batch, n, n)),
+                self._to_torch(bias.reshape(*batch, n)))
 
     def mass_matrix(self, q) -> Tensor:
         """Joint-space mass matrix M(q) = sum_i M_i(q), (..., n) -> (..., n, n)."""
@@ -499,7 +487,7 @@ class PartialLagrangian:
 
     def link_poses(self, q) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
-        (q,), batch, _ = self._prepare(q=torch.as_tensor(q, dtype=self.dtype))
+        (q,), batch = self._prepare(q=torch.as_tensor(q, dtype=self.dtype))
         q = torch.as_tensor(q, dtype=self.dtype, device=self.device)
         T = _body_frames(self._torch, q)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
@@ -513,10 +501,9 @@ class PartialLagrangian:
         ``partial``, ``acceleration``, ``velocity`` and ``gravity`` have ``len(bodies)``
         columns; ``torque`` is the sum over those columns only.
         """
-        (q, qd, qdd), batch, c = self._prepare(q=q, qd=qd, qdd=qdd)
-        subset = self._constants(np.asarray(bodies, dtype=np.int64).reshape(-1),
-                                 numpy=c.ops is _NumpyOps)
-        return self._decompose_flat(subset, q, qd, qdd).reshape(batch, self._to_torch)
+        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+        bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
+        return self._decompose_flat(bodies, q, qd, qdd).reshape(batch, self._to_torch)
 
     def extend(self, previous: Decomposition, previous_model: RobotModel, q, qd,
                qdd) -> Decomposition:
@@ -618,7 +605,7 @@ class PartialLagrangian:
         Lagrangian by automatic differentiation), vmapped over the batch. Slower than the
         closed form; it is the reference the fast path is tested against.
         """
-        (q, qd, qdd), batch, _ = self._prepare(q=q, qd=qd, qdd=qdd)
+        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
         q, qd, qdd = (torch.as_tensor(x, dtype=self.dtype, device=self.device)
                       for x in (q, qd, qdd))
         partial, acceleration, velocity, gravity = torch.func.vmap(self._autograd_single)(

@@ -354,18 +354,27 @@ def test_bad_payloads_raise():
         model.with_body('ghost', **ok)
 
 
-def test_numpy_single_sample_path_equals_torch_batch_path(robot):
-    """Small batches run the closed form through numpy; it must equal the torch path."""
+def test_compiled_loop_equals_torch_form(robot):
+    """float64 on the CPU runs the compiled loop; it must equal the torch array form, for a
+    single sample, a batch split over threads, a column subset and the mass matrix."""
     model, engine, _ = robot
-    q, qd, qdd = random_states(model, 3, seed=15)
-    small = engine.decompose(q, qd, qdd)              # 3 <= small_batch: numpy
-    forced = PartialLagrangian(model)
-    forced.small_batch = 0                            # same states through torch
-    big = forced.decompose(q, qd, qdd)
-    for field in ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction'):
-        assert getattr(small, field).dtype == torch.float64
-        assert_close(getattr(small, field), getattr(big, field), what=field)
-    M, bias = engine.mass_matrix_and_bias(q[0], qd[0])
-    M2, bias2 = forced.mass_matrix_and_bias(q[0], qd[0])
+    reference = PartialLagrangian(model, compiled=False)
+    q, qd, qdd = random_states(model, 200, seed=15)
+    threads = torch.get_num_threads()
+    for batch, workers in ((slice(0, 1), 1), (slice(0, 200), 1), (slice(0, 200), 2)):
+        torch.set_num_threads(workers)                # the loop takes torch's thread count
+        try:
+            fast = engine.decompose(q[batch], qd[batch], qdd[batch])
+        finally:
+            torch.set_num_threads(threads)
+        slow = reference.decompose(q[batch], qd[batch], qdd[batch])
+        for field in ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction'):
+            assert getattr(fast, field).dtype == torch.float64
+            assert_close(getattr(fast, field), getattr(slow, field), what=field)
+    bodies = [model.n_bodies - 1, 0]
+    assert_close(engine.columns(q, qd, qdd, bodies).velocity,
+                 reference.columns(q, qd, qdd, bodies).velocity, what='column subset')
+    M, bias = engine.mass_matrix_and_bias(q[:7], qd[:7])
+    M2, bias2 = reference.mass_matrix_and_bias(q[:7], qd[:7])
     assert_close(M, M2, what='mass matrix')
     assert_close(bias, bias2, what='bias')

@@ -1,0 +1,360 @@
+"""Compiled closed form of the partial Lagrangian split, one fused loop per sample.
+
+The same mathematics as :func:`plag_ros.dynamics._closed_form` (see that module's
+docstring), written as scalar loops and compiled with numba: the vectorised array form
+spends most of its time materialising per-pair intermediates in memory, while this loop
+keeps a sample's kinematics (a few hundred doubles) in cache and writes each table entry
+once. Used for float64 on the CPU; the torch form stays for float32, GPUs and as the
+cross-check in the tests.
+
+Frames: spatial vectors in world coordinates, angular part first, taken at the world
+origin. Shapes below: N samples, n joints, B bodies, L the longest root-to-body path.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+__all__ = ['KernelModel', 'decompose_into', 'mass_matrix_and_bias_into', 'parallel_threshold']
+
+parallel_threshold = 64
+"""Batches at least this long are split over threads (numba's pool)."""
+
+# numba's default thread pool must not be entered from two Python threads at once.
+_pool_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """Model constants in the flat float64/int64 form the compiled loops take.
+
+    Attributes:
+        parent: (n,) parent joint, -1 at the root; parents come before children.
+        axis: (n, 3) unit joint axes in the joint frames.
+        revolute: (n,) 1 for revolute/continuous, 0 for prismatic.
+        T_parent_joint: (n, 4, 4) joint frame in its parent's frame at q = 0.
+        body_joint: (B,) joint each body rides on.
+        mass: (B,) [kg]; com: (B, 3) [m] and inertia: (B, 3, 3) [kg m^2] about the COM,
+            both in the joint's child frame.
+        path: (B, L) joints from the root to each body's joint, root first, padded with -1;
+            path_len: (B,) entries used.
+        gravity: (3,) world gravity [m/s^2].
+    """
+
+    parent: np.ndarray
+    axis: np.ndarray
+    revolute: np.ndarray
+    T_parent_joint: np.ndarray
+    body_joint: np.ndarray
+    mass: np.ndarray
+    com: np.ndarray
+    inertia: np.ndarray
+    path: np.ndarray
+    path_len: np.ndarray
+    gravity: np.ndarray
+
+    @classmethod
+    def build(cls, model, bodies: np.ndarray, gravity) -> KernelModel:
+        """Constants for the body columns ``bodies`` (indices into ``model``'s bodies)."""
+        paths = []
+        for i in bodies:
+            chain, j = [], int(model.body_joint[i])
+            while j >= 0:
+                chain.append(j)
+                j = int(model.joint_parent[j])
+            paths.append(chain[::-1])
+        longest = max((len(p) for p in paths), default=0)
+        path = np.full((len(paths), max(longest, 1)), -1, dtype=np.int64)
+        for b, chain in enumerate(paths):
+            path[b, :len(chain)] = chain
+
+        def f64(x):
+            return np.ascontiguousarray(x, dtype=np.float64)
+
+        return cls(
+            parent=np.ascontiguousarray(model.joint_parent, dtype=np.int64),
+            axis=f64(model.joint_axis),
+            revolute=np.array([t != 'prismatic' for t in model.joint_types], dtype=np.int64),
+            T_parent_joint=f64(model.T_parent_joint),
+            body_joint=np.ascontiguousarray(model.body_joint[bodies], dtype=np.int64),
+            mass=f64(model.body_mass[bodies]), com=f64(model.body_com[bodies]),
+            inertia=f64(model.body_inertia[bodies]),
+            path=path, path_len=np.array([len(p) for p in paths], dtype=np.int64),
+            gravity=f64(gravity),
+        )
+
+    def arguments(self) -> tuple:
+        return (self.parent, self.axis, self.revolute, self.T_parent_joint, self.body_joint,
+                self.mass, self.com, self.inertia, self.path, self.path_len, self.gravity)
+
+
+# --------------------------------------------------------------------------- kinematics
+@numba.njit(cache=True, nogil=True)
+def _kinematics(q, qd, parent, axis, revolute, T_parent_joint, R, p, S, v):
+    """World rotation R (n, 3, 3) and origin p (n, 3) of each joint's child frame, motion
+    subspaces S (n, 6) and spatial velocities v (n, 6) of the joints' child bodies."""
+    n = q.shape[0]
+    Rl = np.empty((3, 3))
+    A = np.empty((3, 3))
+    t = np.empty(3)
+    for j in range(n):
+        a0, a1, a2 = axis[j, 0], axis[j, 1], axis[j, 2]
+        if revolute[j]:
+            # Rodrigues, R = I + sin K + (1 - cos) K^2 with K = [axis]x and |axis| = 1
+            s, c1 = np.sin(q[j]), 1.0 - np.cos(q[j])
+            Rl[0, 0] = 1.0 - c1 * (a1 * a1 + a2 * a2)
+            Rl[1, 1] = 1.0 - c1 * (a0 * a0 + a2 * a2)
+            Rl[2, 2] = 1.0 - c1 * (a0 * a0 + a1 * a1)
+            Rl[0, 1] = -s * a2 + c1 * a0 * a1
+            Rl[1, 0] = s * a2 + c1 * a0 * a1
+            Rl[0, 2] = s * a1 + c1 * a0 * a2
+            Rl[2, 0] = -s * a1 + c1 * a0 * a2
+            Rl[1, 2] = -s * a0 + c1 * a1 * a2
+            Rl[2, 1] = s * a0 + c1 * a1 * a2
+            slide = 0.0
+        else:
+            for r in range(3):
+                for k in range(3):
+                    Rl[r, k] = 1.0 if r == k else 0.0
+            slide = q[j]
+        # parent -> child: T_parent_joint @ [Rl, slide * axis; 0, 1]
+        T = T_parent_joint[j]
+        for r in range(3):
+            for k in range(3):
+                A[r, k] = T[r, 0] * Rl[0, k] + T[r, 1] * Rl[1, k] + T[r, 2] * Rl[2, k]
+            t[r] = T[r, 3] + slide * (T[r, 0] * a0 + T[r, 1] * a1 + T[r, 2] * a2)
+        pa = parent[j]
+        for r in range(3):
+            if pa < 0:
+                p[j, r] = t[r]
+                for k in range(3):
+                    R[j, r, k] = A[r, k]
+            else:
+                p[j, r] = p[pa, r] + R[pa, r, 0] * t[0] + R[pa, r, 1] * t[1] + R[pa, r, 2] * t[2]
+                for k in range(3):
+                    R[j, r, k] = (R[pa, r, 0] * A[0, k] + R[pa, r, 1] * A[1, k]
+                                  + R[pa, r, 2] * A[2, k])
+        w0 = R[j, 0, 0] * a0 + R[j, 0, 1] * a1 + R[j, 0, 2] * a2
+        w1 = R[j, 1, 0] * a0 + R[j, 1, 1] * a1 + R[j, 1, 2] * a2
+        w2 = R[j, 2, 0] * a0 + R[j, 2, 1] * a1 + R[j, 2, 2] * a2
+        if revolute[j]:
+            S[j, 0], S[j, 1], S[j, 2] = w0, w1, w2
+            S[j, 3] = p[j, 1] * w2 - p[j, 2] * w1          # p x w: the axis passes through p
+            S[j, 4] = p[j, 2] * w0 - p[j, 0] * w2
+            S[j, 5] = p[j, 0] * w1 - p[j, 1] * w0
+        else:
+            S[j, 0] = S[j, 1] = S[j, 2] = 0.0
+            S[j, 3], S[j, 4], S[j, 5] = w0, w1, w2
+        for r in range(6):
+            v[j, r] = S[j, r] * qd[j] + (v[pa, r] if pa >= 0 else 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _spatial_inertia(R, p, m, com, inertia, I6):
+    """Spatial inertia (6, 6) at the world origin of a body on a frame (R, p); returns the
+    world COM (3,). For x = (w, v): momentum (I_c w + c x m(v + w x c), m(v + w x c)), i.e.
+    [[I_c - m [c]x[c]x, m [c]x], [-m [c]x, m 1]]."""
+    c = np.empty(3)
+    RI = np.empty((3, 3))
+    for r in range(3):
+        c[r] = p[r] + R[r, 0] * com[0] + R[r, 1] * com[1] + R[r, 2] * com[2]
+        for k in range(3):
+            RI[r, k] = R[r, 0] * inertia[0, k] + R[r, 1] * inertia[1, k] + R[r, 2] * inertia[2, k]
+    for r in range(3):
+        for k in range(3):
+            I6[r, k] = RI[r, 0] * R[k, 0] + RI[r, 1] * R[k, 1] + RI[r, 2] * R[k, 2]
+    cx, cy, cz = c[0], c[1], c[2]
+    # - m [c]x [c]x = m (|c|^2 1 - c c^T)
+    cc = cx * cx + cy * cy + cz * cz
+    for r in range(3):
+        for k in range(3):
+            I6[r, k] += m * ((cc if r == k else 0.0) - c[r] * c[k])
+    # m [c]x in the upper right, its transpose -m [c]x in the lower left
+    mx, my, mz = m * cx, m * cy, m * cz
+    I6[0, 3], I6[0, 4], I6[0, 5] = 0.0, -mz, my
+    I6[1, 3], I6[1, 4], I6[1, 5] = mz, 0.0, -mx
+    I6[2, 3], I6[2, 4], I6[2, 5] = -my, mx, 0.0
+    for r in range(3):
+        for k in range(3):
+            I6[3 + r, k] = I6[k, 3 + r]
+            I6[3 + r, 3 + k] = m if r == k else 0.0
+    return c
+
+
+@numba.njit(cache=True, nogil=True, inline='always')
+def _mul6(I6, x, out):
+    for r in range(6):
+        out[r] = (I6[r, 0] * x[0] + I6[r, 1] * x[1] + I6[r, 2] * x[2]
+                  + I6[r, 3] * x[3] + I6[r, 4] * x[4] + I6[r, 5] * x[5])
+
+
+@numba.njit(cache=True, nogil=True, inline='always')
+def _dot6(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5]
+
+
+@numba.njit(cache=True, nogil=True, inline='always')
+def _add_cross_force(a, f, out):
+    """out += a x* f for a motion vector a and a force f (angular first)."""
+    out[0] += a[1] * f[2] - a[2] * f[1] + a[4] * f[5] - a[5] * f[4]
+    out[1] += a[2] * f[0] - a[0] * f[2] + a[5] * f[3] - a[3] * f[5]
+    out[2] += a[0] * f[1] - a[1] * f[0] + a[3] * f[4] - a[4] * f[3]
+    out[3] += a[1] * f[5] - a[2] * f[4]
+    out[4] += a[2] * f[3] - a[0] * f[5]
+    out[5] += a[0] * f[4] - a[1] * f[3]
+
+
+# --------------------------------------------------------------------------- one sample
+@numba.njit(cache=True, nogil=True)
+def _sample(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
+            inertia, path, path_len, gravity, tables, R, p, S, v, I6, scratch,
+            torque, partial, acceleration, velocity, grav, M):
+    """Decompose one sample into the given output rows (tables) or into torque and the
+    mass matrix M (n, n) only (``tables`` False; ``partial`` ... ``grav`` are not touched).
+    """
+    n = q.shape[0]
+    _kinematics(q, qd, parent, axis, revolute, T_parent_joint, R, p, S, v)
+    h, IS, X, F, fg = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
+    for k in range(n):
+        torque[k] = 0.0
+    if tables:
+        partial[:] = 0.0
+        acceleration[:] = 0.0
+        velocity[:] = 0.0
+        grav[:] = 0.0
+    else:
+        M[:] = 0.0
+    for i in range(body_joint.shape[0]):
+        b = body_joint[i]
+        c = _spatial_inertia(R[b], p[b], mass[i], com[i], inertia[i], I6)
+        vb = v[b]
+        _mul6(I6, vb, h)                                   # body momentum
+        # gravity wrench of the body at the origin: (c x m g, m g), sign so that
+        # S_k . fg is the gravity torque d P_i / d q_k
+        m = mass[i]
+        g0, g1, g2 = -m * gravity[0], -m * gravity[1], -m * gravity[2]
+        fg[0] = c[1] * g2 - c[2] * g1
+        fg[1] = c[2] * g0 - c[0] * g2
+        fg[2] = c[0] * g1 - c[1] * g0
+        fg[3], fg[4], fg[5] = g0, g1, g2
+        L = path_len[i]
+        for a in range(L):
+            k = path[i, a]
+            gk = _dot6(S[k], fg)
+            torque[k] += gk
+            if tables:
+                grav[k, i] = gk
+                partial[k, i] += gk
+        for e in range(L):
+            s = path[i, e]
+            Ss = S[s]
+            _mul6(I6, Ss, IS)
+            # X = (2 v_s - v_b) x S_s (motion cross product)
+            u0, u1, u2 = 2.0 * v[s, 0] - vb[0], 2.0 * v[s, 1] - vb[1], 2.0 * v[s, 2] - vb[2]
+            u3, u4, u5 = 2.0 * v[s, 3] - vb[3], 2.0 * v[s, 4] - vb[4], 2.0 * v[s, 5] - vb[5]
+            X[0] = u1 * Ss[2] - u2 * Ss[1]
+            X[1] = u2 * Ss[0] - u0 * Ss[2]
+            X[2] = u0 * Ss[1] - u1 * Ss[0]
+            X[3] = u1 * Ss[5] - u2 * Ss[4] + u4 * Ss[2] - u5 * Ss[1]
+            X[4] = u2 * Ss[3] - u0 * Ss[5] + u5 * Ss[0] - u3 * Ss[2]
+            X[5] = u0 * Ss[4] - u1 * Ss[3] + u3 * Ss[1] - u4 * Ss[0]
+            _mul6(I6, X, F)
+            _add_cross_force(vb, IS, F)
+            _add_cross_force(Ss, h, F)
+            qdd_s, half_qd_s = qdd[s], 0.5 * qd[s]
+            for a in range(L):
+                k = path[i, a]
+                Mks = _dot6(S[k], IS)
+                acc = Mks * qdd_s
+                vel = _dot6(S[k], F) * half_qd_s
+                torque[k] += acc + vel
+                if tables:
+                    acceleration[k, i, s] = acc
+                    velocity[k, i, s] = vel
+                    partial[k, i] += acc + vel
+                else:
+                    M[k, s] += Mks
+
+
+@numba.njit(cache=True, nogil=True)
+def _batch(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
+           inertia, path, path_len, gravity, tables, start, stop,
+           torque, partial, acceleration, velocity, grav, M):
+    n = q.shape[1]
+    R = np.empty((n, 3, 3))
+    p = np.empty((n, 3))
+    S = np.empty((n, 6))
+    v = np.empty((n, 6))
+    I6 = np.empty((6, 6))
+    scratch = np.empty((5, 6))
+    for t in range(start, stop):
+        _sample(q[t], qd[t], qdd[t], parent, axis, revolute, T_parent_joint, body_joint,
+                mass, com, inertia, path, path_len, gravity, tables, R, p, S, v, I6, scratch,
+                torque[t], partial[t], acceleration[t], velocity[t], grav[t], M[t])
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _batch_parallel(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass,
+                    com, inertia, path, path_len, gravity, tables, blocks,
+                    torque, partial, acceleration, velocity, grav, M):
+    N = q.shape[0]
+    size = (N + blocks - 1) // blocks
+    for b in numba.prange(blocks):
+        _batch(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
+               inertia, path, path_len, gravity, tables, b * size, min(N, (b + 1) * size),
+               torque, partial, acceleration, velocity, grav, M)
+
+
+def _run(km: KernelModel, q, qd, qdd, tables: bool, threads: int, outputs) -> None:
+    N = q.shape[0]
+    args = (q, qd, qdd, *km.arguments(), tables)
+    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    if N < parallel_threshold or threads <= 1:
+        _batch(*args, 0, N, *outputs)
+        return
+    with _pool_lock:
+        previous = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            # a few blocks per thread so an uneven thread still finishes together
+            _batch_parallel(*args, min(N, 4 * threads), *outputs)
+        finally:
+            numba.set_num_threads(previous)
+
+
+def decompose_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, *,
+                   threads: int = 1) -> dict[str, np.ndarray]:
+    """Closed-form split of a flat batch.
+
+    Args:
+        km: model constants.
+        q, qd, qdd: (N, n) C-contiguous float64.
+        threads: worker threads for batches of at least :data:`parallel_threshold`.
+
+    Returns:
+        torque (N, n), partial (N, n, B), acceleration and velocity (N, n, B, n),
+        gravity (N, n, B); units as in :class:`plag_ros.dynamics.Decomposition`.
+    """
+    N, n = q.shape
+    B = km.body_joint.shape[0]
+    out = dict(torque=np.empty((N, n)), partial=np.empty((N, n, B)),
+               acceleration=np.empty((N, n, B, n)), velocity=np.empty((N, n, B, n)),
+               gravity=np.empty((N, n, B)))
+    unused = np.empty((N, 0, 0))
+    _run(km, q, qd, qdd, True, threads, (out['torque'], out['partial'], out['acceleration'],
+                                         out['velocity'], out['gravity'], unused))
+    return out
+
+
+def mass_matrix_and_bias_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, *,
+                              threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Mass matrix (N, n, n) and bias torque C(q, qd) qd + g(q) (N, n) of a flat batch."""
+    N, n = q.shape
+    torque, M = np.empty((N, n)), np.empty((N, n, n))
+    unused = np.empty((N, 0, 0))
+    _run(km, q, qd, np.zeros_like(q), False, threads,
+         (torque, unused, np.empty((N, 0, 0, 0)), np.empty((N, 0, 0, 0)), unused, M))
+    return M, torque

@@ -342,6 +342,12 @@ class PartialLagrangian:
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
 
+    @property
+    def compiled(self) -> bool:
+        """True when :meth:`decompose` runs the compiled float64 loop (results share
+        memory with numpy arrays; long batches need no chunking)."""
+        return self._host
+
     def _constants(self, bodies: np.ndarray) -> _Constants:
         return _Constants.build(
             self.model, bodies, ops=_TorchOps,

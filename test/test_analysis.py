@@ -134,12 +134,15 @@ def test_analysis_equals_library_on_same_arrays(analysed, model):
         assert list(npz['joint_names']) == list(model.joint_names)
         assert list(npz['body_names']) == list(model.body_names)
     assert zipfile.ZipFile(written['npz']).infolist()[0].compress_type == zipfile.ZIP_DEFLATED
-    # The array function gives the same as the bag function.
+    # The array function gives the same as the bag function, also through the torch form
+    # in chunks (what float32 and GPU engines take).
     js = read_joint_states(root / 'bag', model)
-    again = analyze_arrays(model, js.t_ns, js.q, options=AnalysisOptions(chunk=1000))
-    for name in ('torque', 'partial', 'acceleration'):
+    torch_form = PartialLagrangian(model, compiled=False)
+    again = analyze_arrays(model, js.t_ns, js.q, options=AnalysisOptions(chunk=100),
+                           engine=torch_form)
+    for name in ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction'):
         np.testing.assert_allclose(getattr(again, name), getattr(analysis, name), rtol=0,
-                                   atol=1e-12)
+                                   atol=1e-12, err_msg=name)
 
 
 def _bag_messages(path):

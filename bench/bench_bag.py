@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
         load = os.getloadavg()[0]
 
-        write = sum(v for k, v in timings.items() if k.startswith('write_') and k != 'write_npz')
-        write += timings.get('wait_npz', 0.0)
+        write = timings['write']
         rows = [('read', timings['read']), ('estimate', timings['estimate']),
                 ('decompose', timings['decompose']), ('write (all products)', write)]
         print(f'\nanalyze_bag end to end: {total:.2f} s for {len(analysis.t_ns)} samples '
@@ -110,11 +109,10 @@ def main(argv: list[str] | None = None) -> int:
               f'the end {load:.2f} (other work on the machine slows the wall clock)')
         for name, value in rows:
             print(f'  {name:<24}{value:8.2f} s  {100 * value / total:5.1f} %')
-        print('  writing split:')
-        for key in ('write_bag', 'write_csv', 'write_plots', 'write_npz', 'wait_npz'):
+        print('  writing split (bag and npz in threads, overlapping csv and plots):')
+        for key in ('write_bag', 'write_npz', 'write_csv', 'write_plots', 'wait_workers'):
             if key in timings:
-                note = ' (in a thread, overlapping the others)' if key == 'write_npz' else ''
-                print(f'    {key:<22}{timings[key]:8.2f} s{note}')
+                print(f'    {key:<22}{timings[key]:8.2f} s')
         out = root / 'out'
         sizes = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
         if (out / 'bag').is_dir():

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -80,6 +82,9 @@ NODE_NAMESPACE = '/plag_dynamics'
 
 _ARRAY_TOPICS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
 _MAX_PLOT_POINTS = 2000
+_FIGURES_PROCESS_SAMPLES = 50_000
+"""From this many samples (about 4 min at 200 Hz) the csv and figures are written by a
+child process: below it, starting one costs more than it saves."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class AnalysisOptions:
             smaller at ~1 GB/s), 'zstd' (smaller, ~3x slower) or 'none'.
         npz_level: deflate level of the npz (1-3: ISA-L, about 700 MB/s; 4-9: zlib,
             smaller and much slower; 0: stored uncompressed). See :mod:`plag_ros.npz`.
+        figures_process: write the csv and plots in a child process (None: for
+            recordings of 50 000 samples or more).
         products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
         progress: show a progress bar (None: on a terminal for long bags).
     """
@@ -119,6 +126,7 @@ class AnalysisOptions:
     storage: str = 'mcap'
     compression: str = 'lz4'
     npz_level: int = 1
+    figures_process: bool | None = None
     products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
     progress: bool | None = None
 
@@ -528,8 +536,10 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
                                   marker_template.fill(analysis.t_ns[rows], points))
                 img = image_template.fill(analysis.t_ns[rows], {})
                 rgb = np.stack([cells.colours(analysis.partial[row]) for row in rows])
-                rgb = np.repeat(np.repeat(rgb, image.cell, axis=1), image.cell, axis=2)
-                img[:, pixel_at:] = rgb.reshape(len(rows), -1)
+                # each table cell blown up to cell x cell pixels in one broadcast copy
+                h, w = rgb.shape[1:3]
+                img[:, pixel_at:].reshape(len(rows), h, image.cell, w, image.cell, 3)[:] = \
+                    rgb[:, :, None, :, None, :]
                 writer.write_rows(c_image, receive[rows], img)
         # 5. Diagnostics once per second of bag time.
         c_diag = writer.add_topic('/diagnostics', 'diagnostic_msgs/msg/DiagnosticArray')
@@ -559,28 +569,53 @@ def _structural_pairs(model: RobotModel) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-def _save_csv(path: Path, model: RobotModel, analysis: Analysis) -> None:
-    """Joint torques and per-body torques (the non-zero partial torques), one row per
-    sample."""
+def _save_csv(path: Path, model: RobotModel, t_ns: np.ndarray, torque: np.ndarray,
+              partial: np.ndarray) -> None:
+    """Joint torques (M, n) and per-body torques (the non-zero entries of partial
+    (M, n, B)), one row per stamp of t_ns (M,)."""
     pairs = _structural_pairs(model)
     header = ['t_ns', 't_s'] + [f'torque[{j}]' for j in model.joint_names] + \
         [f'partial[{model.joint_names[k]}][{model.body_names[i]}]' for k, i in pairs]
-    t0 = int(analysis.t_ns[0]) if len(analysis.t_ns) else 0
+    t0 = int(t_ns[0]) if len(t_ns) else 0
     ks, is_ = (np.array([p[0] for p in pairs], dtype=np.int64),
                np.array([p[1] for p in pairs], dtype=np.int64))
-    values = np.concatenate([((analysis.t_ns - t0) * 1e-9)[:, None], analysis.torque,
-                             analysis.partial[:, ks, is_]], axis=1)
+    values = np.concatenate([((t_ns - t0) * 1e-9)[:, None], torque, partial[:, ks, is_]],
+                            axis=1)
     row_fmt = '%d,' + ','.join(['%.9g'] * values.shape[1])
     with open(path, 'w') as f:
         f.write(','.join(header) + '\n')
         for a in range(0, len(values), 8192):
-            rows = zip(analysis.t_ns[a:a + 8192].tolist(), values[a:a + 8192].tolist())
+            rows = zip(t_ns[a:a + 8192].tolist(), values[a:a + 8192].tolist())
             f.write('\n'.join(row_fmt % (t, *v) for t, v in rows))
             f.write('\n')
 
 
 def _plot_rows(m: int) -> np.ndarray:
     return np.arange(0, m, max(1, math.ceil(m / _MAX_PLOT_POINTS)))
+
+
+def _plotted(analysis: Analysis) -> Analysis:
+    """The rows the figures draw (at most _MAX_PLOT_POINTS): all a plot needs."""
+    rows = _plot_rows(len(analysis.t_ns))
+    return analysis._replace(**{name: getattr(analysis, name)[rows]
+                                for name in ('t_ns', 'index', *ARRAY_NAMES)})
+
+
+def _write_csv_and_plots(out: Path, model: RobotModel, products: frozenset[str],
+                         t_ns: np.ndarray, torque: np.ndarray, partial: np.ndarray,
+                         plotted: Analysis) -> dict[str, float]:
+    """The csv and the figures; returns seconds per product. Runs in a child process on
+    long recordings (both are GIL-bound Python), so it takes only the arrays it needs."""
+    timings = {}
+    if 'csv' in products:
+        t0 = time.perf_counter()
+        _save_csv(out / 'torques.csv', model, t_ns, torque, partial)
+        timings['write_csv'] = time.perf_counter() - t0
+    if 'plots' in products:
+        t0 = time.perf_counter()
+        _save_plots(out, model, plotted)
+        timings['write_plots'] = time.perf_counter() - t0
+    return timings
 
 
 def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
@@ -710,6 +745,23 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
     return '\n'.join(lines) + '\n'
 
 
+def _in_child_process(fn: Callable, *args):
+    """``fn(*args)`` in a forked child; returns its result, re-raises its error.
+
+    Forked, not spawned: the child reads the parent's arrays in place (nothing pickled)
+    and does not re-import the user's ``__main__``, so scripts without a main guard
+    work. The child runs only numpy, matplotlib and file writes, none of the parent's
+    thread pools.
+    """
+    context = multiprocessing.get_context('fork')
+    with warnings.catch_warnings():
+        # Python 3.12+ warns on fork in a process with threads (the idle numba/torch
+        # pools and the writer threads); the child touches none of their locks
+        warnings.simplefilter('ignore', DeprecationWarning)
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            return pool.submit(fn, *args).result()
+
+
 def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointStates, *,
                   source: Path | None, options: AnalysisOptions,
                   timings: dict[str, float] | None = None) -> dict[str, Path]:
@@ -725,53 +777,60 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
         timings[f'write_{name}'] = time.perf_counter() - t0
         written[name] = result if isinstance(result, Path) else out
 
-    # The npz is compressed in a thread while the bag, csv and plots are written: zlib
-    # and file writes release the GIL, so the two overlap on a multi-core machine.
-    npz_thread = None
-    if 'npz' in options.products:
-        def npz() -> Path:
-            arrays = {name: getattr(analysis, name) for name in ARRAY_NAMES}
-            arrays.update(t_ns=analysis.t_ns, index=analysis.index,
-                          input_t_ns=js.t_ns, input_q=js.q,
-                          joint_names=np.array(model.joint_names),
-                          body_names=np.array(model.body_names),
-                          source_names=np.array(model.joint_names))
-            if js.qd is not None:
-                arrays['input_qd'] = js.qd
-            if js.effort is not None:
-                arrays['input_effort'] = js.effort
-            save_npz(out / 'analysis.npz', arrays, options.npz_level)
-            return out / 'analysis.npz'
+    def npz() -> Path:
+        arrays = {name: getattr(analysis, name) for name in ARRAY_NAMES}
+        arrays.update(t_ns=analysis.t_ns, index=analysis.index,
+                      input_t_ns=js.t_ns, input_q=js.q,
+                      joint_names=np.array(model.joint_names),
+                      body_names=np.array(model.body_names),
+                      source_names=np.array(model.joint_names))
+        if js.qd is not None:
+            arrays['input_qd'] = js.qd
+        if js.effort is not None:
+            arrays['input_effort'] = js.effort
+        save_npz(out / 'analysis.npz', arrays, options.npz_level)
+        return out / 'analysis.npz'
 
-        errors: list[BaseException] = []
-
-        def npz_task() -> None:
-            try:
-                step('npz', npz)
-            except BaseException as err:  # noqa: BLE001 - re-raised in the caller
-                errors.append(err)
-
-        npz_thread = threading.Thread(target=npz_task, name='npz', daemon=True)
-        npz_thread.start()
+    # The bag and the npz are written in threads (deflate, lz4, the big numpy copies and
+    # file writes release the GIL) while the csv and the figures, GIL-bound Python, are
+    # written by a child process on long recordings: on two cores the products overlap
+    # instead of queueing for one interpreter (bench/bench_bag.py).
+    errors: list[BaseException] = []
+    workers = []
+    for name, fn in (('bag', lambda: write_bag(out / 'bag', model, analysis, js, source,
+                                               options, mode=mode)),
+                     ('npz', npz)):
+        if name in options.products:
+            def task(name=name, fn=fn) -> None:
+                try:
+                    step(name, fn)
+                except BaseException as err:  # noqa: BLE001 - re-raised in the caller
+                    errors.append(err)
+            workers.append(threading.Thread(target=task, name=name, daemon=True))
+            workers[-1].start()
+    figures = options.products & {'csv', 'plots'}
+    child = options.figures_process
+    if child is None:
+        child = len(analysis.t_ns) >= _FIGURES_PROCESS_SAMPLES
     try:
-        if 'bag' in options.products:
-            step('bag', lambda: write_bag(out / 'bag', model, analysis, js, source, options,
-                                          mode=mode))
-        if 'csv' in options.products:
-            step('csv', lambda: (_save_csv(out / 'torques.csv', model, analysis),
-                                 out / 'torques.csv')[1])
-        if 'plots' in options.products:
-            step('plots', lambda: _save_plots(out, model, analysis))
+        arguments = (out, model, figures, analysis.t_ns, analysis.torque, analysis.partial,
+                     _plotted(analysis))
+        if figures and child:
+            timings.update(_in_child_process(_write_csv_and_plots, *arguments))
+        elif figures:
+            timings.update(_write_csv_and_plots(*arguments))
+        written.update({name: out / 'torques.csv' if name == 'csv' else out
+                        for name in figures})
         if 'summary' in options.products:
             text = summary_text(model, analysis, js, mode=mode, source=str(source))
             (out / 'summary.txt').write_text(text)
             written['summary'] = out / 'summary.txt'
     finally:
-        if npz_thread is not None:
-            t0 = time.perf_counter()
-            npz_thread.join()
-            timings['wait_npz'] = time.perf_counter() - t0
-    if npz_thread is not None and errors:
+        t0 = time.perf_counter()
+        for worker in workers:
+            worker.join()
+        timings['wait_workers'] = time.perf_counter() - t0
+    if errors:
         raise errors[0]
     return written
 
@@ -790,7 +849,8 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
         stamp: 'header' or 'receive'.
         force: replace ``out`` if it exists.
         options: analysis options.
-        timings: filled with seconds per stage (read, estimate+decompose, write_*).
+        timings: filled with seconds per stage (read, estimate, decompose, write: the
+            wall time of all products; write_<product> each, overlapping).
 
     Raises:
         BagError: see :func:`plag_ros.bag.read_joint_states`; OutputExistsError when
@@ -819,9 +879,11 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     analysis = decompose_states(model, js.t_ns, index, q, qd, qdd, chunk=options.chunk,
                                 progress=options.progress)
     timings['decompose'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     prepare_output(out, force=force)
     written = write_outputs(out, model, analysis, js, source=bag, options=options,
                             timings=timings)
+    timings['write'] = time.perf_counter() - t0
     return analysis, written
 
 

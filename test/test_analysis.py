@@ -25,6 +25,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
+from plag_ros import analysis as analysis_module
 from plag_ros import messages as msgs
 from plag_ros.analysis import (
     AnalysisOptions,
@@ -272,6 +273,24 @@ def test_csv_plots_and_summary(analysed, model):
     assert f'{COUNT} samples' in summary and 'zero-phase' in summary
     top = propagation_paths(analysis, top=1)[0]
     assert f'{model.joint_names[top[3]]} -> {model.joint_names[top[2]]}' in summary
+
+
+def test_figures_from_a_child_process_equal_the_inline_ones(analysed, model, tmp_path):
+    """Long recordings write the csv and figures in a forked child: same files."""
+    root, *_ = analysed
+    options = AnalysisOptions(progress=False, figures_process=True,
+                              products=frozenset({'csv', 'plots'}))
+    _, written = analyze_bag(root / 'bag', tmp_path / 'out', model=model, options=options)
+    assert set(written) == {'csv', 'plots'}
+    assert (tmp_path / 'out' / 'torques.csv').read_bytes() == \
+        (root / 'out' / 'torques.csv').read_bytes()
+    for png in ('joint_torques.png', 'propagation.png', 'partial_heatmap.png'):
+        assert (tmp_path / 'out' / png).stat().st_size > 10_000, png
+
+
+def test_child_process_errors_reach_the_caller():
+    with pytest.raises(ZeroDivisionError):
+        analysis_module._in_child_process(divmod, 1, 0)
 
 
 def test_causal_equals_live_node_library_path(tmp_path, model):

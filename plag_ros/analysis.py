@@ -21,7 +21,7 @@ arrays; :func:`analyze_bag` adds reading and the products written into ``OUT``:
   joint, and the partial torque table as a heat map over time;
 * ``OUT/summary.txt``: largest propagation paths and RMS per component.
 
-Bulk message bytes come from :class:`plag_ros.bag.CdrTemplate` over the messages that
+Bulk message bytes come from :class:`plag_ros.cdr.CdrTemplate` over the messages that
 :mod:`plag_ros.messages` builds (the test suite proves them equal to
 ``serialize_message`` of those builders), so a 10-minute 200 Hz bag is written without a
 Python call per message.
@@ -45,15 +45,14 @@ import numpy as np
 
 from .bag import (
     JOINT_STATE_TYPE,
-    TEMPLATE_NS,
     BagError,
     BagWriter,
-    CdrTemplate,
     JointStates,
     prepare_output,
     qos_profile,
     read_joint_states,
 )
+from .cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from .filters import EstimatorConfig, JointStateEstimator, estimate_offline
 from .model import RobotModel, default_urdf_path
 from .npz import save_npz
@@ -345,48 +344,6 @@ def _visual_rows(t_ns: np.ndarray, rate_hz: float) -> np.ndarray:
     return np.asarray(rows, dtype=np.int64)
 
 
-def marker_points(model: RobotModel, T_world_link: np.ndarray,
-                  values: Mapping[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
-    """Arrow start/end points of :class:`plag_ros.messages.MarkerBuilder`, for many samples.
-
-    Args:
-        T_world_link: (M, L, 4, 4) link poses; values: component -> (M, n) torques.
-
-    Returns:
-        Field path in the MarkerArray CDR -> (M,) value, for :class:`CdrTemplate.fill`.
-    """
-    from .messages import COMPONENTS
-
-    links = np.array([model.link_index(model.body_link[k]) for k in range(model.n_joints)])
-    T = np.asarray(T_world_link, dtype=np.float64)[:, links]                  # (M, n, 4, 4)
-    origin = T[:, :, :3, 3]
-    axis = np.einsum('mkij,kj->mki', T[:, :, :3, :3], model.joint_axis)
-    out: dict[str, np.ndarray] = {}
-    marker = 0
-    for component in COMPONENTS:
-        if component not in values:
-            continue
-        value = np.asarray(values[component], dtype=np.float64)
-        tips = origin + axis * (value * scale)[:, :, None]
-        for k in range(model.n_joints):
-            for p, point in enumerate((origin[:, k], tips[:, k])):
-                for c, coord in enumerate('xyz'):
-                    out[f'markers.{marker}.points.{p}.{coord}'] = point[:, c]
-            marker += 1
-    return out
-
-
-def marker_components(analysis_rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-joint components the node draws as markers, from (M, ...) decomposition rows."""
-    return {
-        'torque': analysis_rows['torque'],
-        'acceleration': analysis_rows['acceleration'].sum(axis=(-1, -2)),
-        'velocity': analysis_rows['velocity'].sum(axis=(-1, -2)),
-        'gravity': analysis_rows['gravity'].sum(axis=-1),
-        'friction': analysis_rows['friction'],
-    }
-
-
 class _TopicWriter:
     """One output topic: a CDR template and how to fill it from a block of samples."""
 
@@ -442,7 +399,6 @@ def _diagnostics(analysis: Analysis, n_input: int, model: RobotModel, mode: str,
                  receive: np.ndarray) -> list[tuple[int, bytes]]:
     """One ``/diagnostics`` message per second of bag time (offline counters)."""
     from . import messages as msgs
-    from .bag import cdr_encode
 
     if not len(analysis.t_ns):
         return []
@@ -474,7 +430,6 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
     import torch
 
     from . import messages as msgs
-    from .bag import cdr_encode
     from .dynamics import PartialLagrangian
 
     frame = options.frame_id or model.root_link
@@ -510,13 +465,9 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
             image = msgs.PartialImageBuilder(model.n_joints, model.n_bodies,
                                              cell=options.image_cell,
                                              limit=options.image_limit, frame_id=frame)
-            n = model.n_joints
-            values0 = {c: np.zeros(n) for c in msgs.COMPONENTS}
-            poses0 = engine.link_poses(np.zeros(n)).numpy()
-            marker_template = CdrTemplate(markers.build(poses0, values0, t_ns=TEMPLATE_NS))
-            image_template = CdrTemplate(image.build(np.zeros((n, model.n_bodies)),
-                                                     t_ns=TEMPLATE_NS))
-            pixel_at = image_template.size - 3 * image_template_pixels(image)
+            marker_template = markers.template()
+            image_template = image.template()
+            pixel_at = image_template.size - image.pixel_bytes
             # One colour per table cell from the node's builder (cell = 1), then the cells
             # blown up to image.cell pixels for a whole block at once.
             cells = msgs.PartialImageBuilder(model.n_joints, model.n_bodies, cell=1,
@@ -528,10 +479,10 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
             for a in range(0, vis.size, 1024):
                 rows = vis[a:a + 1024]
                 poses = engine.link_poses(analysis.q[rows]).numpy()
-                parts = marker_components({name: getattr(analysis, name)[rows]
-                                           for name in ('torque', 'acceleration', 'velocity',
-                                                        'gravity', 'friction')})
-                points = marker_points(model, poses, parts, options.marker_scale)
+                parts = msgs.marker_components({name: getattr(analysis, name)[rows]
+                                                for name in ('torque', 'acceleration',
+                                                             'velocity', 'gravity', 'friction')})
+                points = markers.point_fields(poses, parts)
                 writer.write_rows(c_markers, receive[rows],
                                   marker_template.fill(analysis.t_ns[rows], points))
                 img = image_template.fill(analysis.t_ns[rows], {})
@@ -546,11 +497,6 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
         for t, data in _diagnostics(analysis, len(js.t_ns), model, mode, receive):
             writer.write(c_diag, t, data)
     return out
-
-
-def image_template_pixels(image) -> int:
-    """Pixel count of the node's heat map image (rows * columns)."""
-    return image.shape[0] * image.cell * image.shape[1] * image.cell
 
 
 # --- files --------------------------------------------------------------------------------

@@ -493,8 +493,11 @@ class PartialLagrangian:
 
     def link_poses(self, q) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
-        (q,), batch = self._prepare(q=torch.as_tensor(q, dtype=self.dtype))
-        q = torch.as_tensor(q, dtype=self.dtype, device=self.device)
+        (q,), batch = self._prepare(q=q)
+        if self._host:
+            poses = kernel.link_poses(self._kernel, q, self.model.link_joint,
+                                      self.model.T_joint_link)
+            return torch.from_numpy(poses.reshape(*batch, *poses.shape[1:]))
         T = _body_frames(self._torch, q)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
         frames = torch.cat([eye, T], dim=1)[:, self._link_joint + 1]            # root = 0

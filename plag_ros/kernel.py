@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ['KernelModel', 'decompose_into', 'mass_matrix_and_bias_into', 'parallel_threshold']
+__all__ = ['KernelModel', 'decompose_into', 'link_poses', 'mass_matrix_and_bias_into',
+           'parallel_threshold']
 
 parallel_threshold = 64
 """Batches at least this long are split over threads (numba's pool)."""
@@ -358,3 +359,42 @@ def mass_matrix_and_bias_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, *,
     _run(km, q, qd, np.zeros_like(q), False, threads,
          (torque, unused, np.empty((N, 0, 0, 0)), np.empty((N, 0, 0, 0)), unused, M))
     return M, torque
+
+
+@numba.njit(cache=True, nogil=True)
+def _link_poses(q, parent, axis, revolute, T_parent_joint, link_joint, T_joint_link, out):
+    n = q.shape[1]
+    R = np.empty((n, 3, 3))
+    p = np.empty((n, 3))
+    S = np.empty((n, 6))
+    v = np.empty((n, 6))
+    zero = np.zeros(n)
+    for t in range(q.shape[0]):
+        _kinematics(q[t], zero, parent, axis, revolute, T_parent_joint, R, p, S, v)
+        for k in range(link_joint.shape[0]):
+            j = link_joint[k]
+            L = T_joint_link[k]
+            for r in range(3):
+                for c in range(4):
+                    if j < 0:             # fixed to the root: the URDF pose as it is
+                        out[t, k, r, c] = L[r, c]
+                    else:
+                        x = R[j, r, 0] * L[0, c] + R[j, r, 1] * L[1, c] + R[j, r, 2] * L[2, c]
+                        out[t, k, r, c] = x + (p[j, r] if c == 3 else 0.0)
+            out[t, k, 3, 0] = out[t, k, 3, 1] = out[t, k, 3, 2] = 0.0
+            out[t, k, 3, 3] = 1.0
+
+
+def link_poses(km: KernelModel, q: np.ndarray, link_joint: np.ndarray,
+               T_joint_link: np.ndarray) -> np.ndarray:
+    """World pose of every URDF link, (N, n) -> (N, L, 4, 4).
+
+    Args:
+        link_joint: (L,) moving joint each link rides on (-1: the root).
+        T_joint_link: (L, 4, 4) link frame in that joint's child frame.
+    """
+    out = np.empty((q.shape[0], link_joint.shape[0], 4, 4))
+    _link_poses(q, km.parent, km.axis, km.revolute, km.T_parent_joint,
+                np.ascontiguousarray(link_joint, dtype=np.int64),
+                np.ascontiguousarray(T_joint_link, dtype=np.float64), out)
+    return out

@@ -42,6 +42,7 @@ from std_msgs.msg import (
 )
 from visualization_msgs.msg import Marker, MarkerArray
 
+from .cdr import TEMPLATE_NS, CdrTemplate
 from .model import RobotModel
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     'image_to_numpy',
     'joint_state',
     'joint_state_arrays',
+    'marker_components',
     'multi_array_to_numpy',
     'names_message',
     'ns_to_stamp',
@@ -449,6 +451,18 @@ def parse_names(msg: String) -> dict:
 # --- markers ------------------------------------------------------------------------------
 
 
+def marker_components(decomposition: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The per-joint values of :data:`COMPONENTS`, (..., n) each, from decomposition arrays
+    with any leading batch dims (``Decomposition.numpy()`` of one sample or of many)."""
+    return {
+        'torque': decomposition['torque'],
+        'acceleration': decomposition['acceleration'].sum(axis=(-1, -2)),
+        'velocity': decomposition['velocity'].sum(axis=(-1, -2)),
+        'gravity': decomposition['gravity'].sum(axis=-1),
+        'friction': decomposition['friction'],
+    }
+
+
 class MarkerBuilder:
     """Arrows along each joint axis at the joint origin, one namespace per component.
 
@@ -484,6 +498,8 @@ class MarkerBuilder:
         # frame costs ~10 ms in rclpy, updating their points ~0.3 ms.
         self._array: MarkerArray | None = None
         self._built_for: tuple[str, ...] = ()
+        self._templates: dict[tuple[str, ...], CdrTemplate] = {}
+        self._slots: dict[tuple[str, ...], np.ndarray] = {}
 
     def _prepare(self, components: tuple[str, ...]) -> MarkerArray:
         markers = []
@@ -536,6 +552,72 @@ class MarkerBuilder:
                 p1.x, p1.y, p1.z = tips[k]
         return array
 
+    def point_fields(self, T_world_link: np.ndarray,
+                     values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Arrow start and end points of M samples, by CDR field path of the MarkerArray.
+
+        Args:
+            T_world_link: (M, L, 4, 4) link poses; values: component -> (M, n) torques.
+
+        Returns:
+            ``'markers.<m>.points.<p>.<x|y|z>'`` -> (M,) coordinates [m], for
+            :meth:`plag_ros.cdr.CdrTemplate.fill` on a template of :meth:`build`.
+        """
+        T = np.asarray(T_world_link, dtype=np.float64)[:, self._links]          # (M, n, 4, 4)
+        origin = T[:, :, :3, 3]
+        axis = np.einsum('mkij,kj->mki', T[:, :, :3, :3], self._axis)
+        out: dict[str, np.ndarray] = {}
+        marker = 0
+        for component in self.components:
+            if component not in values:
+                continue
+            value = np.asarray(values[component], dtype=np.float64)
+            tips = origin + axis * (value * self.scale)[:, :, None]
+            for k in range(self.model.n_joints):
+                for p, point in enumerate((origin[:, k], tips[:, k])):
+                    for c, coord in enumerate('xyz'):
+                        out[f'markers.{marker}.points.{p}.{coord}'] = point[:, c]
+                marker += 1
+        return out
+
+    def template(self, components: Sequence[str] | None = None) -> CdrTemplate:
+        """CDR template of the markers of ``components`` (default: all of this builder's).
+
+        The stamp and points are filled per sample (:meth:`point_fields`); everything else
+        (namespaces, ids, colours, sizes, frame) is what :meth:`build` writes.
+        """
+        components = tuple(self.components if components is None else components)
+        if components not in self._templates:
+            n = self.model.n_joints
+            poses = np.broadcast_to(np.eye(4), (len(self.model.link_names), 4, 4))
+            message = self.build(poses, {c: np.zeros(n) for c in components},
+                                 t_ns=TEMPLATE_NS)
+            self._templates[components] = CdrTemplate(message)
+        return self._templates[components]
+
+    def serialize(self, T_world_link: np.ndarray, values: Mapping[str, np.ndarray], *,
+                  t_ns: int) -> bytes:
+        """The CDR bytes of ``build(T_world_link, values, t_ns=t_ns)``, to publish as is.
+
+        Publishing ~45 markers as rclpy objects costs ~0.9 ms of conversion per frame;
+        writing their points into the template costs ~30 us (bench/bench_nodes.py).
+        """
+        components = tuple(c for c in self.components if c in values)
+        template = self.template(components)
+        if components not in self._slots:
+            # the order of point_fields: component, joint, start/end point, x/y/z
+            n = self.model.n_joints
+            self._slots[components] = template.slots([
+                f'markers.{m}.points.{p}.{coord}' for m in range(len(components) * n)
+                for p in range(2) for coord in 'xyz'])
+        T = np.asarray(T_world_link, dtype=np.float64)[self._links]              # (n, 4, 4)
+        origin = T[:, :3, 3]
+        axis = np.einsum('kij,kj->ki', T[:, :3, :3], self._axis)
+        value = np.stack([np.asarray(values[c], dtype=np.float64) for c in components])
+        tips = origin + axis * (value * self.scale)[:, :, None]                 # (C, n, 3)
+        points = np.stack([np.broadcast_to(origin, tips.shape), tips], axis=2)  # (C, n, 2, 3)
+        return template.fill_one(t_ns, self._slots[components], points)
+
 
 # --- heat map -----------------------------------------------------------------------------
 
@@ -584,6 +666,7 @@ class PartialImageBuilder:
         self.limit = float(limit)
         self.frame_id = frame_id
         self._lut = _diverging_lut(self.LEVELS)
+        self._template: CdrTemplate | None = None
 
     def colours(self, partial: np.ndarray) -> np.ndarray:
         """(n, B) table -> (n * cell, B * cell, 3) uint8 image."""
@@ -595,6 +678,26 @@ class PartialImageBuilder:
         index = np.rint((np.clip(unit, -1.0, 1.0) + 1.0) * 0.5 * (self.LEVELS - 1))
         rgb = self._lut[index.astype(np.intp)]                                   # (n, B, 3)
         return np.repeat(np.repeat(rgb, self.cell, axis=0), self.cell, axis=1)
+
+    @property
+    def pixel_bytes(self) -> int:
+        """Size of the rgb8 pixel data [bytes]; it ends every serialized image."""
+        return 3 * self.shape[0] * self.cell * self.shape[1] * self.cell
+
+    def template(self) -> CdrTemplate:
+        """CDR template of :meth:`build`'s message; its last :attr:`pixel_bytes` bytes are
+        the pixels, everything before them is the same for every table."""
+        if self._template is None:
+            self._template = CdrTemplate(self.build(np.zeros(self.shape), t_ns=TEMPLATE_NS))
+        return self._template
+
+    def serialize(self, partial: np.ndarray, *, t_ns: int) -> bytes:
+        """The CDR bytes of ``build(partial, t_ns=t_ns)``, to publish as is (the image
+        message's 62 kB of pixels are not converted into an rclpy sequence)."""
+        template = self.template()
+        raw = bytearray(template.fill_one(t_ns, np.zeros(0, dtype=np.intp), ()))
+        raw[len(raw) - self.pixel_bytes:] = self.colours(partial).tobytes()
+        return bytes(raw)
 
     def build(self, partial: np.ndarray, *, t_ns: int) -> Image:
         """The image message of one (n, B) table."""

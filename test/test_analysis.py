@@ -36,11 +36,11 @@ from plag_ros.analysis import (
 from plag_ros.bag import (
     BagWriter,
     OutputExistsError,
-    cdr_encode,
     read_joint_states,
     typestore_for,
     write_joint_state_bag,
 )
+from plag_ros.cdr import cdr_encode
 from plag_ros.dynamics import PartialLagrangian
 from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
 from plag_ros.model import RobotModel, default_urdf_path

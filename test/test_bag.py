@@ -23,22 +23,20 @@ from visualization_msgs.msg import MarkerArray
 from plag_ros import messages as msgs
 from plag_ros.bag import (
     JOINT_STATE_TYPE,
-    TEMPLATE_NS,
     BagReadError,
     BagWriter,
-    CdrTemplate,
     MissingJointsError,
     NotABagError,
     OutputExistsError,
     TopicError,
     bag_topics,
-    cdr_encode,
     prepare_output,
     qos_profile,
     read_joint_states,
     typestore_for,
     write_joint_state_bag,
 )
+from plag_ros.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
 
 os.environ['ROS_DOMAIN_ID'] = '21'

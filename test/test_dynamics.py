@@ -378,3 +378,5 @@ def test_compiled_loop_equals_torch_form(robot):
     M2, bias2 = reference.mass_matrix_and_bias(q[:7], qd[:7])
     assert_close(M, M2, what='mass matrix')
     assert_close(bias, bias2, what='bias')
+    assert_close(engine.link_poses(q[:5].reshape(5, 1, -1)),
+                 reference.link_poses(q[:5].reshape(5, 1, -1)), what='link poses')

@@ -30,12 +30,12 @@ from plag_ros import messages as msgs
 from plag_ros.analysis import AnalysisOptions, analyze_bag
 from plag_ros.bag import (
     BagWriter,
-    cdr_encode,
     qos_profile,
     read_joint_states,
     typestore_for,
     write_joint_state_bag,
 )
+from plag_ros.cdr import cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
 
 DOMAIN_ID = 23

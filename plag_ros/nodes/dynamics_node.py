@@ -355,9 +355,9 @@ class DynamicsNode(Node):
         for _ in range(3):
             out = self._engine.decompose(zero, zero, zero).numpy()
             self._messages.fill(0, zero, zero, out)
-            self._markers.build(self._engine.link_poses(zero).numpy(),
-                                {'torque': out['torque']}, t_ns=0)
-            self._image.build(out['partial'], t_ns=0)
+            self._markers.serialize(self._engine.link_poses(zero).numpy(),
+                                    msgs.marker_components(out), t_ns=0)
+            self._image.serialize(out['partial'], t_ns=0)
         self._pub_names.publish(msgs.names_message(model))
         if self._sub_state is None:   # reliable, like the joint state broadcaster
             self._sub_state = self.create_subscription(
@@ -451,15 +451,10 @@ class DynamicsNode(Node):
         if visual:
             self._last_vis_ns = t_ns
             poses = self._engine.link_poses(sample.q).numpy()
-            components = {
-                'torque': out['torque'],
-                'acceleration': out['acceleration'].sum(axis=(-1, -2)),
-                'velocity': out['velocity'].sum(axis=(-1, -2)),
-                'gravity': out['gravity'].sum(axis=-1),
-                'friction': out['friction'],
-            }
-            self._pub_markers.publish(self._markers.build(poses, components, t_ns=t_ns))
-            self._pub_image.publish(self._image.build(out['partial'], t_ns=t_ns))
+            # serialized from a CDR template: 45 rclpy Marker objects cost ~0.9 ms to convert
+            self._pub_markers.publish(self._markers.serialize(
+                poses, msgs.marker_components(out), t_ns=t_ns))
+            self._pub_image.publish(self._image.serialize(out['partial'], t_ns=t_ns))
 
     # ------------------------------------------------------------------ diagnostics
     def _publish_diagnostics(self) -> None:

@@ -42,6 +42,7 @@ per reason every two seconds; it never yields a NaN or a partial message.
 """
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Sequence
@@ -359,6 +360,12 @@ class DynamicsNode(Node):
                                     msgs.marker_components(out), t_ns=0)
             self._image.serialize(out['partial'], t_ns=0)
         self._pub_names.publish(msgs.names_message(model))
+        # Everything allocated so far (torch, numba, rclpy, the model) lives as long as the
+        # node: freezing it keeps the cyclic GC's full collections, which otherwise scan
+        # those objects for several ms in the middle of a callback, to what the hot path
+        # allocates.
+        gc.collect()
+        gc.freeze()
         if self._sub_state is None:   # reliable, like the joint state broadcaster
             self._sub_state = self.create_subscription(
                 JointState, 'joint_states', self._on_joint_state, self._input_qos)

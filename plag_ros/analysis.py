@@ -878,7 +878,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--compression', choices=('lz4', 'zstd', 'none'), default='lz4',
                         help='chunk compression of the output mcap bag')
     parser.add_argument('--npz-level', type=int, default=1, choices=range(10),
-                        metavar='0-9', help='deflate level of analysis.npz (0: uncompressed)')
+                        metavar='0-9', help='deflate level of analysis.npz (1-3: fast ISA-L, '
+                        '4-9: zlib, smaller and slower; 0: uncompressed)')
     parser.add_argument('--skip', action='append', default=[],
                         choices=('bag', 'npz', 'csv', 'plots', 'summary'),
                         help='product not to write (repeatable)')

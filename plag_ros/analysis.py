@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -52,10 +52,13 @@ from .bag import (
     qos_profile,
     read_joint_states,
 )
-from .cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
+from .cdr import CdrTemplate, cdr_encode
 from .filters import EstimatorConfig, JointStateEstimator, estimate_offline
 from .model import RobotModel, default_urdf_path
 from .npz import save_npz
+
+if TYPE_CHECKING:
+    from .messages import DecompositionMessages
 
 __all__ = [
     'Analysis',
@@ -259,7 +262,7 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
     if engine.compiled:
         # ~4 us per sample: the whole recording in one call, written straight into the
         # arrays the analysis keeps (no second copy of 1.4 GB per 10 minutes)
-        out = engine.decompose(q, qd, qdd).numpy()
+        out = engine.decompose_arrays(q, qd, qdd)
     else:
         out = _decompose_in_chunks(engine, q, qd, qdd, chunk, progress)
     return Analysis(np.asarray(t_ns, dtype=np.int64)[index], np.asarray(index), q, qd, qdd,
@@ -352,47 +355,30 @@ class _TopicWriter:
         self.topic, self.msgtype, self.template, self.fill = topic, msgtype, template, fill
 
 
-def _output_topics(model: RobotModel, analysis: Analysis, frame: str,
-                   options: AnalysisOptions) -> list[_TopicWriter]:
+def _output_topics(model: RobotModel, analysis: Analysis,
+                   live: DecompositionMessages) -> list[_TopicWriter]:
     """The node's per-sample topics in its publishing order, each with its bulk filler."""
-    from . import messages as msgs
-
-    n, b = model.n_joints, model.n_bodies
-    names = list(model.joint_names)
-    zeros_n = np.zeros(n)
     topics = [_TopicWriter(
-        f'{NODE_NAMESPACE}/joint_states', JOINT_STATE_TYPE,
-        CdrTemplate(msgs.joint_state(names, zeros_n, zeros_n, zeros_n, t_ns=TEMPLATE_NS,
-                                     frame_id=frame)),
+        f'{NODE_NAMESPACE}/joint_states', JOINT_STATE_TYPE, live.templates['joint_state'],
         lambda s: {'position': analysis.q[s], 'velocity': analysis.qd[s],
                    'effort': analysis.torque[s]})]
-    shapes = {'partial': (n, b), 'acceleration': (n, b, n), 'velocity': (n, b, n),
-              'gravity': (n, b), 'friction': (n,)}
     for name in _ARRAY_TOPICS:
-        layout = msgs.array_layout(shapes[name], msgs.ARRAY_LABELS[name])
-        template = CdrTemplate(msgs.float64_multi_array(np.zeros(shapes[name]),
-                                                        layout=layout))
         topics.append(_TopicWriter(
-            f'{NODE_NAMESPACE}/{name}', 'std_msgs/msg/Float64MultiArray', template,
+            f'{NODE_NAMESPACE}/{name}', 'std_msgs/msg/Float64MultiArray', live.templates[name],
             lambda s, name=name: {'data': getattr(analysis, name)[s].reshape(
                 len(analysis.t_ns[s]), -1)}))
     return topics
 
 
-def _body_topics(model: RobotModel, analysis: Analysis, frame: str,
+def _body_topics(model: RobotModel, analysis: Analysis, live: DecompositionMessages,
                  options: AnalysisOptions) -> list[_TopicWriter]:
     """``~/body/<body>`` topics: the node publishes them at the visualization rate."""
-    from . import messages as msgs
-
     if not options.publish_bodies:
         return []
-    n, b = model.n_joints, model.n_bodies
-    templates = msgs.body_joint_states(list(model.joint_names), np.zeros((n, b)),
-                                       t_ns=TEMPLATE_NS, frame_id=frame)
     return [_TopicWriter(f'{NODE_NAMESPACE}/body/{body}', JOINT_STATE_TYPE,
-                         CdrTemplate(message),
+                         live.templates['body'],
                          lambda rows, i=i: {'effort': analysis.partial[rows][:, :, i]})
-            for i, (body, message) in enumerate(zip(model.body_names, templates))]
+            for i, body in enumerate(model.body_names)]
 
 
 def _diagnostics(analysis: Analysis, n_input: int, model: RobotModel, mode: str,
@@ -444,7 +430,8 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
         if len(receive):
             writer.write(conn, int(receive[0]), cdr_encode(msgs.names_message(model)))
         # 3. Per-sample topics, in blocks so the bytes of one block stay in cache.
-        topics = _output_topics(model, analysis, frame, options)
+        live = msgs.DecompositionMessages(model, frame_id=frame, arrays=_ARRAY_TOPICS)
+        topics = _output_topics(model, analysis, live)
         conns = [writer.add_topic(t.topic, t.msgtype) for t in topics]
         block = 4096
         for a in range(0, len(analysis.t_ns), block):
@@ -454,7 +441,7 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
                 writer.write_rows(conn, receive[s], rows)
         # 4. Per-body states, markers and image at the visualization rate.
         vis = _visual_rows(analysis.t_ns, options.visualization_rate_hz)
-        for topic in _body_topics(model, analysis, frame, options):
+        for topic in _body_topics(model, analysis, live, options):
             if vis.size:
                 conn = writer.add_topic(topic.topic, topic.msgtype)
                 writer.write_rows(conn, receive[vis],

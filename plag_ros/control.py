@@ -651,16 +651,14 @@ class PartialImpedanceController:
         else:
             qd_full, qdd_full = G @ qd, G @ qdd
         with torch.inference_mode():
-            out = self.engine.decompose(q_full, qd_full, qdd_full)
+            out = self.engine.decompose_arrays(q_full, qd_full, qdd_full)
         n = q_full.size
         comp_full = np.zeros(n)
         if self._W_acc is not None:
-            acc = out.acceleration.cpu().numpy().reshape(n, -1)
-            comp_full += np.einsum('kj,kj->k', acc, self._W_acc)
+            comp_full += np.einsum('kj,kj->k', out['acceleration'].reshape(n, -1), self._W_acc)
         if self._W_vel is not None:
-            vel = out.velocity.cpu().numpy().reshape(n, -1)
-            comp_full += np.einsum('kj,kj->k', vel, self._W_vel)
-        g_full = out.gravity.cpu().numpy().sum(-1) if cfg.gravity_compensation else None
+            comp_full += np.einsum('kj,kj->k', out['velocity'].reshape(n, -1), self._W_vel)
+        g_full = out['gravity'].sum(-1) if cfg.gravity_compensation else None
         # 2. Impedance in actuated coordinates; gravity is not ramped.
         compensation = alpha * (G.T @ comp_full)
         tau = alpha * (self._K * (q_d - q) + self._D * (qd_d - qd)) + compensation

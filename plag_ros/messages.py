@@ -302,12 +302,15 @@ def body_joint_states(joint_names: Sequence[str], partial: np.ndarray, *, t_ns: 
 
 
 class DecompositionMessages:
-    """Reusable output messages of one model, refilled in place for every sample.
+    """The dynamics node's per-sample outputs of one model as serialized CDR, from templates.
 
-    The live hot path: names, layouts and frames are set once; :meth:`fill` only writes
-    stamps and float64 data (byte copies). The messages are the ones the pure builders
-    (:func:`joint_state`, :func:`float64_multi_array`, :func:`body_joint_states`) make.
-    Each :meth:`fill` overwrites the previous sample: publish before refilling.
+    Names, layouts and frames are encoded once (:class:`plag_ros.cdr.CdrTemplate` of the
+    messages the pure builders :func:`joint_state`, :func:`float64_multi_array` and
+    :func:`body_joint_states` make); :meth:`fill` writes only the stamp and the float64
+    values, and the node publishes the bytes as they are (filling and converting rclpy
+    messages instead made the node's back-to-back callback 0.20 ms rather than 0.12 ms).
+    The offline analysis fills the same templates in bulk, so bags and live topics agree
+    byte for byte.
 
     Args:
         model: the robot (n joints, B bodies).
@@ -315,10 +318,12 @@ class DecompositionMessages:
         arrays: decomposition arrays to carry as Float64MultiArray (keys of
             :data:`ARRAY_LABELS`).
 
-    Attributes:
-        joint_state: filtered q, qd and the torque (effort), model joint order.
-        arrays: name -> Float64MultiArray with its labelled layout.
-        bodies: (B,) JointState, message i carries ``partial[:, i]`` in effort.
+    Attributes (after :meth:`fill`):
+        joint_state: CDR of the filtered q, qd and the torque (effort), model joint order.
+        arrays: name -> CDR of the Float64MultiArray with its labelled layout.
+        bodies: (B,) CDR of the JointState carrying ``partial[:, i]`` in effort.
+        templates: 'joint_state', each array name and 'body' (every ``~/body/<body>``)
+            -> template.
     """
 
     def __init__(self, model: RobotModel, *, frame_id: str,
@@ -328,16 +333,29 @@ class DecompositionMessages:
         shapes = {'partial': (n, B), 'acceleration': (n, B, n), 'velocity': (n, B, n),
                   'gravity': (n, B), 'friction': (n,), 'torque': (n,)}
         names = list(model.joint_names)
-        self.joint_state = JointState(header=Header(frame_id=frame_id), name=names)
-        self.arrays = {name: Float64MultiArray(layout=array_layout(shapes[name],
-                                                                   ARRAY_LABELS[name]))
-                       for name in arrays}
-        self.bodies = [JointState(header=Header(frame_id=frame_id), name=names)
-                       for _ in range(B)]
+        zeros = np.zeros(n)
+        self.templates: dict[str, CdrTemplate] = {'joint_state': CdrTemplate(joint_state(
+            names, zeros, zeros, zeros, t_ns=TEMPLATE_NS, frame_id=frame_id))}
+        for name in arrays:
+            layout = array_layout(shapes[name], ARRAY_LABELS[name])
+            self.templates[name] = CdrTemplate(float64_multi_array(np.zeros(shapes[name]),
+                                                                   layout=layout))
+        # every body's JointState has the same names and frame: one template serves all
+        self.templates['body'] = CdrTemplate(body_joint_states(
+            names, np.zeros((n, 1)), t_ns=TEMPLATE_NS, frame_id=frame_id)[0])
+        self._array_names = tuple(arrays)
+        self._state_slots = self.templates['joint_state'].slots(
+            ['position', 'velocity', 'effort'])
+        self._data_slots = {name: self.templates[name].slots(['data']) for name in arrays}
+        self._effort_slots = self.templates['body'].slots(['effort'])
+        self._n_bodies = B
+        self.joint_state = b''
+        self.arrays: dict[str, bytes] = {}
+        self.bodies: list[bytes] = []
 
     def fill(self, t_ns: int, q: np.ndarray, qd: np.ndarray,
              decomposition: Mapping[str, np.ndarray], *, bodies: bool = True) -> None:
-        """Write one sample.
+        """Serialize one sample into :attr:`joint_state`, :attr:`arrays` (and :attr:`bodies`).
 
         Args:
             t_ns: input stamp [ns].
@@ -346,19 +364,16 @@ class DecompositionMessages:
                 partial (n, B), ...).
             bodies: also refill :attr:`bodies`.
         """
-        stamp = ns_to_stamp(t_ns)
-        state = self.joint_state
-        state.header.stamp = stamp
-        state.position = float64_array(q)
-        state.velocity = float64_array(qd)
-        state.effort = float64_array(decomposition['torque'])
-        for name, msg in self.arrays.items():
-            msg.data = float64_array(decomposition[name])
+        self.joint_state = self.templates['joint_state'].fill_one(
+            t_ns, self._state_slots, np.concatenate([q, qd, decomposition['torque']]))
+        self.arrays = {name: self.templates[name].fill_one(0, self._data_slots[name],
+                                                           decomposition[name])
+                       for name in self._array_names}
         if bodies:
-            columns = np.ascontiguousarray(decomposition['partial'].T)
-            for msg, column in zip(self.bodies, columns, strict=True):
-                msg.header.stamp = stamp
-                msg.effort = array.array('d', column.tobytes())
+            columns = decomposition['partial'].T
+            body = self.templates['body']
+            self.bodies = [body.fill_one(t_ns, self._effort_slots, columns[i])
+                           for i in range(self._n_bodies)]
 
 
 # --- Float64MultiArray --------------------------------------------------------------------

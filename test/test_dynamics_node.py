@@ -17,6 +17,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
+from rclpy.serialization import deserialize_message
 from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -399,7 +400,7 @@ def test_receive_stamps_for_unstamped_publishers(model):
             node._on_joint_state(msg)
             time.sleep(0.005)
         assert node._window.published == 6 and sum(node.rejected.values()) == 0
-        state = node._messages.joint_state
+        state = deserialize_message(node._messages.joint_state, JointState)
         assert abs(msgs.stamp_to_ns(state.header.stamp) - time.time_ns()) < 5e9
     finally:
         node.destroy_node()

@@ -285,3 +285,26 @@ def test_decomposition_arrays_round_trip(model):
                                                                                labels))
         assert back_labels == labels
         np.testing.assert_array_equal(back, out[name])
+
+
+def test_decomposition_messages_are_the_builders_messages(model):
+    """The node publishes DecompositionMessages' bytes: each must be the CDR of what the
+    pure builders make for the same sample."""
+    from plag_ros.cdr import cdr_encode
+
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    rng = np.random.default_rng(8)
+    live = msgs.DecompositionMessages(model, frame_id='world')
+    names = list(model.joint_names)
+    for t_ns in (1_700_000_000_987_654_321, 17):
+        q, qd, qdd = (model.fill_mimic(rng.uniform(-1, 1, model.n_joints)) for _ in range(3))
+        out = engine.decompose_arrays(q, qd, qdd)
+        live.fill(t_ns, q, qd, out)
+        assert live.joint_state == cdr_encode(msgs.joint_state(
+            names, q, qd, out['torque'], t_ns=t_ns, frame_id='world'))
+        for name, labels in msgs.ARRAY_LABELS.items():
+            if name in live.arrays:
+                assert live.arrays[name] == cdr_encode(msgs.float64_multi_array(out[name],
+                                                                                labels))
+        bodies = msgs.body_joint_states(names, out['partial'], t_ns=t_ns, frame_id='world')
+        assert live.bodies == [cdr_encode(m) for m in bodies]

@@ -9,8 +9,10 @@ and this process receives ``~/joint_states`` (the first output of a sample) and 
 ``~/body/<body>`` message (the last output of a sample). Printed per rate:
 
 * latency p50/p99/max from the input stamp to the receipt of the first and the last output
-  (same machine, same wall clock), and the node's own stamp-to-publish-done p99 from its
-  /diagnostics (worst one-second window), which leaves out the receiver's executor;
+  (same machine, same wall clock; the receiver takes the two timed topics as raw CDR and
+  has no parameter services, so its own executor adds as little as it can), and the
+  node's own stamp-to-publish-done p99 from its /diagnostics (worst one-second window),
+  which leaves out the receiver's executor;
 * dropped: samples fed that the node never received plus outputs it published that never
   arrived (the node's own received/published counters from /diagnostics); with
   ``--param output_rate_hz:=200.0`` outputs are decimated by design, not dropped;
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -66,7 +69,7 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
     names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
     names = [names[i] for i in np.random.default_rng(0).permutation(len(names))]
     rclpy.init(args=[])
-    node = rclpy.create_node('plag_bench_feed')
+    node = rclpy.create_node('plag_bench_feed', start_parameter_services=False)
     pub = node.create_publisher(JointState, 'joint_states',
                                 QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
     deadline = time.monotonic() + wait_s
@@ -123,7 +126,6 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from plag_ros import messages as msgs
     from plag_ros.model import RobotModel, default_urdf_path
 
     model = RobotModel.from_urdf(default_urdf_path())
@@ -137,17 +139,28 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
         env=_env(), stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
     rclpy.init(args=[], context=context, domain_id=DOMAIN_ID)
-    node = rclpy.create_node('plag_bench_receiver', context=context)
+    # The receiver should disturb what it measures as little as it can: no parameter
+    # services in its wait set, and the two timed topics taken as raw CDR, the receipt time
+    # read before anything else and the header stamp read from the bytes (offset 4: after
+    # the encapsulation header, Header.stamp.sec int32 and nanosec uint32 come first).
+    node = rclpy.create_node('plag_bench_receiver', context=context,
+                             start_parameter_services=False)
     qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
     first: list[int] = []
     last: list[int] = []
     diag: dict[str, str] = {}
 
-    def on_first(msg: JointState) -> None:
-        first.append(time.time_ns() - msgs.stamp_to_ns(msg.header.stamp))
+    def stamp_of(raw: bytes) -> int:
+        sec, nsec = struct.unpack_from('<iI', raw, 4)
+        return sec * 1_000_000_000 + nsec
 
-    def on_last(msg: JointState) -> None:
-        last.append(time.time_ns() - msgs.stamp_to_ns(msg.header.stamp))
+    def on_first(raw: bytes) -> None:
+        now = time.time_ns()
+        first.append(now - stamp_of(raw))
+
+    def on_last(raw: bytes) -> None:
+        now = time.time_ns()
+        last.append(now - stamp_of(raw))
 
     processing: list[float] = []
     node_p99: list[float] = []
@@ -163,8 +176,8 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
                     # the node's own stamp -> publish-done p99 over this window
                     node_p99.append(float(diag.get('latency_p99_ms', 'nan')))
 
-    node.create_subscription(JointState, f'{NODE}/joint_states', on_first, qos)
-    node.create_subscription(JointState, f'{NODE}/body/{last_body}', on_last, qos)
+    node.create_subscription(JointState, f'{NODE}/joint_states', on_first, qos, raw=True)
+    node.create_subscription(JointState, f'{NODE}/body/{last_body}', on_last, qos, raw=True)
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, qos)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)

@@ -491,15 +491,8 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
 
 def _structural_pairs(model: RobotModel) -> list[tuple[int, int]]:
     """(joint k, body i) pairs where partial[k, i] can be non-zero (k on i's root path)."""
-    pairs = []
-    for i in range(model.n_bodies):
-        k = int(model.body_joint[i])
-        path = []
-        while k >= 0:
-            path.append(k)
-            k = int(model.joint_parent[k])
-        pairs += [(k, i) for k in sorted(path)]
-    return sorted(pairs)
+    return sorted((k, i) for i in range(model.n_bodies)
+                  for k in model.root_path(model.body_joint[i]))
 
 
 def _save_csv(path: Path, model: RobotModel, t_ns: np.ndarray, torque: np.ndarray,

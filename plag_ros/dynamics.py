@@ -184,10 +184,7 @@ class _Constants:
         n = model.n_joints
         joint_anc = np.zeros((n, n))
         for j in range(n):
-            s = j
-            while s >= 0:
-                joint_anc[j, s] = 1.0
-                s = model.joint_parent[s]
+            joint_anc[j, model.root_path(j)] = 1.0
         anc = joint_anc[model.body_joint[bodies]]                               # (B, n)
         pair_body, pair_source = np.nonzero(anc)
         K = _skew(model.joint_axis)

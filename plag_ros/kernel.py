@@ -60,13 +60,7 @@ class KernelModel:
     @classmethod
     def build(cls, model, bodies: np.ndarray, gravity) -> KernelModel:
         """Constants for the body columns ``bodies`` (indices into ``model``'s bodies)."""
-        paths = []
-        for i in bodies:
-            chain, j = [], int(model.body_joint[i])
-            while j >= 0:
-                chain.append(j)
-                j = int(model.joint_parent[j])
-            paths.append(chain[::-1])
+        paths = [model.root_path(model.body_joint[i]) for i in bodies]
         longest = max((len(p) for p in paths), default=0)
         path = np.full((len(paths), max(longest, 1)), -1, dtype=np.int64)
         for b, chain in enumerate(paths):

@@ -366,6 +366,15 @@ class RobotModel:
         """Number of bodies B (columns of the partial torque table)."""
         return len(self.body_names)
 
+    def root_path(self, joint: int) -> list[int]:
+        """Joints from the root down to ``joint`` (inclusive), root first: the joints a
+        body riding on ``joint`` loads, and the sources whose motion reaches it."""
+        path = []
+        while joint >= 0:
+            path.append(int(joint))
+            joint = int(self.joint_parent[joint])
+        return path[::-1]
+
     @property
     def actuated(self) -> np.ndarray:
         """(n,) bool, True for joints that are not mimic joints."""

@@ -29,6 +29,8 @@ def test_crane_x7_structure(crane):
     assert crane.body_names[-2:] == ('crane_x7_gripper_finger_a_link',
                                      'crane_x7_gripper_finger_b_link')
     np.testing.assert_array_equal(crane.joint_parent, [-1, 0, 1, 2, 3, 4, 5, 6, 6])
+    assert crane.root_path(0) == [0]
+    assert crane.root_path(8) == [0, 1, 2, 3, 4, 5, 6, 8]     # finger b skips finger a
     # finger b follows finger a with the URDF default multiplier and offset
     np.testing.assert_array_equal(crane.mimic_source, [-1] * 8 + [7])
     assert crane.actuated.tolist() == [True] * 8 + [False]

@@ -81,9 +81,6 @@ class Decomposition:
                 for f in dataclasses.fields(self)}
 
 
-_FIELDS = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
-
-
 @dataclass(frozen=True)
 class _FlatDecomposition:
     """Decomposition over a flat batch (N, ...) in one array library, plus the per-pair
@@ -337,7 +334,7 @@ class PartialLagrangian:
         self._torch = self._constants(self._all_bodies)
         # float64 on the CPU runs the compiled loop (plag_ros.kernel) on numpy views
         self._host = compiled and dtype == torch.float64 and self.device.type == 'cpu'
-        self._kernel = (kernel.KernelModel.build(model, np.arange(model.n_bodies), GRAVITY)
+        self._kernel = (kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
                         if self._host else None)
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
@@ -436,9 +433,8 @@ class PartialLagrangian:
         if not self._host:
             return self.decompose(q, qd, qdd).numpy()
         (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        flat = self._decompose_flat(self._all_bodies, q, qd, qdd)
-        return {name: getattr(flat, name).reshape(*batch, *getattr(flat, name).shape[1:])
-                for name in _FIELDS}
+        out = self._decompose_flat(self._all_bodies, q, qd, qdd).reshape(batch)
+        return {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
 
     def _decompose_flat(self, bodies: np.ndarray, q, qd, qdd) -> _FlatDecomposition:
         """The split of the body columns ``bodies`` for flat (N, n) inputs from _prepare."""

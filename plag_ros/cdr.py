@@ -195,13 +195,16 @@ class CdrTemplate:
             index.extend(range(first, first + count))
         return np.asarray(index, dtype=np.intp)
 
-    def fill_one(self, t_ns: int, slots: np.ndarray, values: np.ndarray) -> bytes:
+    def fill_one(self, t_ns: int, slots: np.ndarray | None = None,
+                 values: np.ndarray | None = None) -> bytes:
         """One message: every stamp set to ``t_ns`` and the doubles at ``slots`` (from
-        :meth:`slots`) set to ``values`` (flattened in the same order). For the live
-        path, where :meth:`fill` would loop over hundreds of fields in Python."""
+        :meth:`slots`) set to ``values`` (flattened in the same order; none: the
+        template's). For the live path, where :meth:`fill` would loop over hundreds of
+        fields in Python."""
         buf = bytearray(self.data)
-        grid = np.frombuffer(buf, dtype='<f8', count=(len(buf) - 4) // 8, offset=4)
-        grid[slots] = np.asarray(values, dtype=np.float64).reshape(-1)
+        if slots is not None:
+            grid = np.frombuffer(buf, dtype='<f8', count=(len(buf) - 4) // 8, offset=4)
+            grid[slots] = np.asarray(values, dtype=np.float64).reshape(-1)
         sec, nsec = divmod(int(t_ns), 1_000_000_000)
         for at in self._stamps:
             struct.pack_into('<iI', buf, at, sec, nsec)

@@ -547,25 +547,40 @@ class MarkerBuilder:
                 skipped.
             t_ns: header stamp [ns].
         """
-        components = tuple(c for c in self.components if c in values)
+        components = self._present(values)
         array = self._array if components == self._built_for else self._prepare(components)
-        T = np.asarray(T_world_link, dtype=np.float64)[self._links]              # (n, 4, 4)
-        origin = T[:, :3, 3]
-        axis = np.einsum('kij,kj->ki', T[:, :3, :3], self._axis)
+        points = self._arrows(np.asarray(T_world_link)[None],
+                              {c: np.asarray(values[c])[None] for c in components},
+                              components)[0].tolist()                          # (C, n, 2, 3)
         stamp = ns_to_stamp(t_ns)
         n = self.model.n_joints
-        start = origin.tolist()
         markers = array.markers
-        for c, component in enumerate(components):
-            value = np.asarray(values[component], dtype=np.float64)
-            tips = (origin + axis * (value * self.scale)[:, None]).tolist()
+        for c in range(len(components)):
             for k in range(n):
                 marker = markers[c * n + k]
                 marker.header.stamp = stamp
                 p0, p1 = marker.points
-                p0.x, p0.y, p0.z = start[k]
-                p1.x, p1.y, p1.z = tips[k]
+                p0.x, p0.y, p0.z = points[c][k][0]
+                p1.x, p1.y, p1.z = points[c][k][1]
         return array
+
+    def _present(self, values: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+        """This builder's components that ``values`` holds, in namespace order."""
+        return tuple(c for c in self.components if c in values)
+
+    def _arrows(self, T_world_link: np.ndarray, values: Mapping[str, np.ndarray],
+                components: tuple[str, ...]) -> np.ndarray:
+        """Start and end point [m] of every arrow, (M, C, n, 2, 3), for M samples of
+        (M, L, 4, 4) link poses and component -> (M, n) values: the one place the arrow
+        geometry is computed, for :meth:`build`, :meth:`point_fields` and
+        :meth:`serialize` alike (their bytes must agree)."""
+        T = np.asarray(T_world_link, dtype=np.float64)[:, self._links]          # (M, n, 4, 4)
+        origin = T[:, :, :3, 3]
+        axis = np.einsum('mkij,kj->mki', T[:, :, :3, :3], self._axis)
+        value = np.stack([np.asarray(values[c], dtype=np.float64) for c in components],
+                         axis=1)                                               # (M, C, n)
+        tips = origin[:, None] + axis[:, None] * (value * self.scale)[..., None]
+        return np.stack([np.broadcast_to(origin[:, None], tips.shape), tips], axis=3)
 
     def point_fields(self, T_world_link: np.ndarray,
                      values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -578,22 +593,12 @@ class MarkerBuilder:
             ``'markers.<m>.points.<p>.<x|y|z>'`` -> (M,) coordinates [m], for
             :meth:`plag_ros.cdr.CdrTemplate.fill` on a template of :meth:`build`.
         """
-        T = np.asarray(T_world_link, dtype=np.float64)[:, self._links]          # (M, n, 4, 4)
-        origin = T[:, :, :3, 3]
-        axis = np.einsum('mkij,kj->mki', T[:, :, :3, :3], self._axis)
-        out: dict[str, np.ndarray] = {}
-        marker = 0
-        for component in self.components:
-            if component not in values:
-                continue
-            value = np.asarray(values[component], dtype=np.float64)
-            tips = origin + axis * (value * self.scale)[:, :, None]
-            for k in range(self.model.n_joints):
-                for p, point in enumerate((origin[:, k], tips[:, k])):
-                    for c, coord in enumerate('xyz'):
-                        out[f'markers.{marker}.points.{p}.{coord}'] = point[:, c]
-                marker += 1
-        return out
+        components = self._present(values)
+        points = self._arrows(T_world_link, values, components)
+        n = self.model.n_joints
+        return {f'markers.{c * n + k}.points.{p}.{coord}': points[:, c, k, p, x]
+                for c in range(len(components)) for k in range(n) for p in range(2)
+                for x, coord in enumerate('xyz')}
 
     def template(self, components: Sequence[str] | None = None) -> CdrTemplate:
         """CDR template of the markers of ``components`` (default: all of this builder's).
@@ -617,20 +622,17 @@ class MarkerBuilder:
         Publishing ~45 markers as rclpy objects costs ~0.9 ms of conversion per frame;
         writing their points into the template costs ~30 us (bench/bench_nodes.py).
         """
-        components = tuple(c for c in self.components if c in values)
+        components = self._present(values)
         template = self.template(components)
         if components not in self._slots:
-            # the order of point_fields: component, joint, start/end point, x/y/z
+            # the order of _arrows: component, joint, start/end point, x/y/z
             n = self.model.n_joints
             self._slots[components] = template.slots([
                 f'markers.{m}.points.{p}.{coord}' for m in range(len(components) * n)
                 for p in range(2) for coord in 'xyz'])
-        T = np.asarray(T_world_link, dtype=np.float64)[self._links]              # (n, 4, 4)
-        origin = T[:, :3, 3]
-        axis = np.einsum('kij,kj->ki', T[:, :3, :3], self._axis)
-        value = np.stack([np.asarray(values[c], dtype=np.float64) for c in components])
-        tips = origin + axis * (value * self.scale)[:, :, None]                 # (C, n, 3)
-        points = np.stack([np.broadcast_to(origin, tips.shape), tips], axis=2)  # (C, n, 2, 3)
+        points = self._arrows(np.asarray(T_world_link)[None],
+                              {c: np.asarray(values[c])[None] for c in components},
+                              components)
         return template.fill_one(t_ns, self._slots[components], points)
 
 
@@ -709,8 +711,7 @@ class PartialImageBuilder:
     def serialize(self, partial: np.ndarray, *, t_ns: int) -> bytes:
         """The CDR bytes of ``build(partial, t_ns=t_ns)``, to publish as is (the image
         message's 62 kB of pixels are not converted into an rclpy sequence)."""
-        template = self.template()
-        raw = bytearray(template.fill_one(t_ns, np.zeros(0, dtype=np.intp), ()))
+        raw = bytearray(self.template().fill_one(t_ns))
         raw[len(raw) - self.pixel_bytes:] = self.colours(partial).tobytes()
         return bytes(raw)
 

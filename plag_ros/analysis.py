@@ -36,7 +36,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -674,18 +673,43 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
 def _in_child_process(fn: Callable, *args):
     """``fn(*args)`` in a forked child; returns its result, re-raises its error.
 
-    Forked, not spawned: the child reads the parent's arrays in place (nothing pickled)
-    and does not re-import the user's ``__main__``, so scripts without a main guard
-    work. The child runs only numpy, matplotlib and file writes, none of the parent's
-    thread pools.
+    Forked, not spawned, and started as a plain Process (a process pool would pickle the
+    arguments to its worker): the child reads the parent's arrays in place, only the
+    small result or the error comes back through a pipe, and the user's ``__main__`` is
+    not re-imported, so scripts without a main guard work. The child runs only numpy,
+    matplotlib and file writes, none of the parent's thread pools.
+
+    Raises:
+        RuntimeError: the child died without an answer (e.g. killed).
     """
     context = multiprocessing.get_context('fork')
+    receive, send = context.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send((True, fn(*args)))
+        except BaseException as err:  # noqa: BLE001 - handed to the parent to re-raise
+            send.send((False, err))
+
     with warnings.catch_warnings():
         # Python 3.12+ warns on fork in a process with threads (the idle numba/torch
         # pools and the writer threads); the child touches none of their locks
         warnings.simplefilter('ignore', DeprecationWarning)
-        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            return pool.submit(fn, *args).result()
+        process = context.Process(target=child, name='plag-ros-figures', daemon=True)
+        process.start()
+    send.close()
+    try:
+        ok, value = receive.recv()
+    except EOFError:
+        process.join()
+        raise RuntimeError(f'the csv/plot process ended with exit code {process.exitcode} '
+                           'and no result') from None
+    finally:
+        receive.close()
+    process.join()
+    if not ok:
+        raise value
+    return value
 
 
 def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointStates, *,

@@ -291,6 +291,9 @@ def test_figures_from_a_child_process_equal_the_inline_ones(analysed, model, tmp
 def test_child_process_errors_reach_the_caller():
     with pytest.raises(ZeroDivisionError):
         analysis_module._in_child_process(divmod, 1, 0)
+    with pytest.raises(RuntimeError, match='exit code 3'):
+        analysis_module._in_child_process(os._exit, 3)
+    assert analysis_module._in_child_process(divmod, 7, 2) == (3, 1)
 
 
 def test_causal_equals_live_node_library_path(tmp_path, model):

@@ -41,9 +41,13 @@ def model() -> RobotModel:
     return RobotModel.from_urdf(default_urdf_path())
 
 
-@pytest.fixture(scope='module')
-def graph(model, tmp_path_factory):
-    """(client, node process, collected outputs by topic) shared by the module's tests."""
+@pytest.fixture(scope='module', params=[True, False], ids=['input_thread', 'executor'])
+def graph(model, tmp_path_factory, request):
+    """(client, node process, collected outputs by topic) shared by the module's tests.
+
+    Every test runs twice: joint_states served by the node's input thread (the default)
+    and by the executor that spins the node (``input_thread: false``).
+    """
     client = RosClient(DOMAIN_ID)
     description = client.publisher(String, 'robot_description', LATCHED)
     description.publish(String(data=model.urdf_xml))
@@ -63,7 +67,8 @@ def graph(model, tmp_path_factory):
                               'visualization_rate_hz': 40.0, 'diagnostics_period': 0.25,
                               # Deep queues: a busy CI machine may slow the node or this
                               # client below 200 Hz for a moment; nothing may be lost.
-                              'input_depth': 1000, 'output_depth': 1000})
+                              'input_depth': 1000, 'output_depth': 1000,
+                              'input_thread': request.param})
     joint_states = client.publisher(JointState, 'joint_states')
     try:
         client.wait_for(lambda: out['names'], 60.0, f'{NODE}/names (node log: see below)')

@@ -2,15 +2,16 @@
 
 For each rate a fresh ``plag_dynamics`` node (config/crane_x7.yaml, bundled URDF,
 ``filter.rate_hz`` set to the feed rate) runs as a subprocess; a feeder subprocess publishes
-``joint_states`` (8 joints, shuffled order, wall-clock stamps of its cycle; it sleeps and then
-busy-waits the last 0.4 ms so that it publishes on its cycle like a driver's control loop) at
-the rate for the duration,
+``joint_states`` (8 joints, shuffled order, wall-clock stamps of its cycle; each sample is
+serialized before its cycle, and the feeder sleeps with 1 ns timer slack and then busy-waits
+the last 0.3 ms, so that it publishes on its cycle like a C++ driver's control loop) at the
+rate for the duration,
 and this process receives ``~/joint_states`` (the first output of a sample) and the last
 ``~/body/<body>`` message (the last output of a sample). Printed per rate:
 
 * latency p50/p99/max from the input stamp to the receipt of the first and the last output
-  (same machine, same wall clock; the receiver takes the two timed topics as raw CDR and
-  has no parameter services, so its own executor adds as little as it can), and the
+  (same machine, same wall clock; the receiver takes the two timed topics as raw CDR on
+  plag_ros' InputThread, without an executor, so it adds as little as it can), and the
   node's own stamp-to-publish-done p99 from its /diagnostics (worst one-second window),
   which leaves out the receiver's executor;
 * dropped: samples fed that the node never received plus outputs it published that never
@@ -22,7 +23,8 @@ and this process receives ``~/joint_states`` (the first output of a sample) and 
   ratios to it (RNEA computes only the n joint torques; the node computes the full
   (n, B, n) decomposition, the estimator and 15 messages per sample).
 
-Usage: ``python bench/bench_nodes.py [--duration 10] [--rates 200 500 1000]``.
+Usage: ``python bench/bench_nodes.py [--duration 10] [--rates 200 500 1000] [--save L.npz]``
+(``--save``: every latency in arrival order, to see when the slow samples came).
 Targets: nothing dropped at 500 Hz, p99 <= 3 ms, under half a core at 200 Hz.
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DOMAIN_ID = 17
-SPIN_S = 0.0004          # the feeder busy-waits the last 0.4 ms of each cycle
+SPIN_S = 0.0003          # the feeder busy-waits the last 0.3 ms of each cycle
 NODE = '/plag_dynamics'
 
 
@@ -58,8 +60,11 @@ def _env() -> dict[str, str]:
 
 def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
     """Feeder subprocess: publish joint_states at ``rate_hz``; print the count as JSON."""
+    import ctypes
+
     import rclpy
     from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rclpy.serialization import serialize_message
     from sensor_msgs.msg import JointState
 
     from plag_ros import messages as msgs
@@ -80,6 +85,9 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
     phase = np.arange(len(names), dtype=float)
     count = 0
     late_ns = []
+    # Linux timer slack (50 us by default) lets sleeps end late; 1 ns keeps the wake-up on
+    # time (p99 oversleep here 0.48 -> 0.25 ms), so the busy-wait before the cycle is short.
+    ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)     # PR_SET_TIMERSLACK
     # Stamps are the scheduled sample times on the wall clock, as a driver stamps its
     # control cycle: a feeder delayed by the OS does not bunch the stamps together.
     start_ns = time.time_ns()
@@ -88,6 +96,12 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
         offset = count * period
         if offset >= duration_s:
             break
+        # The sample is serialized before its cycle, as a C++ driver has it ready: building
+        # and converting a Python message after the stamp (~0.2 ms here) would count as the
+        # node's latency.
+        q = 0.4 * np.sin(2 * np.pi * 0.5 * offset + phase)
+        t_ns = start_ns + round(offset * 1e9)
+        raw = serialize_message(msgs.joint_state(names, q, t_ns=t_ns))
         # Sleep to just before the cycle, then spin to it: a driver's control loop publishes
         # on its cycle, while time.sleep alone oversleeps by up to ~1 ms here and that
         # lateness would count as the node's latency.
@@ -96,9 +110,7 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
             time.sleep(delay - SPIN_S)
         while time.perf_counter() < start + offset:
             pass
-        q = 0.4 * np.sin(2 * np.pi * 0.5 * offset + phase)
-        t_ns = start_ns + round(offset * 1e9)
-        pub.publish(msgs.joint_state(names, q, t_ns=t_ns))
+        pub.publish(raw)
         late_ns.append(time.time_ns() - t_ns)
         count += 1
     elapsed = time.perf_counter() - start
@@ -127,6 +139,7 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
     from sensor_msgs.msg import JointState
 
     from plag_ros.model import RobotModel, default_urdf_path
+    from plag_ros.nodes.input_thread import InputThread
 
     model = RobotModel.from_urdf(default_urdf_path())
     last_body = model.body_names[-1]
@@ -139,10 +152,12 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
         env=_env(), stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
     rclpy.init(args=[], context=context, domain_id=DOMAIN_ID)
-    # The receiver should disturb what it measures as little as it can: no parameter
-    # services in its wait set, and the two timed topics taken as raw CDR, the receipt time
-    # read before anything else and the header stamp read from the bytes (offset 4: after
-    # the encapsulation header, Header.stamp.sec int32 and nanosec uint32 come first).
+    # The receiver should disturb what it measures as little as it can, like a C++
+    # subscriber: the two timed topics are served by plag_ros' InputThread (a wait set of
+    # their own, no executor) and taken as raw CDR, the receipt time read before anything
+    # else and the header stamp read from the bytes (offset 4: after the encapsulation
+    # header, Header.stamp.sec int32 and nanosec uint32 come first). The executor serves
+    # only /diagnostics, and the node has no parameter services.
     node = rclpy.create_node('plag_bench_receiver', context=context,
                              start_parameter_services=False)
     qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -176,8 +191,9 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
                     # the node's own stamp -> publish-done p99 over this window
                     node_p99.append(float(diag.get('latency_p99_ms', 'nan')))
 
-    node.create_subscription(JointState, f'{NODE}/joint_states', on_first, qos, raw=True)
-    node.create_subscription(JointState, f'{NODE}/body/{last_body}', on_last, qos, raw=True)
+    timed = [InputThread(node, JointState, f'{NODE}/joint_states', on_first, qos, raw=True),
+             InputThread(node, JointState, f'{NODE}/body/{last_body}', on_last, qos,
+                         raw=True)]
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, qos)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -193,7 +209,7 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
         executor.spin_once(timeout_sec=0.01)
     cpu0, wall0 = _cpu_s(node_proc.pid), time.monotonic()
     while feeder.poll() is None:
-        executor.spin_once(timeout_sec=0.01)
+        executor.spin_once(timeout_sec=0.1)
     cpu1, wall1 = _cpu_s(node_proc.pid), time.monotonic()
     fed = json.loads(feeder.stdout.read().strip().splitlines()[-1])
     sent = fed['sent']
@@ -216,8 +232,12 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
         'processing_p50_ms': float(np.median(processing)) if processing else float('nan'),
         'node_p99_ms': float(np.nanmax(node_p99)) if node_p99 else float('nan'),
         'feeder_late_p99_ms': fed['late_p99_ms'],
+        'first_ns': np.array(first, dtype=np.int64),
+        'last_ns': np.array(last, dtype=np.int64),
     }
     executor.shutdown()
+    for thread in timed:
+        thread.destroy()
     node.destroy_node()
     context.try_shutdown()
     node_proc.send_signal(signal.SIGINT)
@@ -267,6 +287,8 @@ def main() -> int:
     parser.add_argument('--rates', type=float, nargs='+', default=[200.0, 500.0, 1000.0])
     parser.add_argument('--param', action='append', default=[], metavar='NAME:=VALUE',
                         help='extra dynamics node parameter, e.g. publish_bodies:=false')
+    parser.add_argument('--save', type=Path, default=None, metavar='NPZ',
+                        help='save every latency [ns] per rate, in arrival order')
     parser.add_argument('--feed', type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.feed is not None:
@@ -291,6 +313,9 @@ def main() -> int:
               f"in-callback p50 {f['processing_p50_ms']:.2f} ms, stamp to publish-done p99 "
               f"(worst 1 s window) {f['node_p99_ms']:.2f} ms, feeder late p99 "
               f"{f['feeder_late_p99_ms']:.2f} ms", flush=True)
+    if args.save is not None:
+        np.savez(args.save, **{f"{kind}_{r['rate_hz']:.0f}": r[f'{kind}_ns']
+                               for r in rows for kind in ('first', 'last')})
     n_samples = max(int(r['sent']) for r in rows)
     rnea_s, decompose_s = pinocchio_peer(n_samples)
     node_s = rows[0]['cpu_s_per_sample']

@@ -373,11 +373,12 @@ class DynamicsNode(Node):
                 # by default, more than a 200 Hz period.
                 sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
                 self._input = InputThread(self, JointState, 'joint_states',
-                                          self._on_joint_state, self._input_qos)
+                                          self._on_joint_state, self._input_qos, raw=True)
                 self._sub_state = self._input.subscription
             else:
                 self._sub_state = self.create_subscription(
-                    JointState, 'joint_states', self._on_joint_state, self._input_qos)
+                    JointState, 'joint_states', self._on_joint_state, self._input_qos,
+                    raw=True)
         self.get_logger().info(f'model {model.name!r} from {source}: {model.n_joints} '
                                f'joints, {model.n_bodies} bodies, frame {self._frame_id!r}'
                                + (', joint_states on its own thread' if self._input else ''))
@@ -434,15 +435,16 @@ class DynamicsNode(Node):
             self.get_logger().warning(f'joint_states dropped ({reason}, '
                                       f'{self.rejected[reason]} so far): {detail}')
 
-    def _on_joint_state(self, msg: JointState) -> None:
+    def _on_joint_state(self, raw: bytes) -> None:
+        """One serialized JointState (raw subscription: read by JointStateReader.read_cdr)."""
         t_in = time.perf_counter_ns()
         with self._lock:
-            self._take_joint_state(msg, t_in)
+            self._take_joint_state(raw, t_in)
         if self._diagnostics_due:
             self._diagnostics_due = False
             self._publish_diagnostics()
 
-    def _take_joint_state(self, msg: JointState, t_in: int) -> None:
+    def _take_joint_state(self, raw: bytes, t_in: int) -> None:
         window = self._window
         window.received += 1
         if self._pending_config is not None:
@@ -451,7 +453,7 @@ class DynamicsNode(Node):
             self._estimator_counts = self._estimator.rejected
         measured = self._config.velocity_source == 'measured'
         try:
-            t_ns, q, qd_measured, _ = self._reader.read(msg, velocity=measured)
+            t_ns, q, qd_measured, _ = self._reader.read_cdr(raw, velocity=measured)
         except msgs.JointStateError as err:
             self._reject(err.reason, str(err))
             return
@@ -498,8 +500,9 @@ class DynamicsNode(Node):
         live = self._messages
         visual = bool(self._vis_period_ns) and t_ns - self._last_vis_ns >= self._vis_period_ns
         bodies = self._publish_bodies and visual
-        live.fill(t_ns, sample.q, sample.qd, out, bodies=bodies)
-        self._pub_state.publish(live.joint_state)
+        live.fill_state(t_ns, sample.q, sample.qd, out['torque'])
+        self._pub_state.publish(live.joint_state)     # first: it carries the stamp
+        live.fill_arrays(out, bodies=bodies, t_ns=t_ns)
         for name, publisher in self._pub_arrays.items():
             publisher.publish(live.arrays[name])
         if bodies:

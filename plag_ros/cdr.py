@@ -6,20 +6,15 @@ and the numbers change. :class:`CdrTemplate` encodes one message in canonical
 little-endian CDR, records where every stamp and float64 field lives, and writes many
 messages (the bag writer) or one (the live node, published as serialized bytes) with
 numpy copies instead of building rclpy message objects field by field.
-
-:func:`joint_state_cdr` goes the other way for the one message the live node takes in:
-it reads a serialized ``sensor_msgs/JointState`` straight into numpy views.
 """
 from __future__ import annotations
 
 import struct
-import typing
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ['TEMPLATE_NS', 'CdrTemplate', 'JointStateCdr', 'cdr_encode', 'joint_state_cdr',
-           'joint_state_names']
+__all__ = ['TEMPLATE_NS', 'CdrTemplate', 'cdr_encode']
 
 _BASIC = {
     'double': ('<d', 8), 'float': ('<f', 4), 'int8': ('<b', 1), 'uint8': ('<B', 1),
@@ -27,11 +22,6 @@ _BASIC = {
     'uint16': ('<H', 2), 'int32': ('<i', 4), 'uint32': ('<I', 4), 'int64': ('<q', 8),
     'uint64': ('<Q', 8), 'long double': ('<d', 8),
 }
-
-
-_U32 = struct.Struct('<I')
-_STAMP = struct.Struct('<iI')
-_LITTLE_ENDIAN_CDR = b'\x00\x01'   # encapsulation id CDR_LE (XCDR1), as DDS delivers ROS 2 data
 
 
 class _Encoder:
@@ -219,86 +209,3 @@ class CdrTemplate:
         for at in self._stamps:
             struct.pack_into('<iI', buf, at, sec, nsec)
         return bytes(buf)
-
-
-class JointStateCdr(typing.NamedTuple):
-    """The fields of one serialized ``sensor_msgs/JointState`` (see :func:`joint_state_cdr`).
-
-    Attributes:
-        t_ns: header stamp [ns].
-        names: the CDR bytes of the ``name`` sequence (count, then each string).
-        arrays: the first arrays of position, velocity, effort asked for, each a float64
-            view into the message bytes (no copy; empty when the sequence is empty).
-    """
-
-    t_ns: int
-    names: bytes
-    arrays: tuple[np.ndarray, ...]
-
-
-def joint_state_cdr(raw: bytes, n_arrays: int, names: bytes = b'') -> JointStateCdr | None:
-    """Read a serialized ``sensor_msgs/JointState`` (little-endian XCDR1) without rclpy.
-
-    Args:
-        raw: the message as a raw subscription delivers it (4-byte encapsulation header,
-            then the data; alignment counts from the end of the header).
-        n_arrays: how many of position, velocity, effort to read (1..3).
-        names: the ``names`` bytes of an earlier message: when ``raw`` holds the same
-            bytes at the same place, the name strings are not walked again (the encoding
-            is self-delimiting, so equal bytes are an equal list).
-
-    Returns:
-        the fields, or None when ``raw`` is not little-endian XCDR1, is truncated, or puts
-        an empty sequence before an array asked for (whether an implementation pads
-        after an empty ``float64[]`` is not fixed; the caller deserializes such a message).
-    """
-    if raw[:2] != _LITTLE_ENDIAN_CDR:
-        return None
-    try:
-        sec, nsec = _STAMP.unpack_from(raw, 4)
-        pos = 8 + 4 + _U32.unpack_from(raw, 12)[0]          # data offsets: absolute - 4
-        pos = (pos + 3) & ~3
-        start = pos
-        if names and raw[4 + start:4 + start + len(names)] == names:
-            pos = start + len(names)
-        else:
-            count = _U32.unpack_from(raw, 4 + pos)[0]
-            pos += 4
-            for _ in range(count):
-                pos = (pos + 3) & ~3
-                pos += 4 + _U32.unpack_from(raw, 4 + pos)[0]
-            if 4 + pos > len(raw):
-                return None
-            names = bytes(raw[4 + start:4 + pos])
-        arrays = []
-        for k in range(n_arrays):
-            pos = (pos + 3) & ~3
-            count = _U32.unpack_from(raw, 4 + pos)[0]
-            pos += 4
-            if count == 0:
-                if k + 1 < n_arrays:
-                    return None
-                arrays.append(np.zeros(0))
-                break
-            pos = (pos + 7) & ~7
-            arrays.append(np.frombuffer(raw, np.float64, count, 4 + pos))
-            pos += 8 * count
-    except (struct.error, ValueError):
-        return None
-    return JointStateCdr(sec * 1_000_000_000 + nsec, names, tuple(arrays))
-
-
-def joint_state_names(names: bytes) -> tuple[str, ...]:
-    """The joint names of a :attr:`JointStateCdr.names` byte string.
-
-    Raises:
-        UnicodeDecodeError: a name that is not UTF-8.
-    """
-    count = _U32.unpack_from(names, 0)[0]
-    out, pos = [], 4
-    for _ in range(count):
-        pos = (pos + 3) & ~3
-        length = _U32.unpack_from(names, pos)[0]
-        out.append(names[pos + 4:pos + 4 + max(length - 1, 0)].decode())
-        pos += 4 + length
-    return tuple(out)

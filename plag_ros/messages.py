@@ -42,7 +42,7 @@ from std_msgs.msg import (
 )
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .cdr import TEMPLATE_NS, CdrTemplate, joint_state_cdr, joint_state_names
+from .cdr import TEMPLATE_NS, CdrTemplate
 from .model import RobotModel
 
 __all__ = [
@@ -160,7 +160,6 @@ class JointStateReader:
         self._lookup = {name: k for k, name in enumerate(model.joint_names)}
         self._required = {model.joint_names[k] for k in np.flatnonzero(model.actuated)}
         self._names: tuple[str, ...] | None = None
-        self._names_cdr = b''    # the CDR bytes of self._names, for read_cdr
         self._src: np.ndarray = np.zeros(0, dtype=np.int64)   # message index per actuated
         self._dst: np.ndarray = np.zeros(0, dtype=np.int64)   # model index
         mimic = np.flatnonzero(model.mimic_source >= 0)
@@ -170,7 +169,6 @@ class JointStateReader:
         self._mimic_off = model.mimic_offset[mimic]
 
     def _resolve(self, names: tuple[str, ...]) -> None:
-        self._names_cdr = b''
         unknown = [name for name in names if name not in self._lookup]
         if unknown:
             raise JointStateError('unknown_name', f'unknown joint names {unknown}; the model '
@@ -187,42 +185,6 @@ class JointStateReader:
         self._src = np.array([i for i, _ in pairs], dtype=np.int64)
         self._dst = np.array([k for _, k in pairs], dtype=np.int64)
         self._names = names
-
-    def read_cdr(self, raw: bytes, *, velocity: bool = False,
-                 effort: bool = False) -> tuple[int, np.ndarray, np.ndarray | None,
-                                                 np.ndarray | None]:
-        """:meth:`read` of a serialized message, as a raw subscription delivers it.
-
-        The arrays are read straight from the CDR bytes (:func:`plag_ros.cdr.joint_state_cdr`)
-        and the name list is compared as bytes with the last one, so the usual message
-        creates no Python message, strings or lists (in the live node about 0.15 ms less
-        per sample than taking a ``JointState``). A message in any other encoding is
-        deserialized by rclpy and goes through :meth:`read`.
-
-        Raises:
-            JointStateError: as :meth:`read`; ``'shape'`` for bytes that are no JointState.
-        """
-        fields = joint_state_cdr(raw, 3 if effort else 2 if velocity else 1, self._names_cdr)
-        if fields is None:
-            from rclpy.serialization import deserialize_message
-            try:
-                msg = deserialize_message(raw, JointState)
-            except Exception as err:   # noqa: BLE001 - rclpy raises several types here
-                raise JointStateError('shape', f'not a sensor_msgs/JointState: {err}') from err
-            return self.read(msg, velocity=velocity, effort=effort)
-        if fields.names != self._names_cdr:
-            try:
-                names = joint_state_names(fields.names)
-            except UnicodeDecodeError as err:
-                raise JointStateError('unknown_name', f'joint name is not UTF-8: {err}') from err
-            if names != self._names:
-                self._resolve(names)
-            self._names_cdr = fields.names
-        n_names, arrays = len(self._names), fields.arrays
-        q = self._take('position', arrays[0], n_names, derivative=False)
-        qd = self._take('velocity', arrays[1], n_names, derivative=True) if velocity else None
-        tau = self._take('effort', arrays[2], n_names, derivative=True) if effort else None
-        return fields.t_ns, q, qd, tau
 
     def read(self, msg: JointState, *, velocity: bool = False,
              effort: bool = False) -> tuple[int, np.ndarray, np.ndarray | None,

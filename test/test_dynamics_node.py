@@ -17,7 +17,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
-from rclpy.serialization import deserialize_message, serialize_message
+from rclpy.serialization import deserialize_message
 from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -402,7 +402,7 @@ def test_receive_stamps_for_unstamped_publishers(model):
         sent = _trajectory(model, _driver_names(model), t0_ns=0, count=10)
         for msg in sent:
             msg.header.stamp = msgs.ns_to_stamp(0)
-            node._on_joint_state(serialize_message(msg))
+            node._on_joint_state(msg)
             time.sleep(0.005)
         assert node._window.published == 6 and sum(node.rejected.values()) == 0
         state = deserialize_message(node._messages.joint_state, JointState)

@@ -7,11 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from rclpy.serialization import serialize_message
-from sensor_msgs.msg import JointState
 
 from plag_ros import messages as msgs
-from plag_ros.cdr import joint_state_cdr, joint_state_names
 from plag_ros.dynamics import PartialLagrangian
 from plag_ros.model import RobotModel, default_urdf_path
 
@@ -75,15 +72,7 @@ def test_multi_array_rejects_bad_layout():
         msgs.multi_array_to_numpy(msg)
 
 
-def _reading(mode: str, reader: msgs.JointStateReader):
-    """reader.read of a message, or reader.read_cdr of its bytes as rclpy serializes them."""
-    if mode == 'message':
-        return reader.read
-    return lambda msg, **kw: reader.read_cdr(serialize_message(msg), **kw)
-
-
-@pytest.mark.parametrize('mode', ['message', 'cdr'])
-def test_joint_state_round_trip_through_reader(model, mode):
+def test_joint_state_round_trip_through_reader(model):
     rng = np.random.default_rng(2)
     names = _shuffled(model, rng)
     q = rng.uniform(-1, 1, len(names))
@@ -97,8 +86,7 @@ def test_joint_state_round_trip_through_reader(model, mode):
     np.testing.assert_array_equal(beff, effort)
 
     reader = msgs.JointStateReader(model)
-    read = _reading(mode, reader)
-    t_ns, q_model, qd_model, eff_model = read(msg, velocity=True, effort=True)
+    t_ns, q_model, qd_model, eff_model = reader.read(msg, velocity=True, effort=True)
     assert t_ns == 123_000_000_456
     index = model.joint_index(names)
     expected = np.zeros(model.n_joints)
@@ -114,22 +102,19 @@ def test_joint_state_round_trip_through_reader(model, mode):
     assert q_model[mimic] == pytest.approx(
         model.mimic_multiplier[mimic] * q_model[source] + model.mimic_offset[mimic])
     # Velocity/effort are optional.
-    assert read(msg)[2:] == (None, None)
-    np.testing.assert_array_equal(read(msg, effort=True)[3], eff_model)
+    assert reader.read(msg)[2:] == (None, None)
 
 
-@pytest.mark.parametrize('mode', ['message', 'cdr'])
-def test_reader_rejects_bad_messages(model, mode):
+def test_reader_rejects_bad_messages(model):
     reader = msgs.JointStateReader(model)
-    read = _reading(mode, reader)
     names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
     n = len(names)
     good = msgs.joint_state(names, np.zeros(n), t_ns=1)
-    read(good)
+    reader.read(good)
 
     def reason(msg, **kw) -> str:
         with pytest.raises(msgs.JointStateError) as info:
-            read(msg, **kw)
+            reader.read(msg, **kw)
         return info.value.reason, str(info.value)
 
     r, text = reason(msgs.joint_state(names[:-1] + ['elbow_of_doom'], np.zeros(n), t_ns=1))
@@ -147,63 +132,7 @@ def test_reader_rejects_bad_messages(model, mode):
     r, text = reason(msgs.joint_state(names, q, t_ns=1))
     assert r == 'nonfinite' and names[3] in text
     # A good message after the bad ones still reads.
-    assert read(good)[1].shape == (model.n_joints,)
-
-
-def test_joint_state_cdr_reads_what_rclpy_serializes():
-    """Random names (every alignment, non-ASCII), frames and lengths, against rclpy."""
-    rng = np.random.default_rng(5)
-    for _ in range(300):
-        k = int(rng.integers(0, 7))
-        names = [''.join(rng.choice(list('abcxyz_0é'), int(rng.integers(0, 10))))
-                 for _ in range(k)]
-        sizes = [int(rng.choice([0, k, int(rng.integers(0, 9))])) for _ in range(3)]
-        msg = JointState(name=names, position=rng.normal(size=sizes[0]).tolist(),
-                         velocity=rng.normal(size=sizes[1]).tolist(),
-                         effort=rng.normal(size=sizes[2]).tolist())
-        msg.header.stamp.sec = int(rng.integers(-2**31, 2**31))
-        msg.header.stamp.nanosec = int(rng.integers(0, 10**9))
-        msg.header.frame_id = 'f' * int(rng.integers(0, 9))
-        raw = serialize_message(msg)
-        for n_arrays in (1, 2, 3):
-            fields = joint_state_cdr(raw, n_arrays)
-            # None only where an empty sequence comes before one that is wanted
-            assert (fields is None) == (0 in sizes[:n_arrays - 1]), (sizes, n_arrays)
-            if fields is None:
-                continue
-            assert fields.t_ns == msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
-            assert joint_state_names(fields.names) == tuple(names)
-            assert len(fields.arrays) == n_arrays
-            for got, want in zip(fields.arrays, (msg.position, msg.velocity, msg.effort),
-                                 strict=False):
-                np.testing.assert_array_equal(got, np.array(want))
-            # the cached name bytes are recognised and give the same fields
-            again = joint_state_cdr(raw, n_arrays, fields.names)
-            assert again.names is fields.names and again.t_ns == fields.t_ns
-    assert joint_state_cdr(b'\x00\x07' + raw[2:], 1) is None       # XCDR2: not read here
-    assert joint_state_cdr(raw[:10], 1) is None                      # truncated
-
-
-def test_cdr_reader_follows_name_order_changes(model):
-    """The byte cache never outlives a name list read by the other path."""
-    rng = np.random.default_rng(6)
-    a, b = _shuffled(model, rng), _shuffled(model, rng)
-    assert a != b
-    q = rng.uniform(-1, 1, len(a))
-    reference = msgs.JointStateReader(model)
-    reader = msgs.JointStateReader(model)
-    for names, path in ((a, 'cdr'), (b, 'message'), (a, 'cdr'), (b, 'cdr'), (a, 'message'),
-                        (a, 'cdr')):
-        msg = msgs.joint_state(names, q, t_ns=1)
-        got = _reading(path, reader)(msg)[1]
-        np.testing.assert_array_equal(got, reference.read(msg)[1])
-    # Effort wanted behind an empty velocity: deserialized by rclpy, same answer.
-    msg = msgs.joint_state(a, q, effort=2 * q, t_ns=1)
-    np.testing.assert_array_equal(reader.read_cdr(serialize_message(msg), effort=True)[3],
-                                  reference.read(msg, effort=True)[3])
-    with pytest.raises(msgs.JointStateError) as info:
-        reader.read_cdr(b'\x00\x07not a joint state')
-    assert info.value.reason == 'shape'
+    assert reader.read(good)[1].shape == (model.n_joints,)
 
 
 def test_joint_state_builder_checks_lengths():

@@ -373,12 +373,11 @@ class DynamicsNode(Node):
                 # by default, more than a 200 Hz period.
                 sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
                 self._input = InputThread(self, JointState, 'joint_states',
-                                          self._on_joint_state, self._input_qos, raw=True)
+                                          self._on_joint_state, self._input_qos)
                 self._sub_state = self._input.subscription
             else:
                 self._sub_state = self.create_subscription(
-                    JointState, 'joint_states', self._on_joint_state, self._input_qos,
-                    raw=True)
+                    JointState, 'joint_states', self._on_joint_state, self._input_qos)
         self.get_logger().info(f'model {model.name!r} from {source}: {model.n_joints} '
                                f'joints, {model.n_bodies} bodies, frame {self._frame_id!r}'
                                + (', joint_states on its own thread' if self._input else ''))
@@ -435,16 +434,15 @@ class DynamicsNode(Node):
             self.get_logger().warning(f'joint_states dropped ({reason}, '
                                       f'{self.rejected[reason]} so far): {detail}')
 
-    def _on_joint_state(self, raw: bytes) -> None:
-        """One serialized JointState (raw subscription: read by JointStateReader.read_cdr)."""
+    def _on_joint_state(self, msg: JointState) -> None:
         t_in = time.perf_counter_ns()
         with self._lock:
-            self._take_joint_state(raw, t_in)
+            self._take_joint_state(msg, t_in)
         if self._diagnostics_due:
             self._diagnostics_due = False
             self._publish_diagnostics()
 
-    def _take_joint_state(self, raw: bytes, t_in: int) -> None:
+    def _take_joint_state(self, msg: JointState, t_in: int) -> None:
         window = self._window
         window.received += 1
         if self._pending_config is not None:
@@ -453,7 +451,7 @@ class DynamicsNode(Node):
             self._estimator_counts = self._estimator.rejected
         measured = self._config.velocity_source == 'measured'
         try:
-            t_ns, q, qd_measured, _ = self._reader.read_cdr(raw, velocity=measured)
+            t_ns, q, qd_measured, _ = self._reader.read(msg, velocity=measured)
         except msgs.JointStateError as err:
             self._reject(err.reason, str(err))
             return

@@ -538,10 +538,10 @@ class DynamicsNode(Node):
             estimator = ({'warming_up': self._estimator.warming_up,
                           'estimator_resets': self._estimator.resets}
                          if self._model is not None else {})
+            for key in self._totals:
+                self._totals[key] += getattr(window, key)
+            totals = dict(self._totals)
         elapsed = max(time.monotonic() - window.start, 1e-9)
-        self._totals['received'] += window.received
-        self._totals['published'] += window.published
-        self._totals['decimated'] += window.decimated
         latency = np.array(window.latency_ns, dtype=np.float64) * 1e-6
         processing = np.array(window.processing_ns, dtype=np.float64) * 1e-6
 
@@ -556,8 +556,7 @@ class DynamicsNode(Node):
             'latency_max_ms': float(latency.max()) if latency.size else math.nan,
             'processing_p50_ms': pct(processing, 50),
             'processing_p99_ms': pct(processing, 99),
-            'received': self._totals['received'], 'published': self._totals['published'],
-            'decimated': self._totals['decimated'],
+            **totals,
             'rejected': rejected_total,
         }
         values.update({f'rejected.{reason}': count for reason, count in rejected.items()})

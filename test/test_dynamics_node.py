@@ -410,3 +410,42 @@ def test_receive_stamps_for_unstamped_publishers(model):
     finally:
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
+    """On the input thread a callback that raises is logged, counted and shown as ERROR."""
+    import rclpy
+
+    context, node = _in_process_node({'robot_description_source': 'file'})
+    feeder = rclpy.create_node('plag_test_feeder', context=context)
+    try:
+        publisher = feeder.create_publisher(JointState, '/in_process/joint_states', 10)
+        RosClient.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0, 'the node')
+        sent = iter(_trajectory(model, _driver_names(model), t0_ns=10**12, count=20))
+        update = node._estimator.update
+
+        def fail(*args, **kwargs):
+            raise RuntimeError('estimator bug')
+
+        node._estimator.update = fail
+        for msg in [next(sent) for _ in range(3)]:
+            publisher.publish(msg)
+        RosClient.wait_for(lambda: node._input.errors == 3, 10.0, 'three callback errors')
+        node._estimator.update = update
+        for msg in sent:
+            publisher.publish(msg)
+            time.sleep(0.005)
+        RosClient.wait_for(lambda: node._window.published >= 13, 10.0, 'outputs after it')
+        reports = []
+        node._pub_diag.publish = reports.append
+        node._publish_diagnostics()
+        status = reports[0].status[0]
+        values = {kv.key: kv.value for kv in status.values}
+        assert status.level == msgs.DiagnosticLevel.ERROR and 'raised 3 times' in status.message
+        assert values['callback_errors'] == '3'
+        node._publish_diagnostics()   # no new errors: back to the usual level
+        assert reports[1].status[0].level != msgs.DiagnosticLevel.ERROR
+    finally:
+        feeder.destroy_node()
+        node.destroy_node()
+        context.try_shutdown()

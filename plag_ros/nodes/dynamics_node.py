@@ -211,6 +211,7 @@ class DynamicsNode(Node):
         self._lock = threading.Lock()
         self._input_thread = bool(values['input_thread'])
         self._input: InputThread | None = None
+        self._reported_errors = 0
         self._clock = self.get_clock()
         self._last_log: dict[str, float] = {}
         self._window = _Window()
@@ -541,6 +542,10 @@ class DynamicsNode(Node):
             for key in self._totals:
                 self._totals[key] += getattr(window, key)
             totals = dict(self._totals)
+            # A callback that raised on the input thread is logged and counted there (the
+            # executor path would have ended the node instead): show it here too.
+            errors = self._input.errors if self._input is not None else 0
+            new_errors, self._reported_errors = errors - self._reported_errors, errors
         elapsed = max(time.monotonic() - window.start, 1e-9)
         latency = np.array(window.latency_ns, dtype=np.float64) * 1e-6
         processing = np.array(window.processing_ns, dtype=np.float64) * 1e-6
@@ -558,6 +563,7 @@ class DynamicsNode(Node):
             'processing_p99_ms': pct(processing, 99),
             **totals,
             'rejected': rejected_total,
+            'callback_errors': errors,
         }
         values.update({f'rejected.{reason}': count for reason, count in rejected.items()})
         if self._model is not None:
@@ -566,6 +572,9 @@ class DynamicsNode(Node):
                            'joints': self._model.n_joints, 'bodies': self._model.n_bodies})
         if self._model is None:
             level, message = msgs.DiagnosticLevel.ERROR, 'no robot model'
+        elif new_errors:
+            level, message = msgs.DiagnosticLevel.ERROR, (
+                f'joint_states callback raised {new_errors} times (see the log)')
         elif window.received == 0:
             level, message = msgs.DiagnosticLevel.WARN, 'no joint_states'
         elif window.published + window.decimated < window.received:

@@ -6,6 +6,8 @@ Tolerances: float64 results must agree with Pinocchio and between our two paths 
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -352,6 +354,39 @@ def test_bad_payloads_raise():
                            inertia=np.eye(3))
     with pytest.raises(ValueError, match="unknown body 'ghost'"):
         model.with_body('ghost', **ok)
+
+
+def test_single_sample_arrays_equal_the_general_path(robot, monkeypatch):
+    """decompose_arrays of one (n,) float64 sample skips _prepare; same numbers, same
+    errors; other inputs still go the general way."""
+    model, engine, _ = robot
+    reference = PartialLagrangian(model, compiled=False)
+    q, qd, qdd = random_states(model, 5, seed=21)
+    n = model.n_joints
+    expected = [reference.decompose(q[i], qd[i], qdd[i]).numpy() for i in range(5)]
+    general = engine._prepare
+
+    def no_prepare(**arrays):
+        raise AssertionError('a finite (n,) float64 sample went through _prepare')
+
+    monkeypatch.setattr(engine, '_prepare', no_prepare)
+    for i in range(5):
+        strided = np.stack([qd[i], qd[i]], axis=1)[:, 0]      # (n,) but not contiguous
+        got = engine.decompose_arrays(q[i], strided, qdd[i])
+        assert set(got) == set(expected[i])
+        for field, value in expected[i].items():
+            assert got[field].shape == value.shape
+            assert_close(got[field], value, what=field)
+    monkeypatch.setattr(engine, '_prepare', general)
+    bad = qdd[0].copy()
+    bad[n - 1] = np.inf
+    with pytest.raises(ValueError, match=re.escape(f'qdd is not finite for joints '
+                                                   f'{[model.joint_names[-1]]}')):
+        engine.decompose_arrays(q[0], qd[0], bad)
+    for other in (q[0].astype(np.float32), list(q[0]), q[:1]):
+        got = engine.decompose_arrays(other, qd[0], qdd[0])
+        assert_close(got['torque'].reshape(n), expected[0]['torque'], rtol=1e-5,
+                     what=type(other).__name__)
 
 
 def test_compiled_loop_equals_torch_form(robot):

@@ -153,9 +153,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
                                read_only=True)),
     'input_thread': (True, ParameterDescriptor(
         type=ParameterType.PARAMETER_BOOL, read_only=True,
-        description='serve joint_states from a thread of its own, not the executor (at 200 '
-                    'Hz: 1.5 -> 1.2 ms CPU per sample, p99 latency about 1 ms lower); '
-                    'false: from the executor that spins the node')),
+        description='serve joint_states from a thread of its own, not the executor (measured '
+                    'at 200 Hz: 1.6 -> 1.06 ms CPU per sample, p99 latency 3.3-3.4 -> '
+                    '2.7-2.8 ms); false: from the executor that spins the node')),
     'torch_threads': (1, _int('torch intra-op threads (1 is fastest for single samples)', 1,
                               256, read_only=True)),
 }

@@ -460,8 +460,12 @@ class PartialLagrangian:
                                     np.ascontiguousarray(qdd).reshape(1, n),
                                     threads=1)
         single = {name: value[0] for name, value in out.items()}
-        single['friction'] = self.model.damping * qd + self.model.friction * np.sign(qd)
+        single['friction'] = self._host_friction(qd)
         return single
+
+    def _host_friction(self, qd: np.ndarray) -> np.ndarray:
+        """_friction (exact Coulomb law) for float64 numpy velocities (..., n)."""
+        return self.model.damping * qd + self.model.friction * np.sign(qd)
 
     def _decompose_flat(self, bodies: np.ndarray, q, qd, qdd) -> _FlatDecomposition:
         """The split of the body columns ``bodies`` for flat (N, n) inputs from _prepare."""
@@ -470,9 +474,9 @@ class PartialLagrangian:
         if self._host:
             km = self._kernel if every else kernel.KernelModel.build(self.model, bodies, GRAVITY)
             out = kernel.decompose_into(km, q, qd, qdd, threads=torch.get_num_threads())
-            friction = self.model.damping * qd + self.model.friction * np.sign(qd)
             return _FlatDecomposition(out['torque'], out['partial'], out['acceleration'],
-                                      out['velocity'], out['gravity'], friction, None)
+                                      out['velocity'], out['gravity'],
+                                      self._host_friction(qd), None)
         c = self._torch if every else self._constants(bodies)
         with torch.inference_mode():
             N, size = q.shape[0], self.chunk_size

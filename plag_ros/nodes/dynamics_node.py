@@ -209,7 +209,7 @@ class DynamicsNode(Node):
         # touches its state (parameters, diagnostics, a new model): with input_thread the
         # two run in different threads.
         self._lock = threading.Lock()
-        self._input_thread = bool(values['input_thread'])
+        self._use_input_thread = bool(values['input_thread'])
         self._input: InputThread | None = None
         self._reported_errors = 0
         self._clock = self.get_clock()
@@ -368,7 +368,7 @@ class DynamicsNode(Node):
         with self._lock:
             self._build_model(model, source)
         if self._sub_state is None:   # reliable, like the joint state broadcaster
-            if self._input_thread:
+            if self._use_input_thread:
                 # A callback of the executor (diagnostics, parameters) holds the GIL for up
                 # to the interpreter's switch interval before the input thread gets it: 5 ms
                 # by default, more than a 200 Hz period.

@@ -1,7 +1,8 @@
-"""Check the bundled CRANE-X7 URDF against the shared parameter table, figure by figure.
+"""Check the bundled CRANE-X7 URDF against the CRANE-X7 parameter table, figure by figure.
 
-The URDF (urdf/crane_x7.urdf) is written by hand from
-shared/reference/crane_x7_params.yaml; every joint and link figure there must appear in the
+The URDF (urdf/crane_x7.urdf) is written by hand from the parameter table, kept in the
+repository as test/data/crane_x7_params.yaml (its header names the upstream source of every
+figure); every joint and link figure there must appear in the
 URDF unchanged. The numbers are literals re-typed from the table, so they are compared with
 exact float equality. Pinocchio then serves as an independent reader of the same file: joint
 count, moving mass and the joint positions at q = 0.
@@ -23,8 +24,7 @@ from urdf_parser_py.urdf import URDF, Box, Cylinder, Sphere
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 URDF_PATH = REPO_ROOT / 'urdf' / 'crane_x7.urdf'
-# CI checks shared/ out beside the repository clone.
-PARAMS_PATH = Path(__file__).resolve().parents[2] / 'shared' / 'reference' / 'crane_x7_params.yaml'
+PARAMS_PATH = Path(__file__).resolve().parent / 'data' / 'crane_x7_params.yaml'
 
 MOVING_TYPES = ('revolute', 'continuous', 'prismatic')
 INERTIA_KEYS = ('ixx', 'ixy', 'ixz', 'iyy', 'iyz', 'izz')
@@ -33,13 +33,7 @@ ZERO_POSE = {'xyz': [0.0, 0.0, 0.0], 'rpy': [0.0, 0.0, 0.0]}
 
 @pytest.fixture(scope='module')
 def params() -> dict[str, Any]:
-    """The CRANE-X7 parameter table; a missing file is a failure, never a skip."""
-    if not PARAMS_PATH.is_file():
-        pytest.fail(
-            f'CRANE-X7 parameter table not found at {PARAMS_PATH}: the URDF cannot be checked. '
-            'Check out the shared/ folder beside the repository clone '
-            '(shared/reference/crane_x7_params.yaml).'
-        )
+    """The CRANE-X7 parameter table (part of the repository: a missing file is an error)."""
     with PARAMS_PATH.open(encoding='utf-8') as stream:
         return yaml.safe_load(stream)
 

@@ -28,7 +28,7 @@ setup(
     python_requires='>=3.10',
     entry_points={
         'console_scripts': [
-            'plag-ros = plag_ros.cli:main',
+            'plag-ros = plag_ros.tools.cli:main',
             'dynamics_node = plag_ros.nodes.dynamics_node:main',
             'sim_node = plag_ros.nodes.sim_node:main',
             'impedance_node = plag_ros.nodes.impedance_node:main',

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from plag_ros.analysis import AnalysisOptions, analyze_bag
-from plag_ros.bag import write_joint_state_bag
+from plag_ros.analysis import AnalysisOptions
+from plag_ros.io.bag import write_joint_state_bag
 from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.tools.analyze import analyze_bag
 
 RATE_HZ = 200.0
 T0_NS = 1_750_000_000_000_000_000

@@ -42,7 +42,8 @@ from std_msgs.msg import (
 )
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .cdr import TEMPLATE_NS, CdrTemplate
+from . import topics
+from .io.cdr import TEMPLATE_NS, CdrTemplate
 from .model import RobotModel
 
 __all__ = [
@@ -304,7 +305,7 @@ def body_joint_states(joint_names: Sequence[str], partial: np.ndarray, *, t_ns: 
 class DecompositionMessages:
     """The dynamics node's per-sample outputs of one model as serialized CDR, from templates.
 
-    Names, layouts and frames are encoded once (:class:`plag_ros.cdr.CdrTemplate` of the
+    Names, layouts and frames are encoded once (:class:`plag_ros.io.cdr.CdrTemplate` of the
     messages the pure builders :func:`joint_state`, :func:`float64_multi_array` and
     :func:`body_joint_states` make); :meth:`fill` writes only the stamp and the float64
     values, and the node publishes the bytes as they are (filling and converting rclpy
@@ -327,8 +328,7 @@ class DecompositionMessages:
     """
 
     def __init__(self, model: RobotModel, *, frame_id: str,
-                 arrays: Sequence[str] = ('partial', 'acceleration', 'velocity', 'gravity',
-                                          'friction')) -> None:
+                 arrays: Sequence[str] = topics.ARRAY_TOPICS) -> None:
         n, B = model.n_joints, model.n_bodies
         shapes = {'partial': (n, B), 'acceleration': (n, B, n), 'velocity': (n, B, n),
                   'gravity': (n, B), 'friction': (n,), 'torque': (n,)}
@@ -604,7 +604,7 @@ class MarkerBuilder:
 
         Returns:
             ``'markers.<m>.points.<p>.<x|y|z>'`` -> (M,) coordinates [m], for
-            :meth:`plag_ros.cdr.CdrTemplate.fill` on a template of :meth:`build`.
+            :meth:`plag_ros.io.cdr.CdrTemplate.fill` on a template of :meth:`build`.
         """
         components = self._present(values)
         points = self._arrows(T_world_link, values, components)

@@ -20,7 +20,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from plag_ros.bringup import NodeProcess, NodeSpec
+from plag_ros.tools.bringup import NodeProcess, NodeSpec
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
            'start_node']

@@ -25,25 +25,21 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros import analysis as analysis_module
 from plag_ros import messages as msgs
-from plag_ros.analysis import (
-    AnalysisOptions,
-    analyze_arrays,
-    analyze_bag,
-    propagation_paths,
-)
-from plag_ros.bag import (
+from plag_ros.analysis import AnalysisOptions, analyze_arrays, propagation_paths
+from plag_ros.dynamics import PartialLagrangian
+from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from plag_ros.io.bag import (
     BagWriter,
     OutputExistsError,
     read_joint_states,
     typestore_for,
     write_joint_state_bag,
 )
-from plag_ros.cdr import cdr_encode
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from plag_ros.io.cdr import cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.tools import analyze as analyze_tool
+from plag_ros.tools.analyze import analyze_bag
 
 DOMAIN_ID = 22
 os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
@@ -290,10 +286,10 @@ def test_figures_from_a_child_process_equal_the_inline_ones(analysed, model, tmp
 
 def test_child_process_errors_reach_the_caller():
     with pytest.raises(ZeroDivisionError):
-        analysis_module._in_child_process(divmod, 1, 0)
+        analyze_tool._in_child_process(divmod, 1, 0)
     with pytest.raises(RuntimeError, match='exit code 3'):
-        analysis_module._in_child_process(os._exit, 3)
-    assert analysis_module._in_child_process(divmod, 7, 2) == (3, 1)
+        analyze_tool._in_child_process(os._exit, 3)
+    assert analyze_tool._in_child_process(divmod, 7, 2) == (3, 1)
 
 
 def test_causal_equals_live_node_library_path(tmp_path, model):
@@ -334,7 +330,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
 
 def _cli(*args, timeout=300):
     env = dict(os.environ, PYTHONPATH=REPO, ROS_DOMAIN_ID=str(DOMAIN_ID))
-    return subprocess.run([sys.executable, '-m', 'plag_ros.cli', *map(str, args)], env=env,
+    return subprocess.run([sys.executable, '-m', 'plag_ros.tools.cli', *map(str, args)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,4 +1,4 @@
-"""plag_ros.bag: reading JointState bags of every storage and distro, errors, bulk CDR.
+"""plag_ros.io.bag: reading JointState bags of every storage and distro, errors, bulk CDR.
 
 Every bag is written here into ``tmp_path`` with ``rosbags`` (no binary fixtures): sqlite3
 and mcap storage, message definitions from the Humble, Jazzy and Kilted typestores, joint
@@ -21,7 +21,7 @@ from std_msgs.msg import Float64MultiArray
 from visualization_msgs.msg import MarkerArray
 
 from plag_ros import messages as msgs
-from plag_ros.bag import (
+from plag_ros.io.bag import (
     JOINT_STATE_TYPE,
     BagReadError,
     BagWriter,
@@ -36,7 +36,7 @@ from plag_ros.bag import (
     typestore_for,
     write_joint_state_bag,
 )
-from plag_ros.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
+from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
 
 os.environ['ROS_DOMAIN_ID'] = '21'

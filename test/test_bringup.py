@@ -18,8 +18,8 @@ from ros_helpers import REPO, RosClient, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
 
 from plag_ros import messages as msgs
-from plag_ros.bringup import Summary
 from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.tools.bringup import Summary
 
 DOMAIN_ID = 14
 LINE = re.compile(r'^t=\s*(\d+\.\d)s\s+in\s+(\S+) Hz\s+out\s+(\S+) Hz\s+latency p50 (\S+) ms '
@@ -33,7 +33,7 @@ def _summary_lines(stdout: str) -> list[re.Match]:
 
 def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
     result = subprocess.run(
-        [sys.executable, '-m', 'plag_ros.cli', 'sim', '--duration', '5',
+        [sys.executable, '-m', 'plag_ros.tools.cli', 'sim', '--duration', '5',
          '--log-dir', str(tmp_path)],
         cwd=REPO, env=ros_env(DOMAIN_ID), capture_output=True, text=True, timeout=240)
     logs = '\n'.join(p.read_text(errors='replace')[-2000:] for p in tmp_path.glob('*.log'))
@@ -60,7 +60,7 @@ def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
 def test_plag_ros_run_joins_a_robot_graph(tmp_path):
     model = RobotModel.from_urdf(default_urdf_path())
     process = subprocess.Popen(
-        [sys.executable, '-m', 'plag_ros.cli', 'run', '--description-source', 'file',
+        [sys.executable, '-m', 'plag_ros.tools.cli', 'run', '--description-source', 'file',
          '--duration', '2', '--log-dir', str(tmp_path)],
         cwd=REPO, env=ros_env(DOMAIN_ID), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plag_ros import cli
-from plag_ros.demo import demo_trajectory
+from plag_ros.tools import cli
+from plag_ros.tools.demo import demo_trajectory
 
 
 def test_demo_trajectory_derivatives_are_consistent():

@@ -41,12 +41,12 @@ def model() -> RobotModel:
     return RobotModel.from_urdf(default_urdf_path())
 
 
-@pytest.fixture(scope='module', params=[True, False], ids=['input_thread', 'executor'])
+@pytest.fixture(scope='module', params=[True, False], ids=['low_latency', 'executor'])
 def graph(model, tmp_path_factory, request):
     """(client, node process, collected outputs by topic) shared by the module's tests.
 
-    Every test runs twice: joint_states served by the node's input thread (the default)
-    and by the executor that spins the node (``input_thread: false``).
+    Every test runs twice: joint_states served by the input thread (``low_latency: true``)
+    and by the executor that spins the node (``low_latency: false``).
     """
     client = RosClient(DOMAIN_ID)
     description = client.publisher(String, 'robot_description', LATCHED)
@@ -68,7 +68,7 @@ def graph(model, tmp_path_factory, request):
                               # Deep queues: a busy CI machine may slow the node or this
                               # client below 200 Hz for a moment; nothing may be lost.
                               'input_depth': 1000, 'output_depth': 1000,
-                              'input_thread': request.param})
+                              'low_latency': request.param})
     joint_states = client.publisher(JointState, 'joint_states')
     try:
         client.wait_for(lambda: out['names'], 60.0, f'{NODE}/names (node log: see below)')

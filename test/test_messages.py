@@ -191,7 +191,7 @@ def test_serialized_markers_are_the_built_message(model):
     from rclpy.serialization import deserialize_message
     from visualization_msgs.msg import MarkerArray
 
-    from plag_ros.cdr import cdr_encode
+    from plag_ros.io.cdr import cdr_encode
 
     engine = PartialLagrangian(model)
     rng = np.random.default_rng(5)
@@ -218,7 +218,7 @@ def test_serialized_image_is_the_built_message(model):
     from rclpy.serialization import deserialize_message
     from sensor_msgs.msg import Image
 
-    from plag_ros.cdr import cdr_encode
+    from plag_ros.io.cdr import cdr_encode
 
     rng = np.random.default_rng(7)
     builder = msgs.PartialImageBuilder(model.n_joints, model.n_bodies, cell=5, frame_id='w')
@@ -290,7 +290,7 @@ def test_decomposition_arrays_round_trip(model):
 def test_decomposition_messages_are_the_builders_messages(model):
     """The node publishes DecompositionMessages' bytes: each must be the CDR of what the
     pure builders make for the same sample."""
-    from plag_ros.cdr import cdr_encode
+    from plag_ros.io.cdr import cdr_encode
 
     engine = PartialLagrangian(model, dtype=torch.float64)
     rng = np.random.default_rng(8)

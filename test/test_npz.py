@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-from plag_ros import npz
+from plag_ros.io import npz
 
 
 def sample_arrays():

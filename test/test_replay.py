@@ -27,16 +27,17 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
 from plag_ros import messages as msgs
-from plag_ros.analysis import AnalysisOptions, analyze_bag
-from plag_ros.bag import (
+from plag_ros.analysis import AnalysisOptions
+from plag_ros.io.bag import (
     BagWriter,
     qos_profile,
     read_joint_states,
     typestore_for,
     write_joint_state_bag,
 )
-from plag_ros.cdr import cdr_encode
+from plag_ros.io.cdr import cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.tools.analyze import analyze_bag
 
 DOMAIN_ID = 23
 os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
@@ -75,7 +76,7 @@ def _motion(model, count, period_ns, seed=0):
 
 
 def _cli(*args):
-    return subprocess.Popen([sys.executable, '-m', 'plag_ros.cli', *map(str, args)],
+    return subprocess.Popen([sys.executable, '-m', 'plag_ros.tools.cli', *map(str, args)],
                             env=ros_env(DOMAIN_ID), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 

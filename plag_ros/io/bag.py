@@ -14,7 +14,7 @@ stamps and float64 arrays are read as strided views. Messages that fit no group 
 decoded one by one with the ``rosbags`` typestore.
 
 Writing: :class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (mcap or sqlite3, rosbag2
-format 9 with offered QoS profiles) and takes the rows of :class:`plag_ros.cdr.CdrTemplate`
+format 9 with offered QoS profiles) and takes the rows of :class:`plag_ros.io.cdr.CdrTemplate`
 (N messages serialized at once) in bulk.
 """
 from __future__ import annotations
@@ -50,8 +50,8 @@ from rosbags.rosbag2 import (
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
+from ..model import RobotModel
 from .cdr import TEMPLATE_NS, CdrTemplate
-from .model import RobotModel
 
 __all__ = [
     'BagError',
@@ -765,7 +765,7 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
         frame_id: header frame.
         compression: MCAP chunk compression ('none', 'lz4', 'zstd').
     """
-    from .messages import joint_state
+    from ..messages import joint_state
 
     t_ns = np.asarray(t_ns, dtype=np.int64)
     arrays = {'position': q, 'velocity': qd, 'effort': effort}

@@ -36,9 +36,10 @@ publish it) and falls back to ``urdf_path`` (or the bundled URDF) after
 fallback model); ``'parameter'`` parses the ``robot_description``
 parameter; ``'file'`` loads ``urdf_path`` (or the bundled URDF) at once.
 
-``joint_states`` is served by a thread of its own (:class:`.input_thread.InputThread`,
-``input_thread: true``), not by the executor that spins the node, which serves the
-parameters, the timers and ``robot_description``; a lock keeps the two apart.
+With ``low_latency: true`` (opt-in, :mod:`.tuning`) ``joint_states`` is served by a thread
+of its own (:class:`.input_thread.InputThread`), not by the executor that spins the node,
+which serves the parameters, the timers and ``robot_description``; a lock keeps the two
+apart.
 
 Bad input (unknown/missing/repeated joint names, length mismatches, NaN, stamps that do
 not increase) is dropped, counted by reason in ``/diagnostics`` and logged at most once
@@ -46,9 +47,7 @@ per reason every two seconds; it never yields a NaN or a partial message.
 """
 from __future__ import annotations
 
-import gc
 import math
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -70,10 +69,11 @@ from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
 from .. import messages as msgs
+from .. import topics
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig, JointStateEstimator
 from ..model import RobotModel, default_urdf_path
-from . import spin_node
+from . import spin_node, tuning
 from .input_thread import InputThread
 from .parameters import float_descriptor as _float
 from .parameters import int_descriptor as _int
@@ -81,7 +81,7 @@ from .parameters import str_descriptor as _str
 
 __all__ = ['REJECTION_REASONS', 'DynamicsNode', 'main']
 
-NODE_NAME = 'plag_dynamics'
+NODE_NAME = topics.DYNAMICS_NODE_NAME
 
 REJECTION_REASONS = ('unknown_name', 'missing_name', 'duplicate_name',
                      'length_mismatch', 'nonfinite', 'stamp_not_increasing',
@@ -89,15 +89,16 @@ REJECTION_REASONS = ('unknown_name', 'missing_name', 'duplicate_name',
                      'nonfinite_output')
 """Keys of the rejected-input counters (``rejected.<reason>`` in ``/diagnostics``)."""
 
-ARRAY_TOPICS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
-"""Decomposition arrays published as Float64MultiArray under ``~/``."""
+ARRAY_TOPICS = topics.ARRAY_TOPICS
+"""Float64MultiArray outputs under ``~/`` (their one source is :mod:`plag_ros.topics`)."""
 
 _LOG_THROTTLE_S = 2.0
-_SWITCH_INTERVAL_S = 2e-4   # [s] see _set_model
 _DESCRIPTION_SOURCES = ('topic', 'parameter', 'file')
 
 
-# name -> (default, descriptor). Defaults match config/crane_x7.yaml.
+_ESTIMATOR = EstimatorConfig()   # the one source of the filter.* defaults
+
+# name -> (default, descriptor); config/crane_x7.yaml sets what differs on the robot.
 PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     'robot_description_source': ('topic', _str(
         "where the model comes from: 'topic' (robot_description, transient local; falls "
@@ -113,18 +114,18 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         'forever', 0.0, 3600.0, read_only=True)),
     'frame_id': ('', _str('frame of stamped outputs and markers; empty: the URDF root link',
                           read_only=True)),
-    'filter.cutoff_hz': (10.0, _float('low-pass -3 dB frequency [Hz], below rate_hz / 2',
-                                      0.01, 10000.0)),
-    'filter.order': (2, _int('Butterworth order', 1, 8)),
-    'filter.rate_hz': (200.0, _float('nominal joint_states rate [Hz] the filter is designed '
-                                     'for', 1.0, 100000.0)),
-    'filter.gap_periods': (5.0, _float('a stamp step above this many periods restarts the '
-                                       'estimator', 1.0, 1e6)),
-    'filter.velocity_source': ('position', _str(
+    'filter.cutoff_hz': (_ESTIMATOR.cutoff_hz, _float(
+        'low-pass -3 dB frequency [Hz], below rate_hz / 2', 0.01, 10000.0)),
+    'filter.order': (_ESTIMATOR.order, _int('Butterworth order', 1, 8)),
+    'filter.rate_hz': (_ESTIMATOR.rate_hz, _float(
+        'nominal joint_states rate [Hz] the filter is designed for', 1.0, 100000.0)),
+    'filter.gap_periods': (_ESTIMATOR.gap_periods, _float(
+        'a stamp step above this many periods restarts the estimator', 1.0, 1e6)),
+    'filter.velocity_source': (_ESTIMATOR.velocity_source, _str(
         "'position' differentiates positions; 'measured' filters joint_states velocity",
         constraints="one of 'position', 'measured'")),
-    'filter.min_spacing_periods': (0.2, _float('stamp steps shorter than this many periods '
-                                               'are rejected', 0.0, 0.999)),
+    'filter.min_spacing_periods': (_ESTIMATOR.min_spacing_periods, _float(
+        'stamp steps shorter than this many periods are rejected', 0.0, 0.999)),
     'stamp_source': ('header', _str(
         "time of each sample: 'header' (the joint state stamp, as the driver's control cycle "
         "sets it) or 'receive' (this node's clock on arrival, for unstamped publishers)",
@@ -151,11 +152,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     # history is full: 100 keeps 0.5 s at 200 Hz, so rviz2 or a recorder can lag briefly.
     'output_depth': (100, _int('history depth of every reliable output topic', 1, 100000,
                                read_only=True)),
-    'input_thread': (True, ParameterDescriptor(
+    'low_latency': (False, ParameterDescriptor(
         type=ParameterType.PARAMETER_BOOL, read_only=True,
-        description='serve joint_states from a thread of its own, not the executor (measured '
-                    'at 200 Hz: 1.6 -> 1.06 ms CPU per sample, p99 latency 3.3-3.4 -> '
-                    '2.7-2.8 ms); false: from the executor that spins the node')),
+        description=tuning.LOW_LATENCY_DESCRIPTION)),
     'torch_threads': (1, _int('torch intra-op threads (1 is fastest for single samples)', 1,
                               256, read_only=True)),
 }
@@ -206,10 +205,10 @@ class DynamicsNode(Node):
 
         self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
         # Held by the joint_states callback and by everything the executor runs that
-        # touches its state (parameters, diagnostics, a new model): with input_thread the
+        # touches its state (parameters, diagnostics, a new model): with low_latency the
         # two run in different threads.
         self._lock = threading.Lock()
-        self._use_input_thread = bool(values['input_thread'])
+        self._low_latency = bool(values['low_latency'])
         self._input: InputThread | None = None
         self._reported_errors = 0
         self._clock = self.get_clock()
@@ -225,14 +224,15 @@ class DynamicsNode(Node):
         reliable = QoSProfile(depth=self._output_depth, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self._pub_state = self.create_publisher(JointState, '~/joint_states', reliable)
+        self._pub_state = self.create_publisher(JointState, f'~/{topics.STATE_TOPIC}', reliable)
         self._pub_arrays = {name: self._quiet_publisher(Float64MultiArray, f'~/{name}',
                                                         reliable)
                             for name in ARRAY_TOPICS}
-        self._pub_names = self.create_publisher(String, '~/names', latched)
+        self._pub_names = self.create_publisher(String, f'~/{topics.NAMES_TOPIC}', latched)
         self._pub_bodies: dict[str, object] = {}
-        self._pub_markers = self._quiet_publisher(MarkerArray, '~/markers', reliable)
-        self._pub_image = self._quiet_publisher(Image, '~/partial_image', reliable)
+        self._pub_markers = self._quiet_publisher(MarkerArray, f'~/{topics.MARKERS_TOPIC}',
+                                                  reliable)
+        self._pub_image = self._quiet_publisher(Image, f'~/{topics.IMAGE_TOPIC}', reliable)
         self._pub_diag = self._quiet_publisher(DiagnosticArray, '/diagnostics', reliable)
 
         # Inputs. joint_states is subscribed once a model exists (see _set_model), so
@@ -368,11 +368,8 @@ class DynamicsNode(Node):
         with self._lock:
             self._build_model(model, source)
         if self._sub_state is None:   # reliable, like the joint state broadcaster
-            if self._use_input_thread:
-                # A callback of the executor (diagnostics, parameters) holds the GIL for up
-                # to the interpreter's switch interval before the input thread gets it: 5 ms
-                # by default, more than a 200 Hz period.
-                sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
+            if self._low_latency:
+                tuning.lower_switch_interval()
                 self._input = InputThread(self, JointState, 'joint_states',
                                           self._on_joint_state, self._input_qos)
                 self._sub_state = self._input.subscription
@@ -397,8 +394,8 @@ class DynamicsNode(Node):
         reliable = QoSProfile(depth=self._output_depth, reliability=ReliabilityPolicy.RELIABLE)
         for body in model.body_names:
             if body not in self._pub_bodies:
-                self._pub_bodies[body] = self._quiet_publisher(JointState, f'~/body/{body}',
-                                                               reliable)
+                self._pub_bodies[body] = self._quiet_publisher(
+                    JointState, f'~/{topics.BODY_PREFIX}{body}', reliable)
         self._body_pubs = [self._pub_bodies[body] for body in model.body_names]
         self._build_visuals()
         # Pay torch's and numpy's first-call costs now, not on the first joint states
@@ -411,12 +408,8 @@ class DynamicsNode(Node):
                                     msgs.marker_components(out), t_ns=0)
             self._image.serialize(out['partial'], t_ns=0)
         self._pub_names.publish(msgs.names_message(model))
-        # Everything allocated so far (torch, numba, rclpy, the model) lives as long as the
-        # node: freezing it keeps the cyclic GC's full collections, which otherwise scan
-        # those objects for several ms in the middle of a callback, to what the hot path
-        # allocates.
-        gc.collect()
-        gc.freeze()
+        if self._low_latency:
+            tuning.freeze_startup_objects()
 
     def _build_visuals(self) -> None:
         model = self._model

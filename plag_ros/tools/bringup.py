@@ -244,8 +244,8 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray, String
 
-    from . import messages as msgs
-    from .model import RobotModel, default_urdf_path
+    from .. import messages as msgs
+    from ..model import RobotModel, default_urdf_path
 
     summary = Summary()
     context = rclpy.Context()
@@ -413,7 +413,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``plag-ros sim`` or, for a parser named ``plag-ros run``, of ``run``.
 
-    :mod:`plag_ros.cli` gives one ``configure`` per module and names the parser after the
+    :mod:`plag_ros.tools.cli` gives one ``configure`` per module and names the parser after the
     command, so the two commands of this module are told apart by ``parser.prog``.
     """
     if parser.prog.split()[-1] == 'run':
@@ -437,7 +437,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``plag-ros sim`` / ``plag-ros run`` (see :mod:`plag_ros.cli`)."""
+    """Entry point of ``plag-ros sim`` / ``plag-ros run`` (see :mod:`plag_ros.tools.cli`)."""
     if args.command == 'run':
         return run_dynamics_only(args)
     return run_sim(args)

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 
 __all__ = ['COMMANDS', 'main']
 
-# command -> (module, one-line help)
+# command -> (module under plag_ros.tools, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    'demo': ('plag_ros.demo', 'decompose a CRANE-X7 trajectory offline and print the result'),
-    'analyze': ('plag_ros.analysis', 'analyse a rosbag2 bag offline: output bag, npz, csv, plots'),
-    'replay': ('plag_ros.replay', "publish a bag's joint states with their timing (and /clock)"),
-    'record': ('plag_ros.replay', 'record /joint_states and the dynamics outputs into a bag'),
-    'sim': ('plag_ros.bringup', 'simulated CRANE-X7 + live dynamics node, summary each second'),
-    'run': ('plag_ros.bringup', "live dynamics node joining a real robot's ROS 2 graph"),
+    'demo': ('demo', 'decompose a CRANE-X7 trajectory offline and print the result'),
+    'analyze': ('analyze', 'analyse a rosbag2 bag offline: output bag, npz, csv, plots'),
+    'replay': ('replay', "publish a bag's joint states with their timing (and /clock)"),
+    'record': ('replay', 'record /joint_states and the dynamics outputs into a bag'),
+    'sim': ('bringup', 'simulated CRANE-X7 + live dynamics node, summary each second'),
+    'run': ('bringup', "live dynamics node joining a real robot's ROS 2 graph"),
 }
 
 
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     # Parse the command name first, then let its module add the real arguments.
     known, _ = parser.parse_known_args(argv[:1] or argv)
-    module = importlib.import_module(COMMANDS[known.command][0])
+    module = importlib.import_module(f'plag_ros.tools.{COMMANDS[known.command][0]}')
     full = argparse.ArgumentParser(prog=f'plag-ros {known.command}',
                                    description=COMMANDS[known.command][1])
     module.configure(full)

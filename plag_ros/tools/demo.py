@@ -96,8 +96,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .dynamics import PartialLagrangian
-    from .model import RobotModel, default_urdf_path
+    from ..dynamics import PartialLagrangian
+    from ..model import RobotModel, default_urdf_path
 
     model = RobotModel.from_urdf(args.urdf or default_urdf_path())
     t, q, qd, qdd = demo_trajectory(args.duration, n_joints=model.n_joints)

@@ -11,7 +11,7 @@ bag time, so nodes started with ``use_sim_time:=true`` run on the bag's time bas
 deserialization) to ``/joint_states``, ``/diagnostics`` and every topic under
 ``/plag_dynamics/`` (discovered as they appear, e.g. ``~/body/<body>``) and writes them into a
 rosbag2 bag (mcap or sqlite3, format 9) with the message definitions and the QoS the
-publishers offer, so ``ros2 bag info/play`` and :func:`plag_ros.bag.read_joint_states`
+publishers offer, so ``ros2 bag info/play`` and :func:`plag_ros.io.bag.read_joint_states`
 read it.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bag import (
+from ..io.bag import (
     BagError,
     BagWriter,
     open_bag,
@@ -250,7 +250,7 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-    from .bag import typestore_for
+    from ..io.bag import typestore_for
 
     out = prepare_output(out, force=force)
     store = typestore_for('kilted')

@@ -1,0 +1,1 @@
+"""Files: rosbag2 bags (read, write, the analysis output bag), CDR templates and npz."""

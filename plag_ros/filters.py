@@ -555,8 +555,10 @@ class JointStateEstimator:
                              self._filtered_weights() @ hist[:, 2 * n + 1:3 * n + 1],
                              hist[-1, 2 * n] - y[2 * n])
 
-    def _reject(self, reason: str) -> None:
+    def _reject(self, reason: str) -> StateEstimate | None:
+        """Count a rejected sample; returns None, the 'no estimate' of :meth:`update`."""
         self._rejected[reason] += 1
+        return None
 
 
 # --- offline ------------------------------------------------------------------------------
@@ -604,10 +606,12 @@ def estimate_offline(t_ns: ArrayLike, q: ArrayLike, config: EstimatorConfig | No
     if config.velocity_source == 'measured':
         if qd_measured is None:
             raise ValueError("velocity_source='measured' needs qd_measured")
-        qd_measured = _offline_array('qd_measured', qd_measured, len(t_ns))
-        if qd_measured.shape != q.shape:
-            raise ValueError(f'qd_measured has shape {qd_measured.shape} but q has '
+        qd_array: np.ndarray | None = _offline_array('qd_measured', qd_measured, len(t_ns))
+        if qd_array.shape != q.shape:
+            raise ValueError(f'qd_measured has shape {qd_array.shape} but q has '
                              f'shape {q.shape}')
+    else:
+        qd_array = None     # ignored, as documented: the positions are differentiated
     n_samples = len(t_ns)
     if n_samples < STENCIL:
         raise ValueError(f'need at least {STENCIL} samples for the five-point stencil, '
@@ -644,7 +648,7 @@ def estimate_offline(t_ns: ArrayLike, q: ArrayLike, config: EstimatorConfig | No
                           stacklevel=2)
             continue
         seg = slice(start, stop)
-        qd_seg = None if qd_measured is None else qd_measured[seg]
+        qd_seg = None if qd_array is None else qd_array[seg]
         out_q[seg], out_qd[seg], out_qdd[seg] = _offline_segment(t_ns[seg], q[seg], sos,
                                                                  qd_seg)
     return OfflineEstimate(out_q, out_qd, out_qdd)

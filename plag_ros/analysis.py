@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -92,7 +91,8 @@ class AnalysisOptions:
             raise ValueError(f'npz_level must be in 0..9, got {self.npz_level}')
 
 
-class Analysis(NamedTuple):
+@dataclass(frozen=True)
+class Analysis:
     """Decomposition of every estimated sample of a recording.
 
     Attributes (M estimated samples, n joints, B bodies):

@@ -606,12 +606,11 @@ def estimate_offline(t_ns: ArrayLike, q: ArrayLike, config: EstimatorConfig | No
     if config.velocity_source == 'measured':
         if qd_measured is None:
             raise ValueError("velocity_source='measured' needs qd_measured")
-        qd_array: np.ndarray | None = _offline_array('qd_measured', qd_measured, len(t_ns))
-        if qd_array.shape != q.shape:
-            raise ValueError(f'qd_measured has shape {qd_array.shape} but q has '
+        measured = _offline_array('qd_measured', qd_measured, len(t_ns))
+        if measured.shape != q.shape:
+            raise ValueError(f'qd_measured has shape {measured.shape} but q has '
                              f'shape {q.shape}')
-    else:
-        qd_array = None     # ignored, as documented: the positions are differentiated
+    qd_array = measured if config.velocity_source == 'measured' else None
     n_samples = len(t_ns)
     if n_samples < STENCIL:
         raise ValueError(f'need at least {STENCIL} samples for the five-point stencil, '

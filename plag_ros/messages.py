@@ -561,7 +561,9 @@ class MarkerBuilder:
             t_ns: header stamp [ns].
         """
         components = self._present(values)
-        array = self._array if components == self._built_for else self._prepare(components)
+        array = self._array
+        if array is None or components != self._built_for:
+            array = self._prepare(components)
         points = self._arrows(np.asarray(T_world_link)[None],
                               {c: np.asarray(values[c])[None] for c in components},
                               components)[0].tolist()                          # (C, n, 2, 3)

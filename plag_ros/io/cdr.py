@@ -188,7 +188,7 @@ class CdrTemplate:
         CDR aligns every double to 8 bytes after the 4-byte encapsulation header, so the
         doubles of a message sit on one grid of 8-byte slots starting at byte 4.
         """
-        index = []
+        index: list[int] = []
         for path in paths:
             at, count = self.doubles[path]
             first = (at - 4) // 8

@@ -13,12 +13,14 @@ in every entry), one member ``NAME.npy`` per array, as ``np.savez`` names them.
 from __future__ import annotations
 
 import struct
+import types
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+_deflate: types.ModuleType
 try:
     from isal import isal_zlib as _deflate
 except ImportError:  # pragma: no cover - exercised only where isal is not installed

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ['write_bag']
 
+Rows = slice | np.ndarray
+"""Samples of an :class:`Analysis` to fill messages from: a block or an index array."""
+
 def _visual_rows(t_ns: np.ndarray, rate_hz: float) -> np.ndarray:
     """Samples at which the node publishes markers and image (its gating rule)."""
     if rate_hz <= 0.0:
@@ -48,33 +51,41 @@ class _TopicWriter:
     """One output topic: a CDR template and how to fill it from a block of samples."""
 
     def __init__(self, topic: str, msgtype: str, template: CdrTemplate,
-                 fill: Callable[[slice], Mapping[str, np.ndarray]]) -> None:
+                 fill: Callable[[Rows], Mapping[str, np.ndarray]]) -> None:
         self.topic, self.msgtype, self.template, self.fill = topic, msgtype, template, fill
 
 
 def _output_topics(model: RobotModel, analysis: Analysis,
                    live: DecompositionMessages) -> list[_TopicWriter]:
     """The node's per-sample topics in its publishing order, each with its bulk filler."""
-    writers = [_TopicWriter(
-        topics.node_topic(topics.STATE_TOPIC), JOINT_STATE_TYPE, live.templates['joint_state'],
-        lambda s: {'position': analysis.q[s], 'velocity': analysis.qd[s],
-                   'effort': analysis.torque[s]})]
+    def state(rows: Rows) -> Mapping[str, np.ndarray]:
+        return {'position': analysis.q[rows], 'velocity': analysis.qd[rows],
+                'effort': analysis.torque[rows]}
+
+    def array(name: str) -> Callable[[Rows], Mapping[str, np.ndarray]]:
+        def fill(rows: Rows) -> Mapping[str, np.ndarray]:
+            values = getattr(analysis, name)[rows]
+            return {'data': values.reshape(len(values), -1)}
+        return fill
+
+    writers = [_TopicWriter(topics.node_topic(topics.STATE_TOPIC), JOINT_STATE_TYPE,
+                            live.templates['joint_state'], state)]
     for name in topics.ARRAY_TOPICS:
-        writers.append(_TopicWriter(
-            topics.node_topic(name), topics.OUTPUT_TYPES[name], live.templates[name],
-            lambda s, name=name: {'data': getattr(analysis, name)[s].reshape(
-                len(analysis.t_ns[s]), -1)}))
+        writers.append(_TopicWriter(topics.node_topic(name), topics.OUTPUT_TYPES[name],
+                                    live.templates[name], array(name)))
     return writers
 
 
 def _body_topics(model: RobotModel, analysis: Analysis, live: DecompositionMessages,
                  options: AnalysisOptions) -> list[_TopicWriter]:
     """``~/body/<body>`` topics: the node publishes them at the visualization rate."""
+    def column(i: int) -> Callable[[Rows], Mapping[str, np.ndarray]]:
+        return lambda rows: {'effort': analysis.partial[rows][:, :, i]}
+
     if not options.publish_bodies:
         return []
     return [_TopicWriter(topics.node_topic(topics.BODY_PREFIX + body), JOINT_STATE_TYPE,
-                         live.templates['body'],
-                         lambda rows, i=i: {'effort': analysis.partial[rows][:, :, i]})
+                         live.templates['body'], column(i))
             for i, body in enumerate(model.body_names)]
 
 

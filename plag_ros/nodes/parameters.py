@@ -22,10 +22,10 @@ def descriptor(kind: int, description: str, *, read_only: bool = False,
     """Descriptor of ``kind`` (a ``ParameterType``); ``low``/``high`` set a numeric range."""
     d = ParameterDescriptor(type=kind, description=description, read_only=read_only,
                             additional_constraints=constraints)
-    if kind == ParameterType.PARAMETER_DOUBLE and low is not None:
+    if kind == ParameterType.PARAMETER_DOUBLE and low is not None and high is not None:
         d.floating_point_range = [FloatingPointRange(from_value=float(low),
                                                      to_value=float(high), step=0.0)]
-    if kind == ParameterType.PARAMETER_INTEGER and low is not None:
+    if kind == ParameterType.PARAMETER_INTEGER and low is not None and high is not None:
         d.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
     return d
 

@@ -15,6 +15,7 @@ products into ``OUT``:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import multiprocessing
 import sys
@@ -37,7 +38,7 @@ from ..analysis import (
     structural_pairs,
 )
 from ..filters import EstimatorConfig
-from ..io.bag import BagError, JointStates, prepare_output, read_joint_states
+from ..io.bag import BagError, JointStates, StampSource, prepare_output, read_joint_states
 from ..io.npz import save_npz
 from ..io.output_bag import write_bag
 from ..model import RobotModel, default_urdf_path
@@ -78,8 +79,8 @@ def _plot_rows(m: int) -> np.ndarray:
 def _plotted(analysis: Analysis) -> Analysis:
     """The rows the figures draw (at most _MAX_PLOT_POINTS): all a plot needs."""
     rows = _plot_rows(len(analysis.t_ns))
-    return analysis._replace(**{name: getattr(analysis, name)[rows]
-                                for name in ('t_ns', 'index', *ARRAY_NAMES)})
+    return dataclasses.replace(analysis, **{name: getattr(analysis, name)[rows]
+                                            for name in ('t_ns', 'index', *ARRAY_NAMES)})
 
 
 def _write_csv_and_plots(out: Path, model: RobotModel, products: frozenset[str],
@@ -342,7 +343,7 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
 
 
 def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = None,
-                topic: str | None = None, stamp: str = 'header', force: bool = False,
+                topic: str | None = None, stamp: StampSource = 'header', force: bool = False,
                 options: AnalysisOptions | None = None,
                 timings: dict[str, float] | None = None) -> tuple[Analysis, dict[str, Path]]:
     """Read, estimate, decompose and write every product of one bag.

@@ -1,0 +1,142 @@
+"""plag_ros.plausibility: readings the arm cannot produce are rejected, by reason.
+
+Limits come from the bundled CRANE-X7 URDF (0.1 rad margin, twice the 4.817 rad/s velocity
+limit) and a generated chain with continuous and prismatic joints; every expected verdict
+below follows from those figures, not from running the gate.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from robots import serial_chain
+
+from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
+
+PERIOD_NS = 5_000_000   # 200 Hz
+
+
+@pytest.fixture(scope='module')
+def crane():
+    return RobotModel.from_urdf(default_urdf_path())
+
+
+def _inside(model: RobotModel) -> np.ndarray:
+    """A pose inside every limit: mid-range, 0 where a joint is unlimited."""
+    lo, hi = model.joint_lower, model.joint_upper
+    limited = np.isfinite(lo) & np.isfinite(hi)
+    return np.where(limited, 0.5 * (np.where(limited, lo, 0.0) + np.where(limited, hi, 0.0)),
+                    0.0)
+
+
+def test_limits_with_margin(crane):
+    gate = PlausibilityGate(crane)
+    q = _inside(crane)
+    k = crane.joint_names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
+    upper = crane.joint_upper[k]                 # radians(0.001) in the URDF
+    q[k] = upper + 0.09                          # inside the 0.1 rad margin
+    assert gate.reason(q) is None
+    q[k] = upper + 0.11
+    assert gate.reason(q) == 'position_out_of_range'
+    q[k] = 1e300
+    assert gate.reason(q) == 'position_out_of_range'
+
+
+def test_velocity_factor(crane):
+    gate = PlausibilityGate(crane)
+    q = _inside(crane)
+    vmax = crane.velocity_limit                  # 4.81710873 rad/s on every joint
+    assert gate.reason(q, 1.99 * vmax) is None
+    qd = np.zeros(crane.n_joints)
+    qd[3] = -2.01 * vmax[3]
+    assert gate.reason(q, qd) == 'velocity_out_of_range'
+
+
+def test_continuous_bound_and_unlimited_prismatic():
+    model = RobotModel.from_urdf(serial_chain(seed=3, n=9))
+    types = model.joint_types
+    assert 'continuous' in types and 'prismatic' in types
+    gate = PlausibilityGate(model, PlausibilityConfig(continuous_bound=50.0))
+    q = _inside(model)
+    c = types.index('continuous')
+    q[c] = 49.0
+    assert gate.reason(q) is None
+    q[c] = -51.0
+    assert gate.reason(q) == 'continuous_out_of_range'
+
+
+def test_jump_is_rejected_and_a_glitch_costs_one_sample(crane):
+    gate = PlausibilityGate(crane)
+    q0 = _inside(crane)
+    # allowed step in one 5 ms period: 2 * 4.817 * 0.005 + 0.01 = 0.0582 rad
+    assert gate.check(0, q0) is None
+    assert gate.check(PERIOD_NS, q0 + 0.05) is None
+    glitch = q0 + 0.05
+    glitch[2] += 0.5
+    assert gate.check(2 * PERIOD_NS, glitch) == 'position_jump'
+    # the next good sample is compared with the last accepted one, not the glitch
+    assert gate.check(3 * PERIOD_NS, q0 + 0.06) is None
+    assert gate.rejected['position_jump'] == 1
+
+
+def test_jump_bound_grows_with_the_time_between_samples(crane):
+    gate = PlausibilityGate(crane)
+    q0 = _inside(crane)
+    gate.check(0, q0)
+    # 0.5 rad in 100 ms needs 5 rad/s < 9.63 rad/s: possible after a gap
+    assert gate.check(100_000_000, q0 + 0.5) is None
+
+
+def test_new_position_is_accepted_after_consistent_samples(crane):
+    gate = PlausibilityGate(crane, PlausibilityConfig(reanchor_samples=3))
+    q0 = _inside(crane)
+    gate.check(0, q0)
+    moved = q0 + 0.3                     # e.g. the driver restarted with the arm elsewhere
+    verdicts = [gate.check((i + 1) * PERIOD_NS, moved) for i in range(4)]
+    assert verdicts == ['position_jump', 'position_jump', None, None]
+
+
+def test_disabled_gate_accepts_everything(crane):
+    gate = PlausibilityGate(crane, PlausibilityConfig(enabled=False))
+    assert gate.check(0, np.full(crane.n_joints, 1e300)) is None
+    assert gate.rejected == dict.fromkeys(PLAUSIBILITY_REASONS, 0)
+
+
+@pytest.mark.parametrize('field,value', [('position_margin', -1.0),
+                                         ('velocity_factor', 0.0),
+                                         ('jump_slack', float('nan')),
+                                         ('reanchor_samples', -1)])
+def test_bad_config_is_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        PlausibilityConfig(**{field: value})
+
+
+def test_batch_equals_sample_by_sample(crane):
+    """The vectorised fast path and the sequential rule agree on a recording with faults."""
+    rng = np.random.default_rng(11)
+    n, N = crane.n_joints, 3000
+    t = np.cumsum(rng.integers(4_000_000, 6_000_000, N)).astype(np.int64)
+    q = _inside(crane) + 0.4 * np.sin(np.outer(t * 1e-9, rng.uniform(0.2, 1.0, n)))
+    qd = rng.normal(0.0, 1.0, (N, n))
+    q[500, 1] += 1.0                                # glitch
+    q[1200:, 4] += 0.8                              # genuine offset from here on
+    q[2000, 0] = 1e6                                # absurd
+    qd[2500, 6] = 50.0                              # impossible speed
+    batch = PlausibilityGate(crane).check_batch(t, q, qd)
+    looped = PlausibilityGate(crane)
+    one_by_one = [looped.check(int(t[i]), q[i], qd[i]) for i in range(N)]
+    expected = [0 if r is None else 1 + PLAUSIBILITY_REASONS.index(r) for r in one_by_one]
+    np.testing.assert_array_equal(batch, expected)
+    reasons = {PLAUSIBILITY_REASONS[c - 1] for c in batch[batch > 0]}
+    assert reasons == {'position_jump', 'position_out_of_range', 'velocity_out_of_range'}
+    # glitch: 1 sample; offset: 2 before re-anchoring; absurd value: itself
+    assert int((batch == 1 + PLAUSIBILITY_REASONS.index('position_jump')).sum()) == 3
+
+
+def test_batch_of_clean_motion_takes_the_fast_path(crane):
+    t = np.arange(1000, dtype=np.int64) * PERIOD_NS
+    q = _inside(crane) + 0.3 * np.sin(np.outer(t * 1e-9, np.linspace(0.3, 1.0, crane.n_joints)))
+    gate = PlausibilityGate(crane)
+    assert not gate.check_batch(t, q).any()
+    # the anchor carries over to the next call: a jump right after is still caught
+    assert gate.check(int(t[-1]) + PERIOD_NS, q[-1] + 1.0) == 'position_jump'

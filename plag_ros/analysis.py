@@ -19,6 +19,7 @@ import numpy as np
 
 from .filters import EstimatorConfig, JointStateEstimator, estimate_offline
 from .model import RobotModel
+from .plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
 
 __all__ = [
     'ARRAY_NAMES',
@@ -26,6 +27,7 @@ __all__ = [
     'AnalysisOptions',
     'analyze_arrays',
     'decompose_states',
+    'estimate_recording',
     'estimate_states',
     'output_rows',
     'propagation_paths',
@@ -60,6 +62,9 @@ class AnalysisOptions:
             recordings of 50 000 samples or more).
         products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
         progress: show a progress bar (None: on a terminal for long bags).
+        plausibility: limits on the input (:mod:`plag_ros.plausibility`): samples the arm
+            cannot produce are left out of the estimate and reported, never dropped
+            silently (:attr:`Analysis.input_codes`).
     """
 
     causal: bool = False
@@ -78,6 +83,7 @@ class AnalysisOptions:
     figures_process: bool | None = None
     products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
     progress: bool | None = None
+    plausibility: PlausibilityConfig = field(default_factory=PlausibilityConfig)
 
     def __post_init__(self) -> None:
         if self.chunk < 1:
@@ -102,6 +108,9 @@ class Analysis:
         gravity: (M, n, B); friction: (M, n) [N*m or N] (see
         :class:`plag_ros.dynamics.Decomposition`).
         joint_names, body_names: column names.
+        input_codes: (N,) int64 per input sample: 0 accepted, else 1 + the index of its
+            rejection reason in :data:`plag_ros.plausibility.PLAUSIBILITY_REASONS`; None
+            when the input was not checked.
     """
 
     t_ns: np.ndarray
@@ -117,6 +126,13 @@ class Analysis:
     friction: np.ndarray
     joint_names: tuple[str, ...]
     body_names: tuple[str, ...]
+    input_codes: np.ndarray | None = None
+
+    def rejected(self) -> dict[str, int]:
+        """Rejected input samples by reason (all reasons, zeros included)."""
+        codes = np.zeros(0, dtype=np.int64) if self.input_codes is None else self.input_codes
+        counts = np.bincount(codes, minlength=1 + len(PLAUSIBILITY_REASONS))
+        return {reason: int(counts[1 + i]) for i, reason in enumerate(PLAUSIBILITY_REASONS)}
 
 
 
@@ -159,6 +175,40 @@ def estimate_states(t_ns: np.ndarray, q: np.ndarray, *, qd_measured: np.ndarray 
             np.asarray(out_qdd))
 
 
+def estimate_recording(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
+                       qd_measured: np.ndarray | None = None,
+                       options: AnalysisOptions | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Check, estimate and pick the output rows of a recording (before decomposing).
+
+    Samples the plausibility gate rejects are left out of the estimate (their neighbours
+    are estimated across them, as across any uneven stamp step) and reported in the codes.
+
+    Args:
+        model: the robot (its limits); t_ns: (N,) int64 stamps [ns], strictly increasing;
+        q: (N, n) positions in model order; qd_measured: (N, n) or None; options: settings.
+
+    Returns:
+        index (M,) input rows of the output samples, q, qd, qdd (M, n) estimated, and the
+        (N,) input codes (see :attr:`Analysis.input_codes`).
+    """
+    options = options or AnalysisOptions()
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    q = np.asarray(q, dtype=np.float64)
+    codes = PlausibilityGate(model, options.plausibility).check_batch(t_ns, q, qd_measured)
+    rows = np.flatnonzero(codes == 0)
+    if len(rows) == len(t_ns):
+        kept_q, kept_qd = q, qd_measured
+    else:
+        kept_q = q[rows]
+        kept_qd = None if qd_measured is None else qd_measured[rows]
+    index, qe, qde, qdde = estimate_states(t_ns[rows], kept_q, qd_measured=kept_qd,
+                                           config=options.estimator, causal=options.causal)
+    index = rows[index]
+    keep = output_rows(t_ns[index], options.output_rate_hz)
+    return index[keep], qe[keep], qde[keep], qdde[keep], codes
+
+
 def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
                    qd_measured: np.ndarray | None = None,
                    options: AnalysisOptions | None = None,
@@ -169,8 +219,9 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
         model: the robot.
         t_ns: (N,) int64 stamps [ns], strictly increasing.
         q: (N, n) joint positions in model order, mimic joints filled.
-        qd_measured: (N, n) measured velocities (for ``velocity_source='measured'``).
-        options: estimator mode and batch size.
+        qd_measured: (N, n) measured velocities (checked against the velocity limits;
+            estimated from with ``velocity_source='measured'``).
+        options: estimator mode, plausibility limits and batch size.
         engine: a :class:`plag_ros.dynamics.PartialLagrangian` to reuse (default: new,
             float64).
 
@@ -179,18 +230,16 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
     """
     options = options or AnalysisOptions()
     t_ns = np.asarray(t_ns, dtype=np.int64)
-    index, qe, qde, qdde = estimate_states(t_ns, np.asarray(q, dtype=np.float64),
-                                           qd_measured=qd_measured, config=options.estimator,
-                                           causal=options.causal)
-    keep = output_rows(t_ns[index], options.output_rate_hz)
-    index, qe, qde, qdde = index[keep], qe[keep], qde[keep], qdde[keep]
+    index, qe, qde, qdde, codes = estimate_recording(model, t_ns, q, qd_measured=qd_measured,
+                                                     options=options)
     return decompose_states(model, t_ns, index, qe, qde, qdde, chunk=options.chunk,
-                            progress=options.progress, engine=engine)
+                            progress=options.progress, engine=engine, input_codes=codes)
 
 
 def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: np.ndarray,
                      qd: np.ndarray, qdd: np.ndarray, *, chunk: int = 4096,
-                     progress: bool | None = None, engine=None) -> Analysis:
+                     progress: bool | None = None, engine=None,
+                     input_codes: np.ndarray | None = None) -> Analysis:
     """Decompose estimated samples: in one call with the compiled float64 engine, else
     (float32, GPU engines) in batches of ``chunk`` with an optional progress bar.
 
@@ -199,6 +248,7 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
         q, qd, qdd: (M, n) estimated joint state.
         progress: tqdm progress bar (None: on a terminal when there are many chunks).
         engine: a float64 :class:`plag_ros.dynamics.PartialLagrangian` to reuse.
+        input_codes: (N,) plausibility codes of the input, kept in the result.
     """
     import torch
 
@@ -213,7 +263,7 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
         out = _decompose_in_chunks(engine, q, qd, qdd, chunk, progress)
     return Analysis(np.asarray(t_ns, dtype=np.int64)[index], np.asarray(index), q, qd, qdd,
                     joint_names=tuple(model.joint_names), body_names=tuple(model.body_names),
-                    **out)
+                    input_codes=input_codes, **out)
 
 
 def _decompose_in_chunks(engine, q, qd, qdd, chunk: int,

@@ -32,8 +32,7 @@ from ..analysis import (
     Analysis,
     AnalysisOptions,
     decompose_states,
-    estimate_states,
-    output_rows,
+    estimate_recording,
     propagation_paths,
     structural_pairs,
 )
@@ -42,6 +41,7 @@ from ..io.bag import BagError, JointStates, StampSource, prepare_output, read_jo
 from ..io.npz import save_npz
 from ..io.output_bag import write_bag
 from ..model import RobotModel, default_urdf_path
+from ..plausibility import PLAUSIBILITY_REASONS
 
 __all__ = ['analyze_bag', 'configure', 'run', 'summary_text', 'write_outputs']
 
@@ -190,6 +190,19 @@ def _rms(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean(x ** 2, axis=0)) if len(x) else np.zeros(x.shape[1:])
 
 
+def _rejected_lines(analysis: Analysis, js: JointStates) -> list[str]:
+    """Implausible input samples: how many by reason and where the first ones are."""
+    rejected = {reason: count for reason, count in analysis.rejected().items() if count}
+    if not rejected or analysis.input_codes is None:
+        return ['input: every sample within the plausibility limits']
+    rows = np.flatnonzero(analysis.input_codes)
+    t0 = int(js.t_ns[0])
+    first = ', '.join(f'{(int(js.t_ns[r]) - t0) * 1e-9:.3f} s' for r in rows[:5])
+    return [f'input: {len(rows)} implausible samples left out of the estimate '
+            f'({", ".join(f"{k} {v}" for k, v in rejected.items())}); first at {first}'
+            + (' ...' if len(rows) > 5 else '')]
+
+
 def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode: str,
                  source: str) -> str:
     """Short human-readable summary: input, RMS per component, largest paths."""
@@ -200,6 +213,7 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
         f'topic {js.topic}: {len(js.t_ns)} samples over {duration:.3f} s '
         f'({(len(js.t_ns) - 1) / duration if duration else 0.0:.1f} Hz); '
         f'{m} decomposed ({mode})',
+        *_rejected_lines(analysis, js),
         '',
         'RMS per component [N m]:',
         f'  {"joint":<46}{"torque":>10}{"accel":>10}{"velocity":>10}{"gravity":>10}'
@@ -295,6 +309,9 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
             arrays['input_qd'] = js.qd
         if js.effort is not None:
             arrays['input_effort'] = js.effort
+        if analysis.input_codes is not None:
+            arrays['input_rejected'] = analysis.input_codes
+            arrays['rejection_reasons'] = np.array(PLAUSIBILITY_REASONS)
         save_npz(out / 'analysis.npz', arrays, options.npz_level)
         return out / 'analysis.npz'
 
@@ -377,14 +394,12 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     timings['read'] = time.perf_counter() - t0
     _check_rate(js, options.estimator)
     t0 = time.perf_counter()
-    index, q, qd, qdd = estimate_states(js.t_ns, js.q, qd_measured=js.qd,
-                                        config=options.estimator, causal=options.causal)
-    keep = output_rows(js.t_ns[index], options.output_rate_hz)
-    index, q, qd, qdd = index[keep], q[keep], qd[keep], qdd[keep]
+    index, q, qd, qdd, codes = estimate_recording(model, js.t_ns, js.q, qd_measured=js.qd,
+                                                  options=options)
     timings['estimate'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     analysis = decompose_states(model, js.t_ns, index, q, qd, qdd, chunk=options.chunk,
-                                progress=options.progress)
+                                progress=options.progress, input_codes=codes)
     timings['decompose'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     prepare_output(out, force=force)

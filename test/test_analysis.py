@@ -71,7 +71,11 @@ def _write(path, model, *, storage='mcap', distro='kilted', jitter=True):
     if jitter:
         t += rng.integers(-200_000, 200_000, COUNT)
     s = (t - T0_NS)[:, None] * 1e-9
-    q = rng.uniform(0.1, 0.6, len(names)) * np.sin(
+    # around the middle of each joint's range: a motion the arm can make (the analysis
+    # leaves out samples beyond the URDF limits, e.g. joint 4 above 0 rad)
+    k = model.joint_index(names)
+    middle = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
+    q = middle + rng.uniform(0.1, 0.6, len(names)) * np.sin(
         2 * np.pi * rng.uniform(0.3, 1.5, len(names)) * s + rng.uniform(0, 6, len(names)))
     write_joint_state_bag(path, t, names, q, storage=storage, distro=distro,
                           receive_ns=t + 300_000)

@@ -71,7 +71,10 @@ def _motion(model, count, period_ns, seed=0):
     names = [names[i] for i in np.random.default_rng(seed).permutation(len(names))]
     t = T0_NS + np.arange(count, dtype=np.int64) * period_ns
     s = (t - T0_NS)[:, None] * 1e-9
-    q = 0.4 * np.sin(2 * np.pi * np.linspace(0.3, 1.2, len(names)) * s + np.arange(len(names)))
+    k = model.joint_index(names)       # around mid-range: a motion within the joint limits
+    middle = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
+    q = middle + 0.4 * np.sin(2 * np.pi * np.linspace(0.3, 1.2, len(names)) * s
+                              + np.arange(len(names)))
     return names, t, q
 
 

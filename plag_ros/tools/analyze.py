@@ -100,6 +100,51 @@ def _write_csv_and_plots(out: Path, model: RobotModel, products: frozenset[str],
     return timings
 
 
+def component_series(analysis: Analysis) -> dict[str, np.ndarray]:
+    """Joint torque and its parts, each (M, n) [N*m or N], summed over bodies and sources."""
+    return {'torque': analysis.torque,
+            'acceleration': analysis.acceleration.sum(axis=(-1, -2)),
+            'velocity': analysis.velocity.sum(axis=(-1, -2)),
+            'gravity': analysis.gravity.sum(axis=-1),
+            'friction': analysis.friction}
+
+
+def plot_joint_torques(path: Path, model: RobotModel, analysis: Analysis, *,
+                       title: str = 'Joint torque and its acceleration, velocity and gravity '
+                                    'parts') -> Path:
+    """One panel per joint: torque with its acceleration, velocity, gravity and friction
+    parts over time (seed 002 fig. 6 and 11), decimated to <= 2000 points; returns path."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    rows = _plot_rows(len(analysis.t_ns))
+    t = (analysis.t_ns[rows] - (analysis.t_ns[0] if len(rows) else 0)) * 1e-9
+    n = model.n_joints
+    short = [name.removeprefix(f'{model.name}_') for name in model.joint_names]
+    fig, axes = plt.subplots(n, 1, figsize=(10, 1.8 * n), sharex=True, squeeze=False)
+    parts = {name: values[rows] for name, values in component_series(analysis).items()}
+    styles = {'torque': ('k', '-'), 'acceleration': ('tab:blue', '-'),
+              'velocity': ('tab:orange', '-'), 'gravity': ('tab:green', '-'),
+              'friction': ('tab:purple', ':')}
+    for k, ax in enumerate(axes[:, 0]):
+        for name, values in parts.items():
+            colour, style = styles[name]
+            ax.plot(t, values[:, k], color=colour, linestyle=style, linewidth=0.8,
+                    label=name)
+        ax.set_ylabel(f'j{k + 1} [N m]', fontsize=7)
+        ax.set_title(short[k], fontsize=7, loc='left', pad=2)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc='upper right', fontsize=7, ncol=5)
+    axes[-1, 0].set_xlabel('time [s]')
+    fig.suptitle(title)
+    # Fixed margins: tight_layout costs more than drawing the lines.
+    fig.subplots_adjust(left=0.13, right=0.98, top=0.95, bottom=0.05, hspace=0.12)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
     """Figures in the style of seed 002 (fig. 6-9, 11-14), decimated to <= 2000 points."""
     import matplotlib
@@ -114,31 +159,7 @@ def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
     paths = []
 
     # 1. Joint torque and its acceleration / velocity / gravity parts (fig. 6 and 11).
-    fig, axes = plt.subplots(n, 1, figsize=(10, 1.8 * n), sharex=True, squeeze=False)
-    parts = {'torque': analysis.torque[rows],
-             'acceleration': analysis.acceleration[rows].sum(axis=(-1, -2)),
-             'velocity': analysis.velocity[rows].sum(axis=(-1, -2)),
-             'gravity': analysis.gravity[rows].sum(axis=-1),
-             'friction': analysis.friction[rows]}
-    styles = {'torque': ('k', '-'), 'acceleration': ('tab:blue', '-'),
-              'velocity': ('tab:orange', '-'), 'gravity': ('tab:green', '-'),
-              'friction': ('tab:purple', ':')}
-    for k, ax in enumerate(axes[:, 0]):
-        for name, values in parts.items():
-            colour, style = styles[name]
-            ax.plot(t, values[:, k], color=colour, linestyle=style, linewidth=0.8,
-                    label=name)
-        ax.set_ylabel(f'j{k + 1} [N m]', fontsize=7)
-        ax.set_title(short[k], fontsize=7, loc='left', pad=2)
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(loc='upper right', fontsize=7, ncol=5)
-    axes[-1, 0].set_xlabel('time [s]')
-    fig.suptitle('Joint torque and its acceleration, velocity and gravity parts')
-    # Fixed margins: tight_layout costs more than drawing the lines.
-    fig.subplots_adjust(left=0.13, right=0.98, top=0.95, bottom=0.05, hspace=0.12)
-    paths.append(out / 'joint_torques.png')
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
+    paths.append(plot_joint_torques(out / 'joint_torques.png', model, analysis))
 
     # 2. Motion propagation torques by source joint (fig. 8-9, 13-14).
     fig, axes = plt.subplots(n, 2, figsize=(12, 1.8 * n), sharex=True, squeeze=False)
@@ -215,17 +236,20 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
         f'{m} decomposed ({mode})',
         *_rejected_lines(analysis, js),
         '',
+        *decomposition_table(model, analysis),
+    ]
+    return '\n'.join(lines) + '\n'
+
+
+def decomposition_table(model: RobotModel, analysis: Analysis) -> list[str]:
+    """RMS of every component per joint, then the largest propagation paths and the
+    largest partial torques that other bodies cause (lines of text)."""
+    lines = [
         'RMS per component [N m]:',
         f'  {"joint":<46}{"torque":>10}{"accel":>10}{"velocity":>10}{"gravity":>10}'
         f'{"friction":>10}',
     ]
-    rms = {
-        'torque': _rms(analysis.torque),
-        'acceleration': _rms(analysis.acceleration.sum(axis=(-1, -2))),
-        'velocity': _rms(analysis.velocity.sum(axis=(-1, -2))),
-        'gravity': _rms(analysis.gravity.sum(axis=-1)),
-        'friction': _rms(analysis.friction),
-    }
+    rms = {name: _rms(values) for name, values in component_series(analysis).items()}
     for k, name in enumerate(model.joint_names):
         lines.append(f'  {name:<46}' + ''.join(f'{rms[c][k]:>10.4f}' for c in rms))
     lines += ['', 'Largest motion propagation paths (source joint -> joint, RMS [N m]):']
@@ -238,7 +262,7 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
                      if int(model.body_joint[i]) != k), reverse=True)[:10]
     for value, k, i in ranked:
         lines.append(f'  {value:10.4f}  {model.body_names[i]} -> {model.joint_names[k]}')
-    return '\n'.join(lines) + '\n'
+    return lines
 
 
 def _in_child_process(fn: Callable, *args):

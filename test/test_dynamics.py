@@ -159,13 +159,52 @@ def test_batched_equals_looped_and_batch_shapes(robot):
         assert_close(batched.velocity.reshape(6, n, B, n)[b], single.velocity, what='velocity')
 
 
-def test_chunked_long_batch_equals_one_pass(robot):
-    model, engine, _ = robot
-    q, qd, qdd = random_states(model, engine.chunk_size + 37, seed=8)
-    whole = engine.decompose(q, qd, qdd)
-    head = engine.decompose(q[-40:], qd[-40:], qdd[-40:])
-    assert_close(whole.velocity[-40:], head.velocity, what='chunked velocity')
-    assert_close(whole.torque[-40:], head.torque, what='chunked torque')
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_torch_form_chunks_long_batches(robot, monkeypatch, dtype):
+    """The torch form (float32 and GPU path) splits batches longer than ``chunk_size`` into
+    chunks; the chunked result must equal one pass over the whole batch, row for row.
+
+    Runs the torch form explicitly (``compiled=False``): the compiled loop ignores
+    ``chunk_size``. A small chunk size on the instance keeps the test fast; the number of
+    closed-form passes shows the chunk branch ran (3 full chunks and a remainder).
+    """
+    from plag_ros import dynamics
+
+    model = robot[0]
+    chunked = PartialLagrangian(model, dtype=dtype, compiled=False)
+    chunked.chunk_size = 16
+    whole = PartialLagrangian(model, dtype=dtype, compiled=False)
+    whole.chunk_size = 10_000
+    assert not chunked.compiled and not whole.compiled
+    q, qd, qdd = random_states(model, 3 * 16 + 5, seed=8)
+    passes = []
+    closed_form = dynamics._closed_form
+
+    def counting(c, *args, **kwargs):
+        passes.append(args[0].shape[0])
+        return closed_form(c, *args, **kwargs)
+
+    monkeypatch.setattr(dynamics, '_closed_form', counting)
+    out = chunked.decompose(q, qd, qdd)
+    assert passes == [16, 16, 16, 5], passes
+    passes.clear()
+    ref = whole.decompose(q, qd, qdd)
+    assert passes == [53]
+    for field in ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction'):
+        a, b = getattr(out, field), getattr(ref, field)
+        assert a.dtype == dtype and a.shape == b.shape
+        # the same arithmetic on the same rows: equal to the last bit
+        assert torch.equal(a, b), field
+    # and the default chunk size, above which the node-sized batches of analyze run
+    long = PartialLagrangian(model, dtype=dtype, compiled=False)
+    N = long.chunk_size + 37
+    q, qd, qdd = random_states(model, N, seed=18)
+    passes.clear()
+    out = long.decompose(q, qd, qdd)
+    assert passes == [long.chunk_size, 37]
+    tail = long.decompose(q[-37:], qd[-37:], qdd[-37:])
+    assert torch.equal(out.velocity[-37:], tail.velocity)
+    assert torch.equal(out.torque[-37:], tail.torque)
 
 
 def test_float32_within_tolerance(robot):
@@ -179,7 +218,8 @@ def test_float32_within_tolerance(robot):
 
 
 def test_friction_is_viscous_plus_coulomb_and_not_in_torque():
-    model = RobotModel.from_urdf(serial_chain(seed=2, n=4))
+    xml = serial_chain(seed=2, n=4)
+    model = RobotModel.from_urdf(xml)
     engine = PartialLagrangian(model)
     qd = np.array([0.5, -2.0, 0.0, 1e-3])
     expected = model.damping * qd + model.friction * np.sign(qd)
@@ -187,11 +227,17 @@ def test_friction_is_viscous_plus_coulomb_and_not_in_torque():
     smooth = engine.friction_torque(qd, smoothing=0.01).numpy()
     assert_close(smooth, model.damping * qd + model.friction * np.tanh(qd / 0.01),
                  what='smoothed friction')
-    out = engine.decompose(np.zeros(4), qd, np.zeros(4))
-    assert_close(out.friction, expected, what='reported friction')
-    # torque is the Lagrangian part only: equal to a model with no friction at all
-    frictionless = PartialLagrangian(model).decompose(np.zeros(4), qd, np.zeros(4)).torque
-    assert_close(out.torque, frictionless, what='torque excludes friction')
+    assert np.abs(expected).max() > 0.1       # friction is not negligible here
+    q = np.array([0.3, -0.1, 0.7, -1.2])
+    qdd = np.array([1.0, -2.0, 0.5, 3.0])
+    # torque is the Lagrangian part only: Pinocchio's RNEA ignores the URDF <dynamics>
+    # damping and friction, so it is an independent frictionless reference.
+    oracle = PinOracle(xml, model)
+    frictionless = oracle.rnea(q, qd, qdd)
+    for compiled in (True, False):
+        out = PartialLagrangian(model, compiled=compiled).decompose(q, qd, qdd)
+        assert_close(out.friction, expected, what='reported friction')
+        assert_close(out.torque, frictionless, what='torque excludes friction')
 
 
 # --------------------------------------------------------------------------- closed form

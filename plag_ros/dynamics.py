@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +48,19 @@ import torch
 from torch import Tensor
 
 from . import kernel
-from .model import RobotModel
+from .model import ModelChanges, RobotModel
 
-__all__ = ['Decomposition', 'PartialLagrangian', 'GRAVITY']
+__all__ = ['Decomposition', 'ExtensionPlan', 'PartialLagrangian', 'GRAVITY', 'FIELDS']
 
 GRAVITY = (0.0, 0.0, -9.81)
 """Gravity in the world (root link) frame [m/s^2]."""
+
+FIELDS = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
+"""Field names of :class:`Decomposition`, in order (also the keys of
+:meth:`PartialLagrangian.decompose_arrays`)."""
+
+ArrayLike = Any
+"""Anything ``np.asarray`` or ``torch.as_tensor`` takes: arrays, tensors, nested lists."""
 
 
 @dataclass(frozen=True)
@@ -81,46 +89,34 @@ class Decomposition:
         return {f.name: getattr(self, f.name).detach().cpu().double().numpy()
                 for f in dataclasses.fields(self)}
 
+    @classmethod
+    def from_flat(cls, flat: dict[str, Tensor], batch: tuple[int, ...]) -> Decomposition:
+        """Fields given over a flat batch (N, ...) reshaped to ``batch`` + (...)."""
+        return cls(**{name: flat[name].reshape(*batch, *flat[name].shape[1:])
+                      for name in FIELDS})
+
 
 @dataclass(frozen=True)
-class _FlatDecomposition:
-    """Decomposition over a flat batch (N, ...) in one array library, plus the per-pair
-    mass-matrix entries ``mass`` (N, n, P) = M_i[k, s] for each pair p = (i, s)."""
+class ExtensionPlan:
+    """Which columns :meth:`PartialLagrangian.extend` reuses and which it recomputes.
 
-    torque: Any
-    partial: Any
-    acceleration: Any
-    velocity: Any
-    gravity: Any
-    friction: Any
-    mass: Any
+    A body's column of every table depends only on the body's inertial figures and on the
+    joints of its path to the root (their type, axis, origin and order); every other row of
+    it is structurally zero. A column is reused when all of those are unchanged.
 
-    def reshape(self, batch: tuple[int, ...], convert=lambda x: x) -> Decomposition:
-        def r(t):
-            return convert(t.reshape(*batch, *t.shape[1:]))
+    Attributes:
+        changes: every difference between the two models (:meth:`RobotModel.changes_from`).
+        reused: names of the bodies whose columns are copied from the previous result.
+        recomputed: body name -> why its column is recomputed.
+        reused_columns: (new index, previous index) of each reused body.
+        recomputed_columns: new indices of the recomputed bodies, in body order.
+    """
 
-        return Decomposition(r(self.torque), r(self.partial), r(self.acceleration),
-                             r(self.velocity), r(self.gravity), r(self.friction))
-
-
-class _TorchOps:
-    """Array operations of the closed form for torch tensors (float32, GPUs, autograd)."""
-
-    sin, cos, tanh, sign = torch.sin, torch.cos, torch.tanh, torch.sign
-    cross = staticmethod(torch.linalg.cross)
-    broadcast_to = staticmethod(torch.broadcast_to)
-
-    @staticmethod
-    def concat(arrays, axis):
-        return torch.cat(arrays, dim=axis)
-
-    @staticmethod
-    def stack(arrays, axis):
-        return torch.stack(arrays, dim=axis)
-
-    @staticmethod
-    def zeros(shape, like):
-        return like.new_zeros(shape)
+    changes: ModelChanges
+    reused: tuple[str, ...]
+    recomputed: dict[str, str]
+    reused_columns: tuple[tuple[int, int], ...]
+    recomputed_columns: tuple[int, ...]
 
 
 def _skew(v: np.ndarray) -> np.ndarray:
@@ -130,55 +126,67 @@ def _skew(v: np.ndarray) -> np.ndarray:
     return out - np.swapaxes(out, -1, -2)
 
 
-def _cross_motion(ops, a, b):
+def _cross(a: Tensor, b: Tensor) -> Tensor:
+    return torch.linalg.cross(a, b)
+
+
+def _cross_motion(a: Tensor, b: Tensor) -> Tensor:
     """Spatial motion cross product a x b, (..., 6) angular first."""
     wa, va, wb, vb = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
-    return ops.concat([ops.cross(wa, wb), ops.cross(wa, vb) + ops.cross(va, wb)], -1)
+    return torch.cat([_cross(wa, wb), _cross(wa, vb) + _cross(va, wb)], -1)
 
 
-def _cross_force(ops, a, f):
+def _cross_force(a: Tensor, f: Tensor) -> Tensor:
     """Spatial force cross product a x* f, (..., 6) angular (moment) first."""
     wa, va, n, lin = a[..., :3], a[..., 3:], f[..., :3], f[..., 3:]
-    return ops.concat([ops.cross(wa, n) + ops.cross(va, lin), ops.cross(wa, lin)], -1)
+    return torch.cat([_cross(wa, n) + _cross(va, lin), _cross(wa, lin)], -1)
 
 
 @dataclass(frozen=True)
 class _Constants:
-    """Everything the closed form needs about the model, in one array library.
+    """Everything the torch form of the closed form needs about the model, as tensors of
+    the engine's dtype and device.
 
     A *pair* p = (body i, source joint s) exists for every joint s on the path from the
     root to body i; only pairs carry non-zero acceleration/velocity parts, so the closed
     form works on pairs (44 of 81 for the CRANE-X7) and scatters them into the table.
     """
 
-    ops: type
     parent: tuple[int, ...]
-    axis: Any                  # (n, 3) joint axes in the joint frames
-    K: Any                     # (n, 3, 3) skew(axis); K2 = K @ K (Rodrigues)
-    K2: Any
-    T_parent_joint: Any        # (n, 4, 4)
-    homogeneous_row: Any       # (1, 4)
-    eye3: Any                  # (3, 3)
-    revolute: Any              # (n,) 1.0 for revolute/continuous, 0.0 for prismatic
-    joint_anc: Any             # (n, n) joint_anc[j, s] = 1 if s is j or an ancestor of j
-    gravity: Any               # (3,)
-    damping: Any               # (n,)
-    coulomb: Any               # (n,)
+    axis: Tensor               # (n, 3) joint axes in the joint frames
+    K: Tensor                  # (n, 3, 3) skew(axis); K2 = K @ K (Rodrigues)
+    K2: Tensor
+    T_parent_joint: Tensor     # (n, 4, 4)
+    homogeneous_row: Tensor    # (1, 4)
+    eye3: Tensor               # (3, 3)
+    revolute: Tensor           # (n,) 1.0 for revolute/continuous, 0.0 for prismatic
+    joint_anc: Tensor          # (n, n) joint_anc[j, s] = 1 if s is j or an ancestor of j
+    gravity: Tensor            # (3,)
+    damping: Tensor            # (n,)
+    coulomb: Tensor            # (n,)
     n_bodies: int
-    body_joint: Any            # (B,) int
-    mass: Any                  # (B,)
-    com: Any                   # (B, 3) in the joint child frame
-    inertia: Any               # (B, 3, 3) about the COM, joint child frame
-    mask_ki: Any               # (n, B) joint k on body i's path
-    pair_body: Any             # (P,) int
-    pair_source: Any           # (P,) int
-    pair_joint: Any            # (P,) int, joint body i rides on
-    pair_flat: Any             # (P,) int, i * n + s
-    pair_mask_k: Any           # (n, P) joint k on the path of the pair's body
-    pair_onehot_source: Any    # (P, n) sums pairs into mass-matrix columns
+    body_joint: Tensor         # (B,) int
+    mass: Tensor               # (B,)
+    com: Tensor                # (B, 3) in the joint child frame
+    inertia: Tensor            # (B, 3, 3) about the COM, joint child frame
+    mask_ki: Tensor            # (n, B) joint k on body i's path
+    pair_body: Tensor          # (P,) int
+    pair_source: Tensor        # (P,) int
+    pair_joint: Tensor         # (P,) int, joint body i rides on
+    pair_flat: Tensor          # (P,) int, i * n + s
+    pair_mask_k: Tensor        # (n, P) joint k on the path of the pair's body
+    pair_onehot_source: Tensor  # (P, n) sums pairs into mass-matrix columns
 
     @classmethod
-    def build(cls, model: RobotModel, bodies: np.ndarray, *, ops, convert, index) -> _Constants:
+    def build(cls, model: RobotModel, bodies: np.ndarray, dtype: torch.dtype,
+              device: torch.device) -> _Constants:
+        """Constants of the body columns ``bodies`` (indices into ``model``'s bodies)."""
+        def real(x: ArrayLike) -> Tensor:
+            return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
+
+        def index(x: ArrayLike) -> Tensor:
+            return torch.as_tensor(np.asarray(x, dtype=np.int64), device=device)
+
         n = model.n_joints
         joint_anc = np.zeros((n, n))
         for j in range(n):
@@ -187,53 +195,51 @@ class _Constants:
         pair_body, pair_source = np.nonzero(anc)
         K = _skew(model.joint_axis)
         return cls(
-            ops=ops,
             parent=tuple(int(p) for p in model.joint_parent),
-            axis=convert(model.joint_axis), K=convert(K), K2=convert(K @ K),
-            T_parent_joint=convert(model.T_parent_joint),
-            homogeneous_row=convert([[0.0, 0.0, 0.0, 1.0]]), eye3=convert(np.eye(3)),
-            revolute=convert([t != 'prismatic' for t in model.joint_types]),
-            joint_anc=convert(joint_anc), gravity=convert(GRAVITY),
-            damping=convert(model.damping), coulomb=convert(model.friction),
+            axis=real(model.joint_axis), K=real(K), K2=real(K @ K),
+            T_parent_joint=real(model.T_parent_joint),
+            homogeneous_row=real([[0.0, 0.0, 0.0, 1.0]]), eye3=real(np.eye(3)),
+            revolute=real([t != 'prismatic' for t in model.joint_types]),
+            joint_anc=real(joint_anc), gravity=real(GRAVITY),
+            damping=real(model.damping), coulomb=real(model.friction),
             n_bodies=len(bodies),
             body_joint=index(model.body_joint[bodies]),
-            mass=convert(model.body_mass[bodies]), com=convert(model.body_com[bodies]),
-            inertia=convert(model.body_inertia[bodies]), mask_ki=convert(anc.T),
+            mass=real(model.body_mass[bodies]), com=real(model.body_com[bodies]),
+            inertia=real(model.body_inertia[bodies]), mask_ki=real(anc.T),
             pair_body=index(pair_body), pair_source=index(pair_source),
             pair_joint=index(model.body_joint[bodies][pair_body]),
             pair_flat=index(pair_body * n + pair_source),
-            pair_mask_k=convert(anc[pair_body].T),
-            pair_onehot_source=convert(np.eye(n)[pair_source]),
+            pair_mask_k=real(anc[pair_body].T),
+            pair_onehot_source=real(np.eye(n)[pair_source]),
         )
 
 
-def _body_frames(c: _Constants, q):
+def _body_frames(c: _Constants, q: Tensor) -> Tensor:
     """World pose of each joint's child frame, (N, n) -> (N, n, 4, 4)."""
-    ops = c.ops
     N, n = q.shape
-    s, co = ops.sin(q)[..., None, None], ops.cos(q)[..., None, None]
+    s, co = torch.sin(q)[..., None, None], torch.cos(q)[..., None, None]
     # Rodrigues for revolute joints, identity rotation and a slide for prismatic ones.
     R = c.eye3 + c.revolute[:, None, None] * (s * c.K + (1.0 - co) * c.K2)    # (N, n, 3, 3)
     p = ((1.0 - c.revolute) * q)[..., None] * c.axis                            # (N, n, 3)
     # Built out of place so the same code runs under torch.func transforms.
-    bottom = ops.broadcast_to(c.homogeneous_row, (N, n, 1, 4))
-    local = ops.concat([ops.concat([R, p[..., None]], -1), bottom], -2)
+    bottom = torch.broadcast_to(c.homogeneous_row, (N, n, 1, 4))
+    local = torch.cat([torch.cat([R, p[..., None]], -1), bottom], -2)
     A = c.T_parent_joint @ local                                                # parent->child
-    frames = []
+    frames: list[Tensor] = []
     for j, parent in enumerate(c.parent):
         frames.append(A[:, j] if parent < 0 else frames[parent] @ A[:, j])
-    return ops.stack(frames, 1)
+    return torch.stack(frames, 1)
 
 
-def _motion_subspaces(c: _Constants, T):
+def _motion_subspaces(c: _Constants, T: Tensor) -> Tensor:
     """Joint motion subspaces S (N, n, 6) in world coordinates from the body frames."""
     axis_w = (T[..., :3, :3] @ c.axis[..., None])[..., 0]                     # (N, n, 3)
     rev = c.revolute[:, None]
-    linear = rev * c.ops.cross(T[..., :3, 3], axis_w) + (1.0 - rev) * axis_w
-    return c.ops.concat([rev * axis_w, linear], -1)
+    linear = rev * _cross(T[..., :3, 3], axis_w) + (1.0 - rev) * axis_w
+    return torch.cat([rev * axis_w, linear], -1)
 
 
-def _body_inertials(c: _Constants, T):
+def _body_inertials(c: _Constants, T: Tensor) -> tuple[Tensor, Tensor]:
     """World COM (N, B, 3) and rotational inertia about it (N, B, 3, 3) of each body."""
     Tb = T[:, c.body_joint]                                                     # (N, B, 4, 4)
     R = Tb[..., :3, :3]
@@ -241,26 +247,25 @@ def _body_inertials(c: _Constants, T):
     return com, R @ c.inertia @ R.swapaxes(-1, -2)
 
 
-def _apply_inertia(ops, mass, com, I_com, x):
+def _apply_inertia(mass: Tensor, com: Tensor, I_com: Tensor, x: Tensor) -> Tensor:
     """Spatial inertia times motion vector: (..., 6) momentum at the world origin.
 
     For x = (w, v): linear momentum m (v + w x c), angular I_c w + c x (linear).
     """
     w, v = x[..., :3], x[..., 3:]
-    linear = mass[..., None] * (v + ops.cross(w, com))
-    angular = (I_com @ w[..., None])[..., 0] + ops.cross(com, linear)
-    return ops.concat([angular, linear], -1)
+    linear = mass[..., None] * (v + _cross(w, com))
+    angular = (I_com @ w[..., None])[..., 0] + _cross(com, linear)
+    return torch.cat([angular, linear], -1)
 
 
-def _closed_form(c: _Constants, q, qd, qdd, *, tables: bool = True) -> _FlatDecomposition:
-    """The closed form of the module docstring over a flat batch (N, n) of one library.
+def _pair_terms(c: _Constants, q: Tensor, qd: Tensor,
+                qdd: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The closed form of the module docstring per pair, over a flat batch (N, n).
 
-    With ``tables=False`` only ``torque`` and the pair mass entries are returned (the
-    forward-dynamics case): the dense (n, B, n) tables are never built.
+    Returns:
+        M_pairs (N, n, P) = M_i[k, s] of each pair p = (i, s); the acceleration and velocity
+        parts of each pair (N, n, P); gravity (N, n, B).
     """
-    ops = c.ops
-    N, n = q.shape
-    B = c.n_bodies
     T = _body_frames(c, q)
     S = _motion_subspaces(c, T)                                                 # (N, n, 6)
     com, I_com = _body_inertials(c, T)                                          # (N, B, 3)
@@ -270,40 +275,57 @@ def _closed_form(c: _Constants, q, qd, qdd, *, tables: bool = True) -> _FlatDeco
     pb, ps = c.pair_body, c.pair_source
     m_p, c_p, I_p = c.mass[pb], com[:, pb], I_com[:, pb]
     S_s, v_i = S[:, ps], v[:, c.pair_joint]                                     # (N, P, 6)
-    IS = _apply_inertia(ops, m_p, c_p, I_p, S_s)
-    h = _apply_inertia(ops, c.mass, com, I_com, v[:, c.body_joint])             # (N, B, 6)
-    X = _cross_motion(ops, 2.0 * v[:, ps] - v_i, S_s)
-    F = (_apply_inertia(ops, m_p, c_p, I_p, X) + _cross_force(ops, v_i, IS)
-         + _cross_force(ops, S_s, h[:, pb]))
+    IS = _apply_inertia(m_p, c_p, I_p, S_s)
+    h = _apply_inertia(c.mass, com, I_com, v[:, c.body_joint])                  # (N, B, 6)
+    X = _cross_motion(2.0 * v[:, ps] - v_i, S_s)
+    F = _apply_inertia(m_p, c_p, I_p, X) + _cross_force(v_i, IS) + _cross_force(S_s, h[:, pb])
     # Project on every joint k at once: (N, n, 2P), then keep k on body i's path.
-    Z = S @ ops.concat([IS, F], 1).swapaxes(1, 2)
+    Z = S @ torch.cat([IS, F], 1).swapaxes(1, 2)
     P = pb.shape[0]
     M_pairs = Z[..., :P] * c.pair_mask_k                                        # (N, n, P)
     acc_pairs = M_pairs * qdd[:, None, ps]
     vel_pairs = 0.5 * Z[..., P:] * c.pair_mask_k * qd[:, None, ps]
 
     # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
-    mg = ops.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)             # (N, B, 3)
-    wrench = ops.concat([ops.cross(com, mg), mg], -1)                           # (N, B, 6)
+    mg = torch.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)           # (N, B, 3)
+    wrench = torch.cat([_cross(com, mg), mg], -1)                               # (N, B, 6)
     gravity = (S @ wrench.swapaxes(1, 2)) * c.mask_ki                           # (N, n, B)
-    if not tables:
-        torque = (acc_pairs + vel_pairs).sum(-1) + gravity.sum(-1)
-        return _FlatDecomposition(torque, None, None, None, None, None, M_pairs)
+    return M_pairs, acc_pairs, vel_pairs, gravity
 
-    def dense(pairs):
-        out = ops.zeros((N, n, B * n), pairs)
+
+def _closed_form(c: _Constants, q: Tensor, qd: Tensor, qdd: Tensor) -> dict[str, Tensor]:
+    """Dense tables (every field but friction) of a flat batch (N, n) by the torch form."""
+    N, n = q.shape
+    _, acc_pairs, vel_pairs, gravity = _pair_terms(c, q, qd, qdd)
+
+    def dense(pairs: Tensor) -> Tensor:
+        out = pairs.new_zeros((N, n, c.n_bodies * n))
         out[..., c.pair_flat] = pairs
-        return out.reshape(N, n, B, n)
+        return out.reshape(N, n, c.n_bodies, n)
 
     acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
     partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
-    return _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
-                              _friction(c, qd, 0.0), M_pairs)
+    return {'torque': partial.sum(-1), 'partial': partial, 'acceleration': acceleration,
+            'velocity': velocity, 'gravity': gravity}
 
 
-def _friction(c: _Constants, qd, smoothing: float):
-    sign = c.ops.tanh(qd / smoothing) if smoothing > 0.0 else c.ops.sign(qd)
+def _friction(c: _Constants, qd: Tensor, smoothing: float) -> Tensor:
+    sign = torch.tanh(qd / smoothing) if smoothing > 0.0 else torch.sign(qd)
     return c.damping * qd + c.coulomb * sign
+
+
+def _column_signature(model: RobotModel, body: int) -> tuple[object, ...]:
+    """Everything column ``body`` of the tables depends on, comparable across models.
+
+    The body's joint, inertial figures and, for each joint of its root path (root first),
+    its name, whether it slides or turns, its axis and its frame in the parent.
+    """
+    path = tuple(
+        (model.joint_names[j], model.joint_types[j] == 'prismatic',
+         tuple(model.joint_axis[j].tolist()), tuple(model.T_parent_joint[j].ravel().tolist()))
+        for j in model.root_path(int(model.body_joint[body])))
+    return (float(model.body_mass[body]), tuple(model.body_com[body].tolist()),
+            tuple(model.body_inertia[body].ravel().tolist()), path)
 
 
 class PartialLagrangian:
@@ -318,6 +340,13 @@ class PartialLagrangian:
             :mod:`plag_ros.kernel` (the default); False forces the torch form, as float32
             and GPUs always use it (a reference for tests and benchmarks).
 
+    Attributes:
+        compiled: True when the engine runs the compiled float64 loop (results share
+            memory with numpy arrays; long batches need no chunking), False when it runs
+            the torch form.
+        last_extension: the :class:`ExtensionPlan` of the latest :meth:`extend` (None
+            before the first).
+
     Inputs may be numpy arrays or torch tensors; results are torch tensors of ``dtype``.
     """
 
@@ -331,81 +360,70 @@ class PartialLagrangian:
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
+        self.compiled = compiled and dtype == torch.float64 and self.device.type == 'cpu'
+        self.last_extension: ExtensionPlan | None = None
         self._all_bodies = np.arange(model.n_bodies)
-        self._torch = self._constants(self._all_bodies)
-        # float64 on the CPU runs the compiled loop (plag_ros.kernel) on numpy views
-        self._host = compiled and dtype == torch.float64 and self.device.type == 'cpu'
-        self._kernel = (kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
-                        if self._host else None)
+        self._torch = _Constants.build(model, self._all_bodies, dtype, self.device)
+        self._kernel = kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
 
-    @property
-    def compiled(self) -> bool:
-        """True when :meth:`decompose` runs the compiled float64 loop (results share
-        memory with numpy arrays; long batches need no chunking)."""
-        return self._host
-
-    def _constants(self, bodies: np.ndarray) -> _Constants:
-        return _Constants.build(
-            self.model, bodies, ops=_TorchOps,
-            convert=lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64),
-                                              dtype=self.dtype, device=self.device),
-            index=lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64), device=self.device))
-
     # ------------------------------------------------------------------ inputs
-    def _prepare(self, **arrays) -> tuple[list, tuple[int, ...]]:
-        """Validate (..., n) inputs, broadcast them and flatten to (N, n).
+    def _check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+        """Broadcast shape of (..., n) inputs; ValueError naming them when impossible."""
+        n = self.model.n_joints
+        for name, shape in shapes.items():
+            if len(shape) == 0 or shape[-1] != n:
+                raise ValueError(f'{name} must have shape (..., {n}), got {shape}')
+        try:
+            return tuple(np.broadcast_shapes(*shapes.values()))
+        except ValueError as err:
+            listed = ', '.join(f'{k} {s}' for k, s in shapes.items())
+            raise ValueError(f'input shapes do not broadcast: {listed}') from err
 
-        Returns the flat arrays (C-contiguous float64 numpy on the host path, torch tensors
-        of the engine's dtype and device otherwise) and the batch shape.
+    def _not_finite(self, name: str, finite: np.ndarray) -> ValueError:
+        bad = np.flatnonzero((~finite).reshape(-1, self.model.n_joints).any(0))
+        names = [self.model.joint_names[k] for k in bad]
+        return ValueError(f'{name} is not finite for joints {names}')
+
+    def _prepare(self, **arrays: ArrayLike) -> tuple[list[np.ndarray], tuple[int, ...]]:
+        """Validate (..., n) inputs, broadcast them and flatten to C-contiguous float64
+        numpy (N, n) for the compiled loop; returns them and the batch shape.
 
         Raises:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf
                 (naming the joints).
         """
-        n = self.model.n_joints
-        host = self._host
-        arrays = {name: self._host_array(x) if host else torch.as_tensor(
-            x.detach() if torch.is_tensor(x) else x, dtype=self.dtype, device=self.device)
-            for name, x in arrays.items()}
-        for name, x in arrays.items():
-            if x.ndim == 0 or x.shape[-1] != n:
-                raise ValueError(f'{name} must have shape (..., {n}), got {tuple(x.shape)}')
-        try:
-            shape = (np.broadcast_shapes if host else torch.broadcast_shapes)(
-                *(x.shape for x in arrays.values()))
-        except (ValueError, RuntimeError) as err:
-            shapes = ', '.join(f'{k} {tuple(x.shape)}' for k, x in arrays.items())
-            raise ValueError(f'input shapes do not broadcast: {shapes}') from err
+        host = {name: _host_array(x) for name, x in arrays.items()}
+        shape = self._check_shapes({k: tuple(x.shape) for k, x in host.items()})
         flat = []
-        for name, x in arrays.items():
-            finite = np.isfinite(x) if host else torch.isfinite(x)
+        for name, x in host.items():
+            finite = np.isfinite(x)
             if not finite.all():
-                bad = (~finite).reshape(-1, n).any(0)
-                bad = np.flatnonzero(bad if host else bad.cpu().numpy())
-                names = [self.model.joint_names[k] for k in bad]
-                raise ValueError(f'{name} is not finite for joints {names}')
+                raise self._not_finite(name, finite)
             if x.shape != shape:
-                x = np.broadcast_to(x, shape) if host else x.expand(shape)
-            x = x.reshape(-1, n)
-            flat.append(np.ascontiguousarray(x) if host else x)
-        return flat, tuple(shape[:-1])
+                x = np.broadcast_to(x, shape)
+            flat.append(np.ascontiguousarray(x.reshape(-1, shape[-1])))
+        return flat, shape[:-1]
 
-    @staticmethod
-    def _host_array(x) -> np.ndarray:
-        """float64 numpy view of an array-like or CPU tensor (no copy when already so)."""
-        if torch.is_tensor(x):
-            x = x.detach().cpu().numpy()
-        return np.asarray(x, dtype=np.float64)
-
-    @staticmethod
-    def _to_torch(x):
-        return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+    def _prepare_tensors(self, **arrays: ArrayLike) -> tuple[list[Tensor], tuple[int, ...]]:
+        """:meth:`_prepare` for the torch form: (N, n) tensors of the engine's dtype and
+        device, same checks and errors."""
+        tensors = {name: torch.as_tensor(x.detach() if torch.is_tensor(x) else x,
+                                         dtype=self.dtype, device=self.device)
+                   for name, x in arrays.items()}
+        shape = self._check_shapes({k: tuple(x.shape) for k, x in tensors.items()})
+        flat = []
+        for name, x in tensors.items():
+            finite = torch.isfinite(x)
+            if not finite.all():
+                raise self._not_finite(name, finite.cpu().numpy())
+            flat.append(x.expand(shape).reshape(-1, shape[-1]))
+        return flat, shape[:-1]
 
     # ------------------------------------------------------------------ closed form
-    def decompose(self, q, qd, qdd) -> Decomposition:
+    def decompose(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
         """Split joint torques by body and by motion source (closed form, batched).
 
         Args:
@@ -420,27 +438,27 @@ class PartialLagrangian:
         Raises:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf.
         """
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        return self._decompose_flat(self._all_bodies, q, qd, qdd).reshape(batch,
-                                                                          self._to_torch)
+        return self.columns(q, qd, qdd, self._all_bodies)
 
-    def decompose_arrays(self, q, qd, qdd) -> dict[str, np.ndarray]:
-        """:meth:`decompose` as float64 numpy arrays, ``Decomposition.numpy()``'s keys.
+    def decompose_arrays(self, q: ArrayLike, qd: ArrayLike,
+                         qdd: ArrayLike) -> dict[str, np.ndarray]:
+        """:meth:`decompose` as float64 numpy arrays, keyed by :data:`FIELDS`.
 
         The live nodes' call: on the compiled path the arrays come straight from the loop,
         without wrapping them in tensors and unwrapping them again (~25 torch calls, a
         tenth of a live sample's cost).
         """
-        if not self._host:
+        if not self.compiled:
             return self.decompose(q, qd, qdd).numpy()
         single = self._single_sample(q, qd, qdd)
         if single is not None:
             return single
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        out = self._decompose_flat(self._all_bodies, q, qd, qdd).reshape(batch)
-        return {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+        (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+        flat = self._compiled_columns(self._kernel, qf, qdf, qddf)
+        return {name: value.reshape(*batch, *value.shape[1:]) for name, value in flat.items()}
 
-    def _single_sample(self, q, qd, qdd) -> dict[str, np.ndarray] | None:
+    def _single_sample(self, q: ArrayLike, qd: ArrayLike,
+                       qdd: ArrayLike) -> dict[str, np.ndarray] | None:
         """decompose_arrays of one finite (n,) float64 sample, or None for anything else.
 
         The live node's case, without the broadcasting and validation of _prepare: at
@@ -467,62 +485,65 @@ class PartialLagrangian:
         """_friction (exact Coulomb law) for float64 numpy velocities (..., n)."""
         return self.model.damping * qd + self.model.friction * np.sign(qd)
 
-    def _decompose_flat(self, bodies: np.ndarray, q, qd, qdd) -> _FlatDecomposition:
-        """The split of the body columns ``bodies`` for flat (N, n) inputs from _prepare."""
-        every = bodies is self._all_bodies or (len(bodies) == self.model.n_bodies
-                                                and np.array_equal(bodies, self._all_bodies))
-        if self._host:
-            km = self._kernel if every else kernel.KernelModel.build(self.model, bodies, GRAVITY)
-            out = kernel.decompose_into(km, q, qd, qdd, threads=torch.get_num_threads())
-            return _FlatDecomposition(out['torque'], out['partial'], out['acceleration'],
-                                      out['velocity'], out['gravity'],
-                                      self._host_friction(qd), None)
-        c = self._torch if every else self._constants(bodies)
+    def _compiled_columns(self, km: kernel.KernelModel, q: np.ndarray, qd: np.ndarray,
+                          qdd: np.ndarray) -> dict[str, np.ndarray]:
+        """Every field for flat (N, n) float64 inputs from :meth:`_prepare`, by the
+        compiled loop, for the body columns ``km`` was built for."""
+        out = kernel.decompose_into(km, q, qd, qdd, threads=torch.get_num_threads())
+        out['friction'] = self._host_friction(qd)
+        return out
+
+    def _torch_columns(self, c: _Constants, q: Tensor, qd: Tensor,
+                       qdd: Tensor) -> dict[str, Tensor]:
+        """Every field for flat (N, n) tensors from :meth:`_prepare_tensors`, by the torch
+        form, for the body columns ``c`` was built for."""
         with torch.inference_mode():
             N, size = q.shape[0], self.chunk_size
             if N <= size:
-                return _closed_form(c, q, qd, qdd)
-            # Long batches go through in cache-sized chunks: on a whole bag every pair
-            # intermediate would spill to memory (measured about 2x slower).
-            parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
-                     for a in range(0, N, size)]
-            return _FlatDecomposition(*(torch.cat(f) for f in zip(*(
-                (p.torque, p.partial, p.acceleration, p.velocity, p.gravity, p.friction,
-                 p.mass) for p in parts), strict=True)))
+                out = _closed_form(c, q, qd, qdd)
+            else:
+                # Long batches go through in cache-sized chunks: on a whole bag every pair
+                # intermediate would spill to memory (measured about 2x slower).
+                parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
+                         for a in range(0, N, size)]
+                out = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+            out['friction'] = _friction(c, qd, 0.0)
+        return out
 
     # ------------------------------------------------------------------ helpers
-    def inverse_dynamics(self, q, qd, qdd) -> Tensor:
+    def inverse_dynamics(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> Tensor:
         """Rigid-body joint torques (..., n), friction excluded (== RNEA)."""
         return self.decompose(q, qd, qdd).torque
 
-    def mass_matrix_and_bias(self, q, qd) -> tuple[Tensor, Tensor]:
+    def mass_matrix_and_bias(self, q: ArrayLike, qd: ArrayLike) -> tuple[Tensor, Tensor]:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
-        (q, qd), batch = self._prepare(q=q, qd=qd)
         n = self.model.n_joints
-        if self._host:
-            M, bias = kernel.mass_matrix_and_bias_into(self._kernel, q, qd,
-                                                       threads=torch.get_num_threads())
+        if self.compiled:
+            (qf, qdf), batch = self._prepare(q=q, qd=qd)
+            M_np, bias_np = kernel.mass_matrix_and_bias_into(
+                self._kernel, qf, qdf, threads=torch.get_num_threads())
+            M, bias = torch.from_numpy(M_np), torch.from_numpy(bias_np)
         else:
+            (qt, qdt), batch = self._prepare_tensors(q=q, qd=qd)
             c = self._torch
             with torch.inference_mode():
-                flat = _closed_form(c, q, qd, 0.0 * q, tables=False)
-            M, bias = flat.mass @ c.pair_onehot_source, flat.torque
-        return (self._to_torch(M.reshape(*batch, n, n)),
-                self._to_torch(bias.reshape(*batch, n)))
+                M_pairs, acc, vel, grav = _pair_terms(c, qt, qdt, torch.zeros_like(qt))
+            M, bias = M_pairs @ c.pair_onehot_source, (acc + vel).sum(-1) + grav.sum(-1)
+        return M.reshape(*batch, n, n), bias.reshape(*batch, n)
 
-    def mass_matrix(self, q) -> Tensor:
+    def mass_matrix(self, q: ArrayLike) -> Tensor:
         """Joint-space mass matrix M(q) = sum_i M_i(q), (..., n) -> (..., n, n)."""
         return self.mass_matrix_and_bias(q, 0.0 * torch.as_tensor(q))[0]
 
-    def bias(self, q, qd) -> Tensor:
+    def bias(self, q: ArrayLike, qd: ArrayLike) -> Tensor:
         """Velocity-product plus gravity torques C(q, qd) qd + g(q), (..., n)."""
         return self.mass_matrix_and_bias(q, qd)[1]
 
-    def gravity_torque(self, q) -> Tensor:
+    def gravity_torque(self, q: ArrayLike) -> Tensor:
         """Gravity torques g(q) = tau(q, 0, 0), (..., n)."""
         return self.mass_matrix_and_bias(q, 0.0 * torch.as_tensor(q))[1]
 
-    def friction_torque(self, qd, *, smoothing: float = 0.0) -> Tensor:
+    def friction_torque(self, qd: ArrayLike, *, smoothing: float = 0.0) -> Tensor:
         """Viscous plus Coulomb joint friction (..., n) from URDF damping and friction.
 
         Args:
@@ -533,75 +554,151 @@ class PartialLagrangian:
         qd = torch.as_tensor(qd, dtype=self.dtype, device=self.device)
         return _friction(self._torch, qd, smoothing)
 
-    def link_poses(self, q) -> Tensor:
+    def link_poses(self, q: ArrayLike) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
-        (q,), batch = self._prepare(q=q)
-        if self._host:
-            poses = kernel.link_poses(self._kernel, q, self.model.link_joint,
+        if self.compiled:
+            (qf,), batch = self._prepare(q=q)
+            poses = kernel.link_poses(self._kernel, qf, self.model.link_joint,
                                       self.model.T_joint_link)
             return torch.from_numpy(poses.reshape(*batch, *poses.shape[1:]))
-        T = _body_frames(self._torch, q)
+        (qt,), batch = self._prepare_tensors(q=q)
+        T = _body_frames(self._torch, qt)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
         frames = torch.cat([eye, T], dim=1)[:, self._link_joint + 1]            # root = 0
         return (frames @ self._T_joint_link).reshape(*batch, -1, 4, 4)
 
     # ------------------------------------------------------------------ extension
-    def columns(self, q, qd, qdd, bodies) -> Decomposition:
+    def columns(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike,
+                bodies: Sequence[int] | np.ndarray) -> Decomposition:
         """Decomposition restricted to the body columns ``bodies`` (kinematics shared).
 
         ``partial``, ``acceleration``, ``velocity`` and ``gravity`` have ``len(bodies)``
         columns; ``torque`` is the sum over those columns only.
         """
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
         bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
-        return self._decompose_flat(bodies, q, qd, qdd).reshape(batch, self._to_torch)
+        every = bodies is self._all_bodies or np.array_equal(bodies, self._all_bodies)
+        if self.compiled:
+            (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+            km = self._kernel if every else kernel.KernelModel.build(self.model, bodies,
+                                                                     GRAVITY)
+            arrays = self._compiled_columns(km, qf, qdf, qddf)
+            flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
+        else:
+            (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
+            c = self._torch if every else _Constants.build(self.model, bodies, self.dtype,
+                                                           self.device)
+            flat = self._torch_columns(c, qt, qdt, qddt)
+        return Decomposition.from_flat(flat, batch)
 
-    def extend(self, previous: Decomposition, previous_model: RobotModel, q, qd,
-               qdd) -> Decomposition:
-        """Decomposition for this engine's model, reusing columns of unchanged bodies.
+    def plan_extension(self, previous_model: RobotModel) -> ExtensionPlan:
+        """Which body columns :meth:`extend` can take from a result of ``previous_model``.
 
-        Seed 000's extension and reconstruction: adding a body adds a column and replacing
-        a body replaces one; the other columns of ``previous`` (computed with
-        ``previous_model`` on the same ``q, qd, qdd``) are kept as they are.
-
-        Raises:
-            ValueError: the joints differ, or a body of ``previous_model`` was removed.
+        A column is reused when the body exists in both models (by name) with the same
+        inertial figures, riding on a joint whose whole root path has the same joints (by
+        name, in order) with the same kind (turning or sliding), axis and origin. Every
+        other column is recomputed. Mimic relations, limits, damping and friction change
+        no column (the tables take every joint's q; friction is always recomputed); they
+        are still listed in ``changes``.
         """
         model = self.model
-        if (previous_model.joint_names != model.joint_names
-                or previous_model.body_names != model.body_names[:previous_model.n_bodies]):
-            raise ValueError('extend needs the same joints and the previous bodies in order')
-        fresh = [i for i in range(model.n_bodies) if i >= previous_model.n_bodies or not (
-            previous_model.body_joint[i] == model.body_joint[i]
-            and previous_model.body_mass[i] == model.body_mass[i]
-            and np.array_equal(previous_model.body_com[i], model.body_com[i])
-            and np.array_equal(previous_model.body_inertia[i], model.body_inertia[i]))]
-        if not fresh:
-            return previous
-        new = self.columns(q, qd, qdd, fresh)
-        keep = [i for i in range(model.n_bodies) if i not in fresh]
+        changes = model.changes_from(previous_model)
+        old = {name: i for i, name in enumerate(previous_model.body_names)}
+        reused: list[tuple[int, int]] = []
+        recomputed: dict[str, str] = {}
+        for i, name in enumerate(model.body_names):
+            if name not in old:
+                recomputed[name] = 'new body'
+                continue
+            o = old[name]
+            if _column_signature(model, i) == _column_signature(previous_model, o):
+                reused.append((i, o))
+                continue
+            why = [f'body {", ".join(changes.changed_bodies[name])}'] \
+                if name in changes.changed_bodies else []
+            path = [model.joint_names[j] for j in model.root_path(int(model.body_joint[i]))]
+            old_path = [previous_model.joint_names[j]
+                        for j in previous_model.root_path(int(previous_model.body_joint[o]))]
+            if path != old_path:
+                why.append(f'root path {old_path} -> {path}')
+            why += [f'joint {j} {", ".join(changes.changed_joints[j])}' for j in path
+                    if j in changes.changed_joints]
+            recomputed[name] = '; '.join(why) or 'figures changed'
+        return ExtensionPlan(
+            changes=changes,
+            reused=tuple(model.body_names[i] for i, _ in reused),
+            recomputed=recomputed,
+            reused_columns=tuple(reused),
+            recomputed_columns=tuple(model.body_names.index(name) for name in recomputed),
+        )
 
-        def splice(old: Tensor, part: Tensor, axis: int) -> Tensor:
-            shape = list(old.shape)
-            shape[axis] = model.n_bodies
+    def extend(self, previous: Decomposition, previous_model: RobotModel, q: ArrayLike,
+               qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
+        """Decomposition for this engine's model, reusing the columns of unchanged bodies.
+
+        Seed 000's extension and reconstruction: ``previous`` was computed with
+        ``previous_model`` on the same motion (each joint both models share has the same
+        q, qd, qdd; ``q, qd, qdd`` here are in this model's joint order). Columns that
+        :meth:`plan_extension` finds unchanged are copied, with their rows and sources
+        moved to this model's joint indices (zero for joints off the body's root path,
+        e.g. an appended joint); the others are recomputed with :meth:`columns`. Friction
+        is recomputed. The plan is kept in :attr:`last_extension`.
+
+        Raises:
+            ValueError: ``previous`` does not have ``previous_model``'s table shape or the
+                batch shape of ``q, qd, qdd``.
+        """
+        plan = self.plan_extension(previous_model)
+        self.last_extension = plan
+        model = self.model
+        n, B = model.n_joints, model.n_bodies
+        old_n, old_B = previous_model.n_joints, previous_model.n_bodies
+        if tuple(previous.partial.shape[-2:]) != (old_n, old_B):
+            raise ValueError(f'previous tables have shape {tuple(previous.partial.shape)}, '
+                             f'not (..., {old_n}, {old_B}) of the previous model')
+        batch = tuple(previous.partial.shape[:-2])
+        (_, qd_flat, _), in_batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
+        if in_batch != batch:
+            raise ValueError(f'previous was computed on batch {batch}, q on {in_batch}')
+        fresh = list(plan.recomputed_columns)
+        new = self.columns(q, qd, qdd, fresh) if fresh else None
+
+        old_joint = {name: k for k, name in enumerate(previous_model.joint_names)}
+        shared = [(k, old_joint[name]) for k, name in enumerate(model.joint_names)
+                  if name in old_joint]
+
+        def index(values: Sequence[int]) -> Tensor:
+            return torch.as_tensor(list(values), dtype=torch.int64, device=self.device)
+
+        kn, ko = index([k for k, _ in shared]), index([o for _, o in shared])
+        inew = index([i for i, _ in plan.reused_columns])
+        iold = index([o for _, o in plan.reused_columns])
+
+        def table(old: Tensor, part: Tensor | None, sources: bool) -> Tensor:
+            """New table: reused columns moved from ``old``, fresh ones from ``part``."""
+            old = old.to(dtype=self.dtype, device=self.device)
+            shape = (*batch, n, B, n) if sources else (*batch, n, B)
             out = old.new_zeros(shape)
-            index = [slice(None)] * len(shape)
-            index[axis] = keep
-            out[tuple(index)] = old.index_select(axis, torch.as_tensor(
-                keep, device=old.device)) if keep else old.narrow(axis, 0, 0)
-            index[axis] = fresh
-            out[tuple(index)] = part
+            if sources:
+                out[..., kn[:, None, None], inew[None, :, None], kn[None, None, :]] = \
+                    old[..., ko[:, None, None], iold[None, :, None], ko[None, None, :]]
+            else:
+                out[..., kn[:, None], inew[None, :]] = old[..., ko[:, None], iold[None, :]]
+            if part is not None:
+                if sources:
+                    out[..., :, fresh, :] = part
+                else:
+                    out[..., :, fresh] = part
             return out
 
-        nb = previous.partial.ndim - 1  # axis of the body index in partial
-        partial = splice(previous.partial, new.partial, nb)
+        partial = table(previous.partial, None if new is None else new.partial, False)
         return Decomposition(
             torque=partial.sum(-1),
             partial=partial,
-            acceleration=splice(previous.acceleration, new.acceleration, nb),
-            velocity=splice(previous.velocity, new.velocity, nb),
-            gravity=splice(previous.gravity, new.gravity, nb),
-            friction=previous.friction,
+            acceleration=table(previous.acceleration,
+                               None if new is None else new.acceleration, True),
+            velocity=table(previous.velocity, None if new is None else new.velocity, True),
+            gravity=table(previous.gravity, None if new is None else new.gravity, False),
+            friction=_friction(self._torch, qd_flat, 0.0).reshape(*batch, n),
         )
 
     # ------------------------------------------------------------------ autograd path
@@ -619,7 +716,8 @@ class PartialLagrangian:
             R = T[:, :3, :3]
             return R, T[:, :3, 3] + (R @ c.com[..., None])[..., 0]
 
-        (R, com), (R_dot, com_dot) = torch.func.jvp(pose, (q,), (qd,))
+        primal, tangent = torch.func.jvp(pose, (q,), (qd,))[:2]
+        (R, com), (R_dot, com_dot) = primal, tangent
         W = R_dot @ R.transpose(-1, -2)                     # [w]x = R' R^T
         w = torch.stack([W[:, 2, 1], W[:, 0, 2], W[:, 1, 0]], dim=-1)
         I_world = R @ c.inertia @ R.transpose(-1, -2)
@@ -628,16 +726,17 @@ class PartialLagrangian:
         potential = -c.mass * (com @ c.gravity)
         return kinetic - potential, potential
 
-    def _autograd_single(self, q: Tensor, qd: Tensor, qdd: Tensor):
+    def _autograd_single(self, q: Tensor, qd: Tensor,
+                         qdd: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         func = torch.func
 
-        def lagrangian(q_, qd_):
+        def lagrangian(q_: Tensor, qd_: Tensor) -> Tensor:
             return self.lagrangians(q_, qd_)[0]
 
-        def dL_dqd(q_, qd_):
+        def dL_dqd(q_: Tensor, qd_: Tensor) -> Tensor:
             return func.jacfwd(lagrangian, argnums=1)(q_, qd_)                  # (B, n)
 
-        def partial_fn(q_, qd_, qdd_):
+        def partial_fn(q_: Tensor, qd_: Tensor, qdd_: Tensor) -> Tensor:
             # D_k L_i = d/dt dL_i/dqd_k - dL_i/dq_k, the time derivative along (qd, qdd)
             ddt = func.jvp(dL_dqd, (q_, qd_), (qd_, qdd_))[1]
             return (ddt - func.jacfwd(lagrangian, argnums=0)(q_, qd_)).T         # (n, B)
@@ -649,18 +748,24 @@ class PartialLagrangian:
         gravity = func.jacfwd(lambda q_: self.lagrangians(q_, qd)[1])(q).T
         return partial, acceleration, velocity, gravity
 
-    def decompose_autograd(self, q, qd, qdd) -> Decomposition:
+    def decompose_autograd(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
         """Same as :meth:`decompose`, by differentiating each ``L_i`` with torch.func.
 
         Faithful to seeds 000/002 (the Euler-Lagrange operator applied to each partial
         Lagrangian by automatic differentiation), vmapped over the batch. Slower than the
         closed form; it is the reference the fast path is tested against.
         """
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        q, qd, qdd = (torch.as_tensor(x, dtype=self.dtype, device=self.device)
-                      for x in (q, qd, qdd))
+        (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
         partial, acceleration, velocity, gravity = torch.func.vmap(self._autograd_single)(
-            q, qd, qdd)
-        flat = _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
-                                  self.friction_torque(qd), None)
-        return flat.reshape(batch)
+            qt, qdt, qddt)
+        flat = {'torque': partial.sum(-1), 'partial': partial, 'acceleration': acceleration,
+                'velocity': velocity, 'gravity': gravity,
+                'friction': _friction(self._torch, qdt, 0.0)}
+        return Decomposition.from_flat(flat, batch)
+
+
+def _host_array(x: ArrayLike) -> np.ndarray:
+    """float64 numpy view of an array-like or CPU tensor (no copy when already so)."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)

@@ -13,10 +13,15 @@ origin. Shapes below: N samples, n joints, B bodies, L the longest root-to-body 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
+
+if TYPE_CHECKING:
+    from .model import RobotModel
 
 __all__ = ['KernelModel', 'decompose_into', 'link_poses', 'mass_matrix_and_bias_into',
            'parallel_threshold']
@@ -58,7 +63,8 @@ class KernelModel:
     gravity: np.ndarray
 
     @classmethod
-    def build(cls, model, bodies: np.ndarray, gravity) -> KernelModel:
+    def build(cls, model: RobotModel, bodies: np.ndarray,
+              gravity: Sequence[float] | np.ndarray) -> KernelModel:
         """Constants for the body columns ``bodies`` (indices into ``model``'s bodies)."""
         paths = [model.root_path(model.body_joint[i]) for i in bodies]
         longest = max((len(p) for p in paths), default=0)
@@ -66,7 +72,7 @@ class KernelModel:
         for b, chain in enumerate(paths):
             path[b, :len(chain)] = chain
 
-        def f64(x):
+        def f64(x: Any) -> np.ndarray:
             return np.ascontiguousarray(x, dtype=np.float64)
 
         return cls(
@@ -81,7 +87,8 @@ class KernelModel:
             gravity=f64(gravity),
         )
 
-    def arguments(self) -> tuple:
+    def arguments(self) -> tuple[np.ndarray, ...]:
+        """The constants in the order the compiled loops take them."""
         return (self.parent, self.axis, self.revolute, self.T_parent_joint, self.body_joint,
                 self.mass, self.com, self.inertia, self.path, self.path_len, self.gravity)
 
@@ -303,19 +310,26 @@ def _batch_parallel(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joi
                torque, partial, acceleration, velocity, grav, M)
 
 
-def _run(km: KernelModel, q, qd, qdd, tables: bool, threads: int, outputs) -> None:
+# numba's dispatchers, typed as what they are to the Python caller
+_batch_call: Any = _batch
+_batch_parallel_call: Any = _batch_parallel
+_max_threads: int = getattr(numba.config, 'NUMBA_NUM_THREADS')  # noqa: B009 - untyped
+
+
+def _run(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, tables: bool,
+         threads: int, outputs: tuple[np.ndarray, ...]) -> None:
     N = q.shape[0]
     args = (q, qd, qdd, *km.arguments(), tables)
-    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    threads = min(threads, _max_threads)
     if N < parallel_threshold or threads <= 1:
-        _batch(*args, 0, N, *outputs)
+        _batch_call(*args, 0, N, *outputs)
         return
     with _pool_lock:
         previous = numba.get_num_threads()
         numba.set_num_threads(threads)
         try:
             # a few blocks per thread so an uneven thread still finishes together
-            _batch_parallel(*args, min(N, 4 * threads), *outputs)
+            _batch_parallel_call(*args, min(N, 4 * threads), *outputs)
         finally:
             numba.set_num_threads(previous)
 
@@ -379,6 +393,9 @@ def _link_poses(q, parent, axis, revolute, T_parent_joint, link_joint, T_joint_l
             out[t, k, 3, 3] = 1.0
 
 
+_link_poses_call: Any = _link_poses
+
+
 def link_poses(km: KernelModel, q: np.ndarray, link_joint: np.ndarray,
                T_joint_link: np.ndarray) -> np.ndarray:
     """World pose of every URDF link, (N, n) -> (N, L, 4, 4).
@@ -388,7 +405,7 @@ def link_poses(km: KernelModel, q: np.ndarray, link_joint: np.ndarray,
         T_joint_link: (L, 4, 4) link frame in that joint's child frame.
     """
     out = np.empty((q.shape[0], link_joint.shape[0], 4, 4))
-    _link_poses(q, km.parent, km.axis, km.revolute, km.T_parent_joint,
+    _link_poses_call(q, km.parent, km.axis, km.revolute, km.T_parent_joint,
                 np.ascontiguousarray(link_joint, dtype=np.int64),
                 np.ascontiguousarray(T_joint_link, dtype=np.float64), out)
     return out

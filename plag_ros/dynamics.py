@@ -365,6 +365,9 @@ class PartialLagrangian:
         self._all_bodies = np.arange(model.n_bodies)
         self._torch = _Constants.build(model, self._all_bodies, dtype, self.device)
         self._kernel = kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
+        # (batch, arrays, flat views) of the last checked decompose_arrays(out=...)
+        self._views: tuple[tuple[int, ...], list[np.ndarray], dict[str, np.ndarray]] | None \
+            = None
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
@@ -423,42 +426,149 @@ class PartialLagrangian:
         return flat, shape[:-1]
 
     # ------------------------------------------------------------------ closed form
-    def decompose(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
+    def decompose(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, *,
+                  out: Decomposition | None = None) -> Decomposition:
         """Split joint torques by body and by motion source (closed form, batched).
 
         Args:
             q: (..., n) joint positions [rad or m].
             qd: (..., n) joint velocities [rad/s or m/s].
             qdd: (..., n) joint accelerations [rad/s^2 or m/s^2].
+            out: a :class:`Decomposition` to write into (e.g. :meth:`empty` or an earlier
+                result of the same batch shape), whose tensors have the engine's dtype and
+                device and are contiguous; reused memory instead of a fresh allocation.
 
         Returns:
             :class:`Decomposition` with torque (..., n), partial (..., n, B), acceleration
-            and velocity (..., n, B, n), gravity (..., n, B), friction (..., n).
+            and velocity (..., n, B, n), gravity (..., n, B), friction (..., n); ``out``
+            itself when given.
 
         Raises:
-            ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf.
+            ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf; an
+                ``out`` of the wrong shape, dtype, device or layout.
         """
-        return self.columns(q, qd, qdd, self._all_bodies)
+        if out is None:
+            return self.columns(q, qd, qdd, self._all_bodies)
+        self._check_out_tensors(out)
+        if self.compiled:
+            self.decompose_arrays(q, qd, qdd, out={name: getattr(out, name).numpy()
+                                                   for name in FIELDS})
+            return out
+        fresh = self.columns(q, qd, qdd, self._all_bodies)
+        for name in FIELDS:
+            target, value = getattr(out, name), getattr(fresh, name)
+            if target.shape != value.shape:
+                raise ValueError(f'out.{name} has shape {tuple(target.shape)}, the result '
+                                 f'{tuple(value.shape)}')
+        with torch.inference_mode():     # out may be an earlier (inference) result
+            for name in FIELDS:
+                getattr(out, name).copy_(getattr(fresh, name))
+        return out
 
-    def decompose_arrays(self, q: ArrayLike, qd: ArrayLike,
-                         qdd: ArrayLike) -> dict[str, np.ndarray]:
+    def _check_out_tensors(self, out: Decomposition) -> None:
+        for name in FIELDS:
+            t = getattr(out, name)
+            if (not torch.is_tensor(t) or t.dtype != self.dtype or t.device != self.device
+                    or not t.is_contiguous() or t.requires_grad):
+                raise ValueError(f'out.{name} must be a contiguous {self.dtype} tensor on '
+                                 f'{self.device} without grad')
+
+    def empty(self, batch: tuple[int, ...] = ()) -> Decomposition:
+        """Uninitialised output tensors for ``decompose(..., out=...)`` of ``batch``."""
+        return Decomposition(**{name: torch.from_numpy(a) if self.compiled else
+                                torch.as_tensor(a, dtype=self.dtype, device=self.device)
+                                for name, a in self.empty_arrays(batch).items()})
+
+    def empty_arrays(self, batch: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+        """Uninitialised float64 arrays for ``decompose_arrays(..., out=...)``: torque and
+        friction (*batch, n), partial and gravity (*batch, n, B), acceleration and velocity
+        (*batch, n, B, n)."""
+        n, B = self.model.n_joints, self.model.n_bodies
+        return {name: np.empty((*batch, *shape)) for name, shape in self._field_shapes(
+            n, B).items()}
+
+    @staticmethod
+    def _field_shapes(n: int, B: int) -> dict[str, tuple[int, ...]]:
+        return {'torque': (n,), 'partial': (n, B), 'acceleration': (n, B, n),
+                'velocity': (n, B, n), 'gravity': (n, B), 'friction': (n,)}
+
+    def decompose_arrays(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, *,
+                         out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """:meth:`decompose` as float64 numpy arrays, keyed by :data:`FIELDS`.
 
         The live nodes' call: on the compiled path the arrays come straight from the loop,
         without wrapping them in tensors and unwrapping them again (~25 torch calls, a
         tenth of a live sample's cost).
+
+        Args:
+            q, qd, qdd: (..., n) as in :meth:`decompose`.
+            out: arrays to write into instead of allocating (:meth:`empty_arrays` of the
+                batch shape, or an earlier result): writeable, C-contiguous float64 of
+                exactly the result's shapes. The compiled loop writes into them directly;
+                the torch form copies its result in.
+
+        Returns:
+            torque and friction (..., n), partial and gravity (..., n, B), acceleration and
+            velocity (..., n, B, n); ``out`` itself when given.
+
+        Raises:
+            ValueError: as :meth:`decompose`; an ``out`` array of the wrong shape, dtype or
+                layout (nothing is written then).
         """
         if not self.compiled:
-            return self.decompose(q, qd, qdd).numpy()
-        single = self._single_sample(q, qd, qdd)
+            result = self.decompose(q, qd, qdd).numpy()
+            if out is None:
+                return result
+            self._check_out_arrays(out, result['torque'].shape[:-1])
+            for name in FIELDS:
+                np.copyto(out[name], result[name])
+            return out
+        single = self._single_sample(q, qd, qdd, out)
         if single is not None:
             return single
         (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        flat = self._compiled_columns(self._kernel, qf, qdf, qddf)
-        return {name: value.reshape(*batch, *value.shape[1:]) for name, value in flat.items()}
+        if out is None:
+            flat = kernel.decompose_into(self._kernel, qf, qdf, qddf,
+                                         threads=torch.get_num_threads())
+            return {name: a.reshape(*batch, *a.shape[1:]) for name, a in flat.items()}
+        kernel.decompose_unchecked(self._kernel, qf, qdf, qddf, self._out_views(out, batch),
+                                   threads=torch.get_num_threads())
+        return out
 
-    def _single_sample(self, q: ArrayLike, qd: ArrayLike,
-                       qdd: ArrayLike) -> dict[str, np.ndarray] | None:
+    def _out_views(self, out: dict[str, np.ndarray],
+                   batch: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """Flat (N, ...) views of checked ``out`` arrays for the compiled loop.
+
+        The check and the views are kept for the arrays last seen (by identity), so a
+        caller reusing one set of buffers pays for them once.
+        """
+        arrays = [out.get(name) for name in FIELDS] if isinstance(out, dict) else []
+        cached = self._views
+        if (cached is not None and cached[0] == batch and len(arrays) == len(FIELDS)
+                and all(a is b for a, b in zip(arrays, cached[1], strict=True))):
+            return cached[2]
+        self._check_out_arrays(out, batch)
+        N = math.prod(batch)
+        views = {name: out[name].reshape(N, *out[name].shape[len(batch):]) for name in FIELDS}
+        self._views = (batch, [out[name] for name in FIELDS], views)
+        return views
+
+    def _check_out_arrays(self, out: dict[str, np.ndarray], batch: tuple[int, ...]) -> None:
+        """ValueError unless ``out`` holds writeable C-contiguous float64 arrays of the
+        result's shapes for ``batch`` (so reshaping them gives views, never copies)."""
+        for name, shape in self._field_shapes(self.model.n_joints,
+                                              self.model.n_bodies).items():
+            a = out.get(name) if isinstance(out, dict) else None
+            expected = (*batch, *shape)
+            if (not isinstance(a, np.ndarray) or a.shape != expected or a.dtype != np.float64
+                    or not a.flags.c_contiguous or not a.flags.writeable):
+                got = 'missing' if a is None else f'{getattr(a, "shape", type(a).__name__)}'
+                raise ValueError(f'out[{name!r}] must be a writeable C-contiguous float64 '
+                                 f'array of shape {expected}, got {got}')
+
+    def _single_sample(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike,
+                       out: dict[str, np.ndarray] | None = None,
+                       ) -> dict[str, np.ndarray] | None:
         """decompose_arrays of one finite (n,) float64 sample, or None for anything else.
 
         The live node's case, without the broadcasting and validation of _prepare: at
@@ -473,25 +583,12 @@ class PartialLagrangian:
         # One finite sum for the three (inf - inf is NaN, so no cancellation hides one).
         if not math.isfinite(q.sum() + qd.sum() + qdd.sum()):
             return None
-        out = kernel.decompose_into(self._kernel, np.ascontiguousarray(q).reshape(1, n),
-                                    np.ascontiguousarray(qd).reshape(1, n),
-                                    np.ascontiguousarray(qdd).reshape(1, n),
-                                    threads=1)
-        single = {name: value[0] for name, value in out.items()}
-        single['friction'] = self._host_friction(qd)
-        return single
-
-    def _host_friction(self, qd: np.ndarray) -> np.ndarray:
-        """_friction (exact Coulomb law) for float64 numpy velocities (..., n)."""
-        return self.model.damping * qd + self.model.friction * np.sign(qd)
-
-    def _compiled_columns(self, km: kernel.KernelModel, q: np.ndarray, qd: np.ndarray,
-                          qdd: np.ndarray) -> dict[str, np.ndarray]:
-        """Every field for flat (N, n) float64 inputs from :meth:`_prepare`, by the
-        compiled loop, for the body columns ``km`` was built for."""
-        out = kernel.decompose_into(km, q, qd, qdd, threads=torch.get_num_threads())
-        out['friction'] = self._host_friction(qd)
-        return out
+        q2, qd2, qdd2 = (np.ascontiguousarray(x).reshape(1, n) for x in (q, qd, qdd))
+        if out is not None:
+            kernel.decompose_unchecked(self._kernel, q2, qd2, qdd2, self._out_views(out, ()))
+            return out
+        flat = kernel.decompose_into(self._kernel, q2, qd2, qdd2)
+        return {name: value[0] for name, value in flat.items()}
 
     def _torch_columns(self, c: _Constants, q: Tensor, qd: Tensor,
                        qdd: Tensor) -> dict[str, Tensor]:
@@ -581,7 +678,7 @@ class PartialLagrangian:
             (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
             km = self._kernel if every else kernel.KernelModel.build(self.model, bodies,
                                                                      GRAVITY)
-            arrays = self._compiled_columns(km, qf, qdf, qddf)
+            arrays = kernel.decompose_into(km, qf, qdf, qddf, threads=torch.get_num_threads())
             flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
         else:
             (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)

@@ -48,7 +48,9 @@ import torch
 from torch import Tensor
 
 from . import kernel
-from .model import ModelChanges, RobotModel
+from . import torch_form as tf
+from .extension import ExtensionPlan, plan_extension, splice_tables
+from .model import RobotModel
 
 __all__ = ['Decomposition', 'ExtensionPlan', 'PartialLagrangian', 'GRAVITY', 'FIELDS']
 
@@ -96,238 +98,6 @@ class Decomposition:
                       for name in FIELDS})
 
 
-@dataclass(frozen=True)
-class ExtensionPlan:
-    """Which columns :meth:`PartialLagrangian.extend` reuses and which it recomputes.
-
-    A body's column of every table depends only on the body's inertial figures and on the
-    joints of its path to the root (their type, axis, origin and order); every other row of
-    it is structurally zero. A column is reused when all of those are unchanged.
-
-    Attributes:
-        changes: every difference between the two models (:meth:`RobotModel.changes_from`).
-        reused: names of the bodies whose columns are copied from the previous result.
-        recomputed: body name -> why its column is recomputed.
-        reused_columns: (new index, previous index) of each reused body.
-        recomputed_columns: new indices of the recomputed bodies, in body order.
-    """
-
-    changes: ModelChanges
-    reused: tuple[str, ...]
-    recomputed: dict[str, str]
-    reused_columns: tuple[tuple[int, int], ...]
-    recomputed_columns: tuple[int, ...]
-
-
-def _skew(v: np.ndarray) -> np.ndarray:
-    """(..., 3) -> (..., 3, 3) with skew(v) @ x == v x x."""
-    out = np.zeros(v.shape + (3,))
-    out[..., 0, 1], out[..., 0, 2], out[..., 1, 2] = -v[..., 2], v[..., 1], -v[..., 0]
-    return out - np.swapaxes(out, -1, -2)
-
-
-def _cross(a: Tensor, b: Tensor) -> Tensor:
-    return torch.linalg.cross(a, b)
-
-
-def _cross_motion(a: Tensor, b: Tensor) -> Tensor:
-    """Spatial motion cross product a x b, (..., 6) angular first."""
-    wa, va, wb, vb = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
-    return torch.cat([_cross(wa, wb), _cross(wa, vb) + _cross(va, wb)], -1)
-
-
-def _cross_force(a: Tensor, f: Tensor) -> Tensor:
-    """Spatial force cross product a x* f, (..., 6) angular (moment) first."""
-    wa, va, n, lin = a[..., :3], a[..., 3:], f[..., :3], f[..., 3:]
-    return torch.cat([_cross(wa, n) + _cross(va, lin), _cross(wa, lin)], -1)
-
-
-@dataclass(frozen=True)
-class _Constants:
-    """Everything the torch form of the closed form needs about the model, as tensors of
-    the engine's dtype and device.
-
-    A *pair* p = (body i, source joint s) exists for every joint s on the path from the
-    root to body i; only pairs carry non-zero acceleration/velocity parts, so the closed
-    form works on pairs (44 of 81 for the CRANE-X7) and scatters them into the table.
-    """
-
-    parent: tuple[int, ...]
-    axis: Tensor               # (n, 3) joint axes in the joint frames
-    K: Tensor                  # (n, 3, 3) skew(axis); K2 = K @ K (Rodrigues)
-    K2: Tensor
-    T_parent_joint: Tensor     # (n, 4, 4)
-    homogeneous_row: Tensor    # (1, 4)
-    eye3: Tensor               # (3, 3)
-    revolute: Tensor           # (n,) 1.0 for revolute/continuous, 0.0 for prismatic
-    joint_anc: Tensor          # (n, n) joint_anc[j, s] = 1 if s is j or an ancestor of j
-    gravity: Tensor            # (3,)
-    damping: Tensor            # (n,)
-    coulomb: Tensor            # (n,)
-    n_bodies: int
-    body_joint: Tensor         # (B,) int
-    mass: Tensor               # (B,)
-    com: Tensor                # (B, 3) in the joint child frame
-    inertia: Tensor            # (B, 3, 3) about the COM, joint child frame
-    mask_ki: Tensor            # (n, B) joint k on body i's path
-    pair_body: Tensor          # (P,) int
-    pair_source: Tensor        # (P,) int
-    pair_joint: Tensor         # (P,) int, joint body i rides on
-    pair_flat: Tensor          # (P,) int, i * n + s
-    pair_mask_k: Tensor        # (n, P) joint k on the path of the pair's body
-    pair_onehot_source: Tensor  # (P, n) sums pairs into mass-matrix columns
-
-    @classmethod
-    def build(cls, model: RobotModel, bodies: np.ndarray, dtype: torch.dtype,
-              device: torch.device) -> _Constants:
-        """Constants of the body columns ``bodies`` (indices into ``model``'s bodies)."""
-        def real(x: ArrayLike) -> Tensor:
-            return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
-
-        def index(x: ArrayLike) -> Tensor:
-            return torch.as_tensor(np.asarray(x, dtype=np.int64), device=device)
-
-        n = model.n_joints
-        joint_anc = np.zeros((n, n))
-        for j in range(n):
-            joint_anc[j, model.root_path(j)] = 1.0
-        anc = joint_anc[model.body_joint[bodies]]                               # (B, n)
-        pair_body, pair_source = np.nonzero(anc)
-        K = _skew(model.joint_axis)
-        return cls(
-            parent=tuple(int(p) for p in model.joint_parent),
-            axis=real(model.joint_axis), K=real(K), K2=real(K @ K),
-            T_parent_joint=real(model.T_parent_joint),
-            homogeneous_row=real([[0.0, 0.0, 0.0, 1.0]]), eye3=real(np.eye(3)),
-            revolute=real([t != 'prismatic' for t in model.joint_types]),
-            joint_anc=real(joint_anc), gravity=real(GRAVITY),
-            damping=real(model.damping), coulomb=real(model.friction),
-            n_bodies=len(bodies),
-            body_joint=index(model.body_joint[bodies]),
-            mass=real(model.body_mass[bodies]), com=real(model.body_com[bodies]),
-            inertia=real(model.body_inertia[bodies]), mask_ki=real(anc.T),
-            pair_body=index(pair_body), pair_source=index(pair_source),
-            pair_joint=index(model.body_joint[bodies][pair_body]),
-            pair_flat=index(pair_body * n + pair_source),
-            pair_mask_k=real(anc[pair_body].T),
-            pair_onehot_source=real(np.eye(n)[pair_source]),
-        )
-
-
-def _body_frames(c: _Constants, q: Tensor) -> Tensor:
-    """World pose of each joint's child frame, (N, n) -> (N, n, 4, 4)."""
-    N, n = q.shape
-    s, co = torch.sin(q)[..., None, None], torch.cos(q)[..., None, None]
-    # Rodrigues for revolute joints, identity rotation and a slide for prismatic ones.
-    R = c.eye3 + c.revolute[:, None, None] * (s * c.K + (1.0 - co) * c.K2)    # (N, n, 3, 3)
-    p = ((1.0 - c.revolute) * q)[..., None] * c.axis                            # (N, n, 3)
-    # Built out of place so the same code runs under torch.func transforms.
-    bottom = torch.broadcast_to(c.homogeneous_row, (N, n, 1, 4))
-    local = torch.cat([torch.cat([R, p[..., None]], -1), bottom], -2)
-    A = c.T_parent_joint @ local                                                # parent->child
-    frames: list[Tensor] = []
-    for j, parent in enumerate(c.parent):
-        frames.append(A[:, j] if parent < 0 else frames[parent] @ A[:, j])
-    return torch.stack(frames, 1)
-
-
-def _motion_subspaces(c: _Constants, T: Tensor) -> Tensor:
-    """Joint motion subspaces S (N, n, 6) in world coordinates from the body frames."""
-    axis_w = (T[..., :3, :3] @ c.axis[..., None])[..., 0]                     # (N, n, 3)
-    rev = c.revolute[:, None]
-    linear = rev * _cross(T[..., :3, 3], axis_w) + (1.0 - rev) * axis_w
-    return torch.cat([rev * axis_w, linear], -1)
-
-
-def _body_inertials(c: _Constants, T: Tensor) -> tuple[Tensor, Tensor]:
-    """World COM (N, B, 3) and rotational inertia about it (N, B, 3, 3) of each body."""
-    Tb = T[:, c.body_joint]                                                     # (N, B, 4, 4)
-    R = Tb[..., :3, :3]
-    com = Tb[..., :3, 3] + (R @ c.com[..., None])[..., 0]
-    return com, R @ c.inertia @ R.swapaxes(-1, -2)
-
-
-def _apply_inertia(mass: Tensor, com: Tensor, I_com: Tensor, x: Tensor) -> Tensor:
-    """Spatial inertia times motion vector: (..., 6) momentum at the world origin.
-
-    For x = (w, v): linear momentum m (v + w x c), angular I_c w + c x (linear).
-    """
-    w, v = x[..., :3], x[..., 3:]
-    linear = mass[..., None] * (v + _cross(w, com))
-    angular = (I_com @ w[..., None])[..., 0] + _cross(com, linear)
-    return torch.cat([angular, linear], -1)
-
-
-def _pair_terms(c: _Constants, q: Tensor, qd: Tensor,
-                qdd: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The closed form of the module docstring per pair, over a flat batch (N, n).
-
-    Returns:
-        M_pairs (N, n, P) = M_i[k, s] of each pair p = (i, s); the acceleration and velocity
-        parts of each pair (N, n, P); gravity (N, n, B).
-    """
-    T = _body_frames(c, q)
-    S = _motion_subspaces(c, T)                                                 # (N, n, 6)
-    com, I_com = _body_inertials(c, T)                                          # (N, B, 3)
-    v = c.joint_anc @ (S * qd[..., None])                                       # (N, n, 6)
-
-    # Per pair p = (i, s): I_i S_s and the velocity-part vector F_p.
-    pb, ps = c.pair_body, c.pair_source
-    m_p, c_p, I_p = c.mass[pb], com[:, pb], I_com[:, pb]
-    S_s, v_i = S[:, ps], v[:, c.pair_joint]                                     # (N, P, 6)
-    IS = _apply_inertia(m_p, c_p, I_p, S_s)
-    h = _apply_inertia(c.mass, com, I_com, v[:, c.body_joint])                  # (N, B, 6)
-    X = _cross_motion(2.0 * v[:, ps] - v_i, S_s)
-    F = _apply_inertia(m_p, c_p, I_p, X) + _cross_force(v_i, IS) + _cross_force(S_s, h[:, pb])
-    # Project on every joint k at once: (N, n, 2P), then keep k on body i's path.
-    Z = S @ torch.cat([IS, F], 1).swapaxes(1, 2)
-    P = pb.shape[0]
-    M_pairs = Z[..., :P] * c.pair_mask_k                                        # (N, n, P)
-    acc_pairs = M_pairs * qdd[:, None, ps]
-    vel_pairs = 0.5 * Z[..., P:] * c.pair_mask_k * qd[:, None, ps]
-
-    # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
-    mg = torch.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)           # (N, B, 3)
-    wrench = torch.cat([_cross(com, mg), mg], -1)                               # (N, B, 6)
-    gravity = (S @ wrench.swapaxes(1, 2)) * c.mask_ki                           # (N, n, B)
-    return M_pairs, acc_pairs, vel_pairs, gravity
-
-
-def _closed_form(c: _Constants, q: Tensor, qd: Tensor, qdd: Tensor) -> dict[str, Tensor]:
-    """Dense tables (every field but friction) of a flat batch (N, n) by the torch form."""
-    N, n = q.shape
-    _, acc_pairs, vel_pairs, gravity = _pair_terms(c, q, qd, qdd)
-
-    def dense(pairs: Tensor) -> Tensor:
-        out = pairs.new_zeros((N, n, c.n_bodies * n))
-        out[..., c.pair_flat] = pairs
-        return out.reshape(N, n, c.n_bodies, n)
-
-    acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
-    partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
-    return {'torque': partial.sum(-1), 'partial': partial, 'acceleration': acceleration,
-            'velocity': velocity, 'gravity': gravity}
-
-
-def _friction(c: _Constants, qd: Tensor, smoothing: float) -> Tensor:
-    sign = torch.tanh(qd / smoothing) if smoothing > 0.0 else torch.sign(qd)
-    return c.damping * qd + c.coulomb * sign
-
-
-def _column_signature(model: RobotModel, body: int) -> tuple[object, ...]:
-    """Everything column ``body`` of the tables depends on, comparable across models.
-
-    The body's joint, inertial figures and, for each joint of its root path (root first),
-    its name, whether it slides or turns, its axis and its frame in the parent.
-    """
-    path = tuple(
-        (model.joint_names[j], model.joint_types[j] == 'prismatic',
-         tuple(model.joint_axis[j].tolist()), tuple(model.T_parent_joint[j].ravel().tolist()))
-        for j in model.root_path(int(model.body_joint[body])))
-    return (float(model.body_mass[body]), tuple(model.body_com[body].tolist()),
-            tuple(model.body_inertia[body].ravel().tolist()), path)
-
-
 class PartialLagrangian:
     """Partial Lagrangian inverse dynamics of a :class:`RobotModel`, batched over samples.
 
@@ -363,7 +133,8 @@ class PartialLagrangian:
         self.compiled = compiled and dtype == torch.float64 and self.device.type == 'cpu'
         self.last_extension: ExtensionPlan | None = None
         self._all_bodies = np.arange(model.n_bodies)
-        self._torch = _Constants.build(model, self._all_bodies, dtype, self.device)
+        self._torch = tf.Constants.build(model, self._all_bodies, GRAVITY, dtype,
+                                         self.device)
         self._kernel = kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
         # (batch, arrays, flat views) of the last checked decompose_arrays(out=...)
         self._views: tuple[tuple[int, ...], list[np.ndarray], dict[str, np.ndarray]] | None \
@@ -590,21 +361,21 @@ class PartialLagrangian:
         flat = kernel.decompose_into(self._kernel, q2, qd2, qdd2)
         return {name: value[0] for name, value in flat.items()}
 
-    def _torch_columns(self, c: _Constants, q: Tensor, qd: Tensor,
+    def _torch_columns(self, c: tf.Constants, q: Tensor, qd: Tensor,
                        qdd: Tensor) -> dict[str, Tensor]:
         """Every field for flat (N, n) tensors from :meth:`_prepare_tensors`, by the torch
         form, for the body columns ``c`` was built for."""
         with torch.inference_mode():
             N, size = q.shape[0], self.chunk_size
             if N <= size:
-                out = _closed_form(c, q, qd, qdd)
+                out = tf.closed_form(c, q, qd, qdd)
             else:
                 # Long batches go through in cache-sized chunks: on a whole bag every pair
                 # intermediate would spill to memory (measured about 2x slower).
-                parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
+                parts = [tf.closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
                          for a in range(0, N, size)]
                 out = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
-            out['friction'] = _friction(c, qd, 0.0)
+            out['friction'] = tf.friction(c, qd, 0.0)
         return out
 
     # ------------------------------------------------------------------ helpers
@@ -624,7 +395,7 @@ class PartialLagrangian:
             (qt, qdt), batch = self._prepare_tensors(q=q, qd=qd)
             c = self._torch
             with torch.inference_mode():
-                M_pairs, acc, vel, grav = _pair_terms(c, qt, qdt, torch.zeros_like(qt))
+                M_pairs, acc, vel, grav = tf.pair_terms(c, qt, qdt, torch.zeros_like(qt))
             M, bias = M_pairs @ c.pair_onehot_source, (acc + vel).sum(-1) + grav.sum(-1)
         return M.reshape(*batch, n, n), bias.reshape(*batch, n)
 
@@ -649,7 +420,7 @@ class PartialLagrangian:
                 the exact (discontinuous) Coulomb law.
         """
         qd = torch.as_tensor(qd, dtype=self.dtype, device=self.device)
-        return _friction(self._torch, qd, smoothing)
+        return tf.friction(self._torch, qd, smoothing)
 
     def link_poses(self, q: ArrayLike) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
@@ -659,7 +430,7 @@ class PartialLagrangian:
                                       self.model.T_joint_link)
             return torch.from_numpy(poses.reshape(*batch, *poses.shape[1:]))
         (qt,), batch = self._prepare_tensors(q=q)
-        T = _body_frames(self._torch, qt)
+        T = tf.body_frames(self._torch, qt)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
         frames = torch.cat([eye, T], dim=1)[:, self._link_joint + 1]            # root = 0
         return (frames @ self._T_joint_link).reshape(*batch, -1, 4, 4)
@@ -682,51 +453,15 @@ class PartialLagrangian:
             flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
         else:
             (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
-            c = self._torch if every else _Constants.build(self.model, bodies, self.dtype,
-                                                           self.device)
+            c = self._torch if every else tf.Constants.build(self.model, bodies, GRAVITY,
+                                                              self.dtype, self.device)
             flat = self._torch_columns(c, qt, qdt, qddt)
         return Decomposition.from_flat(flat, batch)
 
     def plan_extension(self, previous_model: RobotModel) -> ExtensionPlan:
-        """Which body columns :meth:`extend` can take from a result of ``previous_model``.
-
-        A column is reused when the body exists in both models (by name) with the same
-        inertial figures, riding on a joint whose whole root path has the same joints (by
-        name, in order) with the same kind (turning or sliding), axis and origin. Every
-        other column is recomputed. Mimic relations, limits, damping and friction change
-        no column (the tables take every joint's q; friction is always recomputed); they
-        are still listed in ``changes``.
-        """
-        model = self.model
-        changes = model.changes_from(previous_model)
-        old = {name: i for i, name in enumerate(previous_model.body_names)}
-        reused: list[tuple[int, int]] = []
-        recomputed: dict[str, str] = {}
-        for i, name in enumerate(model.body_names):
-            if name not in old:
-                recomputed[name] = 'new body'
-                continue
-            o = old[name]
-            if _column_signature(model, i) == _column_signature(previous_model, o):
-                reused.append((i, o))
-                continue
-            why = [f'body {", ".join(changes.changed_bodies[name])}'] \
-                if name in changes.changed_bodies else []
-            path = [model.joint_names[j] for j in model.root_path(int(model.body_joint[i]))]
-            old_path = [previous_model.joint_names[j]
-                        for j in previous_model.root_path(int(previous_model.body_joint[o]))]
-            if path != old_path:
-                why.append(f'root path {old_path} -> {path}')
-            why += [f'joint {j} {", ".join(changes.changed_joints[j])}' for j in path
-                    if j in changes.changed_joints]
-            recomputed[name] = '; '.join(why) or 'figures changed'
-        return ExtensionPlan(
-            changes=changes,
-            reused=tuple(model.body_names[i] for i, _ in reused),
-            recomputed=recomputed,
-            reused_columns=tuple(reused),
-            recomputed_columns=tuple(model.body_names.index(name) for name in recomputed),
-        )
+        """Which body columns :meth:`extend` can take from a result of ``previous_model``
+        (see :func:`plag_ros.extension.plan_extension`)."""
+        return plan_extension(self.model, previous_model)
 
     def extend(self, previous: Decomposition, previous_model: RobotModel, q: ArrayLike,
                qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
@@ -746,8 +481,7 @@ class PartialLagrangian:
         """
         plan = self.plan_extension(previous_model)
         self.last_extension = plan
-        model = self.model
-        n, B = model.n_joints, model.n_bodies
+        n = self.model.n_joints
         old_n, old_B = previous_model.n_joints, previous_model.n_bodies
         if tuple(previous.partial.shape[-2:]) != (old_n, old_B):
             raise ValueError(f'previous tables have shape {tuple(previous.partial.shape)}, '
@@ -758,45 +492,15 @@ class PartialLagrangian:
             raise ValueError(f'previous was computed on batch {batch}, q on {in_batch}')
         fresh = list(plan.recomputed_columns)
         new = self.columns(q, qd, qdd, fresh) if fresh else None
-
-        old_joint = {name: k for k, name in enumerate(previous_model.joint_names)}
-        shared = [(k, old_joint[name]) for k, name in enumerate(model.joint_names)
-                  if name in old_joint]
-
-        def index(values: Sequence[int]) -> Tensor:
-            return torch.as_tensor(list(values), dtype=torch.int64, device=self.device)
-
-        kn, ko = index([k for k, _ in shared]), index([o for _, o in shared])
-        inew = index([i for i, _ in plan.reused_columns])
-        iold = index([o for _, o in plan.reused_columns])
-
-        def table(old: Tensor, part: Tensor | None, sources: bool) -> Tensor:
-            """New table: reused columns moved from ``old``, fresh ones from ``part``."""
-            old = old.to(dtype=self.dtype, device=self.device)
-            shape = (*batch, n, B, n) if sources else (*batch, n, B)
-            out = old.new_zeros(shape)
-            if sources:
-                out[..., kn[:, None, None], inew[None, :, None], kn[None, None, :]] = \
-                    old[..., ko[:, None, None], iold[None, :, None], ko[None, None, :]]
-            else:
-                out[..., kn[:, None], inew[None, :]] = old[..., ko[:, None], iold[None, :]]
-            if part is not None:
-                if sources:
-                    out[..., :, fresh, :] = part
-                else:
-                    out[..., :, fresh] = part
-            return out
-
-        partial = table(previous.partial, None if new is None else new.partial, False)
+        names = ('partial', 'acceleration', 'velocity', 'gravity')
+        tables = splice_tables(
+            plan, self.model, previous_model,
+            {name: getattr(previous, name).to(dtype=self.dtype, device=self.device)
+             for name in names},
+            None if new is None else {name: getattr(new, name) for name in names}, batch)
         return Decomposition(
-            torque=partial.sum(-1),
-            partial=partial,
-            acceleration=table(previous.acceleration,
-                               None if new is None else new.acceleration, True),
-            velocity=table(previous.velocity, None if new is None else new.velocity, True),
-            gravity=table(previous.gravity, None if new is None else new.gravity, False),
-            friction=_friction(self._torch, qd_flat, 0.0).reshape(*batch, n),
-        )
+            torque=tables['partial'].sum(-1), **tables,
+            friction=tf.friction(self._torch, qd_flat, 0.0).reshape(*batch, n))
 
     # ------------------------------------------------------------------ autograd path
     def lagrangians(self, q: Tensor, qd: Tensor) -> tuple[Tensor, Tensor]:
@@ -809,7 +513,7 @@ class PartialLagrangian:
         c = self._torch
 
         def pose(q_: Tensor) -> tuple[Tensor, Tensor]:
-            T = _body_frames(c, q_[None])[0][c.body_joint]                      # (B, 4, 4)
+            T = tf.body_frames(c, q_[None])[0][c.body_joint]                      # (B, 4, 4)
             R = T[:, :3, :3]
             return R, T[:, :3, 3] + (R @ c.com[..., None])[..., 0]
 
@@ -857,7 +561,7 @@ class PartialLagrangian:
             qt, qdt, qddt)
         flat = {'torque': partial.sum(-1), 'partial': partial, 'acceleration': acceleration,
                 'velocity': velocity, 'gravity': gravity,
-                'friction': _friction(self._torch, qdt, 0.0)}
+                'friction': tf.friction(self._torch, qdt, 0.0)}
         return Decomposition.from_flat(flat, batch)
 
 

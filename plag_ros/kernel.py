@@ -1,8 +1,8 @@
 """Compiled closed form of the partial Lagrangian split, one fused loop per sample.
 
-The same mathematics as :func:`plag_ros.dynamics._closed_form` (see that module's
-docstring), written as scalar loops and compiled with numba: the vectorised array form
-spends most of its time materialising per-pair intermediates in memory, while this loop
+The same mathematics as :func:`plag_ros.torch_form.closed_form` (formulas in
+:mod:`plag_ros.dynamics`), written as scalar loops and compiled with numba: the vectorised
+array form spends most of its time materialising per-pair intermediates in memory, while this loop
 keeps a sample's kinematics (a few hundred doubles) in cache and writes each table entry
 once. Used for float64 on the CPU; the torch form stays for float32, GPUs and as the
 cross-check in the tests.

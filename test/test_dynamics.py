@@ -171,7 +171,7 @@ def test_torch_form_chunks_long_batches(robot, monkeypatch, dtype):
     ``chunk_size``. A small chunk size on the instance keeps the test fast; the number of
     closed-form passes shows the chunk branch ran (3 full chunks and a remainder).
     """
-    from plag_ros import dynamics
+    from plag_ros import torch_form
 
     model = robot[0]
     chunked = PartialLagrangian(model, dtype=dtype, compiled=False)
@@ -181,13 +181,13 @@ def test_torch_form_chunks_long_batches(robot, monkeypatch, dtype):
     assert not chunked.compiled and not whole.compiled
     q, qd, qdd = random_states(model, 3 * 16 + 5, seed=8)
     passes = []
-    closed_form = dynamics._closed_form
+    closed_form = torch_form.closed_form
 
     def counting(c, *args, **kwargs):
         passes.append(args[0].shape[0])
         return closed_form(c, *args, **kwargs)
 
-    monkeypatch.setattr(dynamics, '_closed_form', counting)
+    monkeypatch.setattr(torch_form, 'closed_form', counting)
     out = chunked.decompose(q, qd, qdd)
     assert passes == [16, 16, 16, 5], passes
     passes.clear()

@@ -351,15 +351,17 @@ class PartialLagrangian:
         for x in (q, qd, qdd):
             if type(x) is not np.ndarray or x.shape != (n,) or x.dtype != np.float64:
                 return None
-        # One finite sum for the three (inf - inf is NaN, so no cancellation hides one).
-        if not math.isfinite(q.sum() + qd.sum() + qdd.sum()):
-            return None
-        q2, qd2, qdd2 = (np.ascontiguousarray(x).reshape(1, n) for x in (q, qd, qdd))
-        if out is not None:
-            kernel.decompose_unchecked(self._kernel, q2, qd2, qdd2, self._out_views(out, ()))
-            return out
-        flat = kernel.decompose_into(self._kernel, q2, qd2, qdd2)
-        return {name: value[0] for name, value in flat.items()}
+        if out is None:
+            B = self.model.n_bodies
+            target = {'torque': np.empty(n), 'partial': np.empty((n, B)),
+                      'acceleration': np.empty((n, B, n)), 'velocity': np.empty((n, B, n)),
+                      'gravity': np.empty((n, B)), 'friction': np.empty(n)}
+        else:
+            self._out_views(out, ())                 # checks out (once per buffer set)
+            target = out
+        if not kernel.decompose_sample(self._kernel, q, qd, qdd, target):
+            return None          # NaN/inf, nothing written: the general path names joints
+        return target
 
     def _torch_columns(self, c: tf.Constants, q: Tensor, qd: Tensor,
                        qdd: Tensor) -> dict[str, Tensor]:

@@ -23,8 +23,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .model import RobotModel
 
-__all__ = ['KernelModel', 'decompose_into', 'link_poses', 'mass_matrix_and_bias_into',
-           'parallel_threshold']
+__all__ = ['KernelModel', 'decompose_into', 'decompose_sample', 'decompose_unchecked',
+           'link_poses', 'mass_matrix_and_bias_into', 'parallel_threshold']
 
 parallel_threshold = 64
 """Batches at least this long are split over threads (numba's pool)."""
@@ -359,7 +359,29 @@ def _batch_parallel(q, qd, qdd, ints, reals, tables, blocks,
                torque, partial, acceleration, velocity, grav, friction, M)
 
 
+@numba.njit(cache=True, nogil=True)
+def _one(q, qd, qdd, ints, reals, torque, partial, acceleration, velocity, grav, friction):
+    """One (n,) sample into (n, ...) outputs; False, writing nothing, if an input is not
+    finite."""
+    n = q.shape[0]
+    for k in range(n):
+        if not (np.isfinite(q[k]) and np.isfinite(qd[k]) and np.isfinite(qdd[k])):
+            return False
+    (parent, axis, revolute, T_parent_joint, body_joint, mass, com, inertia, path, path_len,
+     gravity, damping, coulomb) = _unpack(ints, reals)
+    _sample(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
+            inertia, path, path_len, gravity, True, np.empty((n, 3, 3)), np.empty((n, 3)),
+            np.empty((n, 6)), np.empty((n, 6)), np.empty((6, 6)), np.empty((5, 6)),
+            torque, partial, acceleration, velocity, grav, np.empty((0, 0)))
+    for k in range(n):
+        w = qd[k]
+        friction[k] = damping[k] * w + coulomb[k] * (1.0 if w > 0.0 else (
+            -1.0 if w < 0.0 else 0.0))
+    return True
+
+
 # numba's dispatchers, typed as what they are to the Python caller
+_one_call: Any = _one
 _batch_call: Any = _batch
 _batch_parallel_call: Any = _batch_parallel
 _max_threads: int = getattr(numba.config, 'NUMBA_NUM_THREADS')  # noqa: B009 - untyped
@@ -428,6 +450,23 @@ def decompose_unchecked(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.
     _run(km, q, qd, qdd, True, threads, (out['torque'], out['partial'], out['acceleration'],
                                          out['velocity'], out['gravity'], out['friction'],
                                          _no_mass(q.shape[0])))
+
+
+def decompose_sample(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                     out: dict[str, np.ndarray]) -> bool:
+    """One sample, unchecked: the live path's call, with the fewest Python steps.
+
+    Args:
+        q, qd, qdd: (n,) float64 (any stride).
+        out: torque and friction (n,), partial and gravity (n, B), acceleration and
+            velocity (n, B, n), float64, written in place; the caller checked them.
+
+    Returns:
+        False, with nothing written, when an input is NaN or infinite.
+    """
+    return bool(_one_call(q, qd, qdd, km.ints, km.reals, out['torque'], out['partial'],
+                          out['acceleration'], out['velocity'], out['gravity'],
+                          out['friction']))
 
 
 def _no_mass(N: int) -> np.ndarray:

@@ -126,3 +126,20 @@ def test_kernel_decompose_into_out_and_packed_constants(model):
         np.testing.assert_array_equal(out[name], fresh[name], err_msg=name)
     with pytest.raises(ValueError, match="out\\['acceleration'\\]"):
         kernel.decompose_into(km, q, qd, qdd, out={**out, 'acceleration': out['velocity'][:1]})
+
+
+@pytest.mark.parametrize('value', [np.nan, np.inf])
+def test_non_finite_single_sample_writes_nothing(model, value):
+    """The one-sample fast path checks finiteness inside the compiled call: a bad sample
+    raises (naming the joint) and leaves a reused buffer as it was."""
+    engine = PartialLagrangian(model)
+    q, qd, qdd = states(model, (), 7)
+    out = engine.empty_arrays()
+    engine.decompose_arrays(q, qd, qdd, out=out)
+    before = {k: v.copy() for k, v in out.items()}
+    bad = qdd.copy()
+    bad[-1] = value
+    with pytest.raises(ValueError, match=f'qdd is not finite.*{model.joint_names[-1]}'):
+        engine.decompose_arrays(q, qd, bad, out=out)
+    for name in FIELDS:
+        np.testing.assert_array_equal(out[name], before[name], err_msg=name)

@@ -14,7 +14,8 @@ and for Pinocchio:
 and the ratios (ours / Pinocchio). Run: ``.venv/bin/python bench/bench_dynamics.py``.
 It also times ``decompose_arrays`` (numpy in, numpy out: the nodes' call) on one thread, into
 fresh arrays and into reused ones (``out=``), single sample and batch 10 000.
-Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads.
+Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads,
+``--no-autograd`` to skip the slow reference path.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--quick', action='store_true')
     parser.add_argument('--threads', type=int, default=None)
+    parser.add_argument('--no-autograd', action='store_true',
+                        help='skip the autograd path (about a minute of the run)')
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -112,6 +115,8 @@ def main() -> None:
     engine.decompose(*(x[:200] for x in states))   # load the compiled loop (cached on disk)
     paths = {'compiled': engine.decompose, 'torch form': torch_form.decompose,
              'autograd': engine.decompose_autograd}
+    if args.no_autograd:
+        del paths['autograd']
     for name, fn in paths.items():
         n_rep = max(reps // 10, 30) if name == 'autograd' else reps
         time_single(fn, states, 20)

@@ -219,6 +219,10 @@ class PartialLagrangian:
                 ``out`` of the wrong shape, dtype, device or layout.
         """
         if out is None:
+            single = self._single_sample(q, qd, qdd) if self.compiled else None
+            if single is not None:    # one (n,) float64 sample: the compiled fast path
+                return Decomposition(**{name: torch.from_numpy(single[name])
+                                        for name in FIELDS})
             return self.columns(q, qd, qdd, self._all_bodies)
         self._check_out_tensors(out)
         if self.compiled:

@@ -12,7 +12,10 @@ and for Pinocchio:
     ``computeGeneralizedGravity`` (gravity part), i.e. what a user would run to get the same
     table out of Pinocchio;
 and the ratios (ours / Pinocchio). Run: ``.venv/bin/python bench/bench_dynamics.py``.
-Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads.
+It also times ``decompose_arrays`` (numpy in, numpy out: the nodes' call) on one thread, into
+fresh arrays and into reused ones (``out=``), single sample and batch 10 000.
+Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads,
+``--no-autograd`` to skip the slow reference path.
 """
 from __future__ import annotations
 
@@ -48,8 +51,8 @@ def time_single(fn, states, repeats):
     return out
 
 
-def time_batch(fn, states, batch, repeats):
-    q, qd, qdd = (torch.as_tensor(x[:batch]) for x in states)
+def time_batch(fn, states, batch, repeats, tensors=True):
+    q, qd, qdd = (torch.as_tensor(x[:batch]) if tensors else x[:batch] for x in states)
     fn(q, qd, qdd)  # warm-up
     runs = []
     for _ in range(repeats):
@@ -63,9 +66,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--quick', action='store_true')
     parser.add_argument('--threads', type=int, default=None)
+    parser.add_argument('--no-autograd', action='store_true',
+                        help='skip the autograd path (about a minute of the run)')
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
     xml = default_urdf_path().read_text()
     model = RobotModel.from_urdf(xml)
     engine = PartialLagrangian(model)
@@ -109,6 +115,8 @@ def main() -> None:
     engine.decompose(*(x[:200] for x in states))   # load the compiled loop (cached on disk)
     paths = {'compiled': engine.decompose, 'torch form': torch_form.decompose,
              'autograd': engine.decompose_autograd}
+    if args.no_autograd:
+        del paths['autograd']
     for name, fn in paths.items():
         n_rep = max(reps // 10, 30) if name == 'autograd' else reps
         time_single(fn, states, 20)
@@ -128,6 +136,25 @@ def main() -> None:
             print(f'{name:<12} batch {batch:>6}: {per:9.2f} us/sample '
                   f'({1e6 / per:10.0f} samples/s)  ratio vs pin split {per / split50:6.3f}x, '
                   f'vs pin rnea {per / rnea50:6.2f}x')
+
+    # ---- ours: numpy arrays in, arrays out (the nodes' call), fresh and into reused buffers
+    torch.set_num_threads(1)
+    single_out = engine.empty_arrays()
+    arrays = {'decompose_arrays': engine.decompose_arrays,
+              'decompose_arrays out=': lambda q, qd, qdd: engine.decompose_arrays(
+                  q, qd, qdd, out=single_out)}
+    for name, fn in arrays.items():
+        time_single(fn, states, 50)
+        p50, p99 = percentiles(time_single(fn, states, reps))
+        print(f'{name:<22} single sample (1 thread): p50 {p50:6.1f} us  p99 {p99:6.1f} us')
+    batch_out = engine.empty_arrays((N,))
+    for name, fn in {'decompose_arrays': engine.decompose_arrays,
+                     'decompose_arrays out=': lambda q, qd, qdd: engine.decompose_arrays(
+                         q, qd, qdd, out=batch_out)}.items():
+        per = time_batch(fn, states, N, 5, tensors=False)
+        print(f'{name:<22} batch {N} (1 thread): {per:6.2f} us/sample  ratio vs pin split '
+              f'{per / split50:6.3f}x')
+    torch.set_num_threads(threads)
 
     f32 = PartialLagrangian(model, dtype=torch.float32)
     per32 = time_batch(f32.decompose, tuple(x.astype(np.float32) for x in states), 10_000, 5)

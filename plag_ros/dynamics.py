@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +48,21 @@ import torch
 from torch import Tensor
 
 from . import kernel
+from . import torch_form as tf
+from .extension import ExtensionPlan, plan_extension, splice_tables
 from .model import RobotModel
 
-__all__ = ['Decomposition', 'PartialLagrangian', 'GRAVITY']
+__all__ = ['Decomposition', 'ExtensionPlan', 'PartialLagrangian', 'GRAVITY', 'FIELDS']
 
 GRAVITY = (0.0, 0.0, -9.81)
 """Gravity in the world (root link) frame [m/s^2]."""
+
+FIELDS = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
+"""Field names of :class:`Decomposition`, in order (also the keys of
+:meth:`PartialLagrangian.decompose_arrays`)."""
+
+ArrayLike = Any
+"""Anything ``np.asarray`` or ``torch.as_tensor`` takes: arrays, tensors, nested lists."""
 
 
 @dataclass(frozen=True)
@@ -81,229 +91,11 @@ class Decomposition:
         return {f.name: getattr(self, f.name).detach().cpu().double().numpy()
                 for f in dataclasses.fields(self)}
 
-
-@dataclass(frozen=True)
-class _FlatDecomposition:
-    """Decomposition over a flat batch (N, ...) in one array library, plus the per-pair
-    mass-matrix entries ``mass`` (N, n, P) = M_i[k, s] for each pair p = (i, s)."""
-
-    torque: Any
-    partial: Any
-    acceleration: Any
-    velocity: Any
-    gravity: Any
-    friction: Any
-    mass: Any
-
-    def reshape(self, batch: tuple[int, ...], convert=lambda x: x) -> Decomposition:
-        def r(t):
-            return convert(t.reshape(*batch, *t.shape[1:]))
-
-        return Decomposition(r(self.torque), r(self.partial), r(self.acceleration),
-                             r(self.velocity), r(self.gravity), r(self.friction))
-
-
-class _TorchOps:
-    """Array operations of the closed form for torch tensors (float32, GPUs, autograd)."""
-
-    sin, cos, tanh, sign = torch.sin, torch.cos, torch.tanh, torch.sign
-    cross = staticmethod(torch.linalg.cross)
-    broadcast_to = staticmethod(torch.broadcast_to)
-
-    @staticmethod
-    def concat(arrays, axis):
-        return torch.cat(arrays, dim=axis)
-
-    @staticmethod
-    def stack(arrays, axis):
-        return torch.stack(arrays, dim=axis)
-
-    @staticmethod
-    def zeros(shape, like):
-        return like.new_zeros(shape)
-
-
-def _skew(v: np.ndarray) -> np.ndarray:
-    """(..., 3) -> (..., 3, 3) with skew(v) @ x == v x x."""
-    out = np.zeros(v.shape + (3,))
-    out[..., 0, 1], out[..., 0, 2], out[..., 1, 2] = -v[..., 2], v[..., 1], -v[..., 0]
-    return out - np.swapaxes(out, -1, -2)
-
-
-def _cross_motion(ops, a, b):
-    """Spatial motion cross product a x b, (..., 6) angular first."""
-    wa, va, wb, vb = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
-    return ops.concat([ops.cross(wa, wb), ops.cross(wa, vb) + ops.cross(va, wb)], -1)
-
-
-def _cross_force(ops, a, f):
-    """Spatial force cross product a x* f, (..., 6) angular (moment) first."""
-    wa, va, n, lin = a[..., :3], a[..., 3:], f[..., :3], f[..., 3:]
-    return ops.concat([ops.cross(wa, n) + ops.cross(va, lin), ops.cross(wa, lin)], -1)
-
-
-@dataclass(frozen=True)
-class _Constants:
-    """Everything the closed form needs about the model, in one array library.
-
-    A *pair* p = (body i, source joint s) exists for every joint s on the path from the
-    root to body i; only pairs carry non-zero acceleration/velocity parts, so the closed
-    form works on pairs (44 of 81 for the CRANE-X7) and scatters them into the table.
-    """
-
-    ops: type
-    parent: tuple[int, ...]
-    axis: Any                  # (n, 3) joint axes in the joint frames
-    K: Any                     # (n, 3, 3) skew(axis); K2 = K @ K (Rodrigues)
-    K2: Any
-    T_parent_joint: Any        # (n, 4, 4)
-    homogeneous_row: Any       # (1, 4)
-    eye3: Any                  # (3, 3)
-    revolute: Any              # (n,) 1.0 for revolute/continuous, 0.0 for prismatic
-    joint_anc: Any             # (n, n) joint_anc[j, s] = 1 if s is j or an ancestor of j
-    gravity: Any               # (3,)
-    damping: Any               # (n,)
-    coulomb: Any               # (n,)
-    n_bodies: int
-    body_joint: Any            # (B,) int
-    mass: Any                  # (B,)
-    com: Any                   # (B, 3) in the joint child frame
-    inertia: Any               # (B, 3, 3) about the COM, joint child frame
-    mask_ki: Any               # (n, B) joint k on body i's path
-    pair_body: Any             # (P,) int
-    pair_source: Any           # (P,) int
-    pair_joint: Any            # (P,) int, joint body i rides on
-    pair_flat: Any             # (P,) int, i * n + s
-    pair_mask_k: Any           # (n, P) joint k on the path of the pair's body
-    pair_onehot_source: Any    # (P, n) sums pairs into mass-matrix columns
-
     @classmethod
-    def build(cls, model: RobotModel, bodies: np.ndarray, *, ops, convert, index) -> _Constants:
-        n = model.n_joints
-        joint_anc = np.zeros((n, n))
-        for j in range(n):
-            joint_anc[j, model.root_path(j)] = 1.0
-        anc = joint_anc[model.body_joint[bodies]]                               # (B, n)
-        pair_body, pair_source = np.nonzero(anc)
-        K = _skew(model.joint_axis)
-        return cls(
-            ops=ops,
-            parent=tuple(int(p) for p in model.joint_parent),
-            axis=convert(model.joint_axis), K=convert(K), K2=convert(K @ K),
-            T_parent_joint=convert(model.T_parent_joint),
-            homogeneous_row=convert([[0.0, 0.0, 0.0, 1.0]]), eye3=convert(np.eye(3)),
-            revolute=convert([t != 'prismatic' for t in model.joint_types]),
-            joint_anc=convert(joint_anc), gravity=convert(GRAVITY),
-            damping=convert(model.damping), coulomb=convert(model.friction),
-            n_bodies=len(bodies),
-            body_joint=index(model.body_joint[bodies]),
-            mass=convert(model.body_mass[bodies]), com=convert(model.body_com[bodies]),
-            inertia=convert(model.body_inertia[bodies]), mask_ki=convert(anc.T),
-            pair_body=index(pair_body), pair_source=index(pair_source),
-            pair_joint=index(model.body_joint[bodies][pair_body]),
-            pair_flat=index(pair_body * n + pair_source),
-            pair_mask_k=convert(anc[pair_body].T),
-            pair_onehot_source=convert(np.eye(n)[pair_source]),
-        )
-
-
-def _body_frames(c: _Constants, q):
-    """World pose of each joint's child frame, (N, n) -> (N, n, 4, 4)."""
-    ops = c.ops
-    N, n = q.shape
-    s, co = ops.sin(q)[..., None, None], ops.cos(q)[..., None, None]
-    # Rodrigues for revolute joints, identity rotation and a slide for prismatic ones.
-    R = c.eye3 + c.revolute[:, None, None] * (s * c.K + (1.0 - co) * c.K2)    # (N, n, 3, 3)
-    p = ((1.0 - c.revolute) * q)[..., None] * c.axis                            # (N, n, 3)
-    # Built out of place so the same code runs under torch.func transforms.
-    bottom = ops.broadcast_to(c.homogeneous_row, (N, n, 1, 4))
-    local = ops.concat([ops.concat([R, p[..., None]], -1), bottom], -2)
-    A = c.T_parent_joint @ local                                                # parent->child
-    frames = []
-    for j, parent in enumerate(c.parent):
-        frames.append(A[:, j] if parent < 0 else frames[parent] @ A[:, j])
-    return ops.stack(frames, 1)
-
-
-def _motion_subspaces(c: _Constants, T):
-    """Joint motion subspaces S (N, n, 6) in world coordinates from the body frames."""
-    axis_w = (T[..., :3, :3] @ c.axis[..., None])[..., 0]                     # (N, n, 3)
-    rev = c.revolute[:, None]
-    linear = rev * c.ops.cross(T[..., :3, 3], axis_w) + (1.0 - rev) * axis_w
-    return c.ops.concat([rev * axis_w, linear], -1)
-
-
-def _body_inertials(c: _Constants, T):
-    """World COM (N, B, 3) and rotational inertia about it (N, B, 3, 3) of each body."""
-    Tb = T[:, c.body_joint]                                                     # (N, B, 4, 4)
-    R = Tb[..., :3, :3]
-    com = Tb[..., :3, 3] + (R @ c.com[..., None])[..., 0]
-    return com, R @ c.inertia @ R.swapaxes(-1, -2)
-
-
-def _apply_inertia(ops, mass, com, I_com, x):
-    """Spatial inertia times motion vector: (..., 6) momentum at the world origin.
-
-    For x = (w, v): linear momentum m (v + w x c), angular I_c w + c x (linear).
-    """
-    w, v = x[..., :3], x[..., 3:]
-    linear = mass[..., None] * (v + ops.cross(w, com))
-    angular = (I_com @ w[..., None])[..., 0] + ops.cross(com, linear)
-    return ops.concat([angular, linear], -1)
-
-
-def _closed_form(c: _Constants, q, qd, qdd, *, tables: bool = True) -> _FlatDecomposition:
-    """The closed form of the module docstring over a flat batch (N, n) of one library.
-
-    With ``tables=False`` only ``torque`` and the pair mass entries are returned (the
-    forward-dynamics case): the dense (n, B, n) tables are never built.
-    """
-    ops = c.ops
-    N, n = q.shape
-    B = c.n_bodies
-    T = _body_frames(c, q)
-    S = _motion_subspaces(c, T)                                                 # (N, n, 6)
-    com, I_com = _body_inertials(c, T)                                          # (N, B, 3)
-    v = c.joint_anc @ (S * qd[..., None])                                       # (N, n, 6)
-
-    # Per pair p = (i, s): I_i S_s and the velocity-part vector F_p.
-    pb, ps = c.pair_body, c.pair_source
-    m_p, c_p, I_p = c.mass[pb], com[:, pb], I_com[:, pb]
-    S_s, v_i = S[:, ps], v[:, c.pair_joint]                                     # (N, P, 6)
-    IS = _apply_inertia(ops, m_p, c_p, I_p, S_s)
-    h = _apply_inertia(ops, c.mass, com, I_com, v[:, c.body_joint])             # (N, B, 6)
-    X = _cross_motion(ops, 2.0 * v[:, ps] - v_i, S_s)
-    F = (_apply_inertia(ops, m_p, c_p, I_p, X) + _cross_force(ops, v_i, IS)
-         + _cross_force(ops, S_s, h[:, pb]))
-    # Project on every joint k at once: (N, n, 2P), then keep k on body i's path.
-    Z = S @ ops.concat([IS, F], 1).swapaxes(1, 2)
-    P = pb.shape[0]
-    M_pairs = Z[..., :P] * c.pair_mask_k                                        # (N, n, P)
-    acc_pairs = M_pairs * qdd[:, None, ps]
-    vel_pairs = 0.5 * Z[..., P:] * c.pair_mask_k * qd[:, None, ps]
-
-    # gravity[k, i] = -S_k . I_i a_g with a_g = (0, g): wrench (c x -m g, -m g)
-    mg = ops.broadcast_to(-c.mass[:, None] * c.gravity, com.shape)             # (N, B, 3)
-    wrench = ops.concat([ops.cross(com, mg), mg], -1)                           # (N, B, 6)
-    gravity = (S @ wrench.swapaxes(1, 2)) * c.mask_ki                           # (N, n, B)
-    if not tables:
-        torque = (acc_pairs + vel_pairs).sum(-1) + gravity.sum(-1)
-        return _FlatDecomposition(torque, None, None, None, None, None, M_pairs)
-
-    def dense(pairs):
-        out = ops.zeros((N, n, B * n), pairs)
-        out[..., c.pair_flat] = pairs
-        return out.reshape(N, n, B, n)
-
-    acceleration, velocity = dense(acc_pairs), dense(vel_pairs)
-    partial = acceleration.sum(-1) + velocity.sum(-1) + gravity
-    return _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
-                              _friction(c, qd, 0.0), M_pairs)
-
-
-def _friction(c: _Constants, qd, smoothing: float):
-    sign = c.ops.tanh(qd / smoothing) if smoothing > 0.0 else c.ops.sign(qd)
-    return c.damping * qd + c.coulomb * sign
+    def from_flat(cls, flat: dict[str, Tensor], batch: tuple[int, ...]) -> Decomposition:
+        """Fields given over a flat batch (N, ...) reshaped to ``batch`` + (...)."""
+        return cls(**{name: flat[name].reshape(*batch, *flat[name].shape[1:])
+                      for name in FIELDS})
 
 
 class PartialLagrangian:
@@ -318,6 +110,13 @@ class PartialLagrangian:
             :mod:`plag_ros.kernel` (the default); False forces the torch form, as float32
             and GPUs always use it (a reference for tests and benchmarks).
 
+    Attributes:
+        compiled: True when the engine runs the compiled float64 loop (results share
+            memory with numpy arrays; long batches need no chunking), False when it runs
+            the torch form.
+        last_extension: the :class:`ExtensionPlan` of the latest :meth:`extend` (None
+            before the first).
+
     Inputs may be numpy arrays or torch tensors; results are torch tensors of ``dtype``.
     """
 
@@ -331,116 +130,220 @@ class PartialLagrangian:
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
+        self.compiled = compiled and dtype == torch.float64 and self.device.type == 'cpu'
+        self.last_extension: ExtensionPlan | None = None
         self._all_bodies = np.arange(model.n_bodies)
-        self._torch = self._constants(self._all_bodies)
-        # float64 on the CPU runs the compiled loop (plag_ros.kernel) on numpy views
-        self._host = compiled and dtype == torch.float64 and self.device.type == 'cpu'
-        self._kernel = (kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
-                        if self._host else None)
+        self._torch = tf.Constants.build(model, self._all_bodies, GRAVITY, dtype,
+                                         self.device)
+        self._kernel = kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
+        # (batch, arrays, flat views) of the last checked decompose_arrays(out=...)
+        self._views: tuple[tuple[int, ...], list[np.ndarray], dict[str, np.ndarray]] | None \
+            = None
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
 
-    @property
-    def compiled(self) -> bool:
-        """True when :meth:`decompose` runs the compiled float64 loop (results share
-        memory with numpy arrays; long batches need no chunking)."""
-        return self._host
-
-    def _constants(self, bodies: np.ndarray) -> _Constants:
-        return _Constants.build(
-            self.model, bodies, ops=_TorchOps,
-            convert=lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64),
-                                              dtype=self.dtype, device=self.device),
-            index=lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64), device=self.device))
-
     # ------------------------------------------------------------------ inputs
-    def _prepare(self, **arrays) -> tuple[list, tuple[int, ...]]:
-        """Validate (..., n) inputs, broadcast them and flatten to (N, n).
+    def _check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+        """Broadcast shape of (..., n) inputs; ValueError naming them when impossible."""
+        n = self.model.n_joints
+        for name, shape in shapes.items():
+            if len(shape) == 0 or shape[-1] != n:
+                raise ValueError(f'{name} must have shape (..., {n}), got {shape}')
+        try:
+            return tuple(np.broadcast_shapes(*shapes.values()))
+        except ValueError as err:
+            listed = ', '.join(f'{k} {s}' for k, s in shapes.items())
+            raise ValueError(f'input shapes do not broadcast: {listed}') from err
 
-        Returns the flat arrays (C-contiguous float64 numpy on the host path, torch tensors
-        of the engine's dtype and device otherwise) and the batch shape.
+    def _not_finite(self, name: str, finite: np.ndarray) -> ValueError:
+        bad = np.flatnonzero((~finite).reshape(-1, self.model.n_joints).any(0))
+        names = [self.model.joint_names[k] for k in bad]
+        return ValueError(f'{name} is not finite for joints {names}')
+
+    def _prepare(self, **arrays: ArrayLike) -> tuple[list[np.ndarray], tuple[int, ...]]:
+        """Validate (..., n) inputs, broadcast them and flatten to C-contiguous float64
+        numpy (N, n) for the compiled loop; returns them and the batch shape.
 
         Raises:
             ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf
                 (naming the joints).
         """
-        n = self.model.n_joints
-        host = self._host
-        arrays = {name: self._host_array(x) if host else torch.as_tensor(
-            x.detach() if torch.is_tensor(x) else x, dtype=self.dtype, device=self.device)
-            for name, x in arrays.items()}
-        for name, x in arrays.items():
-            if x.ndim == 0 or x.shape[-1] != n:
-                raise ValueError(f'{name} must have shape (..., {n}), got {tuple(x.shape)}')
-        try:
-            shape = (np.broadcast_shapes if host else torch.broadcast_shapes)(
-                *(x.shape for x in arrays.values()))
-        except (ValueError, RuntimeError) as err:
-            shapes = ', '.join(f'{k} {tuple(x.shape)}' for k, x in arrays.items())
-            raise ValueError(f'input shapes do not broadcast: {shapes}') from err
+        host = {name: _host_array(x) for name, x in arrays.items()}
+        shape = self._check_shapes({k: tuple(x.shape) for k, x in host.items()})
         flat = []
-        for name, x in arrays.items():
-            finite = np.isfinite(x) if host else torch.isfinite(x)
+        for name, x in host.items():
+            finite = np.isfinite(x)
             if not finite.all():
-                bad = (~finite).reshape(-1, n).any(0)
-                bad = np.flatnonzero(bad if host else bad.cpu().numpy())
-                names = [self.model.joint_names[k] for k in bad]
-                raise ValueError(f'{name} is not finite for joints {names}')
+                raise self._not_finite(name, finite)
             if x.shape != shape:
-                x = np.broadcast_to(x, shape) if host else x.expand(shape)
-            x = x.reshape(-1, n)
-            flat.append(np.ascontiguousarray(x) if host else x)
-        return flat, tuple(shape[:-1])
+                x = np.broadcast_to(x, shape)
+            flat.append(np.ascontiguousarray(x.reshape(-1, shape[-1])))
+        return flat, shape[:-1]
 
-    @staticmethod
-    def _host_array(x) -> np.ndarray:
-        """float64 numpy view of an array-like or CPU tensor (no copy when already so)."""
-        if torch.is_tensor(x):
-            x = x.detach().cpu().numpy()
-        return np.asarray(x, dtype=np.float64)
-
-    @staticmethod
-    def _to_torch(x):
-        return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+    def _prepare_tensors(self, **arrays: ArrayLike) -> tuple[list[Tensor], tuple[int, ...]]:
+        """:meth:`_prepare` for the torch form: (N, n) tensors of the engine's dtype and
+        device, same checks and errors."""
+        tensors = {name: torch.as_tensor(x.detach() if torch.is_tensor(x) else x,
+                                         dtype=self.dtype, device=self.device)
+                   for name, x in arrays.items()}
+        shape = self._check_shapes({k: tuple(x.shape) for k, x in tensors.items()})
+        flat = []
+        for name, x in tensors.items():
+            finite = torch.isfinite(x)
+            if not finite.all():
+                raise self._not_finite(name, finite.cpu().numpy())
+            flat.append(x.expand(shape).reshape(-1, shape[-1]))
+        return flat, shape[:-1]
 
     # ------------------------------------------------------------------ closed form
-    def decompose(self, q, qd, qdd) -> Decomposition:
+    def decompose(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, *,
+                  out: Decomposition | None = None) -> Decomposition:
         """Split joint torques by body and by motion source (closed form, batched).
 
         Args:
             q: (..., n) joint positions [rad or m].
             qd: (..., n) joint velocities [rad/s or m/s].
             qdd: (..., n) joint accelerations [rad/s^2 or m/s^2].
+            out: a :class:`Decomposition` to write into (e.g. :meth:`empty` or an earlier
+                result of the same batch shape), whose tensors have the engine's dtype and
+                device and are contiguous; reused memory instead of a fresh allocation.
 
         Returns:
             :class:`Decomposition` with torque (..., n), partial (..., n, B), acceleration
-            and velocity (..., n, B, n), gravity (..., n, B), friction (..., n).
+            and velocity (..., n, B, n), gravity (..., n, B), friction (..., n); ``out``
+            itself when given.
 
         Raises:
-            ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf.
+            ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf; an
+                ``out`` of the wrong shape, dtype, device or layout.
         """
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        return self._decompose_flat(self._all_bodies, q, qd, qdd).reshape(batch,
-                                                                          self._to_torch)
+        if out is None:
+            single = self._single_sample(q, qd, qdd) if self.compiled else None
+            if single is not None:    # one (n,) float64 sample: the compiled fast path
+                return Decomposition(**{name: torch.from_numpy(single[name])
+                                        for name in FIELDS})
+            return self.columns(q, qd, qdd, self._all_bodies)
+        self._check_out_tensors(out)
+        if self.compiled:
+            self.decompose_arrays(q, qd, qdd, out={name: getattr(out, name).numpy()
+                                                   for name in FIELDS})
+            return out
+        fresh = self.columns(q, qd, qdd, self._all_bodies)
+        for name in FIELDS:
+            target, value = getattr(out, name), getattr(fresh, name)
+            if target.shape != value.shape:
+                raise ValueError(f'out.{name} has shape {tuple(target.shape)}, the result '
+                                 f'{tuple(value.shape)}')
+        with torch.inference_mode():     # out may be an earlier (inference) result
+            for name in FIELDS:
+                getattr(out, name).copy_(getattr(fresh, name))
+        return out
 
-    def decompose_arrays(self, q, qd, qdd) -> dict[str, np.ndarray]:
-        """:meth:`decompose` as float64 numpy arrays, ``Decomposition.numpy()``'s keys.
+    def _check_out_tensors(self, out: Decomposition) -> None:
+        for name in FIELDS:
+            t = getattr(out, name)
+            if (not torch.is_tensor(t) or t.dtype != self.dtype or t.device != self.device
+                    or not t.is_contiguous() or t.requires_grad):
+                raise ValueError(f'out.{name} must be a contiguous {self.dtype} tensor on '
+                                 f'{self.device} without grad')
+
+    def empty(self, batch: tuple[int, ...] = ()) -> Decomposition:
+        """Uninitialised output tensors for ``decompose(..., out=...)`` of ``batch``."""
+        return Decomposition(**{name: torch.from_numpy(a) if self.compiled else
+                                torch.as_tensor(a, dtype=self.dtype, device=self.device)
+                                for name, a in self.empty_arrays(batch).items()})
+
+    def empty_arrays(self, batch: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+        """Uninitialised float64 arrays for ``decompose_arrays(..., out=...)``: torque and
+        friction (*batch, n), partial and gravity (*batch, n, B), acceleration and velocity
+        (*batch, n, B, n)."""
+        n, B = self.model.n_joints, self.model.n_bodies
+        return {name: np.empty((*batch, *shape)) for name, shape in self._field_shapes(
+            n, B).items()}
+
+    @staticmethod
+    def _field_shapes(n: int, B: int) -> dict[str, tuple[int, ...]]:
+        return {'torque': (n,), 'partial': (n, B), 'acceleration': (n, B, n),
+                'velocity': (n, B, n), 'gravity': (n, B), 'friction': (n,)}
+
+    def decompose_arrays(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, *,
+                         out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """:meth:`decompose` as float64 numpy arrays, keyed by :data:`FIELDS`.
 
         The live nodes' call: on the compiled path the arrays come straight from the loop,
         without wrapping them in tensors and unwrapping them again (~25 torch calls, a
         tenth of a live sample's cost).
+
+        Args:
+            q, qd, qdd: (..., n) as in :meth:`decompose`.
+            out: arrays to write into instead of allocating (:meth:`empty_arrays` of the
+                batch shape, or an earlier result): writeable, C-contiguous float64 of
+                exactly the result's shapes. The compiled loop writes into them directly;
+                the torch form copies its result in.
+
+        Returns:
+            torque and friction (..., n), partial and gravity (..., n, B), acceleration and
+            velocity (..., n, B, n); ``out`` itself when given.
+
+        Raises:
+            ValueError: as :meth:`decompose`; an ``out`` array of the wrong shape, dtype or
+                layout (nothing is written then).
         """
-        if not self._host:
-            return self.decompose(q, qd, qdd).numpy()
-        single = self._single_sample(q, qd, qdd)
+        if not self.compiled:
+            result = self.decompose(q, qd, qdd).numpy()
+            if out is None:
+                return result
+            self._check_out_arrays(out, result['torque'].shape[:-1])
+            for name in FIELDS:
+                np.copyto(out[name], result[name])
+            return out
+        single = self._single_sample(q, qd, qdd, out)
         if single is not None:
             return single
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        out = self._decompose_flat(self._all_bodies, q, qd, qdd).reshape(batch)
-        return {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+        (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+        if out is None:
+            flat = kernel.decompose_into(self._kernel, qf, qdf, qddf,
+                                         threads=torch.get_num_threads())
+            return {name: a.reshape(*batch, *a.shape[1:]) for name, a in flat.items()}
+        kernel.decompose_unchecked(self._kernel, qf, qdf, qddf, self._out_views(out, batch),
+                                   threads=torch.get_num_threads())
+        return out
 
-    def _single_sample(self, q, qd, qdd) -> dict[str, np.ndarray] | None:
+    def _out_views(self, out: dict[str, np.ndarray],
+                   batch: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """Flat (N, ...) views of checked ``out`` arrays for the compiled loop.
+
+        The check and the views are kept for the arrays last seen (by identity), so a
+        caller reusing one set of buffers pays for them once.
+        """
+        arrays = [out.get(name) for name in FIELDS] if isinstance(out, dict) else []
+        cached = self._views
+        if (cached is not None and cached[0] == batch and len(arrays) == len(FIELDS)
+                and all(a is b for a, b in zip(arrays, cached[1], strict=True))):
+            return cached[2]
+        self._check_out_arrays(out, batch)
+        N = math.prod(batch)
+        views = {name: out[name].reshape(N, *out[name].shape[len(batch):]) for name in FIELDS}
+        self._views = (batch, [out[name] for name in FIELDS], views)
+        return views
+
+    def _check_out_arrays(self, out: dict[str, np.ndarray], batch: tuple[int, ...]) -> None:
+        """ValueError unless ``out`` holds writeable C-contiguous float64 arrays of the
+        result's shapes for ``batch`` (so reshaping them gives views, never copies)."""
+        for name, shape in self._field_shapes(self.model.n_joints,
+                                              self.model.n_bodies).items():
+            a = out.get(name) if isinstance(out, dict) else None
+            expected = (*batch, *shape)
+            if (not isinstance(a, np.ndarray) or a.shape != expected or a.dtype != np.float64
+                    or not a.flags.c_contiguous or not a.flags.writeable):
+                got = 'missing' if a is None else f'{getattr(a, "shape", type(a).__name__)}'
+                raise ValueError(f'out[{name!r}] must be a writeable C-contiguous float64 '
+                                 f'array of shape {expected}, got {got}')
+
+    def _single_sample(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike,
+                       out: dict[str, np.ndarray] | None = None,
+                       ) -> dict[str, np.ndarray] | None:
         """decompose_arrays of one finite (n,) float64 sample, or None for anything else.
 
         The live node's case, without the broadcasting and validation of _prepare: at
@@ -452,77 +355,69 @@ class PartialLagrangian:
         for x in (q, qd, qdd):
             if type(x) is not np.ndarray or x.shape != (n,) or x.dtype != np.float64:
                 return None
-        # One finite sum for the three (inf - inf is NaN, so no cancellation hides one).
-        if not math.isfinite(q.sum() + qd.sum() + qdd.sum()):
-            return None
-        out = kernel.decompose_into(self._kernel, np.ascontiguousarray(q).reshape(1, n),
-                                    np.ascontiguousarray(qd).reshape(1, n),
-                                    np.ascontiguousarray(qdd).reshape(1, n),
-                                    threads=1)
-        single = {name: value[0] for name, value in out.items()}
-        single['friction'] = self._host_friction(qd)
-        return single
+        if out is None:
+            B = self.model.n_bodies
+            target = {'torque': np.empty(n), 'partial': np.empty((n, B)),
+                      'acceleration': np.empty((n, B, n)), 'velocity': np.empty((n, B, n)),
+                      'gravity': np.empty((n, B)), 'friction': np.empty(n)}
+        else:
+            self._out_views(out, ())                 # checks out (once per buffer set)
+            target = out
+        if not kernel.decompose_sample(self._kernel, q, qd, qdd, target):
+            return None          # NaN/inf, nothing written: the general path names joints
+        return target
 
-    def _host_friction(self, qd: np.ndarray) -> np.ndarray:
-        """_friction (exact Coulomb law) for float64 numpy velocities (..., n)."""
-        return self.model.damping * qd + self.model.friction * np.sign(qd)
-
-    def _decompose_flat(self, bodies: np.ndarray, q, qd, qdd) -> _FlatDecomposition:
-        """The split of the body columns ``bodies`` for flat (N, n) inputs from _prepare."""
-        every = bodies is self._all_bodies or (len(bodies) == self.model.n_bodies
-                                                and np.array_equal(bodies, self._all_bodies))
-        if self._host:
-            km = self._kernel if every else kernel.KernelModel.build(self.model, bodies, GRAVITY)
-            out = kernel.decompose_into(km, q, qd, qdd, threads=torch.get_num_threads())
-            return _FlatDecomposition(out['torque'], out['partial'], out['acceleration'],
-                                      out['velocity'], out['gravity'],
-                                      self._host_friction(qd), None)
-        c = self._torch if every else self._constants(bodies)
+    def _torch_columns(self, c: tf.Constants, q: Tensor, qd: Tensor,
+                       qdd: Tensor) -> dict[str, Tensor]:
+        """Every field for flat (N, n) tensors from :meth:`_prepare_tensors`, by the torch
+        form, for the body columns ``c`` was built for."""
         with torch.inference_mode():
             N, size = q.shape[0], self.chunk_size
             if N <= size:
-                return _closed_form(c, q, qd, qdd)
-            # Long batches go through in cache-sized chunks: on a whole bag every pair
-            # intermediate would spill to memory (measured about 2x slower).
-            parts = [_closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
-                     for a in range(0, N, size)]
-            return _FlatDecomposition(*(torch.cat(f) for f in zip(*(
-                (p.torque, p.partial, p.acceleration, p.velocity, p.gravity, p.friction,
-                 p.mass) for p in parts), strict=True)))
+                out = tf.closed_form(c, q, qd, qdd)
+            else:
+                # Long batches go through in cache-sized chunks: on a whole bag every pair
+                # intermediate would spill to memory (measured about 2x slower).
+                parts = [tf.closed_form(c, q[a:a + size], qd[a:a + size], qdd[a:a + size])
+                         for a in range(0, N, size)]
+                out = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+            out['friction'] = tf.friction(c, qd, 0.0)
+        return out
 
     # ------------------------------------------------------------------ helpers
-    def inverse_dynamics(self, q, qd, qdd) -> Tensor:
+    def inverse_dynamics(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> Tensor:
         """Rigid-body joint torques (..., n), friction excluded (== RNEA)."""
         return self.decompose(q, qd, qdd).torque
 
-    def mass_matrix_and_bias(self, q, qd) -> tuple[Tensor, Tensor]:
+    def mass_matrix_and_bias(self, q: ArrayLike, qd: ArrayLike) -> tuple[Tensor, Tensor]:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
-        (q, qd), batch = self._prepare(q=q, qd=qd)
         n = self.model.n_joints
-        if self._host:
-            M, bias = kernel.mass_matrix_and_bias_into(self._kernel, q, qd,
-                                                       threads=torch.get_num_threads())
+        if self.compiled:
+            (qf, qdf), batch = self._prepare(q=q, qd=qd)
+            M_np, bias_np = kernel.mass_matrix_and_bias_into(
+                self._kernel, qf, qdf, threads=torch.get_num_threads())
+            M, bias = torch.from_numpy(M_np), torch.from_numpy(bias_np)
         else:
+            (qt, qdt), batch = self._prepare_tensors(q=q, qd=qd)
             c = self._torch
             with torch.inference_mode():
-                flat = _closed_form(c, q, qd, 0.0 * q, tables=False)
-            M, bias = flat.mass @ c.pair_onehot_source, flat.torque
-        return (self._to_torch(M.reshape(*batch, n, n)),
-                self._to_torch(bias.reshape(*batch, n)))
+                M_pairs, acc, vel, grav = tf.pair_terms(c, qt, qdt, torch.zeros_like(qt))
+            M, bias = M_pairs @ c.pair_onehot_source, (acc + vel).sum(-1) + grav.sum(-1)
+        return M.reshape(*batch, n, n), bias.reshape(*batch, n)
 
-    def mass_matrix(self, q) -> Tensor:
+    def mass_matrix(self, q: ArrayLike) -> Tensor:
         """Joint-space mass matrix M(q) = sum_i M_i(q), (..., n) -> (..., n, n)."""
         return self.mass_matrix_and_bias(q, 0.0 * torch.as_tensor(q))[0]
 
-    def bias(self, q, qd) -> Tensor:
+    def bias(self, q: ArrayLike, qd: ArrayLike) -> Tensor:
         """Velocity-product plus gravity torques C(q, qd) qd + g(q), (..., n)."""
         return self.mass_matrix_and_bias(q, qd)[1]
 
-    def gravity_torque(self, q) -> Tensor:
+    def gravity_torque(self, q: ArrayLike) -> Tensor:
         """Gravity torques g(q) = tau(q, 0, 0), (..., n)."""
         return self.mass_matrix_and_bias(q, 0.0 * torch.as_tensor(q))[1]
 
-    def friction_torque(self, qd, *, smoothing: float = 0.0) -> Tensor:
+    def friction_torque(self, qd: ArrayLike, *, smoothing: float = 0.0) -> Tensor:
         """Viscous plus Coulomb joint friction (..., n) from URDF damping and friction.
 
         Args:
@@ -531,78 +426,87 @@ class PartialLagrangian:
                 the exact (discontinuous) Coulomb law.
         """
         qd = torch.as_tensor(qd, dtype=self.dtype, device=self.device)
-        return _friction(self._torch, qd, smoothing)
+        return tf.friction(self._torch, qd, smoothing)
 
-    def link_poses(self, q) -> Tensor:
+    def link_poses(self, q: ArrayLike) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
-        (q,), batch = self._prepare(q=q)
-        if self._host:
-            poses = kernel.link_poses(self._kernel, q, self.model.link_joint,
+        if self.compiled:
+            (qf,), batch = self._prepare(q=q)
+            poses = kernel.link_poses(self._kernel, qf, self.model.link_joint,
                                       self.model.T_joint_link)
             return torch.from_numpy(poses.reshape(*batch, *poses.shape[1:]))
-        T = _body_frames(self._torch, q)
+        (qt,), batch = self._prepare_tensors(q=q)
+        T = tf.body_frames(self._torch, qt)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
         frames = torch.cat([eye, T], dim=1)[:, self._link_joint + 1]            # root = 0
         return (frames @ self._T_joint_link).reshape(*batch, -1, 4, 4)
 
     # ------------------------------------------------------------------ extension
-    def columns(self, q, qd, qdd, bodies) -> Decomposition:
+    def columns(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike,
+                bodies: Sequence[int] | np.ndarray) -> Decomposition:
         """Decomposition restricted to the body columns ``bodies`` (kinematics shared).
 
         ``partial``, ``acceleration``, ``velocity`` and ``gravity`` have ``len(bodies)``
         columns; ``torque`` is the sum over those columns only.
         """
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
         bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
-        return self._decompose_flat(bodies, q, qd, qdd).reshape(batch, self._to_torch)
+        every = bodies is self._all_bodies or np.array_equal(bodies, self._all_bodies)
+        if self.compiled:
+            (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+            km = self._kernel if every else kernel.KernelModel.build(self.model, bodies,
+                                                                     GRAVITY)
+            arrays = kernel.decompose_into(km, qf, qdf, qddf, threads=torch.get_num_threads())
+            flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
+        else:
+            (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
+            c = self._torch if every else tf.Constants.build(self.model, bodies, GRAVITY,
+                                                              self.dtype, self.device)
+            flat = self._torch_columns(c, qt, qdt, qddt)
+        return Decomposition.from_flat(flat, batch)
 
-    def extend(self, previous: Decomposition, previous_model: RobotModel, q, qd,
-               qdd) -> Decomposition:
-        """Decomposition for this engine's model, reusing columns of unchanged bodies.
+    def plan_extension(self, previous_model: RobotModel) -> ExtensionPlan:
+        """Which body columns :meth:`extend` can take from a result of ``previous_model``
+        (see :func:`plag_ros.extension.plan_extension`)."""
+        return plan_extension(self.model, previous_model)
 
-        Seed 000's extension and reconstruction: adding a body adds a column and replacing
-        a body replaces one; the other columns of ``previous`` (computed with
-        ``previous_model`` on the same ``q, qd, qdd``) are kept as they are.
+    def extend(self, previous: Decomposition, previous_model: RobotModel, q: ArrayLike,
+               qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
+        """Decomposition for this engine's model, reusing the columns of unchanged bodies.
+
+        Seed 000's extension and reconstruction: ``previous`` was computed with
+        ``previous_model`` on the same motion (each joint both models share has the same
+        q, qd, qdd; ``q, qd, qdd`` here are in this model's joint order). Columns that
+        :meth:`plan_extension` finds unchanged are copied, with their rows and sources
+        moved to this model's joint indices (zero for joints off the body's root path,
+        e.g. an appended joint); the others are recomputed with :meth:`columns`. Friction
+        is recomputed. The plan is kept in :attr:`last_extension`.
 
         Raises:
-            ValueError: the joints differ, or a body of ``previous_model`` was removed.
+            ValueError: ``previous`` does not have ``previous_model``'s table shape or the
+                batch shape of ``q, qd, qdd``.
         """
-        model = self.model
-        if (previous_model.joint_names != model.joint_names
-                or previous_model.body_names != model.body_names[:previous_model.n_bodies]):
-            raise ValueError('extend needs the same joints and the previous bodies in order')
-        fresh = [i for i in range(model.n_bodies) if i >= previous_model.n_bodies or not (
-            previous_model.body_joint[i] == model.body_joint[i]
-            and previous_model.body_mass[i] == model.body_mass[i]
-            and np.array_equal(previous_model.body_com[i], model.body_com[i])
-            and np.array_equal(previous_model.body_inertia[i], model.body_inertia[i]))]
-        if not fresh:
-            return previous
-        new = self.columns(q, qd, qdd, fresh)
-        keep = [i for i in range(model.n_bodies) if i not in fresh]
-
-        def splice(old: Tensor, part: Tensor, axis: int) -> Tensor:
-            shape = list(old.shape)
-            shape[axis] = model.n_bodies
-            out = old.new_zeros(shape)
-            index = [slice(None)] * len(shape)
-            index[axis] = keep
-            out[tuple(index)] = old.index_select(axis, torch.as_tensor(
-                keep, device=old.device)) if keep else old.narrow(axis, 0, 0)
-            index[axis] = fresh
-            out[tuple(index)] = part
-            return out
-
-        nb = previous.partial.ndim - 1  # axis of the body index in partial
-        partial = splice(previous.partial, new.partial, nb)
+        plan = self.plan_extension(previous_model)
+        self.last_extension = plan
+        n = self.model.n_joints
+        old_n, old_B = previous_model.n_joints, previous_model.n_bodies
+        if tuple(previous.partial.shape[-2:]) != (old_n, old_B):
+            raise ValueError(f'previous tables have shape {tuple(previous.partial.shape)}, '
+                             f'not (..., {old_n}, {old_B}) of the previous model')
+        batch = tuple(previous.partial.shape[:-2])
+        (_, qd_flat, _), in_batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
+        if in_batch != batch:
+            raise ValueError(f'previous was computed on batch {batch}, q on {in_batch}')
+        fresh = list(plan.recomputed_columns)
+        new = self.columns(q, qd, qdd, fresh) if fresh else None
+        names = ('partial', 'acceleration', 'velocity', 'gravity')
+        tables = splice_tables(
+            plan, self.model, previous_model,
+            {name: getattr(previous, name).to(dtype=self.dtype, device=self.device)
+             for name in names},
+            None if new is None else {name: getattr(new, name) for name in names}, batch)
         return Decomposition(
-            torque=partial.sum(-1),
-            partial=partial,
-            acceleration=splice(previous.acceleration, new.acceleration, nb),
-            velocity=splice(previous.velocity, new.velocity, nb),
-            gravity=splice(previous.gravity, new.gravity, nb),
-            friction=previous.friction,
-        )
+            torque=tables['partial'].sum(-1), **tables,
+            friction=tf.friction(self._torch, qd_flat, 0.0).reshape(*batch, n))
 
     # ------------------------------------------------------------------ autograd path
     def lagrangians(self, q: Tensor, qd: Tensor) -> tuple[Tensor, Tensor]:
@@ -615,11 +519,12 @@ class PartialLagrangian:
         c = self._torch
 
         def pose(q_: Tensor) -> tuple[Tensor, Tensor]:
-            T = _body_frames(c, q_[None])[0][c.body_joint]                      # (B, 4, 4)
+            T = tf.body_frames(c, q_[None])[0][c.body_joint]                      # (B, 4, 4)
             R = T[:, :3, :3]
             return R, T[:, :3, 3] + (R @ c.com[..., None])[..., 0]
 
-        (R, com), (R_dot, com_dot) = torch.func.jvp(pose, (q,), (qd,))
+        primal, tangent = torch.func.jvp(pose, (q,), (qd,))[:2]
+        (R, com), (R_dot, com_dot) = primal, tangent
         W = R_dot @ R.transpose(-1, -2)                     # [w]x = R' R^T
         w = torch.stack([W[:, 2, 1], W[:, 0, 2], W[:, 1, 0]], dim=-1)
         I_world = R @ c.inertia @ R.transpose(-1, -2)
@@ -628,16 +533,17 @@ class PartialLagrangian:
         potential = -c.mass * (com @ c.gravity)
         return kinetic - potential, potential
 
-    def _autograd_single(self, q: Tensor, qd: Tensor, qdd: Tensor):
+    def _autograd_single(self, q: Tensor, qd: Tensor,
+                         qdd: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         func = torch.func
 
-        def lagrangian(q_, qd_):
+        def lagrangian(q_: Tensor, qd_: Tensor) -> Tensor:
             return self.lagrangians(q_, qd_)[0]
 
-        def dL_dqd(q_, qd_):
+        def dL_dqd(q_: Tensor, qd_: Tensor) -> Tensor:
             return func.jacfwd(lagrangian, argnums=1)(q_, qd_)                  # (B, n)
 
-        def partial_fn(q_, qd_, qdd_):
+        def partial_fn(q_: Tensor, qd_: Tensor, qdd_: Tensor) -> Tensor:
             # D_k L_i = d/dt dL_i/dqd_k - dL_i/dq_k, the time derivative along (qd, qdd)
             ddt = func.jvp(dL_dqd, (q_, qd_), (qd_, qdd_))[1]
             return (ddt - func.jacfwd(lagrangian, argnums=0)(q_, qd_)).T         # (n, B)
@@ -649,18 +555,24 @@ class PartialLagrangian:
         gravity = func.jacfwd(lambda q_: self.lagrangians(q_, qd)[1])(q).T
         return partial, acceleration, velocity, gravity
 
-    def decompose_autograd(self, q, qd, qdd) -> Decomposition:
+    def decompose_autograd(self, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike) -> Decomposition:
         """Same as :meth:`decompose`, by differentiating each ``L_i`` with torch.func.
 
         Faithful to seeds 000/002 (the Euler-Lagrange operator applied to each partial
         Lagrangian by automatic differentiation), vmapped over the batch. Slower than the
         closed form; it is the reference the fast path is tested against.
         """
-        (q, qd, qdd), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-        q, qd, qdd = (torch.as_tensor(x, dtype=self.dtype, device=self.device)
-                      for x in (q, qd, qdd))
+        (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
         partial, acceleration, velocity, gravity = torch.func.vmap(self._autograd_single)(
-            q, qd, qdd)
-        flat = _FlatDecomposition(partial.sum(-1), partial, acceleration, velocity, gravity,
-                                  self.friction_torque(qd), None)
-        return flat.reshape(batch)
+            qt, qdt, qddt)
+        flat = {'torque': partial.sum(-1), 'partial': partial, 'acceleration': acceleration,
+                'velocity': velocity, 'gravity': gravity,
+                'friction': tf.friction(self._torch, qdt, 0.0)}
+        return Decomposition.from_flat(flat, batch)
+
+
+def _host_array(x: ArrayLike) -> np.ndarray:
+    """float64 numpy view of an array-like or CPU tensor (no copy when already so)."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)

@@ -1,8 +1,8 @@
 """Compiled closed form of the partial Lagrangian split, one fused loop per sample.
 
-The same mathematics as :func:`plag_ros.dynamics._closed_form` (see that module's
-docstring), written as scalar loops and compiled with numba: the vectorised array form
-spends most of its time materialising per-pair intermediates in memory, while this loop
+The same mathematics as :func:`plag_ros.torch_form.closed_form` (formulas in
+:mod:`plag_ros.dynamics`), written as scalar loops and compiled with numba: the vectorised
+array form spends most of its time materialising per-pair intermediates in memory, while this loop
 keeps a sample's kinematics (a few hundred doubles) in cache and writes each table entry
 once. Used for float64 on the CPU; the torch form stays for float32, GPUs and as the
 cross-check in the tests.
@@ -13,13 +13,18 @@ origin. Shapes below: N samples, n joints, B bodies, L the longest root-to-body 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
 
-__all__ = ['KernelModel', 'decompose_into', 'link_poses', 'mass_matrix_and_bias_into',
-           'parallel_threshold']
+if TYPE_CHECKING:
+    from .model import RobotModel
+
+__all__ = ['KernelModel', 'decompose_into', 'decompose_sample', 'decompose_unchecked',
+           'link_poses', 'mass_matrix_and_bias_into', 'parallel_threshold']
 
 parallel_threshold = 64
 """Batches at least this long are split over threads (numba's pool)."""
@@ -43,6 +48,11 @@ class KernelModel:
         path: (B, L) joints from the root to each body's joint, root first, padded with -1;
             path_len: (B,) entries used.
         gravity: (3,) world gravity [m/s^2].
+        damping: (n,) viscous [N*m*s/rad]; coulomb: (n,) Coulomb friction [N*m].
+        ints, reals: every constant above packed once into one int64 and one float64
+            vector (:func:`_unpack` reads them back as views), so that a compiled call
+            takes two constant arguments instead of eleven: numba unboxes each argument
+            on every call, about a microsecond for the eleven on this machine.
     """
 
     parent: np.ndarray
@@ -56,9 +66,14 @@ class KernelModel:
     path: np.ndarray
     path_len: np.ndarray
     gravity: np.ndarray
+    damping: np.ndarray
+    coulomb: np.ndarray
+    ints: np.ndarray
+    reals: np.ndarray
 
     @classmethod
-    def build(cls, model, bodies: np.ndarray, gravity) -> KernelModel:
+    def build(cls, model: RobotModel, bodies: np.ndarray,
+              gravity: Sequence[float] | np.ndarray) -> KernelModel:
         """Constants for the body columns ``bodies`` (indices into ``model``'s bodies)."""
         paths = [model.root_path(model.body_joint[i]) for i in bodies]
         longest = max((len(p) for p in paths), default=0)
@@ -66,24 +81,60 @@ class KernelModel:
         for b, chain in enumerate(paths):
             path[b, :len(chain)] = chain
 
-        def f64(x):
+        def f64(x: Any) -> np.ndarray:
             return np.ascontiguousarray(x, dtype=np.float64)
 
-        return cls(
-            parent=np.ascontiguousarray(model.joint_parent, dtype=np.int64),
-            axis=f64(model.joint_axis),
-            revolute=np.array([t != 'prismatic' for t in model.joint_types], dtype=np.int64),
-            T_parent_joint=f64(model.T_parent_joint),
-            body_joint=np.ascontiguousarray(model.body_joint[bodies], dtype=np.int64),
-            mass=f64(model.body_mass[bodies]), com=f64(model.body_com[bodies]),
-            inertia=f64(model.body_inertia[bodies]),
-            path=path, path_len=np.array([len(p) for p in paths], dtype=np.int64),
-            gravity=f64(gravity),
-        )
+        parent = np.ascontiguousarray(model.joint_parent, dtype=np.int64)
+        revolute = np.array([t != 'prismatic' for t in model.joint_types], dtype=np.int64)
+        body_joint = np.ascontiguousarray(model.body_joint[bodies], dtype=np.int64)
+        path_len = np.array([len(p) for p in paths], dtype=np.int64)
+        axis, T = f64(model.joint_axis), f64(model.T_parent_joint)
+        mass, com = f64(model.body_mass[bodies]), f64(model.body_com[bodies])
+        inertia, g = f64(model.body_inertia[bodies]), f64(gravity)
+        damping, coulomb = f64(model.damping), f64(model.friction)
+        n, B, L = len(parent), len(body_joint), path.shape[1]
+        ints = np.concatenate([[n, B, L], parent, revolute, body_joint, path_len,
+                               path.ravel()]).astype(np.int64)
+        reals = np.concatenate([axis.ravel(), T.ravel(), mass, com.ravel(), inertia.ravel(),
+                                g, damping, coulomb])
+        return cls(parent=parent, axis=axis, revolute=revolute, T_parent_joint=T,
+                   body_joint=body_joint, mass=mass, com=com, inertia=inertia, path=path,
+                   path_len=path_len, gravity=g, damping=damping, coulomb=coulomb,
+                   ints=ints, reals=reals)
 
-    def arguments(self) -> tuple:
-        return (self.parent, self.axis, self.revolute, self.T_parent_joint, self.body_joint,
-                self.mass, self.com, self.inertia, self.path, self.path_len, self.gravity)
+    def output_shapes(self, N: int) -> dict[str, tuple[int, ...]]:
+        """Shapes of :func:`decompose_into`'s outputs for a flat batch of N samples."""
+        n, B = self.parent.shape[0], self.body_joint.shape[0]
+        return {'torque': (N, n), 'partial': (N, n, B), 'acceleration': (N, n, B, n),
+                'velocity': (N, n, B, n), 'gravity': (N, n, B), 'friction': (N, n)}
+
+
+@numba.njit(cache=True, nogil=True)
+def _unpack(ints, reals):
+    """KernelModel.ints/reals -> parent, axis, revolute, T_parent_joint, body_joint, mass,
+    com, inertia, path, path_len, gravity, damping, coulomb (views, no copy)."""
+    n, B, L = ints[0], ints[1], ints[2]
+    a = 3
+    parent, revolute = ints[a:a + n], ints[a + n:a + 2 * n]
+    a += 2 * n
+    body_joint, path_len = ints[a:a + B], ints[a + B:a + 2 * B]
+    a += 2 * B
+    path = ints[a:a + B * L].reshape((B, L))
+    axis = reals[0:3 * n].reshape((n, 3))
+    b = 3 * n
+    T = reals[b:b + 16 * n].reshape((n, 4, 4))
+    b += 16 * n
+    mass = reals[b:b + B]
+    b += B
+    com = reals[b:b + 3 * B].reshape((B, 3))
+    b += 3 * B
+    inertia = reals[b:b + 9 * B].reshape((B, 3, 3))
+    b += 9 * B
+    gravity = reals[b:b + 3]
+    b += 3
+    damping, coulomb = reals[b:b + n], reals[b + n:b + 2 * n]
+    return (parent, axis, revolute, T, body_joint, mass, com, inertia, path, path_len,
+            gravity, damping, coulomb)
 
 
 # --------------------------------------------------------------------------- kinematics
@@ -275,9 +326,10 @@ def _sample(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass
 
 
 @numba.njit(cache=True, nogil=True)
-def _batch(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
-           inertia, path, path_len, gravity, tables, start, stop,
-           torque, partial, acceleration, velocity, grav, M):
+def _batch(q, qd, qdd, ints, reals, tables, start, stop,
+           torque, partial, acceleration, velocity, grav, friction, M):
+    (parent, axis, revolute, T_parent_joint, body_joint, mass, com, inertia, path, path_len,
+     gravity, damping, coulomb) = _unpack(ints, reals)
     n = q.shape[1]
     R = np.empty((n, 3, 3))
     p = np.empty((n, 3))
@@ -289,59 +341,137 @@ def _batch(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass,
         _sample(q[t], qd[t], qdd[t], parent, axis, revolute, T_parent_joint, body_joint,
                 mass, com, inertia, path, path_len, gravity, tables, R, p, S, v, I6, scratch,
                 torque[t], partial[t], acceleration[t], velocity[t], grav[t], M[t])
+        if tables:
+            # viscous + Coulomb friction (np.sign: 0 at rest), apart from the Lagrangian
+            for k in range(n):
+                w = qd[t, k]
+                friction[t, k] = damping[k] * w + coulomb[k] * (
+                    1.0 if w > 0.0 else (-1.0 if w < 0.0 else 0.0))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _batch_parallel(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass,
-                    com, inertia, path, path_len, gravity, tables, blocks,
-                    torque, partial, acceleration, velocity, grav, M):
+def _batch_parallel(q, qd, qdd, ints, reals, tables, blocks,
+                    torque, partial, acceleration, velocity, grav, friction, M):
     N = q.shape[0]
     size = (N + blocks - 1) // blocks
     for b in numba.prange(blocks):
-        _batch(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
-               inertia, path, path_len, gravity, tables, b * size, min(N, (b + 1) * size),
-               torque, partial, acceleration, velocity, grav, M)
+        _batch(q, qd, qdd, ints, reals, tables, b * size, min(N, (b + 1) * size),
+               torque, partial, acceleration, velocity, grav, friction, M)
 
 
-def _run(km: KernelModel, q, qd, qdd, tables: bool, threads: int, outputs) -> None:
+@numba.njit(cache=True, nogil=True)
+def _one(q, qd, qdd, ints, reals, torque, partial, acceleration, velocity, grav, friction):
+    """One (n,) sample into (n, ...) outputs; False, writing nothing, if an input is not
+    finite."""
+    n = q.shape[0]
+    for k in range(n):
+        if not (np.isfinite(q[k]) and np.isfinite(qd[k]) and np.isfinite(qdd[k])):
+            return False
+    (parent, axis, revolute, T_parent_joint, body_joint, mass, com, inertia, path, path_len,
+     gravity, damping, coulomb) = _unpack(ints, reals)
+    _sample(q, qd, qdd, parent, axis, revolute, T_parent_joint, body_joint, mass, com,
+            inertia, path, path_len, gravity, True, np.empty((n, 3, 3)), np.empty((n, 3)),
+            np.empty((n, 6)), np.empty((n, 6)), np.empty((6, 6)), np.empty((5, 6)),
+            torque, partial, acceleration, velocity, grav, np.empty((0, 0)))
+    for k in range(n):
+        w = qd[k]
+        friction[k] = damping[k] * w + coulomb[k] * (1.0 if w > 0.0 else (
+            -1.0 if w < 0.0 else 0.0))
+    return True
+
+
+# numba's dispatchers, typed as what they are to the Python caller
+_one_call: Any = _one
+_batch_call: Any = _batch
+_batch_parallel_call: Any = _batch_parallel
+_max_threads: int = getattr(numba.config, 'NUMBA_NUM_THREADS')  # noqa: B009 - untyped
+
+
+def _run(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, tables: bool,
+         threads: int, outputs: tuple[np.ndarray, ...]) -> None:
     N = q.shape[0]
-    args = (q, qd, qdd, *km.arguments(), tables)
-    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    args = (q, qd, qdd, km.ints, km.reals, tables)
+    threads = min(threads, _max_threads)
     if N < parallel_threshold or threads <= 1:
-        _batch(*args, 0, N, *outputs)
+        _batch_call(*args, 0, N, *outputs)
         return
     with _pool_lock:
         previous = numba.get_num_threads()
         numba.set_num_threads(threads)
         try:
             # a few blocks per thread so an uneven thread still finishes together
-            _batch_parallel(*args, min(N, 4 * threads), *outputs)
+            _batch_parallel_call(*args, min(N, 4 * threads), *outputs)
         finally:
             numba.set_num_threads(previous)
 
 
 def decompose_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, *,
-                   threads: int = 1) -> dict[str, np.ndarray]:
-    """Closed-form split of a flat batch.
+                   threads: int = 1,
+                   out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Closed-form split of a flat batch, into fresh arrays or into ``out``.
 
     Args:
         km: model constants.
         q, qd, qdd: (N, n) C-contiguous float64.
         threads: worker threads for batches of at least :data:`parallel_threshold`.
+        out: arrays to write into, keyed as the return value, with exactly
+            :meth:`KernelModel.output_shapes` (N), float64 and C-contiguous; every entry is
+            overwritten. Other keys are ignored.
 
     Returns:
         torque (N, n), partial (N, n, B), acceleration and velocity (N, n, B, n),
-        gravity (N, n, B); units as in :class:`plag_ros.dynamics.Decomposition`.
+        gravity (N, n, B), friction (N, n); units as in
+        :class:`plag_ros.dynamics.Decomposition`. ``out`` itself when given.
+
+    Raises:
+        ValueError: an ``out`` array of the wrong shape, dtype or layout.
     """
-    N, n = q.shape
-    B = km.body_joint.shape[0]
-    out = dict(torque=np.empty((N, n)), partial=np.empty((N, n, B)),
-               acceleration=np.empty((N, n, B, n)), velocity=np.empty((N, n, B, n)),
-               gravity=np.empty((N, n, B)))
-    unused = np.empty((N, 0, 0))
-    _run(km, q, qd, qdd, True, threads, (out['torque'], out['partial'], out['acceleration'],
-                                         out['velocity'], out['gravity'], unused))
+    N = q.shape[0]
+    shapes = km.output_shapes(N)
+    if out is None:
+        out = {name: np.empty(shape) for name, shape in shapes.items()}
+    else:
+        for name, shape in shapes.items():
+            a = out.get(name)
+            if (not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != np.float64
+                    or not a.flags.c_contiguous or not a.flags.writeable):
+                got = 'missing' if a is None else f'{getattr(a, "shape", None)} ' \
+                    f'{getattr(a, "dtype", type(a).__name__)}'
+                raise ValueError(f'out[{name!r}] must be a writeable C-contiguous float64 '
+                                 f'array of shape {shape}, got {got}')
+    decompose_unchecked(km, q, qd, qdd, out, threads=threads)
     return out
+
+
+def decompose_unchecked(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                        out: dict[str, np.ndarray], *, threads: int = 1) -> None:
+    """:func:`decompose_into` without checking ``out``: for callers that checked it once
+    and reuse it (a wrong array here is written out of bounds)."""
+    _run(km, q, qd, qdd, True, threads, (out['torque'], out['partial'], out['acceleration'],
+                                         out['velocity'], out['gravity'], out['friction'],
+                                         _no_mass(q.shape[0])))
+
+
+def decompose_sample(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                     out: dict[str, np.ndarray]) -> bool:
+    """One sample, unchecked: the live path's call, with the fewest Python steps.
+
+    Args:
+        q, qd, qdd: (n,) float64 (any stride).
+        out: torque and friction (n,), partial and gravity (n, B), acceleration and
+            velocity (n, B, n), float64, written in place; the caller checked them.
+
+    Returns:
+        False, with nothing written, when an input is NaN or infinite.
+    """
+    return bool(_one_call(q, qd, qdd, km.ints, km.reals, out['torque'], out['partial'],
+                          out['acceleration'], out['velocity'], out['gravity'],
+                          out['friction']))
+
+
+def _no_mass(N: int) -> np.ndarray:
+    """An (N, 0, 0) stand-in for the mass-matrix output the tables path never writes."""
+    return np.empty((N, 0, 0))
 
 
 def mass_matrix_and_bias_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, *,
@@ -351,7 +481,8 @@ def mass_matrix_and_bias_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, *,
     torque, M = np.empty((N, n)), np.empty((N, n, n))
     unused = np.empty((N, 0, 0))
     _run(km, q, qd, np.zeros_like(q), False, threads,
-         (torque, unused, np.empty((N, 0, 0, 0)), np.empty((N, 0, 0, 0)), unused, M))
+         (torque, unused, np.empty((N, 0, 0, 0)), np.empty((N, 0, 0, 0)), unused,
+          np.empty((N, 0)), M))
     return M, torque
 
 
@@ -379,6 +510,9 @@ def _link_poses(q, parent, axis, revolute, T_parent_joint, link_joint, T_joint_l
             out[t, k, 3, 3] = 1.0
 
 
+_link_poses_call: Any = _link_poses
+
+
 def link_poses(km: KernelModel, q: np.ndarray, link_joint: np.ndarray,
                T_joint_link: np.ndarray) -> np.ndarray:
     """World pose of every URDF link, (N, n) -> (N, L, 4, 4).
@@ -388,7 +522,7 @@ def link_poses(km: KernelModel, q: np.ndarray, link_joint: np.ndarray,
         T_joint_link: (L, 4, 4) link frame in that joint's child frame.
     """
     out = np.empty((q.shape[0], link_joint.shape[0], 4, 4))
-    _link_poses(q, km.parent, km.axis, km.revolute, km.T_parent_joint,
+    _link_poses_call(q, km.parent, km.axis, km.revolute, km.T_parent_joint,
                 np.ascontiguousarray(link_joint, dtype=np.int64),
                 np.ascontiguousarray(T_joint_link, dtype=np.float64), out)
     return out

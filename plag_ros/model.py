@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ['RobotModel', 'default_urdf_path', 'MOVING_JOINT_TYPES']
+__all__ = ['RobotModel', 'ModelChanges', 'default_urdf_path', 'MOVING_JOINT_TYPES']
 
 MOVING_JOINT_TYPES = ('revolute', 'continuous', 'prismatic')
 _REJECTED_JOINT_TYPES = ('floating', 'planar')
@@ -97,6 +97,33 @@ def _combine(m1: float, c1: np.ndarray, I1: np.ndarray,
         return mass * (d @ d * np.eye(3) - np.outer(d, d))
 
     return m, c, I1 + shift(m1, c1) + I2 + shift(m2, c2)
+
+
+@dataclass(frozen=True)
+class ModelChanges:
+    """Every difference between two models, by joint and body name (see
+    :meth:`RobotModel.changes_from`).
+
+    Attributes:
+        added_joints, removed_joints: moving joints only in the new / the previous model.
+        changed_joints: joint name -> what differs, a tuple of ``'type'``, ``'axis'``,
+            ``'origin'`` (the joint frame in its parent, ``T_parent_joint``), ``'parent'``,
+            ``'mimic'``, ``'limits'``, ``'dynamics'`` (damping or friction).
+        added_bodies, removed_bodies: bodies only in the new / the previous model.
+        changed_bodies: body name -> what differs: ``'joint'`` (it rides on another joint),
+            ``'link'``, ``'mass'``, ``'com'``, ``'inertia'``.
+    """
+
+    added_joints: tuple[str, ...]
+    removed_joints: tuple[str, ...]
+    changed_joints: dict[str, tuple[str, ...]]
+    added_bodies: tuple[str, ...]
+    removed_bodies: tuple[str, ...]
+    changed_bodies: dict[str, tuple[str, ...]]
+
+    def __bool__(self) -> bool:
+        return bool(self.added_joints or self.removed_joints or self.changed_joints
+                    or self.added_bodies or self.removed_bodies or self.changed_bodies)
 
 
 @dataclass(frozen=True, eq=False)
@@ -374,6 +401,85 @@ class RobotModel:
             path.append(int(joint))
             joint = int(self.joint_parent[joint])
         return path[::-1]
+
+    def parent_name(self, joint: int) -> str | None:
+        """Name of the parent moving joint of ``joint`` (None at the root)."""
+        parent = int(self.joint_parent[joint])
+        return None if parent < 0 else self.joint_names[parent]
+
+    def changes_from(self, previous: RobotModel) -> ModelChanges:
+        """What differs in this model from ``previous``, joint by joint and body by body.
+
+        Joints and bodies are matched by name; figures are compared exactly (a change in
+        the last bit counts), so a model rebuilt from the same URDF shows no change.
+        Seed 000's reconstruction (a joint turned into a slider, a link length changed)
+        shows as changed joints; its extension (a link appended) as added joints and bodies.
+        """
+        joints = {name: k for k, name in enumerate(self.joint_names)}
+        old_joints = {name: k for k, name in enumerate(previous.joint_names)}
+        changed_joints: dict[str, tuple[str, ...]] = {}
+        for name, k in joints.items():
+            if name not in old_joints:
+                continue
+            o = old_joints[name]
+            what = []
+            if self.joint_types[k] != previous.joint_types[o]:
+                what.append('type')
+            if not np.array_equal(self.joint_axis[k], previous.joint_axis[o]):
+                what.append('axis')
+            if not np.array_equal(self.T_parent_joint[k], previous.T_parent_joint[o]):
+                what.append('origin')
+            if self.parent_name(k) != previous.parent_name(o):
+                what.append('parent')
+            if not self._same_mimic(k, previous, o):
+                what.append('mimic')
+            if not all(np.array_equal(getattr(self, f)[k], getattr(previous, f)[o]) for f in (
+                    'joint_lower', 'joint_upper', 'effort_limit', 'velocity_limit')):
+                what.append('limits')
+            if (self.damping[k] != previous.damping[o]
+                    or self.friction[k] != previous.friction[o]):
+                what.append('dynamics')
+            if what:
+                changed_joints[name] = tuple(what)
+        bodies = {name: i for i, name in enumerate(self.body_names)}
+        old_bodies = {name: i for i, name in enumerate(previous.body_names)}
+        changed_bodies: dict[str, tuple[str, ...]] = {}
+        for name, i in bodies.items():
+            if name not in old_bodies:
+                continue
+            o = old_bodies[name]
+            what = []
+            if (self.joint_names[self.body_joint[i]]
+                    != previous.joint_names[previous.body_joint[o]]):
+                what.append('joint')
+            if self.body_link[i] != previous.body_link[o]:
+                what.append('link')
+            if self.body_mass[i] != previous.body_mass[o]:
+                what.append('mass')
+            if not np.array_equal(self.body_com[i], previous.body_com[o]):
+                what.append('com')
+            if not np.array_equal(self.body_inertia[i], previous.body_inertia[o]):
+                what.append('inertia')
+            if what:
+                changed_bodies[name] = tuple(what)
+        return ModelChanges(
+            added_joints=tuple(n for n in self.joint_names if n not in old_joints),
+            removed_joints=tuple(n for n in previous.joint_names if n not in joints),
+            changed_joints=changed_joints,
+            added_bodies=tuple(n for n in self.body_names if n not in old_bodies),
+            removed_bodies=tuple(n for n in previous.body_names if n not in bodies),
+            changed_bodies=changed_bodies,
+        )
+
+    def _same_mimic(self, k: int, previous: RobotModel, o: int) -> bool:
+        source, old_source = int(self.mimic_source[k]), int(previous.mimic_source[o])
+        if (source < 0) != (old_source < 0):
+            return False
+        if source < 0:
+            return True
+        return (self.joint_names[source] == previous.joint_names[old_source]
+                and self.mimic_multiplier[k] == previous.mimic_multiplier[o]
+                and self.mimic_offset[k] == previous.mimic_offset[o])
 
     @property
     def actuated(self) -> np.ndarray:

@@ -2,7 +2,10 @@
 
 Tolerances: float64 results must agree with Pinocchio and between our two paths to
 ``RTOL = 1e-10`` relative to the largest magnitude in the compared table (absolute floor
-1e-12), i.e. to rounding; float32 to 1e-4 relative.
+1e-12), i.e. to rounding; float32 to ``F32_RTOL`` = 64 float32 epsilons relative (why: at
+its definition). The torch form (float32 and GPU path) is checked as such: against the
+compiled loop to RTOL in float64, in float32 against float64, and over batches longer
+than its chunk size.
 """
 from __future__ import annotations
 
@@ -159,27 +162,87 @@ def test_batched_equals_looped_and_batch_shapes(robot):
         assert_close(batched.velocity.reshape(6, n, B, n)[b], single.velocity, what='velocity')
 
 
-def test_chunked_long_batch_equals_one_pass(robot):
-    model, engine, _ = robot
-    q, qd, qdd = random_states(model, engine.chunk_size + 37, seed=8)
-    whole = engine.decompose(q, qd, qdd)
-    head = engine.decompose(q[-40:], qd[-40:], qdd[-40:])
-    assert_close(whole.velocity[-40:], head.velocity, what='chunked velocity')
-    assert_close(whole.torque[-40:], head.torque, what='chunked torque')
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_torch_form_chunks_long_batches(robot, monkeypatch, dtype):
+    """The torch form (float32 and GPU path) splits batches longer than ``chunk_size`` into
+    chunks; the chunked result must equal one pass over the whole batch, row for row.
+
+    Runs the torch form explicitly (``compiled=False``): the compiled loop ignores
+    ``chunk_size``. A small chunk size on the instance keeps the test fast; the number of
+    closed-form passes shows the chunk branch ran (3 full chunks and a remainder).
+    """
+    from plag_ros import torch_form
+
+    model = robot[0]
+    chunked = PartialLagrangian(model, dtype=dtype, compiled=False)
+    chunked.chunk_size = 16
+    whole = PartialLagrangian(model, dtype=dtype, compiled=False)
+    whole.chunk_size = 10_000
+    assert not chunked.compiled and not whole.compiled
+    q, qd, qdd = random_states(model, 3 * 16 + 5, seed=8)
+    passes = []
+    closed_form = torch_form.closed_form
+
+    def counting(c, *args, **kwargs):
+        passes.append(args[0].shape[0])
+        return closed_form(c, *args, **kwargs)
+
+    monkeypatch.setattr(torch_form, 'closed_form', counting)
+    out = chunked.decompose(q, qd, qdd)
+    assert passes == [16, 16, 16, 5], passes
+    passes.clear()
+    ref = whole.decompose(q, qd, qdd)
+    assert passes == [53]
+    for field in ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction'):
+        a, b = getattr(out, field), getattr(ref, field)
+        assert a.dtype == dtype and a.shape == b.shape
+        # the same arithmetic on the same rows: equal to the last bit
+        assert torch.equal(a, b), field
+    # and the default chunk size, above which the node-sized batches of analyze run
+    long = PartialLagrangian(model, dtype=dtype, compiled=False)
+    N = long.chunk_size + 37
+    q, qd, qdd = random_states(model, N, seed=18)
+    passes.clear()
+    out = long.decompose(q, qd, qdd)
+    assert passes == [long.chunk_size, 37]
+    tail = long.decompose(q[-37:], qd[-37:], qdd[-37:])
+    assert torch.equal(out.velocity[-37:], tail.velocity)
+    assert torch.equal(out.torque[-37:], tail.torque)
+
+
+# float32 tolerance, relative to the largest entry of each table: 64 float32 epsilons
+# (7.6e-6). The closed form composes up to ~10 rigid transforms down a chain and sums
+# O(n) products per entry, so a few epsilons of relative error are expected; measured on
+# these three robots over 2000 samples the worst field was 6.5e-7 (5.4 eps, the velocity
+# table of two_arm_torso), so the bound has a 10x margin and still fails on any
+# formula or indexing error (those are O(1) relative).
+F32_RTOL = 64 * torch.finfo(torch.float32).eps
 
 
 def test_float32_within_tolerance(robot):
+    """The float32 torch form (the GPU path) against the float64 compiled loop on the same
+    (float32-rounded) inputs, over a batch longer than ``chunk_size`` so the chunked
+    branch is part of what is checked."""
     model, engine, _ = robot
-    q, qd, qdd = random_states(model, 16, seed=9)
-    ref = engine.decompose(q, qd, qdd)
-    out = PartialLagrangian(model, dtype=torch.float32).decompose(q, qd, qdd)
-    assert out.partial.dtype == torch.float32
-    assert_close(out.partial.double(), ref.partial, rtol=1e-4, what='float32 partial')
-    assert_close(out.velocity.double(), ref.velocity, rtol=1e-4, what='float32 velocity')
+    f32 = PartialLagrangian(model, dtype=torch.float32)
+    assert not f32.compiled
+    q, qd, qdd = (x.astype(np.float32) for x in random_states(model, f32.chunk_size + 88,
+                                                              seed=9))
+    ref = engine.decompose(q.astype(np.float64), qd.astype(np.float64),
+                           qdd.astype(np.float64))
+    out = f32.decompose(q, qd, qdd)
+    for field in ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction'):
+        got = getattr(out, field)
+        assert got.dtype == torch.float32
+        expected = getattr(ref, field)
+        scale = float(expected.abs().max())
+        err = float((got.double() - expected).abs().max())
+        assert err <= F32_RTOL * scale, f'float32 {field}: {err:.2e} of {scale:.2e}'
 
 
 def test_friction_is_viscous_plus_coulomb_and_not_in_torque():
-    model = RobotModel.from_urdf(serial_chain(seed=2, n=4))
+    xml = serial_chain(seed=2, n=4)
+    model = RobotModel.from_urdf(xml)
     engine = PartialLagrangian(model)
     qd = np.array([0.5, -2.0, 0.0, 1e-3])
     expected = model.damping * qd + model.friction * np.sign(qd)
@@ -187,11 +250,17 @@ def test_friction_is_viscous_plus_coulomb_and_not_in_torque():
     smooth = engine.friction_torque(qd, smoothing=0.01).numpy()
     assert_close(smooth, model.damping * qd + model.friction * np.tanh(qd / 0.01),
                  what='smoothed friction')
-    out = engine.decompose(np.zeros(4), qd, np.zeros(4))
-    assert_close(out.friction, expected, what='reported friction')
-    # torque is the Lagrangian part only: equal to a model with no friction at all
-    frictionless = PartialLagrangian(model).decompose(np.zeros(4), qd, np.zeros(4)).torque
-    assert_close(out.torque, frictionless, what='torque excludes friction')
+    assert np.abs(expected).max() > 0.1       # friction is not negligible here
+    q = np.array([0.3, -0.1, 0.7, -1.2])
+    qdd = np.array([1.0, -2.0, 0.5, 3.0])
+    # torque is the Lagrangian part only: Pinocchio's RNEA ignores the URDF <dynamics>
+    # damping and friction, so it is an independent frictionless reference.
+    oracle = PinOracle(xml, model)
+    frictionless = oracle.rnea(q, qd, qdd)
+    for compiled in (True, False):
+        out = PartialLagrangian(model, compiled=compiled).decompose(q, qd, qdd)
+        assert_close(out.friction, expected, what='reported friction')
+        assert_close(out.torque, frictionless, what='torque excludes friction')
 
 
 # --------------------------------------------------------------------------- closed form

@@ -156,3 +156,21 @@ def test_fixed_link_with_mass_on_the_root_loads_nothing():
     model = RobotModel.from_urdf(xml)
     assert model.n_bodies == 1 and model.body_mass[0] == 1.0
     assert model.link_joint[model.link_index('plate')] == -1
+
+
+def test_changes_from_lists_every_difference(crane):
+    """changes_from compares by name and exactly: a rebuilt model shows nothing; payloads
+    and body edits show as added or changed bodies with what changed."""
+    again = RobotModel.from_urdf(default_urdf_path())
+    assert not again.changes_from(crane)
+    loaded = crane.with_payload('tool', link='crane_x7_gripper_base_link', mass=0.2,
+                                com=[0, 0, 0.05], inertia=np.eye(3) * 1e-4)
+    changes = loaded.changes_from(crane)
+    assert changes.added_bodies == ('tool',) and not changes.changed_bodies
+    assert crane.changes_from(loaded).removed_bodies == ('tool',)
+    moved = loaded.with_body('tool', mass=0.2, com=[0, 0.01, 0.05], inertia=np.eye(3) * 1e-4)
+    assert moved.changes_from(loaded).changed_bodies == {'tool': ('com',)}
+    heavier = loaded.with_body('tool', mass=0.3, com=[0, 0, 0.05],
+                               inertia=np.eye(3) * 2e-4)
+    assert heavier.changes_from(loaded).changed_bodies == {'tool': ('mass', 'inertia')}
+    assert not heavier.changes_from(loaded).changed_joints

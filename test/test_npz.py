@@ -1,8 +1,11 @@
 """The npz writer: archives that numpy and Python's zip reader take as their own."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,10 +91,6 @@ def test_both_backends_write_archives_numpy_reads_back_exactly(tmp_path, backend
     A fresh interpreter each, so the import-time choice in plag_ros.npz really runs (with
     ``isal`` blocked from import for the fallback), not a patched module attribute.
     """
-    import subprocess
-    import sys
-    from pathlib import Path
-
     here = Path(__file__).resolve().parent
     done = subprocess.run([sys.executable, '-c', _WRITE_IN_FRESH_INTERPRETER, backend,
                            str(tmp_path / 'out'), str(here)],
@@ -129,7 +128,7 @@ class _Spy:
 def test_isal_deflates_levels_one_to_three_zlib_the_rest(tmp_path, monkeypatch, level):
     """ISA-L has levels 1-3 only: those members go through the preferred backend, higher
     levels through zlib; the archive reads back exactly either way."""
-    from isal import isal_zlib   # a requirement (requirements.txt): no skip if missing
+    from isal import isal_zlib  # a requirement (requirements.txt): no skip if missing
 
     spy = _Spy(isal_zlib)
     monkeypatch.setattr(npz, '_deflate', spy)

@@ -39,7 +39,7 @@ def test_layout_strides_follow_std_msgs_doc():
     assert [d.label for d in layout.dim] == ['joint', 'body', 'source']
     assert [d.size for d in layout.dim] == [9, 10, 7]
     # stride[0] is the total size; stride[i] = product of the sizes from i on.
-    assert [d.stride for d in layout.dim] == [630, 70, 7]
+    assert [d.stride for d in layout.dim] == [9 * 10 * 7, 10 * 7, 7]
     assert layout.data_offset == 0
     # Element (k, i, s) sits at data[stride[1] * k + stride[2] * i + s] (row-major).
     values = np.arange(630.0).reshape(9, 10, 7)

@@ -10,6 +10,7 @@ bag reproduces what the node published for the same messages.
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -122,6 +123,75 @@ def test_replay_delivers_every_message_in_order_on_time(tmp_path, client, model)
     client.wait_for(lambda: clocks and clocks[-1] == t[-1], 5.0, 'final /clock')
     assert np.all(np.diff(clocks) >= 0)
     assert clocks[0] >= t[0] and len(clocks) >= 0.8 * 40 * (t[-1] - t[0]) * 1e-9
+
+
+class _FakeTime:
+    """Stands in for ``time`` in plag_ros.replay: a clock that moves only when waited on."""
+
+    def __init__(self, start_ns: int) -> None:
+        self.now_ns = start_ns
+
+    def perf_counter_ns(self) -> int:
+        return self.now_ns
+
+
+class _Waiter:
+    """Stands in for the stop event: ``wait(s)`` advances the fake clock by ``s``."""
+
+    def __init__(self, clock: _FakeTime) -> None:
+        self.clock = clock
+
+    def wait(self, seconds: float) -> bool:
+        self.clock.now_ns += max(1, math.ceil(seconds * 1e9))
+        return False
+
+    def is_set(self) -> bool:
+        return False
+
+
+class _Recorder:
+    def __init__(self, clock: _FakeTime, sink: list) -> None:
+        self.clock, self.sink = clock, sink
+
+    def publish(self, data) -> None:
+        self.sink.append((self.clock.now_ns, data))
+
+
+@pytest.mark.parametrize('rate', [1.0, 2.0, 0.5])
+def test_replay_schedule_on_a_fake_clock(monkeypatch, rate):
+    """The schedule itself, free of machine load: on a clock that advances only when the
+    replay waits, message m is published at start + (t_m - t_0) / rate (to the 1 ns of
+    rounding a wait in seconds), in bag order; /clock carries the bag time at the same
+    scaled instants, never goes back, is never more than 25 ms of bag time (40 Hz) apart,
+    and reaches each message's time before the message goes out."""
+    from plag_ros import replay as replay_module
+    from plag_ros.replay import ReplaySchedule, _play_once
+
+    t = T0_NS + np.cumsum(np.r_[0, np.full(30, 10_000_000)])
+    t[20:] += 150_000_000            # a pause of 150 ms: /clock must keep ticking through it
+    t[25] = t[24]                    # two messages at the same time
+    data = [f'm{k}'.encode() for k in range(len(t))]
+    schedule = ReplaySchedule(topics=(('/a', 'std_msgs/msg/String', True, False),
+                                      ('/b', 'std_msgs/msg/String', True, False)),
+                              t_ns=[int(x) for x in t], topic=[k % 2 for k in range(len(t))],
+                              data=data)
+    start = 1_000_000_007
+    clock = _FakeTime(start)
+    monkeypatch.setattr(replay_module, 'time', clock)
+    sent, clocks = [], []
+    publishers = [_Recorder(clock, sent), _Recorder(clock, sent)]
+    count = _play_once(schedule, publishers, _Recorder(clock, clocks), rate, _Waiter(clock))
+    assert count == len(t)
+    assert [d for _, d in sent] == data
+    due = start + (t - t[0]) / rate
+    np.testing.assert_allclose([w for w, _ in sent], due, rtol=0, atol=1.0)
+    bag_time = np.array([c.clock.sec * 10**9 + c.clock.nanosec for _, c in clocks])
+    at = np.array([w for w, _ in clocks])
+    np.testing.assert_allclose(at, start + (bag_time - t[0]) / rate, rtol=0, atol=1.0)
+    assert np.all(np.diff(bag_time) >= 0) and bag_time[0] == t[0] and bag_time[-1] == t[-1]
+    assert np.max(np.diff(bag_time)) <= 25_000_000
+    for (wall, _), t_m in zip(sent, t, strict=True):   # the latest /clock is the message's
+        assert bag_time[at <= wall].max() == t_m
 
 
 def test_replay_rate_and_loop(tmp_path, client, model):

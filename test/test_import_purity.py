@@ -32,8 +32,8 @@ PHYSICS_MODULES = (
 )
 """Modules that must stay ROS-free; add new physics modules here."""
 
-LATER_PHYSICS_MODULES = ('plag_ros.motors',)
-"""Physics modules that other branches add: checked as soon as they exist."""
+LATER_PHYSICS_MODULES = ('plag_ros.motors', 'plag_ros.plausibility')
+"""Physics-side modules that other branches add: checked as soon as they exist."""
 
 ROS_PACKAGES = frozenset({
     'rclpy', 'rcl_interfaces', 'builtin_interfaces', 'std_msgs', 'sensor_msgs',

@@ -70,13 +70,13 @@ def test_bad_level_and_object_arrays_raise(tmp_path):
 # --- the two deflate backends -------------------------------------------------------------
 
 _WRITE_IN_FRESH_INTERPRETER = """
+import importlib
 import sys
 if sys.argv[1] == 'zlib':
     sys.modules['isal'] = None          # 'import isal' now raises ImportError
     sys.modules['isal.isal_zlib'] = None
 sys.path.insert(0, sys.argv[3])
-import numpy as np
-from plag_ros import npz
+npz = importlib.import_module(sys.argv[4])
 from test_npz import sample_arrays
 for level in (1, 6):
     npz.save_npz(f'{sys.argv[2]}_{level}.npz', sample_arrays(), level)
@@ -93,7 +93,7 @@ def test_both_backends_write_archives_numpy_reads_back_exactly(tmp_path, backend
     """
     here = Path(__file__).resolve().parent
     done = subprocess.run([sys.executable, '-c', _WRITE_IN_FRESH_INTERPRETER, backend,
-                           str(tmp_path / 'out'), str(here)],
+                           str(tmp_path / 'out'), str(here), npz.__name__],
                           capture_output=True, text=True, timeout=120, cwd=here.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [backend, library]

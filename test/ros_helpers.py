@@ -23,12 +23,33 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from plag_ros.tools.bringup import NodeProcess, NodeSpec
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
-           'start_node']
+           'start_node', 'wait_until']
 
 REPO = Path(__file__).resolve().parents[1]
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, what: str = '',
+               poll_s: float = 0.02):
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    The replacement for sleep-then-assert: the test goes on as soon as the condition holds
+    and fails with a message naming ``what`` only after ``timeout_s`` seconds without it.
+
+    Raises:
+        AssertionError: the condition did not hold within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f'timed out after {timeout_s} s waiting for '
+                                 f'{what or predicate}')
+        time.sleep(poll_s)
 
 
 def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -19,6 +19,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from pin_oracle import PinOracle
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import Reader
 from sensor_msgs.msg import Image, JointState
@@ -135,6 +136,16 @@ def test_analysis_equals_library_on_same_arrays(analysed, model):
         assert list(npz['joint_names']) == list(model.joint_names)
         assert list(npz['body_names']) == list(model.body_names)
     assert zipfile.ZipFile(written['npz']).infolist()[0].compress_type == zipfile.ZIP_DEFLATED
+    # Independent of the engine: Pinocchio's RNEA on the same estimated states gives the
+    # torque, and at rest its gravity part (rows at the start, middle and end).
+    oracle = PinOracle(default_urdf_path().read_text(), model)
+    zero = np.zeros(model.n_joints)
+    for k in (0, len(t) // 2, len(t) - 1):
+        q_k, qd_k, qdd_k = analysis.q[k], analysis.qd[k], analysis.qdd[k]
+        np.testing.assert_allclose(analysis.torque[k], oracle.rnea(q_k, qd_k, qdd_k),
+                                   rtol=0, atol=1e-9, err_msg=f'torque row {k}')
+        np.testing.assert_allclose(analysis.gravity[k].sum(-1), oracle.rnea(q_k, zero, zero),
+                                   rtol=0, atol=1e-9, err_msg=f'gravity row {k}')
     # The array function gives the same as the bag function, also through the torch form
     # in chunks (what float32 and GPU engines take).
     js = read_joint_states(root / 'bag', model)

@@ -9,7 +9,7 @@ estimator configuration and engine: they must agree to 1e-9.
 from __future__ import annotations
 
 import math
-import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.serialization import deserialize_message
-from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
+from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node, wait_until
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
@@ -152,14 +152,35 @@ def _clear(out) -> None:
             value.clear()
 
 
-def _stream(graph, model, sent: list[JointState], expected_count: int):
+def _has_last(out, name: str, last: tuple[int, dict]) -> bool:
+    """Whether topic ``name`` has received the output of the last expected sample."""
+    if not out[name]:
+        return False
+    t_ns, want = last
+    msg = out[name][-1][1]
+    if name == 'joint_states':
+        return msgs.stamp_to_ns(msg.header.stamp) == t_ns
+    values, _ = msgs.multi_array_to_numpy(msg)
+    return values.shape == want[name].shape and np.allclose(values, want[name], rtol=0,
+                                                            atol=TOL)
+
+
+def _stream(graph, model, sent: list[JointState], expected: list[tuple[int, dict]]):
+    """Publish ``sent`` at 200 Hz; wait until every topic has the output of the last sample.
+
+    The last message sent must be the one that gives the last expected output. Each topic's
+    publisher is reliable and in order, so once that output has arrived on a topic, every
+    earlier one has too, and anything extra the node published for these inputs is there
+    to be counted: no sleep needed to make sure "nothing more arrives".
+    """
     client, node, joint_states, out = graph
+    assert msgs.stamp_to_ns(sent[-1].header.stamp) == expected[-1][0]
     publish_at_rate(joint_states, sent, RATE_HZ)
     try:
-        client.wait_for(lambda: len(out['joint_states']) >= expected_count
-                        and all(len(out[name]) >= expected_count for name in ARRAYS)
-                        and all(b for b in out['bodies'].values()),
-                        30.0, f'{expected_count} outputs on every topic')
+        wait_until(lambda: all(_has_last(out, name, expected[-1])
+                               for name in ('joint_states', *ARRAYS))
+                   and all(b for b in out['bodies'].values()),
+                   30.0, "the last sample's output on every topic")
     except AssertionError as err:
         counts = {k: len(v) for k, v in out.items() if k != 'bodies'}
         raise AssertionError(f'{err}: got {counts}\n{node.output()[-3000:]}') from err
@@ -220,8 +241,8 @@ def test_outputs_equal_library_decomposition(graph, model):
     names = _driver_names(model)
     sent = _trajectory(model, names, t0_ns=1_000_000_000_000, count=200)
     expected = _reproduce(model, sent)
-    assert len(expected) == 196   # five-point warm-up
-    _stream(graph, model, sent, len(expected))
+    assert len(expected) == 200 - 4   # five-point stencil: the first output at sample 5
+    _stream(graph, model, sent, expected)
     _check_outputs(model, out, expected)
     # rviz outputs at the visualization rate: markers and the heat map.
     client.wait_for(lambda: out['markers'] and out['image'], 5.0, 'markers and image')
@@ -268,7 +289,7 @@ def test_bad_input_is_counted_and_never_published(graph, model):
         sent.insert(index + 1, insertions[index])
     expected = _reproduce(model, sent)
     assert len(expected) == len(good) - 4     # every bad message dropped, none published
-    _stream(graph, model, sent, len(expected))
+    _stream(graph, model, sent, expected)
     _check_outputs(model, out, expected)
 
     want = {'rejected.nonfinite': 1, 'rejected.unknown_name': 1, 'rejected.missing_name': 1,
@@ -320,17 +341,19 @@ def test_output_rate_decimates_outputs_not_the_estimator(graph, model):
     assert _set(client, 'output_rate_hz', rate).successful
     try:
         _clear(out)
-        sent = _trajectory(model, _driver_names(model), t0_ns=3_000_000_000_000, count=100)
+        sent = _trajectory(model, _driver_names(model), t0_ns=3_000_000_000_000, count=101)
         every = _reproduce(model, sent)          # the estimator runs on every sample
         expected, due = [], 0
         for t_ns, values in every:               # 50 Hz on the stamps, phase kept
             if t_ns >= due:
                 expected.append((t_ns, values))
                 due = due + 20_000_000 if due + 20_000_000 > t_ns else t_ns + 20_000_000
-        assert len(expected) == 24               # 96 estimates over 0.475 s
-        _stream(graph, model, sent, len(expected))
-        time.sleep(0.5)   # nothing more may arrive
-        _check_outputs(model, out, expected)
+        # Estimates at samples 4..100 (5 ms apart); every 4th one is due: 4, 8, ..., 100.
+        # The last sample sent is an output, so _stream's wait covers every output.
+        assert [t for t, _ in expected] == [3_000_000_000_000 + k * PERIOD_NS
+                                            for k in range(4, 101, 4)]
+        _stream(graph, model, sent, expected)
+        _check_outputs(model, out, expected)      # exactly these 25: nothing in between
     finally:
         rate.double_value = 0.0
         assert _set(client, 'output_rate_hz', rate).successful
@@ -374,9 +397,12 @@ def test_model_sources_and_invalid_parameters(model):
         assert node._model is None
         executor = rclpy.executors.SingleThreadedExecutor(context=context)
         executor.add_node(node)
-        deadline = time.monotonic() + 10.0
-        while node._model is None and time.monotonic() < deadline:
+
+        def loaded() -> bool:
             executor.spin_once(timeout_sec=0.05)
+            return node._model is not None
+
+        wait_until(loaded, 10.0, 'the fallback model after the 0.2 s topic timeout', poll_s=0)
         assert node._model_source.startswith('fallback:')
         assert node._model.joint_names == model.joint_names
         executor.shutdown()
@@ -394,19 +420,37 @@ def test_model_sources_and_invalid_parameters(model):
             _in_process_node(overrides)
 
 
+class _ManualClock:
+    """Stands in for the node's rclpy clock: ``now()`` is whatever the test set."""
+
+    def __init__(self) -> None:
+        self.t_ns = 0
+
+    def now(self) -> SimpleNamespace:
+        return SimpleNamespace(nanoseconds=self.t_ns)
+
+
 def test_receive_stamps_for_unstamped_publishers(model):
-    """stamp_source 'receive': zero header stamps are replaced by the arrival time."""
+    """stamp_source 'receive': zero header stamps are replaced by the arrival time.
+
+    The node's clock is replaced by one the test sets before each message (arrivals exactly
+    5 ms apart), so the result does not depend on how fast this machine runs the loop.
+    """
     context, node = _in_process_node({'robot_description_source': 'file',
                                       'stamp_source': 'receive'})
+    clock = _ManualClock()
+    node._clock = clock
     try:
         sent = _trajectory(model, _driver_names(model), t0_ns=0, count=10)
-        for msg in sent:
+        arrivals = [1_700_000_000_000_000_000 + k * PERIOD_NS for k in range(len(sent))]
+        for msg, arrival in zip(sent, arrivals, strict=True):
             msg.header.stamp = msgs.ns_to_stamp(0)
+            clock.t_ns = arrival
             node._on_joint_state(msg)
-            time.sleep(0.005)
-        assert node._window.published == 6 and sum(node.rejected.values()) == 0
+        # 10 samples, the first output at the fifth (five-point stencil): 6 outputs.
+        assert node._window.published == 10 - 4 and sum(node.rejected.values()) == 0
         state = deserialize_message(node._messages.joint_state, JointState)
-        assert abs(msgs.stamp_to_ns(state.header.stamp) - time.time_ns()) < 5e9
+        assert msgs.stamp_to_ns(state.header.stamp) == arrivals[-1]
     finally:
         node.destroy_node()
         context.try_shutdown()
@@ -432,10 +476,9 @@ def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
             publisher.publish(msg)
         RosClient.wait_for(lambda: node._input.errors == 3, 10.0, 'three callback errors')
         node._estimator.update = update
-        for msg in sent:
-            publisher.publish(msg)
-            time.sleep(0.005)
-        RosClient.wait_for(lambda: node._window.published >= 13, 10.0, 'outputs after it')
+        publish_at_rate(publisher, sent, RATE_HZ)
+        # 17 good messages after the failures; the first output at the fifth: 13.
+        wait_until(lambda: node._window.published == 17 - 4, 10.0, 'outputs after it')
         reports = []
         node._pub_diag.publish = reports.append
         node._publish_diagnostics()

@@ -39,7 +39,7 @@ def test_layout_strides_follow_std_msgs_doc():
     assert [d.label for d in layout.dim] == ['joint', 'body', 'source']
     assert [d.size for d in layout.dim] == [9, 10, 7]
     # stride[0] is the total size; stride[i] = product of the sizes from i on.
-    assert [d.stride for d in layout.dim] == [630, 70, 7]
+    assert [d.stride for d in layout.dim] == [9 * 10 * 7, 10 * 7, 7]
     assert layout.data_offset == 0
     # Element (k, i, s) sits at data[stride[1] * k + stride[2] * i + s] (row-major).
     values = np.arange(630.0).reshape(9, 10, 7)
@@ -151,13 +151,23 @@ def test_body_joint_states(model):
 
 
 def test_names_message(model):
-    payload = msgs.parse_names(msgs.names_message(model))
-    assert payload['joints'] == list(model.joint_names)
-    assert payload['bodies'] == list(model.body_names)
-    assert payload['sources'] == list(model.joint_names)
-    assert payload['components'] == list(msgs.COMPONENTS)
-    assert payload['arrays']['velocity'] == ['joint', 'body', 'source']
-    json.dumps(payload)
+    msg = msgs.names_message(model)
+    # The data is plain JSON: a consumer without plag_ros (rviz plugin, jq, another
+    # language) decodes it with any JSON parser and gets the whole index, nothing more.
+    payload = json.loads(msg.data)
+    assert msgs.parse_names(msg) == payload
+    # Index order [..., joint k, body i, source s] (DESIGN.md), spelled out here.
+    joint_body_source = ['joint', 'body', 'source']
+    assert payload == {
+        'joints': list(model.joint_names),
+        'bodies': list(model.body_names),
+        'sources': list(model.joint_names),
+        'components': ['torque', 'acceleration', 'velocity', 'gravity', 'friction'],
+        'arrays': {'partial': ['joint', 'body'], 'acceleration': joint_body_source,
+                   'velocity': joint_body_source, 'gravity': ['joint', 'body'],
+                   'friction': ['joint'], 'torque': ['joint']},
+        'root_link': model.root_link,
+    }
 
 
 def test_markers_point_along_joint_axes(model):

@@ -1,8 +1,11 @@
 """The npz writer: archives that numpy and Python's zip reader take as their own."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,6 +67,74 @@ def test_bad_level_and_object_arrays_raise(tmp_path):
         npz.save_npz(tmp_path / 'y.npz', {'a': np.array([{}, None], dtype=object)}, 1)
 
 
-def test_isal_is_the_deflate_backend_here():
-    """requirements.txt installs isal; without it the writer would silently be 6x slower."""
-    assert npz.DEFLATE_BACKEND == 'isal'
+# --- the two deflate backends -------------------------------------------------------------
+
+_WRITE_IN_FRESH_INTERPRETER = """
+import importlib
+import sys
+if sys.argv[1] == 'zlib':
+    sys.modules['isal'] = None          # 'import isal' now raises ImportError
+    sys.modules['isal.isal_zlib'] = None
+sys.path.insert(0, sys.argv[3])
+npz = importlib.import_module(sys.argv[4])
+from test_npz import sample_arrays
+for level in (1, 6):
+    npz.save_npz(f'{sys.argv[2]}_{level}.npz', sample_arrays(), level)
+print(npz.DEFLATE_BACKEND, npz._deflate.__name__)
+"""
+
+
+@pytest.mark.parametrize('backend,library', [('isal', 'isal.isal_zlib'), ('zlib', 'zlib')])
+def test_both_backends_write_archives_numpy_reads_back_exactly(tmp_path, backend, library):
+    """With isal importable the writer picks it; without it, zlib. Both archives load.
+
+    A fresh interpreter each, so the import-time choice in plag_ros.npz really runs (with
+    ``isal`` blocked from import for the fallback), not a patched module attribute.
+    """
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, '-c', _WRITE_IN_FRESH_INTERPRETER, backend,
+                           str(tmp_path / 'out'), str(here), npz.__name__],
+                          capture_output=True, text=True, timeout=120, cwd=here.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [backend, library]
+    arrays = sample_arrays()
+    for level in (1, 6):
+        path = tmp_path / f'out_{level}.npz'
+        with zipfile.ZipFile(path) as zf:
+            assert zf.testzip() is None
+        with np.load(path) as loaded:
+            assert list(loaded.keys()) == list(arrays)
+            for name, value in arrays.items():
+                assert loaded[name].dtype == value.dtype
+                np.testing.assert_array_equal(loaded[name], value)
+
+
+class _Spy:
+    """Stands in for the deflate module: delegates, and counts who compressed."""
+
+    def __init__(self, library) -> None:
+        self.library = library
+        self.compressors = 0
+
+    def compressobj(self, *args):
+        self.compressors += 1
+        return self.library.compressobj(*args)
+
+    def crc32(self, *args):
+        return self.library.crc32(*args)
+
+
+@pytest.mark.parametrize('level', [1, 3, 4, 9])
+def test_isal_deflates_levels_one_to_three_zlib_the_rest(tmp_path, monkeypatch, level):
+    """ISA-L has levels 1-3 only: those members go through the preferred backend, higher
+    levels through zlib; the archive reads back exactly either way."""
+    from isal import isal_zlib  # a requirement (requirements.txt): no skip if missing
+
+    spy = _Spy(isal_zlib)
+    monkeypatch.setattr(npz, '_deflate', spy)
+    arrays = sample_arrays()
+    npz.save_npz(tmp_path / 'x.npz', arrays, level)
+    assert spy.compressors == (len(arrays) if level <= 3 else 0)
+    with np.load(tmp_path / 'x.npz') as loaded:
+        for name, value in arrays.items():
+            np.testing.assert_array_equal(loaded[name], value)

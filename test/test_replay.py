@@ -130,7 +130,7 @@ def test_replay_delivers_every_message_in_order_on_time(tmp_path, client, model)
 
 
 class _FakeTime:
-    """Stands in for ``time`` in plag_ros.replay: a clock that moves only when waited on."""
+    """Stands in for ``time`` in plag_ros.tools.replay: a clock that moves only when waited on."""
 
     def __init__(self, start_ns: int) -> None:
         self.now_ns = start_ns
@@ -168,8 +168,8 @@ def test_replay_schedule_on_a_fake_clock(monkeypatch, rate):
     rounding a wait in seconds), in bag order; /clock carries the bag time at the same
     scaled instants, never goes back, is never more than 25 ms of bag time (40 Hz) apart,
     and reaches each message's time before the message goes out."""
-    from plag_ros import replay as replay_module
-    from plag_ros.replay import ReplaySchedule, _play_once
+    from plag_ros.tools import replay as replay_module
+    from plag_ros.tools.replay import ReplaySchedule, _play_once
 
     t = T0_NS + np.cumsum(np.r_[0, np.full(30, 10_000_000)])
     t[20:] += 150_000_000            # a pause of 150 ms: /clock must keep ticking through it

@@ -9,6 +9,7 @@ estimator configuration and engine: they must agree to 1e-9.
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -458,9 +459,14 @@ def test_receive_stamps_for_unstamped_publishers(model):
 
 def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
     """On the input thread a callback that raises is logged, counted and shown as ERROR."""
+    import gc
+
     import rclpy
 
-    context, node = _in_process_node({'robot_description_source': 'file'})
+    switch_interval = sys.getswitchinterval()
+    # low_latency: the input thread (and the process-wide tuning, undone below)
+    context, node = _in_process_node({'robot_description_source': 'file',
+                                      'low_latency': True})
     feeder = rclpy.create_node('plag_test_feeder', context=context)
     try:
         publisher = feeder.create_publisher(JointState, '/in_process/joint_states', 10)
@@ -492,3 +498,5 @@ def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
         feeder.destroy_node()
         node.destroy_node()
         context.try_shutdown()
+        sys.setswitchinterval(switch_interval)
+        gc.unfreeze()

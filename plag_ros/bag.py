@@ -19,9 +19,11 @@ format 9 with offered QoS profiles) and takes the rows of :class:`plag_ros.cdr.C
 """
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import struct
+import time
 import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -50,6 +52,7 @@ from rosbags.rosbag2 import (
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
+from .bag_recovery import RecoveryReport, SalvagedReader, salvage_mcap, salvage_sqlite3
 from .cdr import TEMPLATE_NS, CdrTemplate
 from .model import RobotModel
 
@@ -62,6 +65,8 @@ __all__ = [
     'MissingJointsError',
     'NotABagError',
     'OutputExistsError',
+    'RecoveryReport',
+    'SalvagedReader',
     'TopicError',
     'bag_topics',
     'open_bag',
@@ -69,6 +74,7 @@ __all__ = [
     'prepare_output',
     'qos_profile',
     'read_joint_states',
+    'recovery_of',
     'typestore_for',
     'write_joint_state_bag',
 ]
@@ -163,26 +169,49 @@ def _storage_path(path: Path) -> Path:
 
 
 @contextmanager
-def open_bag(path: str | Path) -> Iterator[Reader]:
+def open_bag(path: str | Path, *, recover: bool = True) -> Iterator[Reader | SalvagedReader]:
     """Open a bag for reading; every failure becomes a :class:`BagError` naming the path.
+
+    A bag whose recording did not end cleanly is salvaged (``recover=True``, see
+    :mod:`plag_ros.bag_recovery`): an mcap that ``rosbags`` refuses (no summary or footer)
+    is read record by record up to the cut; a ``.db3`` without ``metadata.yaml``, or with
+    a write-ahead log left beside it, is read with its WAL and its metadata rebuilt. The
+    reader is then a :class:`~plag_ros.bag_recovery.SalvagedReader` whose ``recovery``
+    attribute says what came back (see :func:`recovery_of`).
 
     Args:
         path: bag directory (with metadata.yaml), or a single ``.mcap``/``.db3`` file.
+        recover: salvage damaged or unfinished bags instead of raising.
 
     Raises:
         NotABagError: nothing at ``path`` looks like a bag.
-        BagReadError: the storage cannot be opened (truncated, corrupt, not sqlite/mcap).
+        BagReadError: the storage cannot be opened (corrupt, not sqlite/mcap), or
+            ``recover`` is False and it is truncated.
     """
     path = Path(path)
     storage = _storage_path(path)
-    try:
-        reader = Reader(storage)
-        reader.open()
-    except BagError:
-        raise
-    except (ReaderError, OSError, sqlite3.Error, ValueError, KeyError, TypeError,
-            struct.error, EOFError, AssertionError) as err:
-        raise BagReadError(f'{path}: cannot open bag: {err}') from err
+    reader: Reader | SalvagedReader | None = _salvage_sqlite(path, storage) if recover \
+        else None
+    if reader is None:
+        try:
+            reader = Reader(storage)
+            reader.open()
+        except BagError:
+            raise
+        except (ReaderError, OSError, sqlite3.Error, ValueError, KeyError, TypeError,
+                struct.error, EOFError, AssertionError) as err:
+            mcap = _single_file(storage, '.mcap')
+            if not recover or mcap is None:
+                raise BagReadError(f'{path}: cannot open bag: {err}') from err
+            try:
+                reader = salvage_mcap(mcap, reason=f'rosbags cannot open it: {err}',
+                                      ros_distro=_yaml_distro(path))
+            except (ValueError, OSError) as err2:
+                raise BagReadError(f'{path}: cannot open bag: {err}; nothing could be '
+                                   f'salvaged either: {err2}') from err
+            if not reader.message_count:
+                raise BagReadError(f'{path}: cannot open bag: {err}; no whole message could '
+                                   f'be salvaged ({reader.recovery.summary()})') from err
     try:
         yield reader
     finally:
@@ -190,6 +219,51 @@ def open_bag(path: str | Path) -> Iterator[Reader]:
             reader.close()
         except Exception:  # noqa: BLE001 - closing a broken storage must not mask the cause
             pass
+
+
+def recovery_of(reader: Reader | SalvagedReader) -> RecoveryReport | None:
+    """The salvage report of a reader from :func:`open_bag` (None: the bag was whole)."""
+    return getattr(reader, 'recovery', None)
+
+
+def _single_file(storage: Path, suffix: str) -> Path | None:
+    """The one ``suffix`` storage file at ``storage`` (a file or a bag directory)."""
+    if storage.is_file():
+        return storage if storage.suffix == suffix else None
+    files = sorted(storage.glob(f'*{suffix}'))
+    return files[0] if len(files) == 1 else None
+
+
+def _yaml_distro(path: Path) -> str | None:
+    """``ros_distro`` from a bag directory's metadata.yaml, if there is one that says."""
+    meta = path / 'metadata.yaml' if path.is_dir() else path.parent / 'metadata.yaml'
+    try:
+        import yaml
+        info = yaml.safe_load(meta.read_text())['rosbag2_bagfile_information']
+        return info.get('ros_distro')
+    except Exception:  # noqa: BLE001 - absent or damaged metadata: distro unknown
+        return None
+
+
+def _salvage_sqlite(path: Path, storage: Path) -> SalvagedReader | None:
+    """A salvaged reader when a .db3 lacks its metadata.yaml or has a WAL left; else None.
+
+    ``rosbags`` opens a .db3 with ``immutable=1`` and would miss what is still in the WAL.
+    """
+    db3 = _single_file(storage, '.db3')
+    if db3 is None:
+        return None
+    wal = db3.with_name(db3.name + '-wal')
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        reason = 'metadata.yaml missing'
+    elif wal.is_file() and wal.stat().st_size > 0:
+        reason = 'a write-ahead log was left beside the database'
+    else:
+        return None
+    try:
+        return salvage_sqlite3(db3, reason=reason, ros_distro=_yaml_distro(path))
+    except (ValueError, OSError) as err:
+        raise BagReadError(f'{path}: cannot open bag ({reason}): {err}') from err
 
 
 def bag_topics(path: str | Path) -> dict[str, tuple[str, int]]:
@@ -213,6 +287,7 @@ class JointStates(NamedTuple):
         header_ns: (N,) int64 header stamps; receive_ns: (N,) int64 bag receive times.
         topic: the topic read; msgtype its type; distro the bag's ROS distribution.
         joint_names: (n,) model joint names, the column order.
+        recovery: what was salvaged when the bag did not end cleanly (None: it did).
     """
 
     t_ns: np.ndarray
@@ -224,6 +299,7 @@ class JointStates(NamedTuple):
     topic: str
     distro: str | None
     joint_names: tuple[str, ...]
+    recovery: RecoveryReport | None = None
 
 
 class _Layout(NamedTuple):
@@ -387,7 +463,8 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
 
     Returns:
         :class:`JointStates`, sorted by the chosen stamp. Samples with a repeated stamp
-        keep the first one (a warning counts the others).
+        keep the first one (a warning counts the others). A bag that did not end cleanly
+        is salvaged (see :func:`open_bag`) and ``recovery`` says what came back.
 
     Raises:
         NotABagError, BagReadError: see :func:`open_bag`.
@@ -402,6 +479,7 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
     with open_bag(path) as reader:
         topic = pick_joint_state_topic(reader, topic, path)
         distro = reader.ros_distro
+        recovery = recovery_of(reader)
         connections = [c for c in reader.connections if c.topic == topic]
         receive: list[int] = []
         raws: list[bytes] = []
@@ -421,7 +499,7 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
     if leftover:
         blocks += _decode_slow(raws, leftover, store, JOINT_STATE_TYPE)
     return _assemble(blocks, np.asarray(receive, dtype=np.int64), model, topic, distro,
-                     stamp, path)
+                     stamp, path)._replace(recovery=recovery)
 
 
 def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topic: str,
@@ -504,7 +582,61 @@ def prepare_output(path: str | Path, *, force: bool = False) -> Path:
 
 _MCAP_INTERNALS = ('chunk', 'chunks', 'bio', 'compressor', 'compression', 'channel_stats',
                    'message_start_time', 'message_end_time')
+_MCAP_CHUNK_INTERNALS = ('bio', 'msgs', 'message_start_time', 'message_end_time')
+_WRITER_INTERNALS = ('counts', 'min_timestamp', 'max_timestamp')
 _MCAP_CHUNK_BYTES = 2 ** 20     # the rosbags writer's chunk size
+
+ROSBAGS_TESTED = ((0, 11, 9), (0, 12))
+"""The ``rosbags`` versions whose McapWriter internals the fast path was tested against,
+``[low, high)``; requirements.txt pins the same range. Outside it the writer uses the
+public ``rosbags`` API only (a warning says so once)."""
+
+_warned: set[str] = set()
+
+
+def _rosbags_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    parts = []
+    for part in version('rosbags').split('.')[:3]:
+        digits = ''.join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def _mcap_internals_problem(writer: Writer) -> str | None:
+    """Why the McapWriter internals cannot be used (None: they can)."""
+    low, high = ROSBAGS_TESTED
+    found = _rosbags_version()
+    if not low <= found < high:
+        return (f"rosbags {'.'.join(map(str, found))} is outside the tested range "
+                f"{'.'.join(map(str, low))} to <{'.'.join(map(str, high))}")
+    storage = getattr(writer, 'storage', None)
+    missing = [a for a in _MCAP_INTERNALS if not hasattr(storage, a)]
+    missing += [f'chunk.{a}' for a in _MCAP_CHUNK_INTERNALS
+                if not hasattr(getattr(storage, 'chunk', None), a)]
+    missing += [f'Writer.{a}' for a in _WRITER_INTERNALS if not hasattr(writer, a)]
+    try:
+        from rosbags.rosbag2.storage_mcap import (  # noqa: F401 - availability check
+            PendingChunk,
+            write_record,
+            write_string,
+            write_uint16,
+            write_uint32,
+            write_uint64,
+        )
+    except ImportError as err:
+        missing.append(str(err))
+    if missing:
+        return f'the rosbags McapWriter lacks {missing}'
+    return None
+
+
+def _warn_once(message: str) -> None:
+    """One RuntimeWarning per distinct message and process."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 class BagWriter:
@@ -517,10 +649,19 @@ class BagWriter:
             definitions of the installed rclpy packages).
         compression: MCAP chunk compression, ``'none'``, ``'lz4'`` (fast) or ``'zstd'``
             (level 1, smaller); ignored for sqlite3.
+        flush_period: crash safety [s]. None (default): the storage's own buffering (mcap
+            chunks of 1 MiB, one sqlite3 transaction), fastest, and a crash loses the
+            whole sqlite3 bag or the open mcap chunk. A number: at least this often, in
+            wall time or in message time, the open mcap chunk is closed and written, or
+            the sqlite3 transaction (WAL journal) committed, and the file synced, so a
+            SIGKILL or a power cut loses at most that much. See :meth:`flush`.
+        fsync: with ``flush_period``, also ``fsync`` at each flush (survives a power cut,
+            not only a killed process).
     """
 
     def __init__(self, path: str | Path, *, storage: str = 'mcap',
-                 typestore: Typestore | None = None, compression: str = 'none') -> None:
+                 typestore: Typestore | None = None, compression: str = 'none',
+                 flush_period: float | None = None, fsync: bool = True) -> None:
         plugins = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3}
         if storage not in plugins:
             raise ValueError(f"storage must be 'mcap' or 'sqlite3', got {storage!r}")
@@ -551,6 +692,36 @@ class BagWriter:
                 mcap.compressor = lambda data: zstd.compress(data, 1)
         self.compression = compression if storage == 'mcap' else 'none'
         self._connections: dict[str, object] = {}
+        self._fast = False
+        if storage == 'mcap':
+            problem = _mcap_internals_problem(self._writer)
+            self._fast = problem is None
+            if problem:
+                _warn_once(f'plag_ros.bag: {problem}; MCAP is written through the public '
+                           'rosbags API only (slower bulk writes)')
+        if flush_period is not None and not flush_period > 0.0:
+            raise ValueError(f'flush_period must be > 0 s or None, got {flush_period}')
+        self.flush_period = flush_period
+        self._fsync = fsync
+        self._last_flush = time.monotonic()
+        self._chunk_t0: int | None = None     # message time of the oldest unflushed message
+        self._synced_dir = False
+        self.flushes = 0
+        if flush_period is not None and storage == 'sqlite3':
+            self._sqlite_wal()
+
+    def _sqlite_wal(self) -> None:
+        """Switch the sqlite3 storage to a WAL journal (rosbag2's 'resilient' preset does
+        too, rosbag2_storage_sqlite3 README), synced at each commit when ``fsync``."""
+        conn = getattr(self._writer.storage, 'conn', None)
+        if not isinstance(conn, sqlite3.Connection):
+            _warn_once('plag_ros.bag: the rosbags sqlite3 writer has no connection to '
+                       'commit periodically; a crash loses the whole sqlite3 bag')
+            self.flush_period = None
+            return
+        conn.commit()
+        conn.execute('PRAGMA journal_mode=WAL')
+        conn.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'NORMAL'}")
 
     def add_topic(self, topic: str, msgtype: str, *, qos: Qos | None = None,
                   msgdef: str | None = None, rihs01: str | None = None):
@@ -575,6 +746,73 @@ class BagWriter:
     def write(self, conn, t_ns: int, data: bytes | memoryview) -> None:
         """Write one serialized message received at ``t_ns`` [ns]."""
         self._writer.write(conn, int(t_ns), data)
+        if self.flush_period is not None:
+            if self._chunk_t0 is None:
+                self._chunk_t0 = int(t_ns)
+            self.flush_if_due(int(t_ns))
+
+    def flush_if_due(self, t_ns: int | None = None) -> bool:
+        """Flush when ``flush_period`` has passed in wall time since the last flush, or in
+        message time since the oldest unflushed message ``t_ns`` [ns]; True if it did.
+
+        A recorder calls this from its loop as well, so a topic that stops publishing
+        does not leave its last messages in memory.
+        """
+        if self.flush_period is None:
+            return False
+        period = self.flush_period
+        due = time.monotonic() - self._last_flush >= period or (
+            t_ns is not None and self._chunk_t0 is not None
+            and t_ns - self._chunk_t0 >= period * 1e9)
+        if due:
+            self.flush()
+        return due
+
+    def flush(self) -> None:
+        """Put every message written so far into the file, readable after a crash.
+
+        mcap: the open chunk becomes a whole Chunk record (with its MessageIndex records)
+        and the file is flushed and, with ``fsync``, synced; sqlite3: the transaction is
+        committed to the WAL. What a killed recorder leaves is then read by
+        :func:`open_bag`, up to the last flush.
+        """
+        self._last_flush = time.monotonic()
+        self._chunk_t0 = None
+        storage = self._writer.storage
+        if self.storage == 'sqlite3':
+            conn = getattr(storage, 'conn', None)
+            if isinstance(conn, sqlite3.Connection):
+                conn.commit()
+                self._sync_dir()
+                self.flushes += 1
+            return
+        try:
+            if storage.chunk.msgs:
+                if self._fast:
+                    _close_mcap_chunk(storage)
+                else:
+                    storage.close_chunk()
+            storage.bio.flush()
+            if self._fsync:
+                os.fsync(storage.bio.fileno())
+        except AttributeError as err:
+            _warn_once(f'plag_ros.bag: cannot flush the rosbags McapWriter ({err}); a crash '
+                       'loses the open chunk')
+            self.flush_period = None
+            return
+        self._sync_dir()
+        self.flushes += 1
+
+    def _sync_dir(self) -> None:
+        """Once: sync the bag directory, so the storage file's entry survives a power cut."""
+        if self._synced_dir or not self._fsync:
+            return
+        self._synced_dir = True
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def write_rows(self, conn, t_ns: np.ndarray, rows: np.ndarray) -> None:
         """Write N messages: ``rows`` (N, size) uint8 CDR (see :class:`CdrTemplate`).
@@ -586,13 +824,16 @@ class BagWriter:
         """
         t_ns = np.asarray(t_ns, dtype=np.int64)
         rows = np.asarray(rows, dtype=np.uint8)
-        storage = self._writer.storage
-        if self.storage == 'mcap' and all(hasattr(storage, a) for a in _MCAP_INTERNALS):
+        if self._fast:
             self._write_rows_mcap(conn, t_ns, rows)
-            return
-        write = self._writer.write
-        for t, row in zip(t_ns.tolist(), rows):
-            write(conn, t, row.data)
+        else:
+            write = self._writer.write
+            for t, row in zip(t_ns.tolist(), rows):
+                write(conn, t, row.data)
+        if self.flush_period is not None and len(t_ns):
+            if self._chunk_t0 is None:
+                self._chunk_t0 = int(t_ns.min())
+            self.flush_if_due(int(t_ns.max()))
 
     def _write_rows_mcap(self, conn, t_ns: np.ndarray, rows: np.ndarray) -> None:
         """Bulk MCAP Message records (opcode 0x05) into the writer's open chunk."""
@@ -630,7 +871,6 @@ class BagWriter:
             if chunk.bio.tell() > _MCAP_CHUNK_BYTES:
                 _close_mcap_chunk(storage)
 
-
     def copy_topic(self, source: str | Path, topic: str) -> int:
         """Copy every message of ``topic`` from the bag ``source``, bytes and receive times
         unchanged, with its offered QoS; returns the number copied."""
@@ -656,8 +896,7 @@ class BagWriter:
     def close(self) -> None:
         """Finish the bag (writes metadata.yaml)."""
         storage = self._writer.storage
-        if self.storage == 'mcap' and all(hasattr(storage, a) for a in _MCAP_INTERNALS) \
-                and storage.chunk.bio.tell():
+        if self._fast and storage.chunk.bio.tell():
             _close_mcap_chunk(storage)
         self._writer.close()
 

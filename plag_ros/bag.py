@@ -607,7 +607,10 @@ def _rosbags_version() -> tuple[int, ...]:
 def _mcap_internals_problem(writer: Writer) -> str | None:
     """Why the McapWriter internals cannot be used (None: they can)."""
     low, high = ROSBAGS_TESTED
-    found = _rosbags_version()
+    try:
+        found = _rosbags_version()
+    except Exception as err:  # noqa: BLE001 - no distribution metadata: version unknown
+        return f'the rosbags version is unknown ({err})'
     if not low <= found < high:
         return (f"rosbags {'.'.join(map(str, found))} is outside the tested range "
                 f"{'.'.join(map(str, low))} to <{'.'.join(map(str, high))}")

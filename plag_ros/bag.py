@@ -15,7 +15,19 @@ decoded one by one with the ``rosbags`` typestore.
 
 Writing: :class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (mcap or sqlite3, rosbag2
 format 9 with offered QoS profiles) and takes the rows of :class:`plag_ros.cdr.CdrTemplate`
-(N messages serialized at once) in bulk.
+(N messages serialized at once) in bulk. The bulk path appends to the chunk that the
+``rosbags`` McapWriter has open, through its private attributes, on the versions tested
+(:data:`ROSBAGS_TESTED`, pinned in requirements.txt); elsewhere it writes message by
+message through the public API and warns once.
+
+Crash safety: with ``flush_period`` (``plag-ros record`` uses 0.5 s) the writer closes the
+open mcap chunk, or commits the sqlite3 transaction into a WAL journal, at least that
+often in wall or message time, and syncs the file. Chunked mcap is the default because a
+cut mcap keeps every whole chunk before the cut and closing a chunk is a plain append;
+sqlite3 with WAL gives the same bound. :func:`open_bag` salvages what such a recording
+leaves (:mod:`plag_ros.bag_recovery`): a truncated mcap up to its last whole chunk, a .db3
+without metadata.yaml with its WAL, and says how much came back (:func:`recovery_of`,
+``JointStates.recovery``).
 """
 from __future__ import annotations
 

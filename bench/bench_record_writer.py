@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from plag_ros.bag import JOINT_STATE_TYPE, BagWriter, typestore_for
+from plag_ros.bag import JOINT_STATE_TYPE, typestore_for
+from plag_ros.bag_writer import BagWriter
 from plag_ros.cdr import TEMPLATE_NS, CdrTemplate
 from plag_ros.messages import joint_state
 from plag_ros.model import RobotModel, default_urdf_path

@@ -45,7 +45,7 @@ from rosbags.interfaces import (
 from rosbags.rosbag2.metadata import parse_qos
 
 __all__ = ['MCAP_MAGIC', 'RecoveryReport', 'SalvagedReader', 'salvage_mcap',
-           'salvage_sqlite3']
+           'salvage_sqlite3', 'zstd_module']
 
 MCAP_MAGIC = b'\x89MCAP0\r\n'
 """The 8 bytes that open (and close) an MCAP file."""
@@ -176,8 +176,7 @@ def _decompress(data: memoryview, compression: str, size: int) -> bytes:
     if compression == '':
         return bytes(data)
     if compression == 'zstd':
-        from .bag import _zstd
-        return _zstd().decompress(bytes(data))
+        return zstd_module().decompress(bytes(data))
     if compression == 'lz4':
         import lz4.frame
         return lz4.frame.decompress(bytes(data))
@@ -423,3 +422,12 @@ def salvage_sqlite3(path: str | Path, *, reason: str = 'metadata.yaml missing',
     return SalvagedReader(list(conns.values()), report, messages,
                           t0 if t0 is not None else 2 ** 63 - 1,
                           t1 + 1 if t1 is not None else 0, int(total), ros_distro)
+
+
+def zstd_module():
+    """The zstd module rosbags uses (``compression.zstd`` or ``backports.zstd``)."""
+    try:
+        from compression import zstd
+    except ImportError:
+        from backports import zstd
+    return zstd

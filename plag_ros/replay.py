@@ -37,12 +37,12 @@ from pathlib import Path
 
 from .bag import (
     BagError,
-    BagWriter,
     open_bag,
     pick_joint_state_topic,
     prepare_output,
     qos_profile,
 )
+from .bag_writer import BagWriter
 
 __all__ = ['ReplaySchedule', 'configure', 'configure_record', 'load_schedule', 'record',
            'replay', 'run', 'run_record']

@@ -24,12 +24,12 @@ from rosbags.rosbag2.storage_mcap import McapReader
 from plag_ros.bag import (
     JOINT_STATE_TYPE,
     BagReadError,
-    BagWriter,
     open_bag,
     read_joint_states,
     recovery_of,
     typestore_for,
 )
+from plag_ros.bag_writer import BagWriter
 from plag_ros.cdr import TEMPLATE_NS, CdrTemplate
 from plag_ros.messages import joint_state
 from plag_ros.model import RobotModel, default_urdf_path
@@ -291,7 +291,8 @@ def test_sqlite3_wal_cut_at_many_offsets_keeps_whole_commits(tmp_path, model):
 
 _CHILD = textwrap.dedent("""
     import sys, time
-    from plag_ros.bag import BagWriter, typestore_for
+    from plag_ros.bag import typestore_for
+    from plag_ros.bag_writer import BagWriter
     store = typestore_for('kilted')
     String = store.types['std_msgs/msg/String']
     writer = BagWriter(sys.argv[1], storage=sys.argv[2], typestore=store, flush_period=0.5)

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader
 
-from plag_ros import bag as bagmod
-from plag_ros.bag import JOINT_STATE_TYPE, BagWriter, open_bag, qos_profile, typestore_for
+from plag_ros import bag_writer as bagmod
+from plag_ros.bag import JOINT_STATE_TYPE, open_bag, qos_profile, typestore_for
+from plag_ros.bag_writer import BagWriter
 from plag_ros.cdr import TEMPLATE_NS, CdrTemplate
 from plag_ros.messages import joint_state
 

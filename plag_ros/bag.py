@@ -414,7 +414,8 @@ def _decode_slow(raws: list[bytes], index: list[int], store: Typestore,
     return blocks
 
 
-def pick_joint_state_topic(reader: Reader, topic: str | None, path: Path) -> str:
+def pick_joint_state_topic(reader: Reader | SalvagedReader, topic: str | None,
+                           path: Path) -> str:
     """The JointState topic to read: ``topic`` if given (checked), else ``/joint_states``,
     else the only JointState topic; TopicError listing the bag's topics otherwise."""
     topics = reader.topics

@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rosbags.interfaces import Qos
@@ -151,7 +152,7 @@ class BagWriter:
             self._writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
         self._writer.open()
         if storage == 'mcap' and compression != 'none':
-            mcap = self._writer.storage
+            mcap: Any = self._writer.storage
             if compression == 'lz4':
                 import lz4.frame
                 # independent blocks: ~40 % faster than linked ones at the same ratio here
@@ -249,7 +250,7 @@ class BagWriter:
         """
         self._last_flush = time.monotonic()
         self._chunk_t0 = None
-        storage = self._writer.storage
+        storage: Any = self._writer.storage
         if self.storage == 'sqlite3':
             conn = getattr(storage, 'conn', None)
             if isinstance(conn, sqlite3.Connection):
@@ -308,7 +309,8 @@ class BagWriter:
 
     def _write_rows_mcap(self, conn, t_ns: np.ndarray, rows: np.ndarray) -> None:
         """Bulk MCAP Message records (opcode 0x05) into the writer's open chunk."""
-        writer, storage = self._writer, self._writer.storage
+        writer: Any = self._writer
+        storage: Any = writer.storage
         n_rows, size = rows.shape
         record = 31 + size            # opcode, length, channel, sequence, 2 times, data
         per_chunk = max(1, _MCAP_CHUNK_BYTES // record)
@@ -349,7 +351,7 @@ class BagWriter:
             conns = [c for c in reader.connections if c.topic == topic]
             if not conns:
                 raise TopicError(f'{source}: no topic {topic!r}')
-            qos = [p for c in conns for p in c.ext.offered_qos_profiles][:1]
+            qos = [p for c in conns for p in getattr(c.ext, 'offered_qos_profiles', [])][:1]
             conn = self.add_topic(topic, conns[0].msgtype, qos=qos[0] if qos else None)
             stamps, raws = [], []
             for _, t, raw in reader.messages(connections=conns):
@@ -366,7 +368,7 @@ class BagWriter:
 
     def close(self) -> None:
         """Finish the bag (writes metadata.yaml)."""
-        storage = self._writer.storage
+        storage: Any = self._writer.storage
         if self._fast and storage.chunk.bio.tell():
             _close_mcap_chunk(storage)
         self._writer.close()

@@ -49,6 +49,7 @@ from .model import RobotModel
 __all__ = [
     'BagError',
     'BagReadError',
+    'EXIT_RECOVERED_WITH_LOSS',
     'JOINT_STATE_TYPE',
     'JointStates',
     'MissingJointsError',
@@ -68,6 +69,9 @@ __all__ = [
 ]
 
 JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
+EXIT_RECOVERED_WITH_LOSS = 3
+"""Exit status for a command that read a salvaged bag whose report is ``lossy`` (0: whole
+bag, 2: error; the same as ``plag-ros analyze`` returns)."""
 StampSource = Literal['header', 'receive']
 
 _DISTRO_STORES = {

@@ -71,7 +71,7 @@ __all__ = [
 JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
 EXIT_RECOVERED_WITH_LOSS = 3
 """Exit status for a command that read a salvaged bag whose report is ``lossy`` (0: whole
-bag, 2: error; the same as ``plag-ros analyze`` returns)."""
+bag, 2: error), for ``plag-ros analyze`` and any command that reads a bag."""
 StampSource = Literal['header', 'receive']
 
 _DISTRO_STORES = {

@@ -22,7 +22,6 @@ came back and where the cut was.
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import struct
 import warnings
 from collections.abc import Iterator
@@ -39,7 +38,7 @@ from rosbags.interfaces import (
     QosReliability,
     QosTime,
 )
-from rosbags.rosbag2 import Reader, ReaderError
+from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
@@ -190,8 +189,7 @@ def open_bag(path: str | Path, *, recover: bool = True) -> Iterator[Reader | Sal
             reader.open()
         except BagError:
             raise
-        except (ReaderError, OSError, sqlite3.Error, ValueError, KeyError, TypeError,
-                struct.error, EOFError, AssertionError) as err:
+        except Exception as err:  # noqa: BLE001 - rosbags raises many types on damaged input
             mcap = _single_file(storage, '.mcap')
             if not recover or mcap is None:
                 raise BagReadError(f'{path}: cannot open bag: {err}') from err

@@ -373,3 +373,19 @@ def test_damaged_mcap_gives_samples_or_a_bag_error(tmp_path, model, compression)
             k = len(js.t_ns)
             np.testing.assert_array_equal(js.t_ns, full.t_ns[:k])
     assert all(outcomes.values()), outcomes      # every branch was exercised
+
+
+def test_truncated_db3_is_a_clear_error(tmp_path, model):
+    """A cut main .db3 file (not what a WAL recording leaves: SQLite only writes it in
+    checkpoints) cannot be salvaged here; it is a BagReadError naming the file."""
+    bag = tmp_path / 'bag'
+    _write_two_topics(bag, model, storage='sqlite3', count=300, flush_period=None)
+    db3 = bag / 'bag.db3'
+    data = db3.read_bytes()
+    for with_metadata in (True, False):
+        if not with_metadata:
+            (bag / 'metadata.yaml').unlink()
+        for offset in np.linspace(0, len(data), 7).astype(int)[1:-1]:
+            db3.write_bytes(data[:offset])
+            with pytest.raises(BagReadError, match='bag'):
+                read_joint_states(bag, model)

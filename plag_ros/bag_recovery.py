@@ -99,11 +99,14 @@ class RecoveryReport:
         if self.first_time_ns is not None and self.cut_time_ns is not None:
             span = (f' spanning {(self.cut_time_ns - self.first_time_ns) * 1e-9:.3f} s, '
                     f'last at t={self.cut_time_ns * 1e-9:.6f} s')
-        where = (f'cut at byte {self.cut_offset} of {self.file_bytes} '
-                 f'({self.file_bytes - self.cut_offset} bytes unreadable, '
-                 f'{self.chunks} whole chunks read)'
-                 if self.cut_offset is not None else
-                 f'{self.bytes_recovered} bytes of database and WAL read')
+        if self.cut_offset is not None:
+            where = (f'cut at byte {self.cut_offset} of {self.file_bytes} '
+                     f'({self.file_bytes - self.cut_offset} bytes unreadable, '
+                     f'{self.chunks} whole chunks read)')
+        elif self.storage == 'mcap':
+            where = f'every chunk whole ({self.chunks}), only the summary was unreadable'
+        else:
+            where = f'{self.bytes_recovered} bytes of database and WAL read'
         verdict = 'recovered with loss' if self.lossy else 'recovered without loss'
         topics = ', '.join(f'{t}: {n}' for t, n in sorted(self.per_topic.items())) or 'none'
         return (f'{self.path}: {verdict} ({self.reason}): {self.messages} messages'

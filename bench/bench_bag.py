@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from plag_ros.analysis import AnalysisOptions
-from plag_ros.io.bag import write_joint_state_bag
+from plag_ros.io.bag_writer import write_joint_state_bag
 from plag_ros.model import RobotModel, default_urdf_path
 from plag_ros.tools.analyze import analyze_bag
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)))
         timings: dict[str, float] = {}
         t0, c0 = time.perf_counter(), time.process_time()
-        analysis, written = analyze_bag(bag, root / 'out', model=model, force=True,
+        analysis, written, _ = analyze_bag(bag, root / 'out', model=model, force=True,
                                         options=options, timings=timings)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
         load = os.getloadavg()[0]

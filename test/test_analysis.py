@@ -30,13 +30,8 @@ from plag_ros import messages as msgs
 from plag_ros.analysis import AnalysisOptions, analyze_arrays, propagation_paths
 from plag_ros.dynamics import PartialLagrangian
 from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
-from plag_ros.io.bag import (
-    BagWriter,
-    OutputExistsError,
-    read_joint_states,
-    typestore_for,
-    write_joint_state_bag,
-)
+from plag_ros.io.bag import OutputExistsError, read_joint_states, typestore_for
+from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
 from plag_ros.tools import analyze as analyze_tool
@@ -90,7 +85,7 @@ def analysed(model, tmp_path_factory):
     names, t, q = _write(root / 'bag', model)
     _add_extra_topic(root / 'bag')
     options = AnalysisOptions(chunk=64, progress=False)
-    analysis, written = analyze_bag(root / 'bag', root / 'out', model=model, options=options)
+    analysis, written, _ = analyze_bag(root / 'bag', root / 'out', model=model, options=options)
     return root, names, t, q, analysis, written
 
 
@@ -291,7 +286,7 @@ def test_figures_from_a_child_process_equal_the_inline_ones(analysed, model, tmp
     root, *_ = analysed
     options = AnalysisOptions(progress=False, figures_process=True,
                               products=frozenset({'csv', 'plots'}))
-    _, written = analyze_bag(root / 'bag', tmp_path / 'out', model=model, options=options)
+    _, written, _ = analyze_bag(root / 'bag', tmp_path / 'out', model=model, options=options)
     assert set(written) == {'csv', 'plots'}
     assert (tmp_path / 'out' / 'torques.csv').read_bytes() == \
         (root / 'out' / 'torques.csv').read_bytes()
@@ -313,7 +308,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
     names, t, q = _write(tmp_path / 'bag', model, storage='sqlite3', distro='humble')
     options = AnalysisOptions(causal=True, progress=False, npz_level=0,
                               products=frozenset({'bag', 'npz'}))
-    analysis, written = analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model,
+    analysis, written, _ = analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model,
                                     options=options)
     reader = msgs.JointStateReader(model)
     estimator = JointStateEstimator(model.n_joints, EstimatorConfig(
@@ -383,7 +378,7 @@ def test_output_rate_decimates_like_the_node(tmp_path, model):
     """--output-rate-hz: the node's rule (estimator sees every sample, outputs at most the
     rate in stamp time, phase kept), written independently here."""
     _write(tmp_path / 'bag', model)
-    analysis, _ = analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model,
+    analysis, _, _ = analyze_bag(tmp_path / 'bag', tmp_path / 'out', model=model,
                               options=AnalysisOptions(causal=True, output_rate_hz=60.0,
                                                       progress=False,
                                                       products=frozenset({'bag'})))

@@ -24,7 +24,6 @@ from plag_ros import messages as msgs
 from plag_ros.io.bag import (
     JOINT_STATE_TYPE,
     BagReadError,
-    BagWriter,
     MissingJointsError,
     NotABagError,
     OutputExistsError,
@@ -34,8 +33,8 @@ from plag_ros.io.bag import (
     qos_profile,
     read_joint_states,
     typestore_for,
-    write_joint_state_bag,
 )
+from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
 

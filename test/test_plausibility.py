@@ -168,7 +168,7 @@ def test_analysis_reports_and_leaves_out_implausible_samples(crane):
 
 def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
     from plag_ros.analysis import AnalysisOptions
-    from plag_ros.io.bag import write_joint_state_bag
+    from plag_ros.io.bag_writer import write_joint_state_bag
     from plag_ros.tools.analyze import analyze_bag
 
     N = 600
@@ -180,7 +180,7 @@ def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
     write_joint_state_bag(tmp_path / 'in', t, arm, q[:, cols])
     options = AnalysisOptions(progress=False, npz_level=0,
                               products=frozenset({'npz', 'summary'}))
-    analysis, written = analyze_bag(tmp_path / 'in', tmp_path / 'out', model=crane,
+    analysis, written, _ = analyze_bag(tmp_path / 'in', tmp_path / 'out', model=crane,
                                     options=options)
     summary = written['summary'].read_text()
     assert '1 implausible samples left out of the estimate (position_out_of_range 1)' in summary

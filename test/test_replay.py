@@ -29,13 +29,8 @@ from std_msgs.msg import Float64MultiArray, String
 
 from plag_ros import messages as msgs
 from plag_ros.analysis import AnalysisOptions
-from plag_ros.io.bag import (
-    BagWriter,
-    qos_profile,
-    read_joint_states,
-    typestore_for,
-    write_joint_state_bag,
-)
+from plag_ros.io.bag import qos_profile, read_joint_states, typestore_for
+from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import cdr_encode
 from plag_ros.model import RobotModel, default_urdf_path
 from plag_ros.tools.analyze import analyze_bag
@@ -296,7 +291,7 @@ def test_replay_node_record_analyze_round_trip(tmp_path, client, model):
     assert topics[f'{NODE}/partial'] == 'std_msgs/msg/Float64MultiArray'
     assert topics[f'{NODE}/names'] == 'std_msgs/msg/String'
     # analyze --causal of the recording == what the node published.
-    analysis, _ = analyze_bag(recorded, tmp_path / 'out', model=model,
+    analysis, _, _ = analyze_bag(recorded, tmp_path / 'out', model=model,
                               options=AnalysisOptions(causal=True, progress=False,
                                                       products=frozenset({'summary'})))
     assert len(analysis.t_ns) == m

@@ -13,20 +13,19 @@ checked byte for byte against it in the constant parts (frame, names, counts) an
 stamps and float64 arrays are read as strided views. Messages that fit no group are
 decoded one by one with the ``rosbags`` typestore.
 
-Writing: :class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (mcap or sqlite3, rosbag2
-format 9 with offered QoS profiles) and takes the rows of :class:`plag_ros.io.cdr.CdrTemplate`
-(N messages serialized at once) in bulk.
+Writing lives in :mod:`plag_ros.io.bag_writer` (``BagWriter``, ``write_joint_state_bag``).
+A recording cut short by a crash is salvaged by :func:`open_bag`
+(:mod:`plag_ros.io.bag_recovery`): a truncated mcap up to its last whole chunk, a .db3 without
+metadata.yaml with its WAL; :func:`recovery_of` and ``JointStates.recovery`` say how much
+came back and where the cut was.
 """
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import struct
 import warnings
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from io import BytesIO
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -39,29 +38,24 @@ from rosbags.interfaces import (
     QosReliability,
     QosTime,
 )
-from rosbags.rosbag2 import (
-    CompressionFormat,
-    CompressionMode,
-    Reader,
-    ReaderError,
-    StoragePlugin,
-    Writer,
-)
+from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
 from ..model import RobotModel
-from .cdr import TEMPLATE_NS, CdrTemplate
+from .bag_recovery import RecoveryReport, SalvagedReader, salvage_mcap, salvage_sqlite3
 
 __all__ = [
     'BagError',
     'BagReadError',
-    'BagWriter',
+    'EXIT_RECOVERED_WITH_LOSS',
     'JOINT_STATE_TYPE',
     'JointStates',
     'MissingJointsError',
     'NotABagError',
     'OutputExistsError',
+    'RecoveryReport',
+    'SalvagedReader',
     'TopicError',
     'bag_topics',
     'open_bag',
@@ -69,11 +63,14 @@ __all__ = [
     'prepare_output',
     'qos_profile',
     'read_joint_states',
+    'recovery_of',
     'typestore_for',
-    'write_joint_state_bag',
 ]
 
 JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
+EXIT_RECOVERED_WITH_LOSS = 3
+"""Exit status for a command that read a salvaged bag whose report is ``lossy`` (0: whole
+bag, 2: error), for ``plag-ros analyze`` and any command that reads a bag."""
 StampSource = Literal['header', 'receive']
 
 _DISTRO_STORES = {
@@ -163,26 +160,48 @@ def _storage_path(path: Path) -> Path:
 
 
 @contextmanager
-def open_bag(path: str | Path) -> Iterator[Reader]:
+def open_bag(path: str | Path, *, recover: bool = True) -> Iterator[Reader | SalvagedReader]:
     """Open a bag for reading; every failure becomes a :class:`BagError` naming the path.
+
+    A bag whose recording did not end cleanly is salvaged (``recover=True``, see
+    :mod:`plag_ros.io.bag_recovery`): an mcap that ``rosbags`` refuses (no summary or footer)
+    is read record by record up to the cut; a ``.db3`` without ``metadata.yaml``, or with
+    a write-ahead log left beside it, is read with its WAL and its metadata rebuilt. The
+    reader is then a :class:`~plag_ros.io.bag_recovery.SalvagedReader` whose ``recovery``
+    attribute says what came back (see :func:`recovery_of`).
 
     Args:
         path: bag directory (with metadata.yaml), or a single ``.mcap``/``.db3`` file.
+        recover: salvage damaged or unfinished bags instead of raising.
 
     Raises:
         NotABagError: nothing at ``path`` looks like a bag.
-        BagReadError: the storage cannot be opened (truncated, corrupt, not sqlite/mcap).
+        BagReadError: the storage cannot be opened (corrupt, not sqlite/mcap), or
+            ``recover`` is False and it is truncated.
     """
     path = Path(path)
     storage = _storage_path(path)
-    try:
-        reader = Reader(storage)
-        reader.open()
-    except BagError:
-        raise
-    except (ReaderError, OSError, sqlite3.Error, ValueError, KeyError, TypeError,
-            struct.error, EOFError, AssertionError) as err:
-        raise BagReadError(f'{path}: cannot open bag: {err}') from err
+    reader: Reader | SalvagedReader | None = _salvage_sqlite(path, storage) if recover \
+        else None
+    if reader is None:
+        try:
+            reader = Reader(storage)
+            reader.open()
+        except BagError:
+            raise
+        except Exception as err:  # noqa: BLE001 - rosbags raises many types on damaged input
+            mcap = _single_file(storage, '.mcap')
+            if not recover or mcap is None:
+                raise BagReadError(f'{path}: cannot open bag: {err}') from err
+            try:
+                reader = salvage_mcap(mcap, reason=f'rosbags cannot open it: {err}',
+                                      ros_distro=_yaml_distro(path))
+            except (ValueError, OSError) as err2:
+                raise BagReadError(f'{path}: cannot open bag: {err}; nothing could be '
+                                   f'salvaged either: {err2}') from err
+            if not reader.message_count:
+                raise BagReadError(f'{path}: cannot open bag: {err}; no whole message could '
+                                   f'be salvaged ({reader.recovery.summary()})') from err
     try:
         yield reader
     finally:
@@ -190,6 +209,51 @@ def open_bag(path: str | Path) -> Iterator[Reader]:
             reader.close()
         except Exception:  # noqa: BLE001 - closing a broken storage must not mask the cause
             pass
+
+
+def recovery_of(reader: Reader | SalvagedReader) -> RecoveryReport | None:
+    """The salvage report of a reader from :func:`open_bag` (None: the bag was whole)."""
+    return getattr(reader, 'recovery', None)
+
+
+def _single_file(storage: Path, suffix: str) -> Path | None:
+    """The one ``suffix`` storage file at ``storage`` (a file or a bag directory)."""
+    if storage.is_file():
+        return storage if storage.suffix == suffix else None
+    files = sorted(storage.glob(f'*{suffix}'))
+    return files[0] if len(files) == 1 else None
+
+
+def _yaml_distro(path: Path) -> str | None:
+    """``ros_distro`` from a bag directory's metadata.yaml, if there is one that says."""
+    meta = path / 'metadata.yaml' if path.is_dir() else path.parent / 'metadata.yaml'
+    try:
+        import yaml
+        info = yaml.safe_load(meta.read_text())['rosbag2_bagfile_information']
+        return info.get('ros_distro')
+    except Exception:  # noqa: BLE001 - absent or damaged metadata: distro unknown
+        return None
+
+
+def _salvage_sqlite(path: Path, storage: Path) -> SalvagedReader | None:
+    """A salvaged reader when a .db3 lacks its metadata.yaml or has a WAL left; else None.
+
+    ``rosbags`` opens a .db3 with ``immutable=1`` and would miss what is still in the WAL.
+    """
+    db3 = _single_file(storage, '.db3')
+    if db3 is None:
+        return None
+    wal = db3.with_name(db3.name + '-wal')
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        reason = 'metadata.yaml missing'
+    elif wal.is_file() and wal.stat().st_size > 0:
+        reason = 'a write-ahead log was left beside the database'
+    else:
+        return None
+    try:
+        return salvage_sqlite3(db3, reason=reason, ros_distro=_yaml_distro(path))
+    except (ValueError, OSError) as err:
+        raise BagReadError(f'{path}: cannot open bag ({reason}): {err}') from err
 
 
 def bag_topics(path: str | Path) -> dict[str, tuple[str, int]]:
@@ -213,6 +277,7 @@ class JointStates(NamedTuple):
         header_ns: (N,) int64 header stamps; receive_ns: (N,) int64 bag receive times.
         topic: the topic read; msgtype its type; distro the bag's ROS distribution.
         joint_names: (n,) model joint names, the column order.
+        recovery: what was salvaged when the bag did not end cleanly (None: it did).
     """
 
     t_ns: np.ndarray
@@ -224,6 +289,7 @@ class JointStates(NamedTuple):
     topic: str
     distro: str | None
     joint_names: tuple[str, ...]
+    recovery: RecoveryReport | None = None
 
 
 class _Layout(NamedTuple):
@@ -350,7 +416,8 @@ def _decode_slow(raws: list[bytes], index: list[int], store: Typestore,
     return blocks
 
 
-def pick_joint_state_topic(reader: Reader, topic: str | None, path: Path) -> str:
+def pick_joint_state_topic(reader: Reader | SalvagedReader, topic: str | None,
+                           path: Path) -> str:
     """The JointState topic to read: ``topic`` if given (checked), else ``/joint_states``,
     else the only JointState topic; TopicError listing the bag's topics otherwise."""
     topics = reader.topics
@@ -387,7 +454,8 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
 
     Returns:
         :class:`JointStates`, sorted by the chosen stamp. Samples with a repeated stamp
-        keep the first one (a warning counts the others).
+        keep the first one (a warning counts the others). A bag that did not end cleanly
+        is salvaged (see :func:`open_bag`) and ``recovery`` says what came back.
 
     Raises:
         NotABagError, BagReadError: see :func:`open_bag`.
@@ -402,6 +470,7 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
     with open_bag(path) as reader:
         topic = pick_joint_state_topic(reader, topic, path)
         distro = reader.ros_distro
+        recovery = recovery_of(reader)
         connections = [c for c in reader.connections if c.topic == topic]
         receive: list[int] = []
         raws: list[bytes] = []
@@ -421,7 +490,7 @@ def read_joint_states(path: str | Path, model: RobotModel, *, topic: str | None 
     if leftover:
         blocks += _decode_slow(raws, leftover, store, JOINT_STATE_TYPE)
     return _assemble(blocks, np.asarray(receive, dtype=np.int64), model, topic, distro,
-                     stamp, path)
+                     stamp, path)._replace(recovery=recovery)
 
 
 def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topic: str,
@@ -495,287 +564,3 @@ def prepare_output(path: str | Path, *, force: bool = False) -> Path:
         else:
             path.unlink()
     return path
-
-
-# --- CDR encoding -------------------------------------------------------------------------
-
-# --- writing ------------------------------------------------------------------------------
-
-
-_MCAP_INTERNALS = ('chunk', 'chunks', 'bio', 'compressor', 'compression', 'channel_stats',
-                   'message_start_time', 'message_end_time')
-_MCAP_CHUNK_BYTES = 2 ** 20     # the rosbags writer's chunk size
-
-
-class BagWriter:
-    """A rosbag2 bag being written (format 9, offered QoS recorded per topic).
-
-    Args:
-        path: bag directory to create; must not exist (see :func:`prepare_output`).
-        storage: ``'mcap'`` or ``'sqlite3'``.
-        typestore: typestore giving the message definitions (default Kilted, the message
-            definitions of the installed rclpy packages).
-        compression: MCAP chunk compression, ``'none'``, ``'lz4'`` (fast) or ``'zstd'``
-            (level 1, smaller); ignored for sqlite3.
-    """
-
-    def __init__(self, path: str | Path, *, storage: str = 'mcap',
-                 typestore: Typestore | None = None, compression: str = 'none') -> None:
-        plugins = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3}
-        if storage not in plugins:
-            raise ValueError(f"storage must be 'mcap' or 'sqlite3', got {storage!r}")
-        if compression not in ('none', 'lz4', 'zstd'):
-            raise ValueError(f"compression must be 'none', 'lz4' or 'zstd', got "
-                             f'{compression!r}')
-        self.path = Path(path)
-        if self.path.exists():
-            raise OutputExistsError(f'{self.path} exists; use --force to overwrite it')
-        self.storage = storage
-        self.typestore = typestore or get_typestore(Stores.ROS2_KILTED)
-        self._writer = Writer(self.path, version=9, storage_plugin=plugins[storage])
-        if storage == 'mcap' and compression != 'none':
-            # MCAP chunk compression: inside the .mcap file, read by ros2 bag, Foxglove and
-            # rosbags alike; the bag metadata stays uncompressed.
-            self._writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
-        self._writer.open()
-        if storage == 'mcap' and compression != 'none':
-            mcap = self._writer.storage
-            if compression == 'lz4':
-                import lz4.frame
-                # independent blocks: ~40 % faster than linked ones at the same ratio here
-                mcap.compression = 'lz4'
-                mcap.compressor = lambda data: lz4.frame.compress(data, block_linked=False)
-            else:
-                zstd = _zstd()
-                mcap.compression = 'zstd'
-                mcap.compressor = lambda data: zstd.compress(data, 1)
-        self.compression = compression if storage == 'mcap' else 'none'
-        self._connections: dict[str, object] = {}
-
-    def add_topic(self, topic: str, msgtype: str, *, qos: Qos | None = None,
-                  msgdef: str | None = None, rihs01: str | None = None):
-        """Register a topic; returns the connection handle for :meth:`write`.
-
-        Args:
-            topic: absolute topic name.
-            msgtype: ``pkg/msg/Type``.
-            qos: offered QoS (default reliable, volatile, depth 10).
-            msgdef, rihs01: message definition and hash when the typestore lacks the type.
-        """
-        if topic in self._connections:
-            return self._connections[topic]
-        kwargs = {'msgdef': msgdef, 'rihs01': rihs01} if msgdef else \
-            {'typestore': self.typestore}
-        conn = self._writer.add_connection(topic, msgtype,
-                                           offered_qos_profiles=[qos or qos_profile()],
-                                           **kwargs)
-        self._connections[topic] = conn
-        return conn
-
-    def write(self, conn, t_ns: int, data: bytes | memoryview) -> None:
-        """Write one serialized message received at ``t_ns`` [ns]."""
-        self._writer.write(conn, int(t_ns), data)
-
-    def write_rows(self, conn, t_ns: np.ndarray, rows: np.ndarray) -> None:
-        """Write N messages: ``rows`` (N, size) uint8 CDR (see :class:`CdrTemplate`).
-
-        With mcap storage the message records of a whole chunk are assembled with numpy
-        and appended to the chunk the ``rosbags`` writer has open (its own chunking,
-        message indices, statistics and summary are kept), instead of one Python call per
-        message; other storages write message by message.
-        """
-        t_ns = np.asarray(t_ns, dtype=np.int64)
-        rows = np.asarray(rows, dtype=np.uint8)
-        storage = self._writer.storage
-        if self.storage == 'mcap' and all(hasattr(storage, a) for a in _MCAP_INTERNALS):
-            self._write_rows_mcap(conn, t_ns, rows)
-            return
-        write = self._writer.write
-        for t, row in zip(t_ns.tolist(), rows):
-            write(conn, t, row.data)
-
-    def _write_rows_mcap(self, conn, t_ns: np.ndarray, rows: np.ndarray) -> None:
-        """Bulk MCAP Message records (opcode 0x05) into the writer's open chunk."""
-        writer, storage = self._writer, self._writer.storage
-        n_rows, size = rows.shape
-        record = 31 + size            # opcode, length, channel, sequence, 2 times, data
-        per_chunk = max(1, _MCAP_CHUNK_BYTES // record)
-        header = np.zeros(31, dtype=np.uint8)
-        header[0] = 0x05
-        header[1:9] = np.array([record - 9], dtype='<u8').view(np.uint8)
-        header[9:11] = np.array([conn.id], dtype='<u2').view(np.uint8)
-        for a in range(0, n_rows, per_chunk):
-            t = t_ns[a:a + per_chunk]
-            m = len(t)
-            buf = np.empty((m, record), dtype=np.uint8)
-            buf[:, :31] = header
-            stamps = t.astype('<u8').view(np.uint8).reshape(m, 8)
-            buf[:, 15:23] = stamps
-            buf[:, 23:31] = stamps
-            buf[:, 31:] = rows[a:a + m]
-            chunk = storage.chunk
-            start = chunk.bio.tell()
-            chunk.bio.write(buf.data)
-            t_list = t.tolist()
-            chunk.msgs[conn.id].extend(zip(t_list, range(start, start + m * record, record)))
-            t_min, t_max = min(t_list), max(t_list)
-            chunk.message_start_time = min(chunk.message_start_time, t_min)
-            chunk.message_end_time = max(chunk.message_end_time, t_max)
-            storage.message_start_time = min(storage.message_start_time, t_min)
-            storage.message_end_time = max(storage.message_end_time, t_max)
-            storage.channel_stats[conn.id] += m
-            writer.counts[conn.id] += m
-            writer.min_timestamp = min(writer.min_timestamp, t_min)
-            writer.max_timestamp = max(writer.max_timestamp, t_max)
-            if chunk.bio.tell() > _MCAP_CHUNK_BYTES:
-                _close_mcap_chunk(storage)
-
-
-    def copy_topic(self, source: str | Path, topic: str) -> int:
-        """Copy every message of ``topic`` from the bag ``source``, bytes and receive times
-        unchanged, with its offered QoS; returns the number copied."""
-        with open_bag(source) as reader:
-            conns = [c for c in reader.connections if c.topic == topic]
-            if not conns:
-                raise TopicError(f'{source}: no topic {topic!r}')
-            qos = [p for c in conns for p in c.ext.offered_qos_profiles][:1]
-            conn = self.add_topic(topic, conns[0].msgtype, qos=qos[0] if qos else None)
-            stamps, raws = [], []
-            for _, t, raw in reader.messages(connections=conns):
-                stamps.append(t)
-                raws.append(bytes(raw))
-        # Messages of one size go in bulk (a driver's messages usually all have one).
-        t_ns = np.asarray(stamps, dtype=np.int64)
-        sizes = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
-        for size in np.unique(sizes):
-            rows = np.flatnonzero(sizes == size)
-            data = np.frombuffer(b''.join([raws[i] for i in rows]), dtype=np.uint8)
-            self.write_rows(conn, t_ns[rows], data.reshape(len(rows), int(size)))
-        return len(raws)
-
-    def close(self) -> None:
-        """Finish the bag (writes metadata.yaml)."""
-        storage = self._writer.storage
-        if self.storage == 'mcap' and all(hasattr(storage, a) for a in _MCAP_INTERNALS) \
-                and storage.chunk.bio.tell():
-            _close_mcap_chunk(storage)
-        self._writer.close()
-
-    def abort(self) -> None:
-        """Close after an error (what was written stays, metadata may be missing)."""
-        try:
-            self._writer.close()
-        except Exception:  # noqa: BLE001 - best effort on the error path
-            pass
-
-    def __enter__(self) -> BagWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-
-def _zstd():
-    """The zstd module rosbags uses (``compression.zstd`` or ``backports.zstd``)."""
-    try:
-        from compression import zstd
-    except ImportError:
-        from backports import zstd
-    return zstd
-
-
-def _close_mcap_chunk(storage) -> None:
-    """``McapWriter.close_chunk`` of rosbags 0.11 with the message index built by numpy.
-
-    Same records (Chunk, one MessageIndex per channel, the ChunkIndex kept for the
-    summary) as the original, which writes two Python integers per message.
-    """
-    from rosbags.rosbag2.storage_mcap import (
-        PendingChunk,
-        write_record,
-        write_string,
-        write_uint16,
-        write_uint32,
-        write_uint64,
-    )
-
-    chunk = storage.chunk
-    data = chunk.bio.getbuffer()          # compressed in place, not copied out first
-    compressed = storage.compressor(data)
-    del data                              # release the export so the BytesIO can go
-    head = BytesIO()
-    write_uint64(head, chunk.message_start_time)
-    write_uint64(head, chunk.message_end_time)
-    write_uint64(head, chunk.bio.tell())
-    write_uint32(head, 0)
-    write_string(head, storage.compression)
-    write_uint64(head, len(compressed))
-    chunk_start = storage.bio.tell()
-    # the Chunk record (opcode 0x06) written piecewise: the compressed bytes go to the file
-    # as they are instead of through one more buffer
-    storage.bio.write(b'\x06')
-    write_uint64(storage.bio, head.tell() + len(compressed))
-    storage.bio.write(head.getbuffer())
-    storage.bio.write(compressed)
-    chunk_end = storage.bio.tell()
-    offsets = []
-    for cid, entries in chunk.msgs.items():
-        offsets.append((cid, storage.bio.tell()))
-        rec = BytesIO()
-        write_uint16(rec, cid)
-        write_uint32(rec, len(entries) * 16)
-        rec.write(np.asarray(entries, dtype='<u8').reshape(-1, 2).tobytes())
-        write_record(storage.bio, 0x07, rec)
-    rec = BytesIO()
-    write_uint64(rec, chunk.message_start_time)
-    write_uint64(rec, chunk.message_end_time)
-    write_uint64(rec, chunk_start)
-    write_uint64(rec, chunk_end - chunk_start)
-    write_uint32(rec, len(offsets) * 10)
-    for cid, offset in offsets:
-        write_uint16(rec, cid)
-        write_uint64(rec, offset)
-    write_uint64(rec, storage.bio.tell() - chunk_end)
-    write_string(rec, storage.compression)
-    write_uint64(rec, len(compressed))
-    write_uint64(rec, chunk.bio.tell())
-    storage.chunks.append(rec)
-    storage.chunk = PendingChunk(2**63 - 1, 0, BytesIO(), defaultdict(list))
-
-
-def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[str],
-                          q: np.ndarray, qd: np.ndarray | None = None,
-                          effort: np.ndarray | None = None, *,
-                          topic: str = '/joint_states', storage: str = 'mcap',
-                          distro: str = 'jazzy', receive_ns: np.ndarray | None = None,
-                          frame_id: str = '', compression: str = 'none') -> Path:
-    """Write JointState samples to a new bag (for tests, benchmarks and demos).
-
-    Args:
-        path: bag directory to create.
-        t_ns: (N,) int64 header stamps [ns].
-        names: (m,) joint names, the column order of the arrays (any order).
-        q: (N, m) positions; qd, effort: (N, m) or None (empty fields).
-        topic: topic name; storage: 'mcap' or 'sqlite3'; distro: typestore of the
-            message definitions written into the bag ('humble', 'jazzy', 'kilted').
-        receive_ns: (N,) bag receive times [ns] (default ``t_ns``).
-        frame_id: header frame.
-        compression: MCAP chunk compression ('none', 'lz4', 'zstd').
-    """
-    from ..messages import joint_state
-
-    t_ns = np.asarray(t_ns, dtype=np.int64)
-    arrays = {'position': q, 'velocity': qd, 'effort': effort}
-    template = CdrTemplate(joint_state(
-        names, *(None if x is None else np.zeros(len(names)) for x in arrays.values()),
-        t_ns=TEMPLATE_NS, frame_id=frame_id))
-    rows = template.fill(t_ns, {k: v for k, v in arrays.items() if v is not None})
-    with BagWriter(path, storage=storage, typestore=typestore_for(distro),
-                   compression=compression) as writer:
-        conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))
-        writer.write_rows(conn, t_ns if receive_ns is None else
-                          np.asarray(receive_ns, dtype=np.int64), rows)
-    return Path(path)

@@ -23,7 +23,8 @@ import numpy as np
 from .. import topics
 from ..analysis import Analysis, AnalysisOptions
 from ..model import RobotModel
-from .bag import JOINT_STATE_TYPE, BagWriter, JointStates, qos_profile
+from .bag import JOINT_STATE_TYPE, JointStates, qos_profile
+from .bag_writer import BagWriter
 from .cdr import CdrTemplate, cdr_encode
 
 if TYPE_CHECKING:

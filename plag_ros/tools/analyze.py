@@ -24,6 +24,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,7 +38,15 @@ from ..analysis import (
     structural_pairs,
 )
 from ..filters import EstimatorConfig
-from ..io.bag import BagError, JointStates, StampSource, prepare_output, read_joint_states
+from ..io.bag import (
+    EXIT_RECOVERED_WITH_LOSS,
+    BagError,
+    JointStates,
+    RecoveryReport,
+    StampSource,
+    prepare_output,
+    read_joint_states,
+)
 from ..io.npz import save_npz
 from ..io.output_bag import write_bag
 from ..model import RobotModel, default_urdf_path
@@ -234,6 +243,7 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
         f'topic {js.topic}: {len(js.t_ns)} samples over {duration:.3f} s '
         f'({(len(js.t_ns) - 1) / duration if duration else 0.0:.1f} Hz); '
         f'{m} decomposed ({mode})',
+        *([] if js.recovery is None else [f'recovered: {js.recovery.summary()}']),
         *_rejected_lines(analysis, js),
         '',
         *decomposition_table(model, analysis),
@@ -383,11 +393,23 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
     return written
 
 
+class BagAnalysis(NamedTuple):
+    """What :func:`analyze_bag` made: the analysis, the products written (name -> path) and,
+    for a salvaged bag, its recovery report (None for a bag read whole)."""
+
+    analysis: Analysis
+    written: dict[str, Path]
+    recovery: RecoveryReport | None
+
+
 def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = None,
                 topic: str | None = None, stamp: StampSource = 'header', force: bool = False,
                 options: AnalysisOptions | None = None,
-                timings: dict[str, float] | None = None) -> tuple[Analysis, dict[str, Path]]:
+                timings: dict[str, float] | None = None) -> BagAnalysis:
     """Read, estimate, decompose and write every product of one bag.
+
+    A bag cut short by a crash is salvaged (:func:`plag_ros.io.bag.open_bag`): what was
+    recovered and where the cut was are in the result's ``recovery`` and in summary.txt.
 
     Args:
         bag: input bag (directory or single .mcap/.db3 file).
@@ -430,7 +452,7 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     written = write_outputs(out, model, analysis, js, source=bag, options=options,
                             timings=timings)
     timings['write'] = time.perf_counter() - t0
-    return analysis, written
+    return BagAnalysis(analysis, written, js.recovery)
 
 
 def _check_rate(js: JointStates, config: EstimatorConfig) -> None:
@@ -491,7 +513,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``plag-ros analyze``; returns the exit status (2 on a bag or output error)."""
+    """Run ``plag-ros analyze``; returns the exit status: 0, 2 on a bag or output error, 3
+    (``EXIT_RECOVERED_WITH_LOSS``) when the bag was cut short and salvaged up to the cut."""
     try:
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
         estimator = EstimatorConfig(cutoff_hz=args.cutoff_hz, order=args.order,
@@ -505,9 +528,9 @@ def run(args: argparse.Namespace) -> int:
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)
         timings: dict[str, float] = {}
-        analysis, written = analyze_bag(args.bag, args.output, model=model, topic=args.topic,
-                                        stamp=args.stamp, force=args.force, options=options,
-                                        timings=timings)
+        _, written, recovery = analyze_bag(args.bag, args.output, model=model,
+                                           topic=args.topic, stamp=args.stamp,
+                                           force=args.force, options=options, timings=timings)
     except (BagError, ValueError, FileNotFoundError) as err:
         print(f'plag-ros analyze: error: {err}', file=sys.stderr)
         return 2
@@ -515,4 +538,8 @@ def run(args: argparse.Namespace) -> int:
         print(written['summary'].read_text(), end='')
     print('wrote ' + ', '.join(str(p) for p in sorted(set(written.values()))))
     print('seconds: ' + ', '.join(f'{k} {v:.2f}' for k, v in timings.items()))
+    if recovery is not None:
+        print(f'plag-ros analyze: {recovery.summary()}', file=sys.stderr)
+        if recovery.lossy:
+            return EXIT_RECOVERED_WITH_LOSS
     return 0

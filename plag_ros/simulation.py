@@ -343,6 +343,11 @@ class Simulator:
         self._at_rest = False
 
     @property
+    def position_command(self) -> np.ndarray | None:
+        """(m,) position command in force [rad], None in effort mode."""
+        return self._position_cmd.copy() if self._mode == 'position' else None
+
+    @property
     def p_gain(self) -> float:
         """Position P gain in force (register units)."""
         return self._p_gain

@@ -514,6 +514,16 @@ class PartialImpedanceController:
         return self._fault
 
     @property
+    def latched(self) -> bool:
+        """Whether the fault is a latched monitor fault (only disable clears it)."""
+        return self._latched
+
+    def hold(self, now_ns: int) -> Command | None:
+        """The hold command now (None before the first valid state)."""
+        self._now_ns = now_ns
+        return None if self._q is None else self._hold(now_ns)
+
+    @property
     def enabled(self) -> bool:
         """Whether enable was requested (the law runs when also no fault)."""
         return self._enabled

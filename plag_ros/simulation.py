@@ -77,8 +77,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .dynamics import GRAVITY, PartialLagrangian
 from . import motors
+from .dynamics import GRAVITY, PartialLagrangian
 from .model import RobotModel
 
 __all__ = [

@@ -92,7 +92,6 @@ from .. import messages as msgs
 from .. import motors
 from ..model import RobotModel, default_urdf_path
 from ..simulation import DYNAMIXEL_P_GAIN, Simulator, SimulatorConfig
-from . import spin_node
 from .parameters import bool_descriptor, doubles_descriptor
 from .parameters import float_descriptor as _float
 
@@ -511,9 +510,42 @@ class SimNode(Node):
             f'{sum(self.rejected.values())}')
 
 
+def controller_stand_ins(sim: SimNode) -> list[Node]:
+    """Nodes named like the two arm controllers, carrying their ``joints`` parameter.
+
+    Only the parameter is emulated (so a client's GetParameters on
+    ``/<controller>/get_parameters`` reads it, as on the real controller manager, where each
+    controller is a node); the topics live on the simulator node itself.
+    """
+    nodes = []
+    for name in (JTC, FORWARD):
+        node = Node(name, context=sim.context)
+        node.declare_parameter('joints', list(sim.arm_joints))
+        nodes.append(node)
+    return nodes
+
+
 def main(args: list[str] | None = None) -> None:
-    """Console script ``sim_node``: spin :class:`SimNode` until shutdown."""
-    spin_node(SimNode, args)
+    """Console script ``sim_node``: spin :class:`SimNode` (and the controller stand-ins)
+    until shutdown."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    rclpy.init(args=args)
+    nodes: list[Node] = []
+    try:
+        sim = SimNode()
+        nodes = [sim, *controller_stand_ins(sim)]
+        executor = SingleThreadedExecutor()
+        for node in nodes:
+            executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        rclpy.try_shutdown()
 
 
 if __name__ == '__main__':

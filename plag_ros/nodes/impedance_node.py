@@ -479,8 +479,22 @@ class ImpedanceNode(Node):
             return 'a controller switch is under way (refused)'
         return ''
 
+    def _commanding(self) -> bool:
+        """Whether commands go out: always for the effort interface and a forward path
+        without switch; else only while we own the arm (enabled, or holding before the
+        switch back). A disabled node leaves the driver's JTC to MoveIt."""
+        if self._kind == 'effort' or (self._switch is not None
+                                      and self._switch.method == 'none'):
+            return True
+        return self._switched
+
     async def _release(self) -> None:
         """Switch the fallback controller back in after the hold."""
+        if self._kind == 'trajectory' and self._switched:
+            self._switched = False
+            self.get_logger().info(f'stopped streaming to {self._topic}; '
+                                   f'{TRAJECTORY_CONTROLLER} holds the last point')
+            return
         if self._switch is None or not self._switched or self._switching:
             return
         self._switching = True
@@ -587,6 +601,7 @@ class ImpedanceNode(Node):
             if self.controller.state == 'waiting':
                 response.success, response.message = False, 'no valid joint state yet'
                 return response
+            self._release_at = None        # enabled again within the hold: stay switched
             if self._switch is not None and not self._switched:
                 self._release_at = None
                 self._switching = True
@@ -600,6 +615,9 @@ class ImpedanceNode(Node):
                     return response
                 self._switched = self._switch.method != 'none'
                 prefix = f'{message}; '
+            if self._kind == 'trajectory':
+                self._release_at = None
+                self._switched = True
         response.success, message = self.controller.set_enabled(bool(request.data),
                                                                 self._now_ns())
         response.message = prefix + message
@@ -613,6 +631,9 @@ class ImpedanceNode(Node):
     def _publish(self, command: Command | None, now: int) -> None:
         if command is None:
             self._publish_state(None, now)
+            return
+        if not self._commanding():
+            self._publish_state(command, now)
             return
         values = command.effort if command.effort is not None else command.position
         values = values[self._command_idx]
@@ -665,7 +686,7 @@ class ImpedanceNode(Node):
     def shutdown(self, executor, timeout_s: float = 3.0) -> None:
         """Hold, then switch the fallback controller back (shutdown path)."""
         if not self._switched or not self.context.ok():
-            if self._switched:
+            if self._switched and self._switch is not None:
                 back = switch_command(self._switch.fallback, self._switch.controller)
                 self.get_logger().error(f'context gone before switching back: run `{back}`')
             return

@@ -1,10 +1,12 @@
 """``plag-ros sim`` and ``plag-ros run``: the README's main-job command, end to end.
 
 ``plag-ros sim --duration 5`` (what ``make demo`` runs for 10 s) starts the simulator and the
-dynamics node as real processes over DDS (ROS_DOMAIN_ID 14), drives the arm, prints a
+dynamics node as real processes over DDS (``--domain 14``), drives the arm, prints a
 summary once a second and exits 0: the closed loop simulator -> joint_states -> estimator
 -> decomposition -> outputs. ``plag-ros run`` joins a graph whose joint states this test
-publishes, as a real robot's driver would.
+publishes, as a real robot's driver would. Without ``--domain``, ``plag-ros sim`` picks a
+private domain on this machine: a subscriber in the default domain 0 sees nothing of it,
+one in the printed domain sees its joint states.
 """
 from __future__ import annotations
 

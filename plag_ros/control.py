@@ -99,6 +99,8 @@ ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
 """``waiting``: no valid state yet (nothing commanded); ``disabled``/``fault``: hold;
 ``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
 
+_EFFORT_CHECK_QD = 0.3
+"""[rad/s] joints faster than this are left out of the effort check."""
 _ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')
 
 
@@ -518,6 +520,17 @@ class PartialImpedanceController:
         """Whether the fault is a latched monitor fault (only disable clears it)."""
         return self._latched
 
+    def relatch_hold(self) -> None:
+        """While disabled and someone else commands the servos, re-estimate the set point
+        in force as ``q + G^T g(q) / K_s`` from the latest state, so that enabling starts
+        from what the servos were holding (position interface; no-op otherwise)."""
+        if self._q is None or self._enabled or self._fault or \
+                self.config.command_interface != 'position':
+            return
+        self._last_command = None
+        self._latch_hold()
+        self._last_command = self._q_hold.copy()
+
     def hold(self, now_ns: int) -> Command | None:
         """The hold command now (None before the first valid state)."""
         self._now_ns = now_ns
@@ -670,12 +683,16 @@ class PartialImpedanceController:
         self._clear_fault(now_ns)
         if not self._enabled or self._fault:
             return self._hold(now_ns)
-        if self._monitor(now_ns, q, effort):
+        if self._monitor(now_ns, q, effort, sample.qd):
             return self._hold(now_ns)
         return self._law(now_ns, q, sample.qd, sample.qdd)
 
-    def _monitor(self, now_ns: int, q: np.ndarray, effort: ArrayLike | None) -> bool:
-        """Check the command in force against the measurement; True on a new fault."""
+    def _monitor(self, now_ns: int, q: np.ndarray, effort: ArrayLike | None,
+                 qd: np.ndarray) -> bool:
+        """Check the command in force against the measurement; True on a new fault.
+
+        The effort check skips joints moving faster than ``_EFFORT_CHECK_QD``: the motor's
+        back-EMF damping (unknown here) then adds to the servo torque."""
         cfg = self.config
         cmd = self._last_command
         if cfg.command_interface != 'position' or cmd is None:
@@ -686,7 +703,8 @@ class PartialImpedanceController:
         if effort is not None and math.isfinite(cfg.effort_error_limit):
             effort = np.asarray(effort, dtype=np.float64)
             predicted = np.clip(self._Ks * error, -self._effort_max, self._effort_max)
-            mismatch = np.where(self._monitored, np.abs(effort - predicted), 0.0)
+            slow = np.abs(qd) < _EFFORT_CHECK_QD
+            mismatch = np.where(self._monitored & slow, np.abs(effort - predicted), 0.0)
             if np.isfinite(mismatch).all():
                 checks['effort'] = (mismatch, cfg.effort_error_limit, 'N*m')
         persist_ns = int(cfg.fault_persist_s * 1e9)

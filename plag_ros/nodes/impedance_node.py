@@ -167,7 +167,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
                                  high=60.0)),
     'switch.timeout_s': (5.0, _desc(_D, 'deadline of one switch [s]', read_only=True,
                                     low=0.1, high=60.0)),
-    'fault.tracking_error': (0.15, _desc(
+    'fault.tracking_error': (0.3, _desc(
         _D, 'latched fault when |q_cmd - q| of a commanded joint exceeds this [rad] for '
         'fault.persist_s; 0 or less: off', low=-1.0, high=10.0)),
     'fault.effort_error': (1.5, _desc(
@@ -561,6 +561,8 @@ class ImpedanceNode(Node):
             now, q[self._act], None if qd is None else qd[self._act],
             stamp_ns=t_ns if self._use_stamp else None,
             effort=None if effort is None else effort[self._act])
+        if not self._commanding():
+            self.controller.relatch_hold()   # the driver's controller holds the arm now
         self._publish(command, now)
         if self._auto_enable and command is not None and self.executor is not None:
             self._auto_enable = False

@@ -7,7 +7,11 @@ position commands, and prints once a second what the dynamics node reports: inpu
 output rates, latency from the joint state stamp to the decomposition's arrival, rejected
 input, and the strongest motion propagation paths (joint k <- source joint s) of the last
 second. ``plag-ros run`` starts the dynamics node alone, to join a real robot's graph
-(``crane_x7_bringup`` publishing ``/joint_states`` and ``robot_description``).
+(the official ``ros2 launch crane_x7_examples demo.launch.py``: ``/joint_states`` from the
+driver's joint state broadcaster and ``robot_description`` from MoveIt's
+robot_state_publisher; ``crane_x7_control.launch.py`` alone publishes no
+``robot_description``, use ``--description-source file`` then; ``crane_x7_bringup`` is a
+ROS 1 package, rt-net/crane_x7_ros master).
 
 Each node runs in its own subprocess, exactly as ``launch/sim.launch.py`` and
 ``launch/crane_x7.launch.py`` start them (same modules, same parameter files): the

@@ -23,7 +23,7 @@ what keeps the arm up). The decomposition is evaluated at the measured configura
 with either the estimated motion (``motion_source='measured'``, the default: feedback of
 the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
 motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
-tracking error, e.g. under a position servo's own damping).
+tracking error, e.g. under the back-EMF damping of a position servo).
 With every mask zero the law is a plain joint impedance (plus gravity compensation).
 
 Target inertia ``Md_a > 0`` (0 keeps the natural inertia) uses the acceleration estimate:

@@ -111,7 +111,8 @@ def bring_up(domain: int, tmp_path, *, sim_params=None, ctl_params=None):
                              'resume_after_fault': False,
                              # 100 ms: this shared 2-core test machine stalls processes for
                              # tens of ms; a stale fault would end the enable mid-test.
-                             'stale_periods': 20.0, **(ctl_params or {})})
+                             'stale_periods': 20.0, 'filter.gap_periods': 20.0,
+                             **(ctl_params or {})})
     return client, sim, ctl
 
 
@@ -190,6 +191,15 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         assert drift < HOLD_TOL
         if kind == 'forward':
             client.wait_for(lambda: not states(state)[-1]['switched'], 10.0, 'switch back')
+            # Shutdown while enabled (Ctrl-C): hold, then switch the JTC back, then exit 0.
+            response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+            assert response.success, response.message
+            held = wait_still(client, joint_states)
+            assert ctl.stop() == 0, ctl.output()[-3000:]
+            assert sim_parameter(client, 'active_arm_controller') == 'crane_x7_arm_controller'
+            drift = max_drift(client, joint_states, held, 0.5)
+            print(f'[{kind}] shutdown: max drift {drift * 1e3:.2f} mrad')
+            assert drift < HOLD_TOL
     finally:
         stop(client, sim, ctl)
 

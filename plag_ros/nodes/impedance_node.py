@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Sequence
 
@@ -709,14 +710,20 @@ def main(args: list[str] | None = None) -> None:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    # Our own SIGINT handling: the context must outlive Ctrl-C to switch back.
+    # Our own SIGINT/SIGTERM handling: the context must outlive Ctrl-C to switch back, and
+    # a KeyboardInterrupt raised inside a binding call would surface as a RuntimeError;
+    # the handler only sets a flag that the spin loop checks.
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None
     executor = SingleThreadedExecutor()
     try:
         node = ImpedanceNode()
         executor.add_node(node)
-        executor.spin()
+        while not stop and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
@@ -727,6 +734,8 @@ def main(args: list[str] | None = None) -> None:
                 node.get_logger().error(f'shutdown switch-back failed: {err}')
             node.destroy_node()
         rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == '__main__':

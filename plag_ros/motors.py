@@ -12,7 +12,11 @@ one per arm joint plus finger a. Sources (facts only, no code copied):
   (crane_x7_control ``src/crane_x7_hardware.cpp``) publishes ``effort = current * factor``.
 * gains the driver writes: P = 800, I = D = 0 on activation, P = 5 on deactivation and
   shutdown (crane_x7_hardware.cpp ``START_*_GAIN`` / ``STOP_*_GAIN``).
-* stall torque at 12 V: ROBOTIS e-manual XM430-W350 (4.1 N*m) and XM540-W270 (10.6 N*m).
+* stall torque and current at 12 V: ROBOTIS e-manual (ROBOTIS-GIT/emanual
+  ``_data/dxl_x_info.yml``): XM430-W350 4.1 N*m at 2.3 A, XM540-W270 10.6 N*m at 4.4 A, so
+  a torque constant of about 1.78 / 2.41 N*m/A (the 1.783 / 2.409 of manipulator_links.csv).
+  The driver's 2.20 / 3.60 are larger (origin not documented): its ``effort`` reads about
+  1.24x / 1.49x the motor torque. :func:`effort_to_torque` undoes that.
 * position loop: e-manual "Position P Gain" (address 84): ``KPP = P / 128``; the output is
   a PWM value whose full scale is the PWM limit 885 (e-manual "PWM Limit", address 36), and
   a stalled motor at full duty gives its stall torque. Encoder: 4096 pulses per turn.
@@ -36,7 +40,8 @@ import numpy as np
 
 __all__ = ['ARM_JOINTS', 'DRIVER_P_GAIN', 'DRIVER_STOP_P_GAIN', 'GRIPPER_JOINT',
            'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
-           'current_to_effort', 'known', 'motor_of', 'servo_stiffness', 'stall_torque']
+           'current_to_effort', 'effort_to_torque', 'known', 'motor_of', 'servo_stiffness',
+           'stall_torque']
 
 PWM_FULL_SCALE = 885.0
 """Dynamixel X-series PWM limit at 100 % duty (e-manual, PWM Limit)."""
@@ -56,11 +61,13 @@ class Motor(NamedTuple):
         stall_torque: [N*m] at 12 V (e-manual).
         current_to_effort: [N*m/A], the factor the CRANE-X7 driver multiplies the
             present current by to publish ``effort``.
+        torque_constant: [N*m/A], stall torque / stall current of the e-manual.
     """
 
     model: str
     stall_torque: float
     current_to_effort: float
+    torque_constant: float
 
     def stiffness_per_p_gain(self) -> float:
         """K_s per unit of the Position P Gain register [N*m/rad]."""
@@ -72,8 +79,8 @@ class Motor(NamedTuple):
 
 
 MOTORS: dict[str, Motor] = {
-    'XM430-W350': Motor('XM430-W350', 4.1, 2.20),
-    'XM540-W270': Motor('XM540-W270', 10.6, 3.60),
+    'XM430-W350': Motor('XM430-W350', 4.1, 2.20, 4.1 / 2.3),
+    'XM540-W270': Motor('XM540-W270', 10.6, 3.60, 10.6 / 4.4),
 }
 
 ARM_JOINTS: tuple[str, ...] = (
@@ -124,3 +131,10 @@ def stall_torque(joints: Sequence[str]) -> np.ndarray:
 def current_to_effort(joints: Sequence[str]) -> np.ndarray:
     """(len(joints),) the driver's current-to-effort factor [N*m/A]."""
     return np.array([motor_of(j).current_to_effort for j in joints])
+
+
+def effort_to_torque(joints: Sequence[str]) -> np.ndarray:
+    """(len(joints),) factor from the driver's ``effort`` to motor torque:
+    torque_constant / current_to_effort (0.81 for the XM430-W350, 0.67 for the XM540-W270)."""
+    return np.array([motor_of(j).torque_constant / motor_of(j).current_to_effort
+                     for j in joints])

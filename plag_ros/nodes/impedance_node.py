@@ -437,6 +437,10 @@ class ImpedanceNode(Node):
             if self._switch.error:
                 self.get_logger().error(self._switch.error)
         self._switched = False               # our controller activated by us
+        actuated = [self.model.joint_names[j] for j in self._act]
+        # joint_states effort is current * current_to_effort; torque = current * K_t.
+        self._effort_to_torque = motors.effort_to_torque(actuated) \
+            if motors.known(actuated) else np.ones(len(actuated))
         self._switching = False
         self._release_at: float | None = None
         self._hold_s = float(values['switch.hold_s'])
@@ -561,7 +565,7 @@ class ImpedanceNode(Node):
         command = self.controller.update(
             now, q[self._act], None if qd is None else qd[self._act],
             stamp_ns=t_ns if self._use_stamp else None,
-            effort=None if effort is None else effort[self._act])
+            effort=None if effort is None else effort[self._act] * self._effort_to_torque)
         if not self._commanding():
             self.controller.relatch_hold()   # the driver's controller holds the arm now
         self._publish(command, now)

@@ -11,10 +11,12 @@ topic (relative)                    type, QoS                     content
                                     reliable, depth 10            + finger_a) sorted by name,
                                                                   an order that is not the
                                                                   URDF's (the broadcaster's is
-                                                                  unspecified); effort = motor
-                                                                  torque [N*m], which is what
-                                                                  the driver's current *
-                                                                  current_to_effort estimates
+                                                                  unspecified); effort as the
+                                                                  driver computes it: current
+                                                                  [A] * 2.20 (XM430) or 3.60
+                                                                  (XM540), the current being
+                                                                  motor torque / the e-manual
+                                                                  torque constant
 ``robot_description`` (out)         std_msgs/String, reliable,    the URDF text
                                     transient local, depth 1
 ``crane_x7_arm_controller/          trajectory_msgs/              the driver's JTC: any joint
@@ -195,6 +197,11 @@ class SimNode(Node):
             self.sim.set_position_command(q0)
 
         self.command_names = self.sim.actuated_names
+        # The driver publishes current * current_to_effort, not the torque: for CRANE-X7
+        # joints the motor table converts (effort = torque / torque_constant * 2.20 or 3.60).
+        self._effort_scale = (1.0 / motors.effort_to_torque(self.command_names)
+                              if motors.known(self.command_names)
+                              else np.ones(len(self.command_names)))
         # The joint state broadcaster's order is its own (alphabetical here), not the URDF's.
         self.state_names = tuple(sorted(self.command_names))
         self._state_order = np.array([self.command_names.index(n) for n in self.state_names])
@@ -475,7 +482,8 @@ class SimNode(Node):
         meas = self.sim.measure()
         order = self._state_order
         self._pub_state.publish(msgs.joint_state(
-            self.state_names, meas.q[order], meas.qd[order], meas.effort[order],
+            self.state_names, meas.q[order], meas.qd[order],
+            (meas.effort * self._effort_scale)[order],
             t_ns=self.get_clock().now().nanoseconds))
         self.counters['published'] += 1
 

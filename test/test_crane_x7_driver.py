@@ -158,6 +158,24 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         print(f'\n[{kind}] steady-state |q - q_ref| per arm joint [mrad]: '
               f'{np.round(error * 1e3, 2).tolist()}')
         assert error.max() < 0.02           # K >= 5 N*m/rad against 0.2 N*m Coulomb: 0.04 rad
+        # Follow the law: a new set point bending the elbow by 0.1 rad; the arm must settle there
+        # within the Coulomb band 0.2 N*m / K (K = 10 N*m/rad at the elbow: 20 mrad) plus
+        # two encoder steps; the other joints stay.
+        target = np.array(Q_H)
+        target[:7] = held
+        target[3] -= 0.1                  # the elbow range is [-159 deg, 0]
+        reference = client.publisher(JointState, f'{NODE}/reference')
+        client.wait_for_subscribers(reference)
+        reference.publish(JointState(name=[*ARM, motors.GRIPPER_JOINT],
+                                     position=target.tolist()))
+        client.wait_for(lambda: abs(arm_q(joint_states[-1][1])[3] - target[3]) < 0.03, 10.0,
+                        'the elbow at its new set point')
+        held = wait_still(client, joint_states)
+        error = np.abs(held - target[:7])
+        print(f'[{kind}] after a 0.1 rad elbow step: |q - q_ref| [mrad] '
+              f'{np.round(error * 1e3, 2).tolist()}')
+        assert error[3] < 0.2 / 10.0 + 2 * 2 * np.pi / 4096
+        assert np.delete(error, 3).max() < 0.02
         # Disable: hold at the set point in force; then (forward) the JTC is switched back.
         response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=False))
         assert response.success

@@ -66,6 +66,7 @@ torque at the latched position (``'hold'``): the state is not trusted, so no fee
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
@@ -99,6 +100,8 @@ ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
 """``waiting``: no valid state yet (nothing commanded); ``disabled``/``fault``: hold;
 ``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
 
+_MONITOR_WINDOW_S = 0.05
+"""[s] commands this recent count as possibly in force for the monitor."""
 _EFFORT_CHECK_QD = 0.3
 """[rad/s] joints faster than this are left out of the effort check."""
 _ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')
@@ -493,6 +496,8 @@ class PartialImpedanceController:
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
         self._over_since: dict[str, int] = {}
+        self._recent: collections.deque[np.ndarray] = collections.deque(
+            maxlen=max(2, round(_MONITOR_WINDOW_S * self.config.rate_hz)))
         self._latched = False
         self._ramp_start_ns = 0
         self._t0_ns = 0
@@ -591,6 +596,7 @@ class PartialImpedanceController:
 
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
+        self._recent.clear()          # the hold set point is in force, not older commands
         if new_reference:
             self._t0_ns = now_ns
             self._anchor = self._q.copy()
@@ -694,17 +700,22 @@ class PartialImpedanceController:
         The effort check skips joints moving faster than ``_EFFORT_CHECK_QD``: the motor's
         back-EMF damping (unknown here) then adds to the servo torque."""
         cfg = self.config
-        cmd = self._last_command
-        if cfg.command_interface != 'position' or cmd is None:
+        if cfg.command_interface != 'position' or not self._recent:
             self._over_since.clear()
             return False
-        error = np.where(self._monitored, cmd - q, 0.0)
-        checks = {'tracking': (np.abs(error), cfg.tracking_error_limit, 'rad')}
+        # The measurement may predate the newest command (DDS hops, the driver's cycle, a
+        # busy machine): a joint passes when any command of the last _MONITOR_WINDOW_S
+        # explains it. A servo without gain is explained by none.
+        recent = np.array(self._recent)                          # (k, n_act)
+        errors = recent - q
+        error = np.where(self._monitored, np.abs(errors).min(0), 0.0)
+        checks = {'tracking': (error, cfg.tracking_error_limit, 'rad')}
         if effort is not None and math.isfinite(cfg.effort_error_limit):
             effort = np.asarray(effort, dtype=np.float64)
-            predicted = np.clip(self._Ks * error, -self._effort_max, self._effort_max)
+            predicted = np.clip(self._Ks * errors, -self._effort_max, self._effort_max)
             slow = np.abs(qd) < _EFFORT_CHECK_QD
-            mismatch = np.where(self._monitored & slow, np.abs(effort - predicted), 0.0)
+            mismatch = np.where(self._monitored & slow,
+                                np.abs(effort - predicted).min(0), 0.0)
             if np.isfinite(mismatch).all():
                 checks['effort'] = (mismatch, cfg.effort_error_limit, 'N*m')
         persist_ns = int(cfg.fault_persist_s * 1e9)
@@ -723,6 +734,7 @@ class PartialImpedanceController:
                                 'deactivated and wrote P=5, or a blocked joint)')
                 self._latched = True
                 self._over_since.clear()
+                self._recent.clear()
                 return True
         return False
 
@@ -805,5 +817,6 @@ class PartialImpedanceController:
             saturated |= position != q + clipped / self._Ks
             self._last_position = position
             self._last_command = position.copy()
+            self._recent.append(position.copy())
         return Command(now_ns, self.state, '', effort, position, clipped, compensation, q_d,
                        alpha, saturated)

@@ -23,7 +23,7 @@ what keeps the arm up). The decomposition is evaluated at the measured configura
 with either the estimated motion (``motion_source='measured'``, the default: feedback of
 the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
 motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
-tracking error, e.g. under a position servo's own damping).
+tracking error, e.g. under the back-EMF damping of a position servo).
 With every mask zero the law is a plain joint impedance (plus gravity compensation).
 
 Target inertia ``Md_a > 0`` (0 keeps the natural inertia) uses the acceleration estimate:
@@ -38,25 +38,35 @@ Two command interfaces:
 * ``'position'``: the real CRANE-X7 driver (crane_x7_control, Dynamixel XM servos) accepts
   positions only. Each servo runs a position loop that, over the band the controller
   uses, acts as a spring ``tau = K_s (q_cmd - q)`` with ``K_s`` = ``servo_stiffness``
-  [N*m/rad]. Commanding ``q_cmd = q + tau / K_s`` therefore makes the servo produce the
-  impedance torque ``tau``: for ``K == K_s`` this is the desired position shifted by the
-  feedforward torque, ``q_d + (g + compensation + D(qd_d - qd)) / K_s``. Identify ``K_s``
-  per joint by hanging known torques on the held servo (a weight on the link, or gravity
-  at several poses with :meth:`~plag_ros.dynamics.PartialLagrangian.gravity_torque`) and
-  fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection; the servo's own
-  derivative gain adds damping on top of ``D``. Positions are then clipped to the joint
-  limits and to ``max_position_step`` per cycle.
+  [N*m/rad] (default from :mod:`plag_ros.motors`). Commanding ``q_cmd = q + tau / K_s``
+  (the *measured* q, not the reference) therefore makes the servo produce the impedance
+  torque ``tau``. The driver writes D = 0 (rt-net/crane_x7_ros crane_x7_control/src/
+  crane_x7_hardware.cpp), so all damping is ``D`` here plus the motor's back-EMF. Identify
+  ``K_s`` per joint by hanging known torques on the held servo (a weight on the link, or
+  gravity at several poses with :meth:`~plag_ros.dynamics.PartialLagrangian.gravity_torque`)
+  and fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection. Positions are then
+  clipped to the joint limits and to ``max_position_step`` per cycle (from the previous
+  command, so enabling does not jump). The official driver has no effort interface: the
+  effort interface needs current mode (operating mode 0), a changed hardware plugin and
+  software limits; here it serves the simulator.
 
 Safety, as a pure state machine (no ROS here; :mod:`plag_ros.nodes.impedance_node` wraps
 it): nothing is commanded before the first valid state; a watchdog holds when joint states
 are stale for more than ``stale_periods`` periods, contain NaN/inf, or the estimator is
 warming up (after a stamp gap); disable holds; enable ramps ``alpha`` from 0 to 1 over
-``ramp_s``. *Hold* is the latched last valid position for the position interface; for the
+``ramp_s``. With the position interface a monitor compares the command in force with the
+measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
+than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)
+is a latched fault (``tracking`` / ``effort``): a servo that lost its gain (the driver
+writes P = 5 on deactivation) or a blocked joint; only disable clears it. *Hold* for the
+position interface is the last commanded set point, or ``q + G^T g(q) / K_s`` before any
+command: never the measured, sagged pose (a P-only servo sags by ``g / K_s``); for the
 effort interface it is zero effort (``fault_action='zero'``) or the open-loop gravity
 torque at the latched position (``'hold'``): the state is not trusted, so no feedback.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
@@ -90,6 +100,10 @@ ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
 """``waiting``: no valid state yet (nothing commanded); ``disabled``/``fault``: hold;
 ``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
 
+_MONITOR_WINDOW_S = 0.05
+"""[s] commands this recent count as possibly in force for the monitor."""
+_EFFORT_CHECK_QD = 0.3
+"""[rad/s] joints faster than this are left out of the effort check."""
 _ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')
 
 
@@ -137,6 +151,13 @@ class ImpedanceConfig:
             ``'hold'``.
         resume_after_fault: re-ramp automatically when a fault clears (else disable).
         start_enabled: enable as soon as the first valid state arrives.
+        tracking_error_limit: [rad] largest ``|q_cmd - q|`` of a monitored joint before a
+            ``tracking`` fault (position interface, while the law runs); inf = off.
+        effort_error_limit: [N*m] largest ``|effort - K_s (q_cmd - q)|`` before an
+            ``effort`` fault; inf = off.
+        fault_persist_s: [s] how long a limit must be exceeded without a break.
+        monitored: (n_act,) bools, joints the monitor checks (those actually commanded);
+            None = all.
         estimator: settings of the joint state estimator run inside the controller.
 
     Raises:
@@ -160,6 +181,10 @@ class ImpedanceConfig:
     fault_action: FaultAction = 'zero'
     resume_after_fault: bool = True
     start_enabled: bool = False
+    tracking_error_limit: float = math.inf
+    effort_error_limit: float = math.inf
+    fault_persist_s: float = 0.1
+    monitored: ArrayLike | None = None
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
 
     def __post_init__(self) -> None:
@@ -194,6 +219,13 @@ class ImpedanceConfig:
         for name in ('gravity_compensation', 'resume_after_fault', 'start_enabled'):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f'ImpedanceConfig.{name} must be a bool')
+        for name in ('tracking_error_limit', 'effort_error_limit', 'fault_persist_s'):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.number)) or math.isnan(value) \
+                    or value < 0.0:
+                raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {value!r}')
+        if self.monitored is not None:
+            object.__setattr__(self, 'monitored', np.array(self.monitored, dtype=bool))
         if not isinstance(self.estimator, EstimatorConfig):
             raise TypeError('ImpedanceConfig.estimator must be an EstimatorConfig')
 
@@ -327,7 +359,7 @@ class Command(NamedTuple):
         t_ns: time it was computed for [ns] (controller clock).
         state: :data:`ControlState` after this cycle.
         reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
-            'warming_up'.
+            'warming_up', or a monitor fault starting 'tracking' / 'effort'.
         effort: (n_act,) [N*m] for the effort interface, else None.
         position: (n_act,) [rad] for the position interface, else None.
         torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
@@ -446,6 +478,10 @@ class PartialImpedanceController:
         self._effort_max = config.effort_scale * model.effort_limit[self._act]
         self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
         self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
+        mon = config.monitored
+        if mon is not None and mon.shape != (na,):
+            raise ValueError(f'ImpedanceConfig.monitored needs {na} entries, got {mon.shape}')
+        self._monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
 
     # ------------------------------------------------------------------ state machine
     def reset(self) -> None:
@@ -458,6 +494,11 @@ class PartialImpedanceController:
         self._q_hold: np.ndarray | None = None
         self._hold_effort: np.ndarray | None = None
         self._last_position: np.ndarray | None = None
+        self._last_command: np.ndarray | None = None  # last position sent, any state
+        self._over_since: dict[str, int] = {}
+        self._recent: collections.deque[np.ndarray] = collections.deque(
+            maxlen=max(2, round(_MONITOR_WINDOW_S * self.config.rate_hz)))
+        self._latched = False
         self._ramp_start_ns = 0
         self._t0_ns = 0
         self._anchor: np.ndarray | None = None
@@ -480,6 +521,27 @@ class PartialImpedanceController:
         return self._fault
 
     @property
+    def latched(self) -> bool:
+        """Whether the fault is a latched monitor fault (only disable clears it)."""
+        return self._latched
+
+    def relatch_hold(self) -> None:
+        """While disabled and someone else commands the servos, re-estimate the set point
+        in force as ``q + G^T g(q) / K_s`` from the latest state, so that enabling starts
+        from what the servos were holding (position interface; no-op otherwise)."""
+        if self._q is None or self._enabled or self._fault or \
+                self.config.command_interface != 'position':
+            return
+        self._last_command = None
+        self._latch_hold()
+        self._last_command = self._q_hold.copy()
+
+    def hold(self, now_ns: int) -> Command | None:
+        """The hold command now (None before the first valid state)."""
+        self._now_ns = now_ns
+        return None if self._q is None else self._hold(now_ns)
+
+    @property
     def enabled(self) -> bool:
         """Whether enable was requested (the law runs when also no fault)."""
         return self._enabled
@@ -499,12 +561,18 @@ class PartialImpedanceController:
         if not enable:
             if self._enabled:
                 self._enabled = False
-                self._latch_hold()
+                if not self._fault:
+                    self._latch_hold()
+            if self._latched:        # a monitor fault ends with disable (already holding)
+                self._latched = False
+                self._fault = ''
             return True, 'disabled'
         if self._q is None:
             return False, 'no valid joint state yet'
         if self._enabled:
             return True, 'already enabled'
+        if self._latched:
+            return False, f'fault {self._fault}: disable first'
         self._enabled = True
         self._start(now_ns, new_reference=True)
         if self._fault:
@@ -528,6 +596,7 @@ class PartialImpedanceController:
 
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
+        self._recent.clear()          # the hold set point is in force, not older commands
         if new_reference:
             self._t0_ns = now_ns
             self._anchor = self._q.copy()
@@ -540,7 +609,20 @@ class PartialImpedanceController:
         return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self.config.ramp_s))
 
     def _latch_hold(self) -> None:
-        self._q_hold = self._q.copy()
+        """Latch the hold set point: the last position command in force (position
+        interface), else ``q + G^T g(q) / K_s`` (what the sagging servo needs to stay at q),
+        else the measured q (effort interface)."""
+        if self.config.command_interface == 'position':
+            if self._last_command is not None:
+                self._q_hold = self._last_command.copy()
+            else:
+                q_full = self._G @ self._q + self._offset
+                with torch.inference_mode():
+                    g = self.engine.gravity_torque(q_full).cpu().numpy()
+                self._q_hold = np.clip(self._q + (self._G.T @ g) / self._Ks, self._lower,
+                                       self._upper)
+        else:
+            self._q_hold = self._q.copy()
         self._hold_effort = None
         self._last_position = None
 
@@ -550,7 +632,7 @@ class PartialImpedanceController:
         self._fault = reason
 
     def _clear_fault(self, now_ns: int) -> None:
-        if not self._fault:
+        if not self._fault or self._latched:
             return
         self._fault = ''
         if self._enabled:
@@ -561,7 +643,8 @@ class PartialImpedanceController:
 
     # ------------------------------------------------------------------ cycle
     def update(self, now_ns: int, q: ArrayLike, qd: ArrayLike | None = None, *,
-               stamp_ns: int | None = None) -> Command | None:
+               stamp_ns: int | None = None, effort: ArrayLike | None = None
+               ) -> Command | None:
         """Take one joint state sample and return the command for it.
 
         Args:
@@ -570,6 +653,7 @@ class PartialImpedanceController:
             qd: (n_act,) measured velocities (used with the estimator's
                 ``velocity_source='measured'``).
             stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``).
+            effort: (n_act,) measured effort [N*m] for the effort monitor (None: off).
 
         Returns:
             The command, or None before the first valid state.
@@ -603,9 +687,56 @@ class PartialImpedanceController:
             if self.config.start_enabled:
                 self.set_enabled(True, now_ns)
         self._clear_fault(now_ns)
-        if not self._enabled:
+        if not self._enabled or self._fault:
+            return self._hold(now_ns)
+        if self._monitor(now_ns, q, effort, sample.qd):
             return self._hold(now_ns)
         return self._law(now_ns, q, sample.qd, sample.qdd)
+
+    def _monitor(self, now_ns: int, q: np.ndarray, effort: ArrayLike | None,
+                 qd: np.ndarray) -> bool:
+        """Check the command in force against the measurement; True on a new fault.
+
+        The effort check skips joints moving faster than ``_EFFORT_CHECK_QD``: the motor's
+        back-EMF damping (unknown here) then adds to the servo torque."""
+        cfg = self.config
+        if cfg.command_interface != 'position' or not self._recent:
+            self._over_since.clear()
+            return False
+        # The measurement may predate the newest command (DDS hops, the driver's cycle, a
+        # busy machine): a joint passes when any command of the last _MONITOR_WINDOW_S
+        # explains it. A servo without gain is explained by none.
+        recent = np.array(self._recent)                          # (k, n_act)
+        errors = recent - q
+        error = np.where(self._monitored, np.abs(errors).min(0), 0.0)
+        checks = {'tracking': (error, cfg.tracking_error_limit, 'rad')}
+        if effort is not None and math.isfinite(cfg.effort_error_limit):
+            effort = np.asarray(effort, dtype=np.float64)
+            predicted = np.clip(self._Ks * errors, -self._effort_max, self._effort_max)
+            slow = np.abs(qd) < _EFFORT_CHECK_QD
+            mismatch = np.where(self._monitored & slow,
+                                np.abs(effort - predicted).min(0), 0.0)
+            if np.isfinite(mismatch).all():
+                checks['effort'] = (mismatch, cfg.effort_error_limit, 'N*m')
+        persist_ns = int(cfg.fault_persist_s * 1e9)
+        for kind, (value, limit, unit) in checks.items():
+            worst = int(np.argmax(value))
+            if value[worst] <= limit:
+                self._over_since.pop(kind, None)
+                continue
+            since = self._over_since.setdefault(kind, now_ns)
+            if now_ns - since >= persist_ns:
+                what = ('|q_cmd - q|' if kind == 'tracking' else
+                        '|effort - K_s (q_cmd - q)|')
+                self._set_fault(f'{kind}: {self.joint_names[worst]} {what} = '
+                                f'{value[worst]:.3g} {unit} > {limit:g} for '
+                                f'{cfg.fault_persist_s:g} s (servo gain lost, e.g. the driver '
+                                'deactivated and wrote P=5, or a blocked joint)')
+                self._latched = True
+                self._over_since.clear()
+                self._recent.clear()
+                return True
+        return False
 
     def tick(self, now_ns: int) -> Command | None:
         """Watchdog: a hold command when the last valid state is too old, else None."""
@@ -626,6 +757,7 @@ class PartialImpedanceController:
         effort = position = None
         if self.config.command_interface == 'position':
             position = q_hold.copy()
+            self._last_command = position.copy()
         elif self.config.fault_action == 'hold':
             if self._hold_effort is None:
                 q_full = self._G @ q_hold + self._offset
@@ -677,9 +809,14 @@ class PartialImpedanceController:
             effort = clipped
         else:
             target = np.clip(q + clipped / self._Ks, self._lower, self._upper)
-            previous = q if self._last_position is None else self._last_position
+            # Step limit from the command in force (the hold set point after enable), not
+            # from the sagged measurement.
+            previous = self._last_position if self._last_position is not None else (
+                self._last_command if self._last_command is not None else q)
             position = np.clip(target, previous - self._max_step, previous + self._max_step)
             saturated |= position != q + clipped / self._Ks
             self._last_position = position
+            self._last_command = position.copy()
+            self._recent.append(position.copy())
         return Command(now_ns, self.state, '', effort, position, clipped, compensation, q_d,
                        alpha, saturated)

@@ -52,17 +52,19 @@ linear system, re-identify the pieces coordinate-wise, repeat (one or two iterat
 started); Gauss-Seidel sweeps are the guaranteed fallback (the problem is the minimisation of a
 strictly convex function with separable non-smooth terms).
 
-Servo emulation (position mode): ``tau = clip(Kp (q_cmd - q) - Kd qd, effort_limit)``. The
-ROS 2 CRANE-X7 driver writes Dynamixel position P gain 800 (I = D = 0) to the arm. In the
-X-series position loop the P gain acts as ``KPP = 800 / 128`` PWM steps (885 = 100 % duty)
-per encoder pulse (2 pi / 4096 rad), and at 100 % duty a stalled motor gives about its stall
-torque, which the URDF effort limit matches (XM430-W350: 4 N*m, XM540-W270: 10 N*m). Hence
-
-    Kp = 800 / 128 * effort_limit / 885 / (2 pi / 4096)  ~ 18.4 N*m/rad (XM430), 46 (XM540).
+Servo emulation (position mode): ``tau = clip(Kp (q_cmd - q) - Kd qd, stall_torque)``. The
+ROS 2 CRANE-X7 driver writes Dynamixel position P gain 800 (I = D = 0) to the arm on
+activation and P = 5 on deactivation (rt-net/crane_x7_ros crane_x7_control/src/
+crane_x7_hardware.cpp). For joints in the CRANE-X7 motor table (:mod:`plag_ros.motors`)
+the stiffness and the saturation come from that table (``Kp = P / 128 * stall_torque / 885
+/ (2 pi / 4096)``: 18.9 N*m/rad for the XM430-W350, 48.8 for the tilt's XM540-W270;
+saturation at the 12 V stall torque 4.1 / 10.6 N*m); other robots fall back to the same
+formula on the URDF effort limits. :meth:`Simulator.set_p_gain` changes P live (the
+driver's P = 5 on deactivation).
 
 With D = 0 the damping is the motor's back-EMF under voltage (PWM) drive: torque falls from
 stall at zero speed to zero at the no-load speed, which the URDF velocity limit matches
-(46 rpm = 4.82 rad/s), so ``Kd = effort_limit / velocity_limit ~ 0.83 N*m*s/rad`` (XM430).
+(46 rpm = 4.82 rad/s), so ``Kd = stall_torque / velocity_limit ~ 0.85 N*m*s/rad`` (XM430).
 These are plausible, not identified, figures; both are configurable.
 """
 from __future__ import annotations
@@ -75,13 +77,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from . import motors
 from .dynamics import GRAVITY, PartialLagrangian
 from .model import RobotModel
 
 __all__ = [
     'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION', 'DYNAMIXEL_P_GAIN',
     'Measurement', 'SimState', 'Simulator', 'SimulatorConfig', 'mechanical_energy',
-    'servo_gains',
+    'servo_gains', 'servo_saturation',
 ]
 
 DEFAULT_POSITION_RESOLUTION = 2.0 * math.pi / 4096.0
@@ -93,12 +96,23 @@ DYNAMIXEL_P_GAIN = 800.0
 _PWM_FULL_SCALE = 885.0  # Dynamixel X-series PWM limit register at 100 % duty
 
 
+def servo_saturation(model: RobotModel) -> np.ndarray:
+    """(m,) motor torque limit [N*m] of the actuated joints: the motor table's stall torque
+    for CRANE-X7 joints (:mod:`plag_ros.motors`), else the URDF effort limit."""
+    act = np.flatnonzero(model.actuated)
+    names = [model.joint_names[j] for j in act]
+    if motors.known(names):
+        return motors.stall_torque(names)
+    return model.effort_limit[act].copy()
+
+
 def servo_gains(model: RobotModel, p_gain: float = DYNAMIXEL_P_GAIN
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Servo stiffness and damping of the actuated joints from a Dynamixel P gain.
 
-    ``Kp = p_gain / 128 * effort_limit / 885 / (2 pi / 4096)`` and
-    ``Kd = effort_limit / velocity_limit`` (back-EMF; see the module docstring).
+    ``Kp = p_gain / 128 * stall_torque / 885 / (2 pi / 4096)`` and
+    ``Kd = stall_torque / velocity_limit`` (back-EMF; see the module docstring), with the
+    stall torque of :func:`servo_saturation` (motor table, else URDF effort limit).
 
     These are rotary-servo figures; for prismatic joints give ``kp`` and ``kd`` yourself.
 
@@ -113,7 +127,7 @@ def servo_gains(model: RobotModel, p_gain: float = DYNAMIXEL_P_GAIN
         ValueError: an actuated joint without finite positive effort or velocity limit.
     """
     act = np.flatnonzero(model.actuated)
-    effort, velocity = model.effort_limit[act], model.velocity_limit[act]
+    effort, velocity = servo_saturation(model), model.velocity_limit[act]
     bad = [model.joint_names[j] for j, e, v in zip(act, effort, velocity)
            if not (np.isfinite(e) and e > 0.0 and np.isfinite(v) and v > 0.0)]
     if bad:
@@ -130,7 +144,8 @@ class SimulatorConfig:
         dt: physics step [s]; :meth:`Simulator.step` splits longer intervals into substeps.
         friction: apply the URDF joint damping and Coulomb friction.
         joint_limits: stop the joints at the URDF position limits.
-        effort_saturation: clip motor torques at the URDF effort limits.
+        effort_saturation: clip motor torques at :func:`servo_saturation` (stall torque of
+            the motor table, else the URDF effort limit).
         kp: servo stiffness [N*m/rad], scalar or one per actuated joint; None derives it
             from ``p_gain`` (:func:`servo_gains`).
         kd: servo damping [N*m*s/rad], scalar or per actuated joint; None = back-EMF figure.
@@ -302,7 +317,7 @@ class Simulator:
         # per joint), Coulomb: |G_jk| f_j because sign(G_jk w) = sign(G_jk) sign(w).
         self._damping = (G ** 2).T @ model.damping
         self._coulomb = np.abs(G).T @ model.friction
-        self._effort_limit = model.effort_limit[self._independent].copy()
+        self._effort_limit = servo_saturation(model)
         self._zeros, self._inf = np.zeros(m), np.full(m, np.inf)
         self._servo_on, self._servo_off = np.ones(m, dtype=bool), np.zeros(m, dtype=bool)
 
@@ -311,7 +326,36 @@ class Simulator:
             kp0, kd0 = servo_gains(model, cfg.p_gain)
         self._kp = self._gain(cfg.kp if cfg.kp is not None else kp0, 'kp')
         self._kd = self._gain(cfg.kd if cfg.kd is not None else kd0, 'kd')
+        self._p_gain = float(cfg.p_gain)
         self.reset()
+
+    def set_p_gain(self, p_gain: float) -> None:
+        """Change the servos' position P gain live: stiffness scales with it (the driver
+        writes P = 5 on deactivation, and the arm goes nearly limp).
+
+        Raises:
+            ValueError: a non-positive or non-finite gain.
+        """
+        if not (math.isfinite(p_gain) and p_gain > 0.0):
+            raise ValueError(f'p_gain must be positive and finite, got {p_gain}')
+        self._kp = self._kp * (float(p_gain) / self._p_gain)
+        self._p_gain = float(p_gain)
+        self._at_rest = False
+
+    @property
+    def position_command(self) -> np.ndarray | None:
+        """(m,) position command in force [rad], None in effort mode."""
+        return self._position_cmd.copy() if self._mode == 'position' else None
+
+    @property
+    def p_gain(self) -> float:
+        """Position P gain in force (register units)."""
+        return self._p_gain
+
+    @property
+    def effort_limit(self) -> np.ndarray:
+        """(m,) motor torque saturation [N*m]."""
+        return self._effort_limit.copy()
 
     def _gain(self, value, name: str) -> np.ndarray:
         m = self._independent.size

@@ -1,10 +1,12 @@
 """``plag-ros sim`` and ``plag-ros run``: the README's main-job command, end to end.
 
 ``plag-ros sim --duration 5`` (what ``make demo`` runs for 10 s) starts the simulator and the
-dynamics node as real processes over DDS (ROS_DOMAIN_ID 14), drives the arm, prints a
+dynamics node as real processes over DDS (``--domain 14``), drives the arm, prints a
 summary once a second and exits 0: the closed loop simulator -> joint_states -> estimator
 -> decomposition -> outputs. ``plag-ros run`` joins a graph whose joint states this test
-publishes, as a real robot's driver would.
+publishes, as a real robot's driver would. Without ``--domain``, ``plag-ros sim`` picks a
+private domain on this machine: a subscriber in the default domain 0 sees nothing of it,
+one in the printed domain sees its joint states.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import time
 import numpy as np
 from ros_helpers import REPO, RosClient, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
+from std_msgs.msg import String
 
 from plag_ros import messages as msgs
 from plag_ros.model import RobotModel, default_urdf_path
@@ -33,8 +36,8 @@ def _summary_lines(stdout: str) -> list[re.Match]:
 
 def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
     result = subprocess.run(
-        [sys.executable, '-m', 'plag_ros.tools.cli', 'sim', '--duration', '5',
-         '--log-dir', str(tmp_path)],
+        [sys.executable, '-m', 'plag_ros.tools.cli', 'sim', '--duration', '5', '--domain',
+         str(DOMAIN_ID), '--log-dir', str(tmp_path)],
         cwd=REPO, env=ros_env(DOMAIN_ID), capture_output=True, text=True, timeout=240)
     logs = '\n'.join(p.read_text(errors='replace')[-2000:] for p in tmp_path.glob('*.log'))
     report = f'stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nlogs:\n{logs}'
@@ -102,3 +105,40 @@ def test_summary_ranks_cross_joint_propagation():
     summary.on_output(stamp_ns=0, received_ns=1_500_000)
     line = summary.line(1.0)
     assert 'vel a <- c 2 N*m' in line and 'acc c <- a 1 N*m' in line and 'p50 1.50 ms' in line
+
+
+def test_plag_ros_sim_defaults_to_a_private_domain(tmp_path):
+    env = ros_env(0)
+    for name in ('ROS_DOMAIN_ID', 'ROS_LOCALHOST_ONLY', 'ROS_AUTOMATIC_DISCOVERY_RANGE'):
+        env.pop(name, None)                       # a user's shell: nothing set
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'plag_ros.cli', 'sim', '--duration', '8', '--log-dir',
+         str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    outsider = insider = None
+    try:
+        line = process.stdout.readline()
+        match = re.search(r'private ROS_DOMAIN_ID=(\d+), this machine only', line)
+        assert match, line
+        domain = int(match.group(1))
+        assert domain != 0
+        outsider = RosClient(0, 'plag_test_outsider')          # a robot PC's default graph
+        seen = {topic: outsider.collect(msg_type, topic) for topic, msg_type in (
+            ('/joint_states', JointState), ('/robot_description', String))}
+        insider = RosClient(domain, 'plag_test_insider')
+        inside = insider.collect(JointState, '/joint_states')
+        insider.wait_for(lambda: len(inside) > 200, 60.0, 'joint states in the private domain')
+        # The simulator publishes (positive control) for as long as this wait lasts; the
+        # outsider must have discovered no plag node and received nothing.
+        insider.wait_for(lambda: len(inside) > 600, 30.0, 'three more seconds of joint states')
+        names = outsider.node.get_node_names()
+        assert not [n for n in names if n.startswith('plag_') and n != 'plag_test_outsider'], \
+            names
+        assert all(not received for received in seen.values()), \
+            {t: len(r) for t, r in seen.items()}
+    finally:
+        for client in (outsider, insider):
+            if client is not None:
+                client.close()
+        out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, out

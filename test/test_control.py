@@ -7,6 +7,7 @@ Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,11 @@ def feed_constant(ctl: PartialImpedanceController, q, count: int = 6, start_ns: 
 def gravity_act(engine, q_act):
     G, offset = actuation_matrix(engine.model)
     return G.T @ engine.gravity_torque(G @ q_act + offset).numpy()
+
+
+def unsagged(engine, q_act, ks):
+    """Set point a P-only servo of stiffness ks needs to hold q_act against gravity."""
+    return q_act + gravity_act(engine, q_act) / ks
 
 
 # ------------------------------------------------------------------ configuration
@@ -221,7 +227,8 @@ def test_nothing_commanded_before_first_valid_state(engine):
         assert ctl.update(c * PERIOD_NS, Q0) is None
         assert ctl.tick(c * PERIOD_NS + PERIOD_NS // 2) is None
         assert ctl.state == 'waiting'
-    assert ctl.set_enabled(True, 0)[0] is False or ctl.state == 'waiting'
+    assert ctl.set_enabled(True, 0) == (False, 'no valid joint state yet')
+    assert ctl.state == 'waiting'
     cmd = ctl.update(4 * PERIOD_NS, Q0)
     assert cmd is not None and cmd.state == 'enabled'
 
@@ -240,7 +247,10 @@ def test_stale_input_holds_then_resumes_with_ramp(engine, interface, action):
     cmd = ctl.tick(now + 4 * PERIOD_NS)                          # > 3 periods: hold
     assert cmd.state == 'fault' and cmd.reason == 'stale'
     if interface == 'position':
-        np.testing.assert_array_equal(cmd.position, Q0)
+        # Held at the set point in force (q + g/K_s at rest), not at the sagged measurement.
+        np.testing.assert_allclose(cmd.position, unsagged(engine, Q0, ctl.config.servo_stiffness),
+                                   atol=1e-12)
+        assert np.abs(cmd.position - Q0).max() > 0.01
         assert cmd.effort is None
     elif action == 'zero':
         np.testing.assert_array_equal(cmd.effort, np.zeros(8))
@@ -250,7 +260,7 @@ def test_stale_input_holds_then_resumes_with_ramp(engine, interface, action):
     start = now + 10 * PERIOD_NS
     reasons = [ctl.update(start + c * PERIOD_NS, Q0 + 0.01) for c in range(5)]
     assert [r.reason for r in reasons[:4]] == ['warming_up'] * 4
-    np.testing.assert_array_equal(reasons[0].q_desired, Q0)    # held where it was
+    np.testing.assert_array_equal(reasons[0].q_desired, cmd.q_desired)    # held where it was
     assert reasons[4].state == 'ramping' and reasons[4].alpha == 0.0
     cmd, _ = feed_constant(ctl, Q0 + 0.01, 50, start_ns=start + 5 * PERIOD_NS)
     assert cmd.state == 'ramping' and cmd.alpha == pytest.approx(0.5)  # 50 periods of a 0.5 s ramp
@@ -263,7 +273,7 @@ def test_nan_holds_and_recovers(engine):
     bad[2] = np.nan
     cmd = ctl.update(now + PERIOD_NS, bad)
     assert cmd.state == 'fault' and cmd.reason == 'nan'
-    np.testing.assert_array_equal(cmd.position, Q0)
+    np.testing.assert_allclose(cmd.position, unsagged(engine, Q0, 50.0), atol=1e-12)
     cmd = ctl.update(now + 2 * PERIOD_NS, Q0, qd=np.full(8, np.inf))
     assert cmd.reason == 'nan'
     cmd = ctl.update(now + 3 * PERIOD_NS, Q0)
@@ -297,7 +307,7 @@ def test_position_clipped_to_joint_limits_and_step(engine, model):
                  for c in range(400)]
     steps = np.abs(np.diff([Q0, *positions], axis=0))
     assert steps.max() <= 0.01 + 1e-12
-    np.testing.assert_allclose(steps[0], 0.01)         # rate-limited from the measured q
+    np.testing.assert_allclose(steps[0], 0.01)         # rate-limited from the first q
     np.testing.assert_allclose(positions[-1], upper)   # then held at the limit
 
 
@@ -325,7 +335,8 @@ def test_disable_holds_and_enable_reanchors(engine):
     q1 = Q0 + 0.05
     cmd, now = feed_constant(ctl, q1, 3, start_ns=now + PERIOD_NS)
     assert cmd.state == 'disabled' and cmd.reason == 'disabled'
-    np.testing.assert_array_equal(cmd.position, Q0)   # held where it was disabled
+    # held at the set point in force when disabled (q + g/K_s at rest), not the sag
+    np.testing.assert_allclose(cmd.position, unsagged(engine, Q0, 20.0), atol=1e-12)
     ok, _ = ctl.set_enabled(True, now)
     assert ok
     cmd, _ = feed_constant(ctl, q1, 1, start_ns=now + PERIOD_NS)
@@ -456,3 +467,97 @@ def test_three_link_study_writes_the_papers_figures(tmp_path):
     assert summary['max_abs_tau12p_first_3s'] == 0.0      # link 2 rests: nothing from it
     assert summary['max_abs_tau13p_acceleration'] > 0.1   # link 3 moves: it shows
     assert summary['max_abs_sum_partial_minus_torque'] < 1e-12
+
+
+# ------------------------------------------------------------------ hold and gain-loss monitor
+
+HZ = int(RATE)
+Q_HORIZONTAL = np.array([0.0, 1.5, 0.0, -0.05, 0.0, 0.0, 0.0, 0.0])
+"""Upper arm and forearm about horizontal: the largest gravity sag at tilt and elbow."""
+
+
+def _position_config(**changes) -> ImpedanceConfig:
+    from plag_ros import motors
+    names = list(motors.ARM_JOINTS) + [motors.GRIPPER_JOINT]
+    settings = dict(stiffness=np.array([5.0, 10.0, 5.0, 5.0, 2.0, 2.0, 1.0, 1.0]),
+                    damping=np.array([0.2, 1.0, 0.3, 0.3, 0.05, 0.05, 0.02, 0.01]),
+                    command_interface='position', start_enabled=True, ramp_s=0.0,
+                    servo_stiffness=motors.servo_stiffness(names),
+                    tracking_error_limit=0.1, effort_error_limit=1.0, fault_persist_s=0.05)
+    return ImpedanceConfig(**{**settings, **changes})
+
+
+def _run(sim, ctl, c0, count, *, effort=True):
+    """``count`` control periods from period ``c0``; returns (commands, measured q)."""
+    cmds, qs = [], []
+    for c in range(c0, c0 + count):
+        m = sim.measure()
+        cmd = ctl.update(c * PERIOD_NS, m.q, m.qd, effort=m.effort if effort else None)
+        if cmd is not None:
+            sim.set_position_command(cmd.position)
+        cmds.append(cmd)
+        qs.append(m.q)
+        sim.step(1.0 / HZ)
+    return cmds, np.array(qs)
+
+
+def test_disable_and_fault_hold_without_droop(engine):
+    # The servo is P-only: at the horizontal pose the measured q sags by g/K_s; a hold at
+    # the measured pose would drop tilt and elbow by that again (> 5 mrad, checked).
+    cfg = _position_config()
+    sag = np.abs(gravity_act(engine, Q_HORIZONTAL) / cfg.servo_stiffness)
+    assert sag[1] > 0.02 and sag[3] > 0.005, sag
+    for ending in ('disable', 'fault'):
+        sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
+        ctl = PartialImpedanceController(engine, cfg)
+        sim.reset(Q_HORIZONTAL)
+        sim.set_position_command(unsagged(engine, Q_HORIZONTAL, cfg.servo_stiffness))
+        sim.step(1.0)                                   # the driver's hold before we start
+        _, qs = _run(sim, ctl, 0, 2 * HZ)             # 2 s of the impedance law
+        before = qs[-HZ // 5:].mean(0)
+        if ending == 'disable':
+            ctl.set_enabled(False, 2 * HZ * PERIOD_NS)
+            cmds, qs = _run(sim, ctl, 2 * HZ, HZ)
+            assert {c.state for c in cmds} == {'disabled'}
+        else:
+            m = sim.measure()
+            bad = m.q.copy()
+            bad[4] = np.nan
+            assert ctl.update(2 * HZ * PERIOD_NS, bad).reason == 'nan'
+            ctl.set_enabled(False, 2 * HZ * PERIOD_NS)   # operator reacts: stays held
+            cmds, qs = _run(sim, ctl, 2 * HZ + 1, HZ)
+        drift = np.abs(qs - before)[:, :7].max()
+        assert drift < 5e-3, (ending, drift)
+
+
+def test_p_gain_drop_is_a_latched_fault_within_half_a_second(engine):
+    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
+    ctl = PartialImpedanceController(engine, _position_config())
+    sim.reset(Q_HORIZONTAL)
+    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.config.servo_stiffness))
+    sim.step(1.0)
+    cmds, _ = _run(sim, ctl, 0, 2 * HZ)
+    assert all(c.state == 'enabled' for c in cmds[HZ:]), {c.reason for c in cmds}
+    sim.set_p_gain(5.0)                                 # what the driver writes on deactivate
+    cmds, _ = _run(sim, ctl, 2 * HZ, HZ)
+    first = next(k for k, c in enumerate(cmds) if c.state == 'fault')
+    assert first / HZ < 0.5
+    assert cmds[first].reason.startswith(('effort', 'tracking')), cmds[first].reason
+    assert all(c.state == 'fault' for c in cmds[first:])      # latched
+    assert ctl.set_enabled(True, 3 * HZ * PERIOD_NS)[0] is True   # already enabled
+    assert ctl.set_enabled(False, 3 * HZ * PERIOD_NS) == (True, 'disabled')
+    assert ctl.fault == '' and ctl.state == 'disabled'
+
+
+def test_monitor_without_effort_catches_the_fall(engine):
+    # Tracking alone (a driver whose effort is not trusted) also catches the limp arm.
+    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
+    ctl = PartialImpedanceController(engine, _position_config(effort_error_limit=math.inf))
+    sim.reset(Q_HORIZONTAL)
+    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.config.servo_stiffness))
+    sim.step(1.0)
+    _run(sim, ctl, 0, HZ, effort=False)
+    sim.set_p_gain(5.0)
+    cmds, _ = _run(sim, ctl, HZ, HZ, effort=False)
+    first = next(k for k, c in enumerate(cmds) if c.state == 'fault')
+    assert first / HZ < 0.5 and cmds[first].reason.startswith('tracking')

@@ -22,6 +22,7 @@ from plag_ros.simulation import (
     SimulatorConfig,
     mechanical_energy,
     servo_gains,
+    servo_saturation,
 )
 
 FREE = SimulatorConfig(friction=False, joint_limits=False)
@@ -119,7 +120,7 @@ def test_forward_then_inverse_dynamics_round_trip(crane, seed, mode):
     rng = np.random.default_rng(seed)
     sim = Simulator(crane, SimulatorConfig(joint_limits=False))
     G, _ = sim.coordinate_map
-    limit = crane.effort_limit[:8]
+    limit = sim.effort_limit
     z0 = _random_pose(sim, rng)
     v0 = rng.uniform(0.5, 2.0, size=8) * rng.choice([-1.0, 1.0], size=8)
     sim.reset(z0, v0)  # start moving: the round trip must hold with Coriolis terms
@@ -195,11 +196,26 @@ def test_position_loop_with_friction_stops_inside_the_stick_band(crane):
 
 
 def test_servo_gains_from_dynamixel_p_gain(crane):
+    # Motor table, not URDF effort limits: 12 V stall torques of the ROBOTIS e-manual,
+    # XM430-W350 4.1 N*m on the pan and elbow, XM540-W270 10.6 N*m on the tilt only.
     kp, kd = servo_gains(crane)
-    expected = 800 / 128 * 4.0 / 885 / (2 * math.pi / 4096)
-    assert kp[2] == pytest.approx(expected) and kp[2] == pytest.approx(18.415, abs=1e-3)
-    assert kp[1] == pytest.approx(expected * 2.5)
-    assert kd[2] == pytest.approx(4.0 / 4.81710873)
+    xm430 = 800 / 128 * 4.1 / 885 / (2 * math.pi / 4096)
+    assert kp[0] == pytest.approx(xm430) and kp[0] == pytest.approx(18.876, abs=1e-3)
+    assert kp[3] == pytest.approx(xm430)
+    assert kp[1] == pytest.approx(xm430 * 10.6 / 4.1)
+    assert kd[2] == pytest.approx(4.1 / 4.81710873)
+    np.testing.assert_array_equal(servo_saturation(crane), [4.1, 10.6] + [4.1] * 6)
+
+
+def test_p_gain_drop_makes_the_arm_limp(crane):
+    # The driver writes P = 5 on deactivation: the servo spring falls by 800 / 5.
+    sim = Simulator(crane)
+    kp800 = sim.kp
+    sim.set_p_gain(5.0)
+    np.testing.assert_allclose(sim.kp, kp800 * 5.0 / 800.0, rtol=1e-12)
+    assert sim.p_gain == 5.0
+    with pytest.raises(ValueError, match='p_gain'):
+        sim.set_p_gain(0.0)
 
 
 def test_mimic_constraint_holds_throughout(crane):
@@ -237,11 +253,12 @@ def test_effort_saturation(crane):
     sim = Simulator(crane)
     sim.reset([0.0, 0.3, 0.0, -1.0, 0.0, 0.5, 0.0, 0.2])
     state = sim.step(effort=np.full(8, 100.0))
-    np.testing.assert_array_equal(state.effort, crane.effort_limit[:8])
+    stall = np.array([4.1, 10.6] + [4.1] * 6)   # motor table (e-manual stall torques)
+    np.testing.assert_array_equal(state.effort, stall)
     # The servo output saturates too: a far goal asks for more than the motor has.
     state = sim.step(0.01, position_command=[2.5, -1.5, 2.5, -2.7, 2.5, -1.5, 2.8, 1.5])
-    assert np.all(np.abs(state.effort) <= crane.effort_limit[:8])
-    assert np.any(np.abs(state.effort) == crane.effort_limit[:8])
+    assert np.all(np.abs(state.effort) <= stall)
+    assert np.any(np.abs(state.effort) == stall)
     unsaturated = Simulator(crane, SimulatorConfig(effort_saturation=False))
     state = unsaturated.step(effort=np.full(8, 100.0))
     np.testing.assert_array_equal(state.effort, np.full(8, 100.0))

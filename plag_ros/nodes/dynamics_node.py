@@ -169,6 +169,9 @@ class _Window:
         self.published = 0
         self.decimated = 0
         self.latency_ns: list[int] = []      # input stamp -> publish done (wall clock)
+        self.stamps = 0                      # readable samples, and their first/last stamp
+        self.first_stamp_ns = 0
+        self.last_stamp_ns = 0
         self.processing_ns: list[int] = []   # callback entry -> publish done
 
 
@@ -451,6 +454,10 @@ class DynamicsNode(Node):
             return
         if self._receive_stamps:
             t_ns = self._clock.now().nanoseconds
+        if window.stamps == 0:
+            window.first_stamp_ns = t_ns
+        window.stamps += 1
+        window.last_stamp_ns = t_ns
         estimator = self._estimator
         sample = estimator.update(t_ns, q, qd_measured)
         if sample is None:
@@ -547,7 +554,23 @@ class DynamicsNode(Node):
             return float(np.percentile(x, p)) if x.size else math.nan
 
         rejected_total = sum(rejected.values())
+        # The rate the driver really runs at, from the stamps (not from arrival): the
+        # low-pass is designed for filter.rate_hz and runs as if samples were that far
+        # apart, so its cut-off and delay scale with measured / nominal (plag_ros.filters).
+        span_ns = window.last_stamp_ns - window.first_stamp_ns
+        stamp_rate = (window.stamps - 1) * 1e9 / span_ns \
+            if window.stamps > 1 and span_ns > 0 else math.nan
+        nominal = self._config.rate_hz
+        off_rate = math.isfinite(stamp_rate) and abs(stamp_rate / nominal - 1.0) > 0.2
+        rate_message = (f'joint_states at {stamp_rate:.0f} Hz by their stamps, filter '
+                        f'designed for {nominal:g} Hz (filter.rate_hz): cut-off and delay '
+                        f'scale by {stamp_rate / nominal:.2f}; set filter.rate_hz to the '
+                        'measured rate') if off_rate else ''
         values = {
+            'stamp_rate_hz': stamp_rate,
+            'filter_rate_hz': nominal,
+            'effective_cutoff_hz': (self._config.cutoff_hz * stamp_rate / nominal
+                                    if math.isfinite(stamp_rate) else math.nan),
             'input_rate_hz': window.received / elapsed,
             'output_rate_hz': window.published / elapsed,
             'latency_p50_ms': pct(latency, 50), 'latency_p99_ms': pct(latency, 99),
@@ -570,12 +593,18 @@ class DynamicsNode(Node):
                 f'joint_states callback raised {new_errors} times (see the log)')
         elif window.received == 0:
             level, message = msgs.DiagnosticLevel.WARN, 'no joint_states'
+        elif off_rate:
+            level, message = msgs.DiagnosticLevel.WARN, rate_message
         elif window.published + window.decimated < window.received:
             level, message = msgs.DiagnosticLevel.WARN, (
                 f'{window.received - window.published - window.decimated} of '
                 f'{window.received} joint_states not decomposed (warm-up or rejected)')
         else:
             level, message = msgs.DiagnosticLevel.OK, 'decomposing'
+        if off_rate != getattr(self, '_rate_warned', False):   # log on change only
+            self._rate_warned = off_rate
+            if off_rate:
+                self.get_logger().warning(rate_message)
         status = msgs.diagnostic_status(
             f'{self.get_fully_qualified_name()}: decomposition', level, message, values,
             hardware_id=self._model.name if self._model is not None else '')

@@ -19,10 +19,14 @@ topic / service (relative)          type, QoS                     content
                                     reliable, depth 10            velocity) of every actuated
                                                                   joint; replaces the
                                                                   ``reference.*`` trajectory
-``effort_controller/commands``      std_msgs/Float64MultiArray,   torques [N*m] (effort
-(out)                               reliable, depth 10            interface)
-``position_controller/commands``    std_msgs/Float64MultiArray,   goal positions [rad]
-(out)                               reliable, depth 10            (position interface)
+``command.topic`` (out), default     ``command.type`` forward:     goal positions [rad] of
+``/plag_arm_position_controller/    std_msgs/Float64MultiArray,   ``command.joints`` in that
+commands`` or ``/crane_x7_arm_      reliable, depth 10;           order; trajectory: one point,
+controller/joint_trajectory``       trajectory: trajectory_msgs/  header stamp 0 (= start now),
+                                    JointTrajectory               ``time_from_start`` =
+                                                                  ``command.time_from_start``
+``effort_controller/commands``      std_msgs/Float64MultiArray    torques [N*m]; effort
+(out)                                                             interface: simulator only
 ``~/compensation`` (out)            sensor_msgs/JointState        per command: position = q_d,
                                                                   velocity = measured q,
                                                                   effort = selected propagation
@@ -36,34 +40,63 @@ topic / service (relative)          type, QoS                     content
 ``~/enable`` (service)              std_srvs/SetBool              enable (ramp) / disable (hold)
 ==================================  ============================  ============================
 
-Commands carry one value per actuated joint in model (URDF tree) order without mimic
-joints, as ``forward_command_controller`` takes them: for the CRANE-X7 the 7 arm joints
-from the shoulder pan to the wrist, then ``crane_x7_gripper_finger_a_joint``. Only the
-topic of ``command_interface`` is published. Nothing is published before the first valid
-joint state. Gains, masks and the reference may be changed at run time (validated; the
+Command paths to the official driver (rt-net/crane_x7_ros, crane_x7_control: position
+command interfaces only, ``crane_x7_arm_controller`` active after bring-up):
+
+* ``forward`` (default, recommended): ``std_msgs/Float64MultiArray`` to our
+  ``position_controllers/JointGroupPositionController`` ``plag_arm_position_controller``
+  (config/crane_x7_controllers.yaml, spawned inactive by ``crane_x7.launch.py
+  control:=true``). ``~/enable`` first switches ``crane_x7_arm_controller`` ->
+  ``plag_arm_position_controller`` (``switch.method``; see
+  :mod:`plag_ros.nodes.controller_switch`); disable, a latched fault or shutdown switch back
+  ``switch.hold_s`` after the hold began. Values go index by index in the controller's
+  ``joints`` order (ros2_controllers forward_command_controller), so ``command.joints``
+  must equal that list exactly.
+* ``trajectory``: a one-point ``trajectory_msgs/JointTrajectory`` per cycle to the running
+  ``crane_x7_arm_controller`` (ros2_controllers joint_trajectory_controller ``~/joint_
+  trajectory``). No switch. Header stamp 0 means "start now"; ``time_from_start`` 0 makes
+  the point a step (the JTC jumps to it in its next update); a positive value makes the
+  JTC interpolate from the *measured* (sagged) position to the point, which halves the
+  stiffness the servo sees at 200 Hz: keep 0. All 7 arm joints, any order (the JTC maps
+  names; ``allow_partial_joints_goal`` is false in the driver's yaml).
+
+``command.joints`` defaults to the 7 arm joints; finger a stays with
+``crane_x7_gripper_controller`` (its action). At start-up the node reads the target
+controller's ``joints`` parameter (rcl_interfaces GetParameters on
+``/<controller>/get_parameters``, retried while the service is missing) and refuses
+``~/enable`` on a mismatch. ``~/enable`` also refuses while nothing subscribes to the
+command topic. Nothing is published before the first valid joint state. Gains, masks and
+the reference may be changed at run time (validated; the
 controller keeps its state); the interface, model, rate and estimator are read-only.
 """
 from __future__ import annotations
 
 import json
+import math
+import signal
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from builtin_interfaces.msg import Duration
 from rcl_interfaces.msg import (
     ParameterDescriptor,
     ParameterType,
     SetParametersResult,
 )
+from rcl_interfaces.srv import GetParameters
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from .. import messages as msgs
+from .. import motors
 from ..control import (
     Command,
     HoldReference,
@@ -75,7 +108,7 @@ from ..control import (
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig
 from ..model import RobotModel, default_urdf_path
-from . import spin_node
+from .controller_switch import METHODS, ControllerSwitch, read_joints, switch_command
 from .parameters import descriptor as _desc
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'ImpedanceNode', 'main']
@@ -89,15 +122,60 @@ ELBOW = 'crane_x7_upper_arm_revolute_part_rotate_joint'
 _D, _DA = ParameterType.PARAMETER_DOUBLE, ParameterType.PARAMETER_DOUBLE_ARRAY
 _S, _SA = ParameterType.PARAMETER_STRING, ParameterType.PARAMETER_STRING_ARRAY
 _B, _I = ParameterType.PARAMETER_BOOL, ParameterType.PARAMETER_INTEGER
-_PER_JOINT = ' (one value for every joint, or one per actuated joint in command order)'
+_PER_JOINT = (' (one value for every joint, or one per actuated joint in URDF order: the 7 '
+              'arm joints, then finger a)')
+FORWARD_CONTROLLER = 'plag_arm_position_controller'
+TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
+COMMAND_TYPES = ('forward', 'trajectory')
+_ACTUATED = (*motors.ARM_JOINTS, motors.GRIPPER_JOINT)
+_SERVO_STIFFNESS = [round(float(k), 2) for k in motors.servo_stiffness(_ACTUATED)]
 
 # name -> (default, descriptor). Defaults match config/impedance.yaml.
 PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     'urdf_path': ('', _desc(_S, 'URDF of the controlled robot; empty: the bundled '
                             'crane_x7.urdf', read_only=True)),
     'command_interface': ('position', _desc(
-        _S, "'position' (the real CRANE-X7 driver) or 'effort'", read_only=True,
-        constraints="one of 'effort', 'position'")),
+        _S, "'position' (the real CRANE-X7 driver: it has no effort interface) or 'effort' "
+        '(simulator only)', read_only=True, constraints="one of 'effort', 'position'")),
+    'command.type': ('forward', _desc(
+        _S, "'forward': Float64MultiArray to plag_arm_position_controller (switched in); "
+        "'trajectory': one-point JointTrajectory to crane_x7_arm_controller", read_only=True,
+        constraints="one of 'forward', 'trajectory'")),
+    'command.topic': ('', _desc(
+        _S, "command topic; '' = /plag_arm_position_controller/commands (forward), "
+        '/crane_x7_arm_controller/joint_trajectory (trajectory), effort_controller/commands '
+        '(effort interface)', read_only=True)),
+    'command.joints': (list(motors.ARM_JOINTS), _desc(
+        _SA, "joints commanded, in the controller's order (default: the 7 arm joints; finger "
+        'a stays with the gripper action controller)', read_only=True)),
+    'command.controller': ('', _desc(
+        _S, "controller whose joints parameter is checked; '' = plag_arm_position_"
+        'controller (forward) or crane_x7_arm_controller (trajectory)', read_only=True)),
+    'command.time_from_start': (0.0, _desc(
+        _D, 'trajectory: time_from_start of the point [s]; 0 = a step in the next JTC update',
+        read_only=True, low=0.0, high=10.0)),
+    'switch.method': ('controller_manager', _desc(
+        _S, "forward: switch the arm controllers through 'controller_manager' "
+        "(controller_manager/switch_controller), the simulator ('sim') or not at all "
+        "('none')", read_only=True, constraints=f'one of {METHODS}')),
+    'switch.controller_manager': ('/controller_manager', _desc(
+        _S, 'controller manager node', read_only=True)),
+    'switch.sim_node': ('/plag_sim', _desc(_S, 'simulator node (switch.method sim)',
+                                           read_only=True)),
+    'switch.fallback': (TRAJECTORY_CONTROLLER, _desc(
+        _S, 'the controller ours replaces, switched back after a hold', read_only=True)),
+    'switch.hold_s': (0.5, _desc(_D, 'hold this long before switching back [s]', low=0.0,
+                                 high=60.0)),
+    'switch.timeout_s': (5.0, _desc(_D, 'deadline of one switch [s]', read_only=True,
+                                    low=0.1, high=60.0)),
+    'fault.tracking_error': (0.3, _desc(
+        _D, 'latched fault when |q_cmd - q| of a commanded joint exceeds this [rad] for '
+        'fault.persist_s; 0 or less: off', low=-1.0, high=10.0)),
+    'fault.effort_error': (1.5, _desc(
+        _D, 'latched fault when |effort - K_s (q_cmd - q)| exceeds this [N*m] for '
+        'fault.persist_s (servo gain lost, e.g. P=5); 0 or less: off', low=-1.0, high=100.0)),
+    'fault.persist_s': (0.1, _desc(_D, 'how long a fault limit must be exceeded [s]',
+                                   low=0.0, high=10.0)),
     'rate_hz': (200.0, _desc(_D, 'nominal joint_states rate and watchdog rate [Hz]',
                              read_only=True, low=1.0, high=10000.0)),
     'stale_periods': (5.0, _desc(_D, 'hold when no valid joint state for this many periods',
@@ -118,8 +196,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         _DA, 'joint damping D [N*m*s/rad] >= 0' + _PER_JOINT)),
     'inertia': ([0.0], _desc(_DA, 'target inertia [kg*m^2]; 0 keeps the natural inertia'
                              + _PER_JOINT)),
-    'servo_stiffness': ([46.04, 46.04, 18.42, 18.42, 18.42, 18.42, 18.42, 18.42], _desc(
-        _DA, 'servo position-loop stiffness K_s [N*m/rad] > 0 (position interface)'
+    'servo_stiffness': (_SERVO_STIFFNESS, _desc(
+        _DA, 'servo position-loop stiffness K_s [N*m/rad] > 0 (position interface); default '
+        'from the motor table plag_ros/motors.py at the P gain 800 the driver writes'
         + _PER_JOINT)),
     'max_position_step': ([0.02], _desc(_DA, 'largest position command change per cycle '
                                         '[rad] > 0' + _PER_JOINT)),
@@ -169,6 +248,17 @@ def _per_joint(values: Sequence[float]) -> float | np.ndarray:
     return float(values[0]) if values.size == 1 else values
 
 
+def command_joints(model: RobotModel, values: dict) -> list[str]:
+    """The validated ``command.joints`` (distinct actuated joints of ``model``)."""
+    joints = list(values['command.joints'])
+    actuated = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    bad = [j for j in joints if j not in actuated]
+    if not joints or bad or len(set(joints)) != len(joints):
+        raise ValueError(f'command.joints {joints}: need distinct actuated joints of '
+                         f'{model.name} ({actuated}); unknown: {bad}')
+    return joints
+
+
 def controller_config(model: RobotModel, values: dict) -> ImpedanceConfig:
     """Validated :class:`ImpedanceConfig` from the node's parameter values.
 
@@ -191,12 +281,22 @@ def controller_config(model: RobotModel, values: dict) -> ImpedanceConfig:
             'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')}
     except ValueError as err:
         raise ValueError(f'per-joint parameter: {err}') from err
+    actuated = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    commanded = command_joints(model, values)
+    monitored = np.array([name in commanded for name in actuated])
     estimator = EstimatorConfig(
         cutoff_hz=float(values['filter.cutoff_hz']), order=int(values['filter.order']),
         rate_hz=float(values['rate_hz']), gap_periods=float(values['filter.gap_periods']),
         velocity_source=str(values['filter.velocity_source']))
+    def limit(name: str) -> float:
+        value = float(values[name])
+        return value if value > 0.0 else math.inf
+
     return ImpedanceConfig(
-        **per_joint, gravity_compensation=bool(values['gravity_compensation']),
+        **per_joint, tracking_error_limit=limit('fault.tracking_error'),
+        effort_error_limit=limit('fault.effort_error'),
+        fault_persist_s=float(values['fault.persist_s']),
+        monitored=monitored, gravity_compensation=bool(values['gravity_compensation']),
         acceleration_mask=mask('compensate.acceleration'),
         velocity_mask=mask('compensate.velocity'),
         motion_source=str(values['motion_source']),
@@ -260,13 +360,20 @@ class ImpedanceNode(Node):
         self._last_log: dict[str, float] = {}
         self._last_state = ('', '')
         self._last_state_ns = 0
-        self._layout = msgs.array_layout((len(self._names),), ['joint'])
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        topic = ('effort_controller/commands' if config.command_interface == 'effort'
-                 else 'position_controller/commands')
-        self._pub_command = self.create_publisher(Float64MultiArray, topic, reliable)
+        # Coroutine callbacks (enable, joint check) await service responses: they and the
+        # clients share a reentrant group, or the node's default exclusive group deadlocks.
+        self._async_group = ReentrantCallbackGroup()
+        self._setup_command(values, config)
+        topic = self._topic
+        # start_enabled with a switch: enable through the same path as ~/enable (switch
+        # first) at the first valid state, not inside the controller.
+        self._auto_enable = bool(config.start_enabled and self._switch is not None
+                                 and self._switch.method != 'none')
+        if self._auto_enable:
+            self.controller.reconfigure(config.replace(start_enabled=False))
         self._pub_compensation = self.create_publisher(JointState, '~/compensation', reliable)
         self._pub_torque = self.create_publisher(JointState, '~/torque', reliable)
         self._pub_state = self.create_publisher(String, '~/state', QoSProfile(
@@ -275,15 +382,140 @@ class ImpedanceNode(Node):
         self.create_subscription(JointState, 'joint_states', self._on_joint_state,
                                  QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
         self.create_subscription(JointState, '~/reference', self._on_reference, reliable)
-        self.create_service(SetBool, '~/enable', self._on_enable)
+        self.create_service(SetBool, '~/enable', self._on_enable,
+                            callback_group=self._async_group)
         self.create_timer(1.0 / config.rate_hz, self._on_timer)
+        self._joint_check_timer = self.create_timer(1.0, self._check_joints,
+                                                    callback_group=self._async_group)
         self.get_logger().info(
-            f'{config.command_interface} commands on {self.resolve_topic_name(topic)} for '
-            f'{len(self._names)} joints; compensating acceleration '
+            f'{self._kind} commands on {self.resolve_topic_name(topic)} for '
+            f'{self._command_names}; compensating acceleration '
             f'{_paths(values["compensate.acceleration"])}, velocity '
             f'{_paths(values["compensate.velocity"])} ({config.motion_source} motion); '
             + ('enabled at the first joint state' if config.start_enabled else
                'call ~/enable to start'))
+
+    # ------------------------------------------------------------------ command path
+    def _setup_command(self, values: dict, config: ImpedanceConfig) -> None:
+        """Command topic, message type, joint mapping, switch and joint check."""
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        kind = str(values['command.type'])
+        if kind not in COMMAND_TYPES:
+            raise ValueError(f'{self.get_name()}: command.type must be one of {COMMAND_TYPES}, '
+                             f'got {kind!r}')
+        if config.command_interface == 'effort':
+            kind = 'effort'
+        self._kind = kind
+        self._command_names = command_joints(self.model, values)
+        self._command_idx = np.array([self._names.index(j) for j in self._command_names])
+        default_topic = {'forward': f'/{FORWARD_CONTROLLER}/commands',
+                         'trajectory': f'/{TRAJECTORY_CONTROLLER}/joint_trajectory',
+                         'effort': 'effort_controller/commands'}[kind]
+        self._topic = str(values['command.topic']) or default_topic
+        self._time_from_start = float(values['command.time_from_start'])
+        if kind == 'trajectory':
+            self._pub_command = self.create_publisher(JointTrajectory, self._topic, reliable)
+        else:
+            self._pub_command = self.create_publisher(Float64MultiArray, self._topic, reliable)
+        self._layout = msgs.array_layout((len(self._command_names),), ['joint'])
+        controller = str(values['command.controller']) or (
+            TRAJECTORY_CONTROLLER if kind == 'trajectory' else FORWARD_CONTROLLER)
+        self._check_controller = controller if kind != 'effort' else ''
+        self._joint_check = 'unchecked'     # 'ok', 'unchecked' or the mismatch
+        self._joint_check_tries = 0
+        self._joints_client = self.create_client(
+            GetParameters, f'/{controller}/get_parameters',
+            callback_group=self._async_group) if self._check_controller else None
+        self._switch: ControllerSwitch | None = None
+        if kind == 'forward':
+            self._switch = ControllerSwitch(
+                self, str(values['switch.method']), controller=controller,
+                fallback=str(values['switch.fallback']),
+                manager=str(values['switch.controller_manager']),
+                sim_node=str(values['switch.sim_node']),
+                timeout_s=float(values['switch.timeout_s']), callback_group=self._async_group)
+            if self._switch.error:
+                self.get_logger().error(self._switch.error)
+        self._switched = False               # our controller activated by us
+        actuated = [self.model.joint_names[j] for j in self._act]
+        # joint_states effort is current * current_to_effort; torque = current * K_t.
+        self._effort_to_torque = motors.effort_to_torque(actuated) \
+            if motors.known(actuated) else np.ones(len(actuated))
+        self._switching = False
+        self._release_at: float | None = None
+        self._hold_s = float(values['switch.hold_s'])
+
+    async def _check_joints(self) -> None:
+        """Compare command.joints with the controller's ``joints`` parameter (once)."""
+        if self._joints_client is None or self._joint_check != 'unchecked':
+            self._joint_check_timer.cancel()
+            return
+        self._joint_check_tries += 1
+        if self._joint_check_tries > 30:
+            self._joint_check_timer.cancel()
+            self.get_logger().warning(
+                f'could not read /{self._check_controller} joints parameter in 30 s; '
+                'joint list not checked')
+            return
+        joints = await read_joints(self, self._joints_client, 2.0)
+        if joints is None or self._joint_check != 'unchecked':
+            return
+        self._joint_check_timer.cancel()
+        wanted = self._command_names
+        same = joints == wanted if self._kind == 'forward' else sorted(joints) == sorted(wanted)
+        if same:
+            self._joint_check = 'ok'
+            self.get_logger().info(f'/{self._check_controller} joints match command.joints')
+        else:
+            self._joint_check = (f'command.joints {wanted} do not match /'
+                                 f'{self._check_controller} joints {joints}'
+                                 + (' (forward commands go index by index: same order)'
+                                    if self._kind == 'forward' else ''))
+            self.get_logger().error(self._joint_check)
+
+    def _enable_blocker(self) -> str:
+        """Why ``~/enable true`` must be refused now ('' when it may go ahead)."""
+        if self._pub_command.get_subscription_count() == 0:
+            return (f'nothing subscribes to {self._pub_command.topic_name}: is the '
+                    f'controller loaded and the driver running? (refused)')
+        if self._joint_check not in ('ok', 'unchecked'):
+            return f'{self._joint_check} (refused)'
+        if self._switching:
+            return 'a controller switch is under way (refused)'
+        return ''
+
+    def _commanding(self) -> bool:
+        """Whether commands go out: always for the effort interface and a forward path
+        without switch; else only while we own the arm (enabled, or holding before the
+        switch back). A disabled node leaves the driver's JTC to MoveIt."""
+        if self._kind == 'effort' or (self._switch is not None
+                                      and self._switch.method == 'none'):
+            return True
+        return self._switched
+
+    async def _release(self) -> None:
+        """Switch the fallback controller back in after the hold."""
+        if self._kind == 'trajectory' and self._switched:
+            self._switched = False
+            self.get_logger().info(f'stopped streaming to {self._topic}; '
+                                   f'{TRAJECTORY_CONTROLLER} holds the last point')
+            return
+        if self._switch is None or not self._switched or self._switching:
+            return
+        self._switching = True
+        try:
+            ok, message = await self._switch.release()
+        finally:
+            self._switching = False
+        if ok:
+            self._switched = False
+            self.get_logger().info(message)
+        else:
+            self.get_logger().error(f'{message}; our controller keeps holding the arm')
+
+    def _schedule_release(self) -> None:
+        if self._switched and self._release_at is None:
+            self._release_at = time.monotonic() + self._hold_s
 
     # ------------------------------------------------------------------ parameters
     def _values(self, overrides: Sequence[Parameter] = ()) -> dict:
@@ -305,6 +537,7 @@ class ImpedanceNode(Node):
         if reference is not None:
             self.controller.set_reference(reference)
         self._state_period_ns = int(1e9 / float(values['state_rate_hz']))
+        self._hold_s = float(values['switch.hold_s'])
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ callbacks
@@ -321,21 +554,40 @@ class ImpedanceNode(Node):
     def _on_joint_state(self, msg: JointState) -> None:
         now = self._now_ns()
         try:
-            t_ns, q, qd, _ = self._reader.read(msg, velocity=self._measured_velocity)
+            t_ns, q, qd, effort = self._reader.read(msg, velocity=self._measured_velocity,
+                                                    effort=len(msg.effort) > 0)
         except msgs.JointStateError as err:
             self._reject(err.reason, str(err))
             if err.reason != 'nonfinite':
                 return
             # NaN/inf in the state: the controller must see it to hold.
-            t_ns, q, qd = now, np.full(self.model.n_joints, np.nan), None
+            t_ns, q, qd, effort = now, np.full(self.model.n_joints, np.nan), None, None
         command = self.controller.update(
             now, q[self._act], None if qd is None else qd[self._act],
-            stamp_ns=t_ns if self._use_stamp else None)
+            stamp_ns=t_ns if self._use_stamp else None,
+            effort=None if effort is None else effort[self._act] * self._effort_to_torque)
+        if not self._commanding():
+            self.controller.relatch_hold()   # the driver's controller holds the arm now
         self._publish(command, now)
+        if self._auto_enable and command is not None and self.executor is not None:
+            self._auto_enable = False
+            self.executor.create_task(self._start_enabled)
+
+    async def _start_enabled(self) -> None:
+        response = await self._on_enable(SetBool.Request(data=True), SetBool.Response())
+        if not response.success:
+            self.get_logger().error(f'start_enabled: {response.message}')
 
     def _on_timer(self) -> None:
         now = self._now_ns()
         self._publish(self.controller.tick(now), now)
+        ctl = self.controller
+        if self._switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
+            self._schedule_release()
+        if self._release_at is not None and time.monotonic() >= self._release_at:
+            self._release_at = None
+            if not ctl.enabled or ctl.latched:
+                self.executor.create_task(self._release)
 
     def _on_reference(self, msg: JointState) -> None:
         try:
@@ -345,9 +597,39 @@ class ImpedanceNode(Node):
         except ValueError as err:
             self.get_logger().warning(f'~/reference rejected: {err}')
 
-    def _on_enable(self, request: SetBool.Request, response: SetBool.Response):
-        response.success, response.message = self.controller.set_enabled(
-            bool(request.data), self._now_ns())
+    async def _on_enable(self, request: SetBool.Request, response: SetBool.Response):
+        prefix = ''
+        if request.data and not self.controller.enabled:
+            blocker = self._enable_blocker()
+            if blocker:
+                response.success, response.message = False, blocker
+                self.get_logger().warning(f'~/enable true: {blocker}')
+                return response
+            if self.controller.state == 'waiting':
+                response.success, response.message = False, 'no valid joint state yet'
+                return response
+            self._release_at = None        # enabled again within the hold: stay switched
+            if self._switch is not None and not self._switched:
+                self._release_at = None
+                self._switching = True
+                try:
+                    ok, message = await self._switch.activate()
+                finally:
+                    self._switching = False
+                if not ok:
+                    response.success, response.message = False, message
+                    self.get_logger().error(f'~/enable true: {message}')
+                    return response
+                self._switched = self._switch.method != 'none'
+                prefix = f'{message}; '
+            if self._kind == 'trajectory':
+                self._release_at = None
+                self._switched = True
+        response.success, message = self.controller.set_enabled(bool(request.data),
+                                                                self._now_ns())
+        response.message = prefix + message
+        if request.data and not response.success:
+            self._schedule_release()
         self.get_logger().info(f'~/enable {request.data}: {response.message}')
         self._publish_state(None, self._now_ns(), force=True)
         return response
@@ -357,8 +639,15 @@ class ImpedanceNode(Node):
         if command is None:
             self._publish_state(None, now)
             return
+        if not self._commanding():
+            self._publish_state(command, now)
+            return
         values = command.effort if command.effort is not None else command.position
-        self._pub_command.publish(msgs.float64_multi_array(values, layout=self._layout))
+        values = values[self._command_idx]
+        if self._kind == 'trajectory':
+            self._pub_command.publish(self._trajectory(values))
+        else:
+            self._pub_command.publish(msgs.float64_multi_array(values, layout=self._layout))
         self.commands += 1
         q = self.controller.measured_q
         self._pub_compensation.publish(msgs.joint_state(
@@ -381,6 +670,8 @@ class ImpedanceNode(Node):
         state = {
             'state': ctl.state, 'reason': ctl.fault or ('disabled' if not ctl.enabled else ''),
             'enabled': ctl.enabled, 'interface': ctl.config.command_interface,
+            'command': self._kind, 'topic': self._pub_command.topic_name,
+            'switched': self._switched, 'joint_check': self._joint_check,
             'alpha': None if command is None else command.alpha,
             'saturated': [] if command is None else
             [self._names[a] for a in np.flatnonzero(command.saturated)],
@@ -391,9 +682,64 @@ class ImpedanceNode(Node):
         self._pub_state.publish(String(data=json.dumps(state)))
 
 
+    def _trajectory(self, positions: np.ndarray) -> JointTrajectory:
+        """One-point trajectory for crane_x7_arm_controller: stamp 0 = start now."""
+        tfs = self._time_from_start
+        point = JointTrajectoryPoint(
+            positions=positions.tolist(),
+            time_from_start=Duration(sec=int(tfs), nanosec=int(round((tfs % 1.0) * 1e9))))
+        return JointTrajectory(joint_names=list(self._command_names), points=[point])
+
+    def shutdown(self, executor, timeout_s: float = 3.0) -> None:
+        """Hold, then switch the fallback controller back (shutdown path)."""
+        if not self._switched or not self.context.ok():
+            if self._switched and self._switch is not None:
+                back = switch_command(self._switch.fallback, self._switch.controller)
+                self.get_logger().error(f'context gone before switching back: run `{back}`')
+            return
+        self.controller.set_enabled(False, self._now_ns())
+        now = self._now_ns()
+        self._publish(self.controller.hold(now), now)
+        deadline = time.monotonic() + self._hold_s
+        while time.monotonic() < deadline and self.context.ok():
+            executor.spin_once(timeout_sec=0.01)
+        task = executor.create_task(self._release)
+        executor.spin_until_future_complete(task, timeout_sec=timeout_s)
+
+
 def main(args: list[str] | None = None) -> None:
-    """Console script ``impedance_node``: spin :class:`ImpedanceNode` until shutdown."""
-    spin_node(ImpedanceNode, args)
+    """Console script ``impedance_node``: spin :class:`ImpedanceNode` until shutdown; on
+    Ctrl-C hold and switch the driver's controller back before exiting."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    # Our own SIGINT/SIGTERM handling: the context must outlive Ctrl-C to switch back, and
+    # a KeyboardInterrupt raised inside a binding call would surface as a RuntimeError;
+    # the handler only sets a flag that the spin loop checks.
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    node = None
+    executor = SingleThreadedExecutor()
+    try:
+        node = ImpedanceNode()
+        executor.add_node(node)
+        while not stop and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            try:
+                node.shutdown(executor)
+            except Exception as err:  # noqa: BLE001 - best effort on the way out
+                node.get_logger().error(f'shutdown switch-back failed: {err}')
+            node.destroy_node()
+        rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == '__main__':

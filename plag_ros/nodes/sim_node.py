@@ -9,18 +9,46 @@ topic (relative)                    type, QoS                     content
 ==================================  ============================  ============================
 ``joint_states`` (out)              sensor_msgs/JointState,       the 8 actuated joints (7 arm
                                     reliable, depth 10            + finger_a) sorted by name,
-                                                                  as the joint state broadcaster
-                                                                  orders them; effort = motor
-                                                                  torque applied [N*m]
+                                                                  an order that is not the
+                                                                  URDF's (the broadcaster's is
+                                                                  unspecified); effort as the
+                                                                  driver computes it: current
+                                                                  [A] * 2.20 (XM430) or 3.60
+                                                                  (XM540), the current being
+                                                                  motor torque / the e-manual
+                                                                  torque constant
 ``robot_description`` (out)         std_msgs/String, reliable,    the URDF text
                                     transient local, depth 1
-``effort_controller/commands``      std_msgs/Float64MultiArray,   8 torques [N*m]
-(in)                                reliable, depth 10
-``position_controller/commands``    std_msgs/Float64MultiArray,   8 goal positions [rad]
-(in)                                reliable, depth 10
+``crane_x7_arm_controller/          trajectory_msgs/              the driver's JTC: any joint
+joint_trajectory`` (in)             JointTrajectory, reliable     order, all 7 arm joints
+``plag_arm_position_controller/     std_msgs/Float64MultiArray,   our forward controller: 7 arm
+commands`` (in)                     reliable, depth 10            goal positions [rad] in its
+                                                                  ``joints`` order
+``effort_controller/commands``      std_msgs/Float64MultiArray,   8 torques [N*m] (test
+(in)                                reliable, depth 10            interface, not the driver's)
+``position_controller/commands``    std_msgs/Float64MultiArray,   8 goal positions [rad] (test
+(in)                                reliable, depth 10            interface, not the driver's)
 ``/diagnostics`` (out)              diagnostic_msgs/              rates, CPU, counters
                                     DiagnosticArray
 ==================================  ============================  ============================
+
+Emulated controller manager (what is emulated, honestly: the *effect* of
+``controller_manager/switch_controller``, not its service, whose message package has no
+wheel here). The parameter ``active_arm_controller`` names the one arm controller that is
+active: ``crane_x7_arm_controller`` (the driver's JointTrajectoryController, active after
+the official bring-up), ``plag_arm_position_controller`` (our JointGroupPositionController)
+or ``none``. Commands to an inactive controller are ignored and counted
+(``ignored_inactive``), as the real controller manager runs only active controllers. On
+activation the JTC holds the last value of the position command interface
+(ros2_controllers joint_trajectory_controller ``set_last_command_interface_value_as_state_on
+_activation``, default true), so a switch back does not move the arm. The JTC emulation
+follows ros2_controllers' rules: a zero header stamp starts now; a one-point trajectory
+with ``time_from_start`` 0 is a step to the point; with ``time_from_start`` > 0 it moves
+linearly from the *measured* position (``open_loop_control`` false) to the point over that
+time (the real JTC uses splines); after the last point it holds it; a message naming other
+joints than the 7 arm joints is rejected. ``position_p_gain`` can be changed at run time:
+``5`` is what the driver writes on deactivation (crane_x7_control
+``src/crane_x7_hardware.cpp``).
 
 Command layout: one entry per actuated joint in URDF order without mimic joints (for the
 CRANE-X7: the 7 arm joints from the shoulder pan to the wrist, then
@@ -60,18 +88,22 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
 
 from .. import messages as msgs
+from .. import motors
 from ..model import RobotModel, default_urdf_path
 from ..simulation import DYNAMIXEL_P_GAIN, Simulator, SimulatorConfig
-from . import spin_node
 from .parameters import bool_descriptor, doubles_descriptor
 from .parameters import float_descriptor as _float
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'REJECTION_REASONS', 'SimNode', 'main']
 
 NODE_NAME = 'plag_sim'
-REJECTION_REASONS = ('length', 'nonfinite')
+REJECTION_REASONS = ('length', 'nonfinite', 'joints', 'inactive')
+JTC = 'crane_x7_arm_controller'
+FORWARD = 'plag_arm_position_controller'
+ARM_CONTROLLERS = (JTC, FORWARD, 'none')
 _LOG_THROTTLE_S = 2.0
 _COMMAND_MODES = ('position', 'effort')
 
@@ -106,8 +138,16 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         description="before any command: 'position' holds initial_positions with the servo "
                     "loop (as the real driver on activation), 'effort' applies zero torque")),
     'position_p_gain': (DYNAMIXEL_P_GAIN, _float(
-        'Dynamixel position P gain (register units) the servo stiffness is derived from',
-        1.0, 16383.0, read_only=True)),
+        'Dynamixel position P gain (register units) the servo stiffness is derived from; '
+        'settable live (5 = the driver after deactivation)', 1.0, 16383.0)),
+    'active_arm_controller': (JTC, ParameterDescriptor(
+        type=ParameterType.PARAMETER_STRING,
+        additional_constraints=f'one of {ARM_CONTROLLERS}',
+        description='emulated controller manager: the active arm controller')),
+    'arm_joints': (list(motors.ARM_JOINTS), ParameterDescriptor(
+        type=ParameterType.PARAMETER_STRING_ARRAY, read_only=True,
+        description="the arm controllers' joints parameter (command order of the forward "
+                    'controller)')),
     'kp': ([0.0], _doubles('servo stiffness [N*m/rad], one or one per actuated joint; '
                            '0: derived from position_p_gain')),
     'kd': ([0.0], _doubles('servo damping [N*m*s/rad], one or one per actuated joint; 0: '
@@ -157,6 +197,11 @@ class SimNode(Node):
             self.sim.set_position_command(q0)
 
         self.command_names = self.sim.actuated_names
+        # The driver publishes current * current_to_effort, not the torque: for CRANE-X7
+        # joints the motor table converts (effort = torque / torque_constant * 2.20 or 3.60).
+        self._effort_scale = (1.0 / motors.effort_to_torque(self.command_names)
+                              if motors.known(self.command_names)
+                              else np.ones(len(self.command_names)))
         # The joint state broadcaster's order is its own (alphabetical here), not the URDF's.
         self.state_names = tuple(sorted(self.command_names))
         self._state_order = np.array([self.command_names.index(n) for n in self.state_names])
@@ -181,6 +226,22 @@ class SimNode(Node):
                                  self._on_effort, reliable)
         self.create_subscription(Float64MultiArray, 'position_controller/commands',
                                  self._on_position, reliable)
+        # The driver's interface: the arm controllers of the emulated controller manager.
+        arm = list(values['arm_joints'])
+        unknown = [j for j in arm if j not in self.command_names]
+        if unknown or len(set(arm)) != len(arm) or not arm:
+            raise ValueError(f'{NODE_NAME}: arm_joints {arm} must be distinct actuated joints '
+                             f'of {list(self.command_names)}')
+        self.arm_joints = tuple(arm)
+        self._arm = np.array([self.command_names.index(j) for j in arm])
+        self._active = str(values['active_arm_controller'])
+        self._trajectory: tuple[float, np.ndarray, list[tuple[float, np.ndarray]]] | None = None
+        self.counters.update({'trajectory_commands': 0, 'forward_commands': 0,
+                              'ignored_inactive': 0, 'switches': 0})
+        self.create_subscription(JointTrajectory, f'{JTC}/joint_trajectory',
+                                 self._on_trajectory, reliable)
+        self.create_subscription(Float64MultiArray, f'{FORWARD}/commands', self._on_forward,
+                                 reliable)
 
         self._start = time.monotonic()
         self._steps_due_from: float | None = None  # wall time the step schedule counts from
@@ -245,6 +306,29 @@ class SimNode(Node):
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         for param in params:
+            if param.name == 'active_arm_controller':
+                if param.value not in ARM_CONTROLLERS:
+                    return SetParametersResult(
+                        successful=False, reason=f'active_arm_controller must be one of '
+                        f'{ARM_CONTROLLERS}, got {param.value!r}')
+            if param.name == 'position_p_gain':
+                value = float(param.value)
+                if not (math.isfinite(value) and value > 0.0):
+                    return SetParametersResult(successful=False,
+                                               reason='position_p_gain must be > 0')
+        for param in params:
+            if param.name == 'active_arm_controller' and param.value != self._active:
+                # Activation of either controller leaves the position command interface at
+                # its last value: the JTC holds it, the forward controller writes nothing
+                # until its first command.
+                self.get_logger().info(f'switch: {self._active} -> {param.value}')
+                self._active = str(param.value)
+                self._trajectory = None
+                self.counters['switches'] += 1
+            if param.name == 'position_p_gain':
+                self.sim.set_p_gain(float(param.value))
+                self.get_logger().warn(f'servo position P gain now {param.value:g}')
+        for param in params:
             if param.name == 'effort_timeout':
                 value = float(param.value)
                 if not (math.isfinite(value) and value >= 0.0):
@@ -289,6 +373,84 @@ class SimNode(Node):
             self._effort_stamp = None
             self.counters['position_commands'] += 1
 
+    def _arm_command(self, q_arm: np.ndarray) -> None:
+        q = self._position_command()
+        q[self._arm] = q_arm
+        self.sim.set_position_command(q)
+        self._effort_stamp = None
+
+    def _position_command(self) -> np.ndarray:
+        """The position command interfaces now (the measured position if in effort mode)."""
+        cmd = self.sim.position_command
+        return (self.sim.measure().q[:self.sim.n_actuated] if cmd is None else cmd).copy()
+
+    def _inactive(self, controller: str) -> bool:
+        if self._active == controller:
+            return False
+        self.counters['ignored_inactive'] += 1
+        self._reject('inactive', f'{controller} is not active (active: {self._active})')
+        return True
+
+    def _on_forward(self, msg: Float64MultiArray) -> None:
+        if self._inactive(FORWARD):
+            return
+        data = np.asarray(msg.data, dtype=float)
+        if data.shape != self._arm.shape:
+            self._reject('length', f'{FORWARD} command has {data.size} values, needs '
+                         f'{self._arm.size} ({", ".join(self.arm_joints)})')
+            return
+        if not np.all(np.isfinite(data)):
+            self._reject('nonfinite', f'{FORWARD} command is not finite')
+            return
+        self._arm_command(data)
+        self.counters['forward_commands'] += 1
+
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        if self._inactive(JTC):
+            return
+        names = list(msg.joint_names)
+        if sorted(names) != sorted(self.arm_joints) or not msg.points:
+            self._reject('joints', f'{JTC}: trajectory for {names} with {len(msg.points)} '
+                         f'points; needs all of {list(self.arm_joints)} and >= 1 point')
+            return
+        order = [names.index(j) for j in self.arm_joints]
+        points, previous = [], -1.0
+        for k, point in enumerate(msg.points):
+            q = np.asarray(point.positions, dtype=float)
+            t = point.time_from_start.sec + point.time_from_start.nanosec * 1e-9
+            if q.shape != (len(names),) or not np.all(np.isfinite(q)) or (k and t <= previous):
+                self._reject('joints', f'{JTC}: point {k} has {q.size} positions, non-finite '
+                             'values or a time_from_start not after the previous one')
+                return
+            points.append((t, q[order]))
+            previous = t
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        now = self.get_clock().now().nanoseconds * 1e-9
+        start = now if stamp == 0.0 else stamp
+        if stamp != 0.0 and start + points[-1][0] < now:
+            self._reject('joints', f'{JTC}: trajectory with non-zero start time ends in the past')
+            return
+        # Start from the measured arm position (closed loop, as open_loop_control false).
+        q_start = self.sim.measure().q[self._arm]
+        self._trajectory = (start, q_start, points)
+        self.counters['trajectory_commands'] += 1
+        self._follow_trajectory()
+
+    def _follow_trajectory(self) -> None:
+        if self._trajectory is None or self._active != JTC:
+            return
+        start, q_prev, points = self._trajectory
+        t = self.get_clock().now().nanoseconds * 1e-9 - start
+        t_prev = 0.0
+        for t_point, q_point in points:
+            if t < t_point:
+                w = (t - t_prev) / (t_point - t_prev) if t_point > t_prev else 1.0
+                self._arm_command(q_prev + max(0.0, w) * (q_point - q_prev))
+                return
+            t_prev, q_prev = t_point, q_point
+        self._arm_command(q_prev)          # played out: hold the last point
+        self._trajectory = None
+
     # ------------------------------------------------------------------ physics + publish
     def _on_tick(self) -> None:
         now = time.monotonic()
@@ -300,6 +462,7 @@ class SimNode(Node):
             self.counters['stale_effort'] += 1
             self.get_logger().warn(f'effort command older than {self._effort_timeout:g} s: '
                                    'zero effort')
+        self._follow_trajectory()
         if self._steps_due_from is None:   # first tick: the schedule starts now
             self._steps_due_from = now - self._dt
         due = int((now - self._steps_due_from) / self._dt) - self._scheduled
@@ -319,7 +482,8 @@ class SimNode(Node):
         meas = self.sim.measure()
         order = self._state_order
         self._pub_state.publish(msgs.joint_state(
-            self.state_names, meas.q[order], meas.qd[order], meas.effort[order],
+            self.state_names, meas.q[order], meas.qd[order],
+            (meas.effort * self._effort_scale)[order],
             t_ns=self.get_clock().now().nanoseconds))
         self.counters['published'] += 1
 
@@ -354,9 +518,42 @@ class SimNode(Node):
             f'{sum(self.rejected.values())}')
 
 
+def controller_stand_ins(sim: SimNode) -> list[Node]:
+    """Nodes named like the two arm controllers, carrying their ``joints`` parameter.
+
+    Only the parameter is emulated (so a client's GetParameters on
+    ``/<controller>/get_parameters`` reads it, as on the real controller manager, where each
+    controller is a node); the topics live on the simulator node itself.
+    """
+    nodes = []
+    for name in (JTC, FORWARD):
+        node = Node(name, context=sim.context)
+        node.declare_parameter('joints', list(sim.arm_joints))
+        nodes.append(node)
+    return nodes
+
+
 def main(args: list[str] | None = None) -> None:
-    """Console script ``sim_node``: spin :class:`SimNode` until shutdown."""
-    spin_node(SimNode, args)
+    """Console script ``sim_node``: spin :class:`SimNode` (and the controller stand-ins)
+    until shutdown."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    rclpy.init(args=args)
+    nodes: list[Node] = []
+    try:
+        sim = SimNode()
+        nodes = [sim, *controller_stand_ins(sim)]
+        executor = SingleThreadedExecutor()
+        for node in nodes:
+            executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        rclpy.try_shutdown()
 
 
 if __name__ == '__main__':

@@ -7,7 +7,11 @@ position commands, and prints once a second what the dynamics node reports: inpu
 output rates, latency from the joint state stamp to the decomposition's arrival, rejected
 input, and the strongest motion propagation paths (joint k <- source joint s) of the last
 second. ``plag-ros run`` starts the dynamics node alone, to join a real robot's graph
-(``crane_x7_bringup`` publishing ``/joint_states`` and ``robot_description``).
+(the official ``ros2 launch crane_x7_examples demo.launch.py``: ``/joint_states`` from the
+driver's joint state broadcaster and ``robot_description`` from MoveIt's
+robot_state_publisher; ``crane_x7_control.launch.py`` alone publishes no
+``robot_description``, use ``--description-source file`` then; ``crane_x7_bringup`` is a
+ROS 1 package, rt-net/crane_x7_ros master).
 
 Each node runs in its own subprocess, exactly as ``launch/sim.launch.py`` and
 ``launch/crane_x7.launch.py`` start them (same modules, same parameter files): the
@@ -377,8 +381,76 @@ def _dynamics_spec(args: argparse.Namespace, source: str) -> NodeSpec:
     return NodeSpec('dynamics_node', 'crane_x7.yaml', params)
 
 
+PRIVATE_DOMAINS = range(101, 200)
+"""Where ``plag-ros sim`` looks for a free domain (valid Fast DDS / Cyclone ids, away from
+the 0 of a default robot graph and the small ids people pick by hand)."""
+
+
+def domain_in_use(domain: int, wait_s: float = 1.0) -> bool:
+    """Whether any ROS 2 node answers discovery in ``domain`` on this machine within
+    ``wait_s`` (a probe node in its own context; it sees itself only when free)."""
+    import rclpy
+    from rclpy.context import Context
+
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    try:
+        node = rclpy.create_node('plag_domain_probe', context=context,
+                                 start_parameter_services=False)
+        deadline = time.monotonic() + wait_s
+        others: list[str] = []
+        while time.monotonic() < deadline and not others:
+            others = [n for n in node.get_node_names() if n != 'plag_domain_probe']
+            time.sleep(0.05)
+        node.destroy_node()
+        return bool(others)
+    finally:
+        context.try_shutdown()
+
+
+def isolate(domain: int | None, *, out=sys.stdout) -> int:
+    """Put this process and its children in a ROS domain and say which.
+
+    ``domain`` None: a free private domain (:data:`PRIVATE_DOMAINS`, starting at a
+    pid-derived id so parallel demos spread out, probed with :func:`domain_in_use`), with
+    discovery restricted to this machine (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` for
+    Iron and later, ``ROS_LOCALHOST_ONLY=1`` for Humble): a simulated arm never joins a
+    robot's graph by accident. An explicit ``domain`` joins it on purpose, with the
+    environment's discovery settings.
+
+    Returns:
+        The domain id now in ``os.environ['ROS_DOMAIN_ID']``.
+    """
+    if domain is not None:
+        if not 0 <= domain <= 232:
+            raise ValueError(f'--domain must be in 0..232, got {domain}')
+        os.environ['ROS_DOMAIN_ID'] = str(domain)
+        print(f'plag-ros: joining ROS_DOMAIN_ID={domain} on purpose (--domain); other '
+              'nodes in that domain see the simulated arm', file=out, flush=True)
+        return domain
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    os.environ['ROS_LOCALHOST_ONLY'] = '1'
+    ids = list(PRIVATE_DOMAINS)
+    first = os.getpid() % len(ids)
+    for candidate in ids[first:] + ids[:first]:
+        if not domain_in_use(candidate):
+            break
+    else:
+        raise RuntimeError(f'no free ROS domain in {PRIVATE_DOMAINS}')
+    os.environ['ROS_DOMAIN_ID'] = str(candidate)
+    print(f'plag-ros: private ROS_DOMAIN_ID={candidate}, this machine only (join it with '
+          f'`export ROS_DOMAIN_ID={candidate} ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST '
+          'ROS_LOCALHOST_ONLY=1`, or pick one with --domain N)', file=out, flush=True)
+    return candidate
+
+
 def run_sim(args: argparse.Namespace) -> int:
     """``plag-ros sim``: simulator + dynamics node (+ impedance node), summary each second."""
+    try:
+        isolate(args.domain)
+    except (ValueError, RuntimeError) as err:
+        print(f'plag-ros: {err}', file=sys.stderr)
+        return 2
     specs = [NodeSpec('sim_node', 'sim.yaml'), _dynamics_spec(args, 'topic')]
     if args.control:
         if importlib.util.find_spec('plag_ros.nodes.impedance_node') is None:
@@ -389,7 +461,7 @@ def run_sim(args: argparse.Namespace) -> int:
         # 0.4 rad at 0.5 Hz while the shoulder tilt holds with its elbow path cancelled
         # (on the real arm start_enabled stays false until ~/enable is called).
         specs.append(NodeSpec('impedance_node', 'impedance.yaml', {
-            'start_enabled': True, 'reference.mode': 'sine',
+            'start_enabled': True, 'reference.mode': 'sine', 'switch.method': 'sim',
             'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0],
             'reference.frequency_hz': [0.5]}))
     return _bring_up(specs, args, motion=not args.control and args.motion == 'swing')
@@ -423,6 +495,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--control', action='store_true',
                         help='also start impedance_node (config/impedance.yaml); the demo '
                              'motion is then left to the controller')
+    parser.add_argument('--domain', type=int, default=None, metavar='N',
+                        help='join ROS_DOMAIN_ID N on purpose (default: a free private '
+                             'domain, traffic on this machine only)')
     parser.add_argument('--motion', choices=('swing', 'none'), default='swing',
                         help='position commands sent to the simulator (default: a slow '
                              'elbow/shoulder/wrist swing)')

@@ -1,0 +1,171 @@
+"""Switching the CRANE-X7 arm between the driver's trajectory controller and ours.
+
+The official bring-up (rt-net/crane_x7_ros ``crane_x7_control/launch/crane_x7_control.launch.py``)
+activates ``crane_x7_arm_controller`` (a JointTrajectoryController) on the 7 arm joints. The
+controller manager refuses a second active controller claiming the same position command
+interfaces, so streaming to our ``plag_arm_position_controller`` (a
+``position_controllers/JointGroupPositionController``, config/crane_x7_controllers.yaml)
+needs ``controller_manager/switch_controller`` (controller_manager_msgs/srv/SwitchController:
+``activate_controllers``, ``deactivate_controllers``, ``strictness`` STRICT = 2,
+``activate_asap``, ``timeout``; ros-controls/ros2_control controller_manager_msgs). When the
+JTC is activated again it starts from the last value of the command interfaces
+(ros2_controllers joint_trajectory_controller parameter
+``set_last_command_interface_value_as_state_on_activation``, default true), so switching back
+after our hold does not move the arm.
+
+Three targets:
+
+* ``controller_manager``: the real service. controller_manager_msgs has no PyPI wheel, so it
+  is imported only here and only when used; without it the switch fails with a message that
+  names the ``ros2 control switch_controllers`` command to run by hand.
+* ``sim``: the simulator's emulated controller manager, the ``active_arm_controller``
+  parameter of ``plag_sim`` set through rcl_interfaces/srv/SetParameters. It exercises the
+  same switch logic end to end over DDS; it is not the controller manager.
+* ``none``: no switch (the user switched by hand).
+"""
+from __future__ import annotations
+
+import time
+
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import GetParameters, SetParameters
+from rclpy.node import Node
+
+__all__ = ['METHODS', 'ControllerSwitch', 'call', 'read_joints', 'switch_command']
+
+METHODS = ('controller_manager', 'sim', 'none')
+
+
+def switch_command(activate: str, deactivate: str, manager: str = '/controller_manager'
+                   ) -> str:
+    """The ``ros2 control`` command line doing the same switch by hand.
+
+    ``switch_controllers`` takes ``--activate`` / ``--deactivate`` (and ``--strict``) on
+    Humble and later (ros2controlcli; Humble also still accepts the deprecated
+    ``--start`` / ``--stop``).
+    """
+    manager_arg = '' if manager in ('/controller_manager', 'controller_manager') \
+        else f' -c {manager}'
+    return (f'ros2 control switch_controllers --deactivate {deactivate} --activate {activate} '
+            f'--strict{manager_arg}')
+
+
+async def call(node: Node, client, request, timeout_s: float):
+    """Await ``client``'s response to ``request``, None after ``timeout_s`` or when the
+    service is not there (inside an rclpy coroutine callback).
+
+    The awaiting callback, ``client`` and this timer must not share a mutually exclusive
+    callback group: the awaiting callback holds it until it returns, so the response could
+    never be taken (use one :class:`rclpy.callback_groups.ReentrantCallbackGroup`).
+    """
+    deadline = time.monotonic() + timeout_s
+    if not client.service_is_ready():
+        return None   # never block the executor waiting for discovery: callers retry
+    future = client.call_async(request)
+    timer = node.create_timer(max(deadline - time.monotonic(), 0.01), future.cancel,
+                              callback_group=client.callback_group)
+    try:
+        result = await future
+    finally:
+        node.destroy_timer(timer)
+    if future.cancelled():
+        client.remove_pending_request(future)
+        return None
+    return result
+
+
+class ControllerSwitch:
+    """Activate ``controller`` in place of ``fallback`` and back.
+
+    Args:
+        node: the node that owns the service clients.
+        method: one of :data:`METHODS`.
+        controller: our controller's name.
+        fallback: the controller it replaces (the driver's JTC).
+        manager: controller manager node (``controller_manager`` method).
+        sim_node: simulator node (``sim`` method).
+        timeout_s: deadline of one switch [s].
+        callback_group: of the service client; reentrant (see :func:`call`).
+    """
+
+    def __init__(self, node: Node, method: str, *, controller: str, fallback: str,
+                 manager: str = '/controller_manager', sim_node: str = '/plag_sim',
+                 timeout_s: float = 5.0, callback_group=None) -> None:
+        if method not in METHODS:
+            raise ValueError(f'switch.method must be one of {METHODS}, got {method!r}')
+        self.node, self.method = node, method
+        self.controller, self.fallback = controller, fallback
+        self.manager, self.timeout_s = manager, timeout_s
+        self.error = ''
+        self._client = None
+        if method == 'controller_manager':
+            try:
+                from controller_manager_msgs.srv import SwitchController
+            except ImportError as err:
+                self.error = (
+                    f'controller_manager_msgs cannot be imported ({err}): source your ROS 2 '
+                    'install (ros-<distro>-controller-manager-msgs) or switch by hand: '
+                    f'`{switch_command(controller, fallback, manager)}` (and back with '
+                    f'`{switch_command(fallback, controller, manager)}`), then set '
+                    'switch.method none')
+            else:
+                self._srv = SwitchController
+                self._client = node.create_client(
+                    SwitchController, f'{manager.rstrip("/")}/switch_controller',
+                    callback_group=callback_group)
+        elif method == 'sim':
+            self._client = node.create_client(SetParameters,
+                                              f'{sim_node.rstrip("/")}/set_parameters',
+                                              callback_group=callback_group)
+
+    async def activate(self) -> tuple[bool, str]:
+        """Our controller on, the fallback off."""
+        return await self._switch(self.controller, self.fallback)
+
+    async def release(self) -> tuple[bool, str]:
+        """The fallback on, our controller off."""
+        return await self._switch(self.fallback, self.controller)
+
+    async def _switch(self, on: str, off: str) -> tuple[bool, str]:
+        what = f'{off} -> {on}'
+        if self.method == 'none':
+            return True, f'no switch (switch.method none): {on} must be active'
+        if self.error:
+            return False, self.error
+        if self.method == 'controller_manager':
+            request = self._srv.Request()
+            request.activate_controllers = [on]
+            request.deactivate_controllers = [off]
+            request.strictness = self._srv.Request.STRICT
+            request.activate_asap = True
+            request.timeout.sec = int(self.timeout_s)
+            response = await call(self.node, self._client, request, self.timeout_s)
+            if response is None:
+                return False, (f'switch {what}: no answer from {self._client.srv_name} within '
+                               f'{self.timeout_s:g} s; by hand: `{switch_command(on, off)}`')
+            if not response.ok:
+                detail = getattr(response, 'message', '')
+                return False, f'switch {what} refused by the controller manager {detail}'
+            return True, f'switched {what}'
+        request = SetParameters.Request(parameters=[ParameterMsg(
+            name='active_arm_controller', value=ParameterValue(
+                type=ParameterType.PARAMETER_STRING, string_value=on))])
+        response = await call(self.node, self._client, request, self.timeout_s)
+        if response is None:
+            return False, f'switch {what}: no answer from {self._client.srv_name}'
+        if not response.results or not response.results[0].successful:
+            return False, f'switch {what} refused: {response.results[0].reason}'
+        return True, f'switched {what} (simulator)'
+
+
+async def read_joints(node: Node, client, timeout_s: float) -> list[str] | None:
+    """The ``joints`` parameter through ``client`` (rcl_interfaces GetParameters), None when
+    it cannot be read."""
+    response = await call(node, client, GetParameters.Request(names=['joints']), timeout_s)
+    if response is None or not response.values:
+        return None
+    value = response.values[0]
+    if value.type != ParameterType.PARAMETER_STRING_ARRAY:
+        return None
+    return list(value.string_array_value)

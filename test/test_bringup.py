@@ -112,7 +112,7 @@ def test_plag_ros_sim_defaults_to_a_private_domain(tmp_path):
     for name in ('ROS_DOMAIN_ID', 'ROS_LOCALHOST_ONLY', 'ROS_AUTOMATIC_DISCOVERY_RANGE'):
         env.pop(name, None)                       # a user's shell: nothing set
     process = subprocess.Popen(
-        [sys.executable, '-m', 'plag_ros.cli', 'sim', '--duration', '8', '--log-dir',
+        [sys.executable, '-m', 'plag_ros.tools.cli', 'sim', '--duration', '8', '--log-dir',
          str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     outsider = insider = None

@@ -88,7 +88,7 @@ print(npz.DEFLATE_BACKEND, npz._deflate.__name__)
 def test_both_backends_write_archives_numpy_reads_back_exactly(tmp_path, backend, library):
     """With isal importable the writer picks it; without it, zlib. Both archives load.
 
-    A fresh interpreter each, so the import-time choice in plag_ros.npz really runs (with
+    A fresh interpreter each, so the import-time choice in plag_ros.io.npz really runs (with
     ``isal`` blocked from import for the fallback), not a patched module attribute.
     """
     here = Path(__file__).resolve().parent

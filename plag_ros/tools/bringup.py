@@ -44,7 +44,7 @@ DYNAMICS = '/plag_dynamics'
 
 def config_path(name: str) -> Path:
     """Path of ``config/<name>``: installed share directory, else the source tree."""
-    candidates = [Path(__file__).resolve().parent.parent / 'config' / name]
+    candidates = [Path(__file__).resolve().parents[2] / 'config' / name]   # the checkout
     try:
         from ament_index_python.packages import get_package_share_directory
         candidates.insert(0, Path(get_package_share_directory('plag_ros')) / 'config' / name)

@@ -24,7 +24,6 @@ setup(
     description='Partial Lagrangian inverse dynamics, motion propagation torques and '
                 'partial-impedance control for the CRANE-X7 under ROS 2.',
     license='Apache-2.0',
-    tests_require=['pytest'],
     python_requires='>=3.10',
     entry_points={
         'console_scripts': [

@@ -20,9 +20,9 @@ Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 ``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do
 the same.
 """
-import shutil
+import shutil  # noqa: I001 - launch (below) is the ROS package, not launch/
 
-from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
+from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution

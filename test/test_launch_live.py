@@ -40,7 +40,7 @@ ENABLE = ('run `make venv`, then `source ../shared/tools/real_launch/setup.sh` f
           'on a ROS 2 install, source /opt/ros/<distro>/setup.bash and the colcon '
           'install/setup.bash of this package')
 try:
-    import launch  # noqa: F401
+    import launch  # noqa: F401, I001 - the ROS package, not launch/
     import launch_ros  # noqa: F401
 except ImportError as _err:
     pytest.skip(f'launch/launch_ros not importable ({_err}): to run the launch tests, {ENABLE}',
@@ -69,7 +69,7 @@ RATE_TOLERANCE = (0.8, 1.1)       # measured rate / nominal rate, over a 3 s win
 START_TIMEOUT_S = 120.0            # cold start on a loaded 2-core machine
 
 # `ros2 launch FILE ARGS`, in Python (ros2launch does the same with more options).
-RUNNER = '''
+RUNNER = """
 import sys
 import launch
 from launch.actions import IncludeLaunchDescription
@@ -79,7 +79,7 @@ service = launch.LaunchService(argv=sys.argv[2:], noninteractive=True)
 service.include_launch_description(launch.LaunchDescription([IncludeLaunchDescription(
     PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=arguments)]))
 sys.exit(service.run())
-'''
+"""
 
 
 @pytest.fixture(scope='module')
@@ -393,7 +393,7 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
 
 def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
     """control:=false (default): the robot's controllers are left alone."""
-    from launch import LaunchContext
+    from launch import LaunchContext  # noqa: I001 - the ROS package, not launch/
     from launch.actions import DeclareLaunchArgument
     from launch.launch_description_sources import PythonLaunchDescriptionSource
     from launch_ros.actions import Node
@@ -467,3 +467,23 @@ def test_ctrl_c_is_clean_every_time(share, tmp_path):
     finally:
         client.close()
     print(f'{SHUTDOWN_REPEAT} clean Ctrl-C shutdowns in {time.monotonic() - started:.0f} s')
+
+
+# ------------------------------------------------------------------------------ the install
+def test_console_scripts_run_the_python_on_path():
+    """setup.cfg [build_scripts]: `#!/usr/bin/env python3`, whichever colcon built them.
+
+    The python that ran colcon (Debian's /usr/bin/python3 for plain ``colcon build``) would
+    otherwise be written into each script, and the nodes would miss torch installed in a
+    virtualenv. PLAG_LAUNCH_CACHE (set by real_launch/setup.sh) also names the plain
+    Debian-colcon build of this checkout, which must have the same scripts.
+    """
+    prefixes = [Path(get_package_prefix('plag_ros'))]
+    cache = os.environ.get('PLAG_LAUNCH_CACHE')
+    if cache:
+        prefixes.append(Path(cache) / 'ws_system' / 'install' / 'plag_ros')
+    for prefix in prefixes:
+        for script in ('dynamics_node', 'sim_node', 'impedance_node', 'plag-ros'):
+            path = prefix / 'lib' / 'plag_ros' / script
+            assert path.is_file(), f'{path} missing'
+            assert path.read_text().splitlines()[0] == '#!/usr/bin/env python3', path

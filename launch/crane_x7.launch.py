@@ -61,10 +61,11 @@ def generate_launch_description():
             parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml'])],
             condition=IfCondition(control),
         ),
-        # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py
-        # (Humble and later): positional controller name, -c/--controller-manager,
-        # -p/--param-file (loaded into the controller before configure), --inactive
-        # (configure, do not activate; Foxy/Galactic called it --stopped).
+        # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
+        # present on the humble and jazzy branches alike: positional controller name,
+        # -c/--controller-manager, -p/--param-file (loaded into the controller before
+        # configure), --inactive (configure, do not activate; added on humble in #755,
+        # 2022, replacing the deprecated --stopped, which jazzy no longer has).
         Node(
             package='controller_manager',
             executable='spawner',

@@ -28,9 +28,10 @@ setup(
     entry_points={
         'console_scripts': [
             'plag-ros = plag_ros.cli:main',
-            'dynamics_node = plag_ros.nodes.dynamics_node:main',
-            'sim_node = plag_ros.nodes.sim_node:main',
-            'impedance_node = plag_ros.nodes.impedance_node:main',
+            # plag_ros.nodes.X:main behind a SIGINT handler set before the long imports
+            'dynamics_node = plag_ros.nodes:dynamics_main',
+            'sim_node = plag_ros.nodes:sim_main',
+            'impedance_node = plag_ros.nodes:impedance_main',
         ],
     },
 )

@@ -13,7 +13,9 @@ are published, with the display's message type, by those running nodes.
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
+import inspect
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +153,11 @@ def test_executables_are_console_scripts_with_modules():
         assert node.executable in scripts, f'{path.name}: {node.executable} not in setup.py'
         module, _, function = scripts[node.executable].partition(':')
         assert importlib.util.find_spec(module) is not None, f'{module} missing'
-        assert function == 'main'
+        entry = getattr(importlib.import_module(module), function)
+        assert callable(entry), scripts[node.executable]
+        # each runs plag_ros.nodes.<executable>.main
+        assert importlib.util.find_spec(f'plag_ros.nodes.{node.executable}') is not None
+        assert f"_console('{node.executable}')" in inspect.getsource(entry)
         assert node.name == NODE_NAMES[node.executable], (
             f'{path.name}: {node.executable} named {node.name!r}, its config files address '
             f'{NODE_NAMES[node.executable]!r}')

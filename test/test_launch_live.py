@@ -531,3 +531,22 @@ def test_replay_launch_plays_a_bag_into_the_dynamics_node(share, tmp_path):
     finally:
         run.kill()
         client.close()
+
+
+@pytest.mark.parametrize('after_s', [1.0, 2.5, 4.0, 6.0])
+def test_ctrl_c_during_start_up_is_clean(share, tmp_path, after_s):
+    """Ctrl-C while the nodes still import torch or build their models: clean too.
+
+    Not covered: a Ctrl-C within the first ~0.1 s of a node's interpreter start-up (while
+    Python imports ``site``, before any line of ours runs) still ends it with a traceback.
+    """
+    run = LaunchRun(share / 'launch' / 'sim.launch.py', ['control:=true'], 46,
+                    tmp_path / 'launch.log')
+    try:
+        for label in ('sim_node-1', 'dynamics_node-2', 'impedance_node-3'):
+            run.wait_for_output(rf'^\[INFO\] \[{label}\]: process started', START_TIMEOUT_S)
+        time.sleep(after_s)    # picks the moment of the Ctrl-C; nothing is asserted after it
+        run.ctrl_c()
+        run.assert_clean_exit()
+    finally:
+        run.kill()

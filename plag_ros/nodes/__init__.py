@@ -1,23 +1,83 @@
 """Thin rclpy nodes over the plag_ros library, and the shutdown idiom they share."""
 from __future__ import annotations
 
+import importlib
+import os
 import signal
 import threading
 from collections.abc import Callable
 
-__all__ = ['spin_node']
+__all__ = ['dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
 
 
-def _ignore_sigint() -> None:
-    """Ignore SIGINT from now on; retried if a SIGINT lands while it is being set."""
+class _StartUpInterrupted(BaseException):
+    """Ctrl-C while the node is being built: unwinds the constructor (like KeyboardInterrupt)."""
+
+
+class _QuietInterrupts:
+    """Python's SIGINT handler while a node runs: count, raise at most once, at start-up.
+
+    rclpy's own SIGINT handler (installed by ``rclpy.init``, in C) shuts the contexts down
+    and wakes the executor, which ends the spin; it then calls the handler that was there
+    before it, this one. Python's default would raise ``KeyboardInterrupt`` at whatever
+    bytecode the main thread is running, the cleanup included. This one raises only while
+    ``raise_once`` is set (the node's constructor, which could otherwise outlast launch's
+    5 s before SIGTERM) and only once; every other Ctrl-C is counted, so none can cut the
+    cleanup short.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.raise_once = False
+
+    def __call__(self, signum, frame) -> None:
+        self.count += 1
+        if self.raise_once:
+            self.raise_once = False
+            raise _StartUpInterrupted
+
+
+def _quiet_sigint() -> _QuietInterrupts | None:
+    """Install (or keep, with its count) the counting handler; None off the main thread."""
     if threading.current_thread() is not threading.main_thread():
-        return
-    while True:
-        try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            return
-        except KeyboardInterrupt:
-            continue
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    if not isinstance(handler, _QuietInterrupts):
+        handler = _QuietInterrupts()
+        signal.signal(signal.SIGINT, handler)
+    return handler
+
+
+def _exit_at_once(signum, frame) -> None:
+    os._exit(0)     # nothing started yet: nothing to clean up, no traceback
+
+
+def _console(module: str) -> None:
+    """A console script: a SIGINT handler first, then the seconds-long import, then run.
+
+    A Ctrl-C while torch, scipy and numba load (about 4 s) ends the process at once with
+    exit code 0 instead of a traceback out of some import (and instead of finishing the
+    import first, which would outlast launch's 5 s before it escalates to SIGTERM).
+    :func:`spin_node` replaces the handler before ``rclpy.init``.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _exit_at_once)
+    importlib.import_module(f'{__name__}.{module}').main()
+
+
+def dynamics_main() -> None:
+    """Console script ``dynamics_node``."""
+    _console('dynamics_node')
+
+
+def sim_main() -> None:
+    """Console script ``sim_node``."""
+    _console('sim_node')
+
+
+def impedance_main() -> None:
+    """Console script ``impedance_node``."""
+    _console('impedance_node')
 
 
 def spin_node(factory: Callable[[], object], args: list[str] | None = None) -> None:
@@ -28,35 +88,49 @@ def spin_node(factory: Callable[[], object], args: list[str] | None = None) -> N
 
     Shutdown is quiet and complete however it is asked for:
 
-    * rclpy's SIGINT handler shuts the context down from its own thread while a callback
-      may be publishing: the ``RCLError`` that publish raises once the context is gone is
-      a consequence of the shutdown and ends the spin like the ``KeyboardInterrupt``; an
+    * In the main thread, Python's SIGINT handler is replaced before ``rclpy.init`` (after
+      it, ``signal.signal`` would displace rclpy's handler) by :class:`_QuietInterrupts`:
+      rclpy's handler ends the spin by shutting the context down, a Ctrl-C during the
+      node's constructor unwinds it, and no ``KeyboardInterrupt`` can land in
+      ``destroy_node()`` when ``ros2 launch`` in a terminal delivers Ctrl-C twice (the
+      terminal's process group and launch itself).
+      The process exits with 0 (SIGINT is ignored once rclpy is shut down).
+    * rclpy shuts the context down from its own thread while a callback may be
+      publishing: the ``RCLError`` that publish (or building the node) raises once the
+      context is gone is a consequence of the shutdown and ends the spin quietly; an
       exception while the context is still valid is a bug and propagates.
-    * ``ros2 launch`` in a terminal delivers Ctrl-C to each node twice (the terminal's
-      process group and launch itself): SIGINT is ignored from the moment the spin ends,
-      so a second one cannot cut ``destroy_node()`` short. The process exits with 0.
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
+    interrupts = _quiet_sigint()
+
+    def interrupted() -> bool:
+        return interrupts is not None and interrupts.count > 0
+
     rclpy.init(args=args)
     node = None
     try:
-        node = factory()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
+        if not interrupted():       # a Ctrl-C before init: do not start at all
+            if interrupts is not None:
+                interrupts.raise_once = True
+            node = factory()
+            if interrupts is not None:
+                interrupts.raise_once = False
+            rclpy.spin(node)
+    except (_StartUpInterrupted, KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
         if rclpy.ok():
             raise
-        # else: a publish or take that raced the shutdown; nothing was lost.
+        # else: a publish, take or entity creation that raced the shutdown; nothing lost.
     finally:
-        _ignore_sigint()
+        if interrupts is not None:
+            interrupts.raise_once = False
         if node is not None:
             node.destroy_node()
-        try:
-            # uninstalls rclpy's handlers last, which restores Python's SIGINT handler
-            rclpy.try_shutdown()
-        except KeyboardInterrupt:
-            pass
-        _ignore_sigint()
+        rclpy.try_shutdown()    # uninstalls rclpy's handler: ours is Python's again
+        if interrupts is not None:
+            # Interpreter finalization resets a Python-function handler to SIG_DFL, and a
+            # late second Ctrl-C would then kill the process (exit -2); SIG_IGN stays.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -65,7 +65,11 @@ ARM_JOINTS = ['crane_x7_shoulder_fixed_part_pan_joint',
               'crane_x7_upper_arm_revolute_part_rotate_joint',
               'crane_x7_lower_arm_fixed_part_joint', 'crane_x7_lower_arm_revolute_part_joint',
               'crane_x7_wrist_joint']
-RATE_TOLERANCE = (0.8, 1.1)       # measured rate / nominal rate, over a 3 s window
+# Over a 3 s window: the simulator's joint_states between 0.5 and 1.1 x its nominal rate (it
+# slows down rather than skip time when the 2-core machine is loaded: 93-199 Hz seen), and
+# each node's output within 0.9-1.1 x the joint_states rate it was fed in the same window.
+INPUT_TOLERANCE = (0.5, 1.1)
+OUTPUT_TOLERANCE = (0.9, 1.1)
 START_TIMEOUT_S = 120.0            # cold start on a loaded 2-core machine
 
 # `ros2 launch FILE ARGS`, in Python (ros2launch does the same with more options).
@@ -247,13 +251,26 @@ def assert_parameters(client: RosClient, node: str, expected: dict[str, object])
     assert not wrong, f'{node}: parameter (expected, node has): {wrong}'
 
 
-def measured_rate(received: list, window_s: float = 3.0) -> float:
-    """Messages per second over the next ``window_s`` (receipt times)."""
-    start = len(received)
+def measured_rates(*received: list, window_s: float = 3.0) -> list[float]:
+    """Messages per second of each list over the same next ``window_s`` (receipt times)."""
+    starts = [len(r) for r in received]
     time.sleep(window_s)   # the measurement window itself, not a wait for a condition
-    stamps = [t for t, _ in received[start:]]
-    assert len(stamps) > 2, 'no data in the window'
-    return (len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9)
+    begin, end = time.time_ns() - int(window_s * 1e9), time.time_ns()
+    rates = []
+    for r, start in zip(received, starts, strict=True):
+        stamps = [t for t, _ in r[start:] if begin <= t <= end]
+        assert len(stamps) > 2, 'no data in the window'
+        rates.append((len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9))
+    return rates
+
+
+def assert_rates(states: list, outputs: list, nominal: float) -> None:
+    """joint_states near ``nominal``, the decomposition keeping up with it."""
+    rate_in, rate_out = measured_rates(states, outputs)
+    assert INPUT_TOLERANCE[0] * nominal <= rate_in <= INPUT_TOLERANCE[1] * nominal, (
+        f'/joint_states {rate_in:.1f} Hz, nominal {nominal} Hz')
+    assert OUTPUT_TOLERANCE[0] * rate_in <= rate_out <= OUTPUT_TOLERANCE[1] * rate_in, (
+        f'/plag_dynamics/joint_states {rate_out:.1f} Hz for {rate_in:.1f} Hz in')
 
 
 def _wait_count(client: RosClient, received: list, count: int, what: str,
@@ -278,11 +295,7 @@ def test_sim_launch_control_live_rates_parameters_and_clean_ctrl_c(share, tmp_pa
         _wait_count(client, impedance, 1, 'plag_impedance state', run)
         nominal = yaml.safe_load((share / 'config' / 'sim.yaml').read_text())[
             'plag_sim']['ros__parameters']['publish_rate_hz']
-        for name, received in (('/joint_states', states),
-                               ('/plag_dynamics/joint_states', outputs)):
-            rate = measured_rate(received)
-            assert RATE_TOLERANCE[0] * nominal <= rate <= RATE_TOLERANCE[1] * nominal, (
-                f'{name}: {rate:.1f} Hz, nominal {nominal} Hz')
+        assert_rates(states, outputs, nominal)
         assert 'disabled' in impedance[-1][1].data, impedance[-1][1].data
         assert_parameters(client, 'plag_sim', expected_parameters(share, 'sim.yaml',
                                                                   'plag_sim'))
@@ -361,12 +374,12 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
     run = LaunchRun(share / 'launch' / 'crane_x7.launch.py', ['control:=true'], 42,
                     tmp_path / 'launch.log', env=env)
     try:
+        states = client.collect(JointState, '/joint_states')
         outputs = client.collect(JointState, '/plag_dynamics/joint_states')
         impedance = client.collect(String, '/plag_impedance/state', LATCHED)
         _wait_count(client, outputs, 50, 'plag_dynamics output', run)
         _wait_count(client, impedance, 1, 'plag_impedance state', run)
-        rate = measured_rate(outputs)
-        assert RATE_TOLERANCE[0] * 200.0 <= rate <= RATE_TOLERANCE[1] * 200.0, rate
+        assert_rates(states, outputs, 200.0)    # the stand-in: sim_node's default rate
         assert re.search(r'\[plag_dynamics\]: model .* from topic', run.output())
         assert_parameters(client, 'plag_dynamics', expected_parameters(
             share, 'crane_x7.yaml', 'plag_dynamics', {'robot_description_source': 'topic'}))

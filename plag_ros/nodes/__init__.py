@@ -10,20 +10,17 @@ from collections.abc import Callable
 __all__ = ['dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
 
 
-class _StartUpInterrupted(BaseException):
-    """Ctrl-C while the node is being built: unwinds the constructor (like KeyboardInterrupt)."""
-
-
 class _QuietInterrupts:
-    """Python's SIGINT handler while a node runs: count, raise at most once, at start-up.
+    """Python's SIGINT handler while a node runs: count; raise KeyboardInterrupt once.
 
-    rclpy's own SIGINT handler (installed by ``rclpy.init``, in C) shuts the contexts down
-    and wakes the executor, which ends the spin; it then calls the handler that was there
-    before it, this one. Python's default would raise ``KeyboardInterrupt`` at whatever
-    bytecode the main thread is running, the cleanup included. This one raises only while
-    ``raise_once`` is set (the node's constructor, which could otherwise outlast launch's
-    5 s before SIGTERM) and only once; every other Ctrl-C is counted, so none can cut the
-    cleanup short.
+    rclpy's own SIGINT handler (installed by ``rclpy.init``, in C) wakes the executor and
+    shuts the contexts down, then calls the handler that was there before it, this one.
+    The ``KeyboardInterrupt`` is still needed: without it a node was seen to outlive
+    launch's 5 s and get SIGTERM (1 in 5 runs; likely cause: the executor woke before the
+    context was shut down, found it valid and waited again). Python's default raises at every
+    Ctrl-C, so a second one (``ros2 launch`` in a terminal delivers two) landed in
+    ``destroy_node()``. This one raises only while ``raise_once`` is set (constructor and
+    spin) and clears it before raising: every later Ctrl-C is only counted.
     """
 
     def __init__(self) -> None:
@@ -34,7 +31,7 @@ class _QuietInterrupts:
         self.count += 1
         if self.raise_once:
             self.raise_once = False
-            raise _StartUpInterrupted
+            raise KeyboardInterrupt
 
 
 def _quiet_sigint() -> _QuietInterrupts | None:
@@ -90,15 +87,15 @@ def spin_node(factory: Callable[[], object], args: list[str] | None = None) -> N
 
     * In the main thread, Python's SIGINT handler is replaced before ``rclpy.init`` (after
       it, ``signal.signal`` would displace rclpy's handler) by :class:`_QuietInterrupts`:
-      rclpy's handler ends the spin by shutting the context down, a Ctrl-C during the
-      node's constructor unwinds it, and no ``KeyboardInterrupt`` can land in
-      ``destroy_node()`` when ``ros2 launch`` in a terminal delivers Ctrl-C twice (the
-      terminal's process group and launch itself).
+      the first Ctrl-C ends the constructor or the spin with ``KeyboardInterrupt``, and
+      no later one can land in ``destroy_node()`` when ``ros2 launch`` in a terminal
+      delivers Ctrl-C twice (the terminal's process group and launch itself).
       The process exits with 0 (SIGINT is ignored once rclpy is shut down).
     * rclpy shuts the context down from its own thread while a callback may be
       publishing: the ``RCLError`` that publish (or building the node) raises once the
-      context is gone is a consequence of the shutdown and ends the spin quietly; an
-      exception while the context is still valid is a bug and propagates.
+      context is gone is a consequence of the shutdown and ends the spin quietly, as does
+      any exception after a Ctrl-C; an exception while the context is valid and no Ctrl-C
+      came is a bug and propagates.
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException
@@ -115,15 +112,15 @@ def spin_node(factory: Callable[[], object], args: list[str] | None = None) -> N
             if interrupts is not None:
                 interrupts.raise_once = True
             node = factory()
-            if interrupts is not None:
-                interrupts.raise_once = False
             rclpy.spin(node)
-    except (_StartUpInterrupted, KeyboardInterrupt, ExternalShutdownException):
+    except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
-        if rclpy.ok():
+        if rclpy.ok() and not interrupted():
             raise
-        # else: a publish, take or entity creation that raced the shutdown; nothing lost.
+        # else: a publish, take or entity creation that raced the shutdown, or the
+        # KeyboardInterrupt turned into another error inside rclpy's C extension (pybind11
+        # reports one raised while it converts a taken message as a RuntimeError).
     finally:
         if interrupts is not None:
             interrupts.raise_once = False

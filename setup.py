@@ -24,14 +24,14 @@ setup(
     description='Partial Lagrangian inverse dynamics, motion propagation torques and '
                 'partial-impedance control for the CRANE-X7 under ROS 2.',
     license='Apache-2.0',
-    tests_require=['pytest'],
     python_requires='>=3.10',
     entry_points={
         'console_scripts': [
             'plag-ros = plag_ros.tools.cli:main',
-            'dynamics_node = plag_ros.nodes.dynamics_node:main',
-            'sim_node = plag_ros.nodes.sim_node:main',
-            'impedance_node = plag_ros.nodes.impedance_node:main',
+            # plag_ros.nodes.X:main behind a SIGINT handler set before the long imports
+            'dynamics_node = plag_ros.nodes:dynamics_main',
+            'sim_node = plag_ros.nodes:sim_main',
+            'impedance_node = plag_ros.nodes:impedance_main',
         ],
     },
 )

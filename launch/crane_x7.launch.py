@@ -2,30 +2,44 @@
 
 The robot's own bring-up (crane_x7_ros: ``ros2 launch crane_x7_examples demo.launch.py``
 or ``crane_x7_control``) runs separately and provides ``/joint_states`` (200 Hz, reliable)
-and ``robot_description`` (transient local). This file adds:
+and ``robot_description`` (transient local, from ``demo.launch.py``'s
+robot_state_publisher only). This file adds:
 
 * ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml): the live decomposition;
 * ``plag_impedance`` (impedance_node, config/impedance.yaml) when ``control:=true``;
-* rviz2 with config/plag_ros.rviz when ``rviz:=true``.
+* with ``control:=true`` (and ``spawn_controller:=true``, the default) controller_manager's
+  ``spawner``: it loads ``plag_arm_position_controller`` (config/crane_x7_controllers.yaml,
+  a position_controllers/JointGroupPositionController on the 7 arm joints) into the robot's
+  ``/controller_manager`` and configures it INACTIVE; enabling plag_impedance switches the
+  arm from ``crane_x7_arm_controller`` to it. ``spawn_controller:=false`` leaves the
+  robot's controllers alone (a machine without controller_manager installed);
+* rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``.
 
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]``.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
+
+CONTROLLER = 'plag_arm_position_controller'
 
 
 def generate_launch_description():
     share = FindPackageShare('plag_ros')
     control = LaunchConfiguration('control')
     rviz = LaunchConfiguration('rviz')
+    spawn = LaunchConfiguration('spawn_controller')
     description_source = LaunchConfiguration('robot_description_source')
     return LaunchDescription([
         DeclareLaunchArgument('control', default_value='false',
                               description='start the partial-impedance controller'),
+        DeclareLaunchArgument('spawn_controller', default_value='true',
+                              description=f'with control:=true, load {CONTROLLER} inactive '
+                                          "into /controller_manager (controller_manager's "
+                                          'spawner)'),
         DeclareLaunchArgument('rviz', default_value='false',
                               description='start rviz2 with the plag_ros displays'),
         DeclareLaunchArgument('robot_description_source', default_value='topic',
@@ -47,10 +61,28 @@ def generate_launch_description():
             parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml'])],
             condition=IfCondition(control),
         ),
+        # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
+        # present on the humble and jazzy branches alike: positional controller name,
+        # -c/--controller-manager, -p/--param-file (loaded into the controller before
+        # configure), --inactive (configure, do not activate; added on humble in #755,
+        # 2022, replacing the deprecated --stopped, which jazzy no longer has).
+        Node(
+            package='controller_manager',
+            executable='spawner',
+            arguments=[CONTROLLER, '--controller-manager', '/controller_manager',
+                       '--param-file',
+                       PathJoinSubstitution([share, 'config', 'crane_x7_controllers.yaml']),
+                       '--inactive'],
+            output='screen',
+            # (PythonExpression, not AndSubstitution: Humble's launch has no AndSubstitution)
+            condition=IfCondition(PythonExpression(
+                ["'", control, "'.lower() in ('true', '1') and '", spawn,
+                 "'.lower() in ('true', '1')"])),
+        ),
         Node(
             package='rviz2',
             executable='rviz2',
-            name='rviz2',
+            name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
             arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
             condition=IfCondition(rviz),
         ),

@@ -1,24 +1,54 @@
-"""plag_ros from a recorded bag: ``ros2 bag play --clock`` plus the dynamics node on sim time.
+"""plag_ros from a recorded bag: a bag player plus the dynamics node on sim time.
 
-The bag (``ros2 bag record /joint_states`` on the robot, sqlite3 or mcap) is played with
-``ros2 bag play --clock`` so ``/clock`` carries the bag time; ``plag_dynamics``
+The bag (``ros2 bag record /joint_states`` or ``plag-ros record`` on the robot, sqlite3 or
+mcap) is played with ``/clock`` carrying the bag time; ``plag_dynamics``
 (config/crane_x7.yaml, ``use_sim_time: true``) decomposes the replayed joint states as it
-would live. The robot's ``robot_description`` is usually not in the bag, so the model
-comes from the bundled URDF (``robot_description_source:=file``) unless told otherwise.
-rviz2 with config/plag_ros.rviz starts with ``rviz:=true``; ``control:=true`` adds the
-partial-impedance controller (config/impedance.yaml) on sim time, to study the commands it
-would have sent during the recorded motion (nothing executes them on a replay).
+would live. The player is ``player:=plag`` (default): ``plag-ros replay BAG --clock``, this
+package's own player (rosbags, no ROS install beyond rclpy needed), which waits until the
+dynamics node subscribes before the first message; or ``player:=ros2``: ``ros2 bag play
+--clock`` (ros2cli and rosbag2 needed: without a ``ros2`` executable on PATH the launch
+stops at once with an error that says so, instead of running without the bag).
+The robot's ``robot_description`` is usually not in the bag, so the model comes from the
+bundled URDF (``robot_description_source:=file``) unless told otherwise. rviz2 (node
+``plag_rviz``) with config/plag_ros.rviz starts with ``rviz:=true``; ``control:=true`` adds
+the partial-impedance controller (config/impedance.yaml) on sim time, to study the
+commands it would have sent during the recorded motion (nothing executes them on a
+replay).
 
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
-[loop:=true] [rviz:=true] [control:=true]``. Without a ROS install, ``plag-ros replay BAG
---clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do the same.
+[loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]``. Without ``ros2 launch``,
+``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do
+the same.
 """
-from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
-from launch.actions import DeclareLaunchArgument, ExecuteProcess
-from launch.conditions import IfCondition, UnlessCondition
+import shutil  # noqa: I001 - launch (below) is the ROS package, not launch/
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
-from launch_ros.substitutions import FindPackageShare
+from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
+
+PLAYERS = ('plag', 'ros2')
+
+
+def _player(context, bag, rate, loop, player):
+    """The bag player's process, or a clear error when it cannot run here."""
+    name = player.perform(context)
+    if name not in PLAYERS:
+        raise RuntimeError(f'replay.launch.py: player:={name!r}, expected one of {PLAYERS}')
+    looping = loop.perform(context).lower() in ('true', '1')
+    if name == 'ros2':
+        if shutil.which('ros2') is None:
+            raise RuntimeError(
+                'replay.launch.py: player:=ros2 needs `ros2 bag play` (ros2cli, rosbag2), '
+                'and no ros2 executable is on PATH; use player:=plag (plag-ros replay)')
+        cmd = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate]
+    else:
+        cmd = [ExecutableInPackage('plag-ros', 'plag_ros'), 'replay', bag, '--clock',
+               '--rate', rate, '--wait-subscribers', '1']
+    return [ExecuteProcess(cmd=cmd + (['--loop'] if looping else []), output='screen',
+                           name='bag_player')]
 
 
 def generate_launch_description():
@@ -29,12 +59,15 @@ def generate_launch_description():
     rviz = LaunchConfiguration('rviz')
     control = LaunchConfiguration('control')
     description_source = LaunchConfiguration('robot_description_source')
-    play = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate]
+    player = LaunchConfiguration('player')
     return LaunchDescription([
         DeclareLaunchArgument('bag', description='rosbag2 bag directory (or .mcap/.db3 file) '
                                                  'holding /joint_states'),
         DeclareLaunchArgument('rate', default_value='1.0', description='playback speed'),
         DeclareLaunchArgument('loop', default_value='false', description='replay forever'),
+        DeclareLaunchArgument('player', default_value='plag',
+                              description="'plag': plag-ros replay (no ROS CLI needed); "
+                                          "'ros2': ros2 bag play"),
         DeclareLaunchArgument('rviz', default_value='false',
                               description='start rviz2 with the plag_ros displays'),
         DeclareLaunchArgument('control', default_value='false',
@@ -43,8 +76,7 @@ def generate_launch_description():
         DeclareLaunchArgument('robot_description_source', default_value='file',
                               description="dynamics model: 'file' (bundled URDF) or 'topic' "
                                           '(a robot_description published alongside)'),
-        ExecuteProcess(cmd=play, output='screen', condition=UnlessCondition(loop)),
-        ExecuteProcess(cmd=play + ['--loop'], output='screen', condition=IfCondition(loop)),
+        OpaqueFunction(function=_player, args=[bag, rate, loop, player]),
         Node(
             package='plag_ros',
             executable='dynamics_node',
@@ -66,7 +98,7 @@ def generate_launch_description():
         Node(
             package='rviz2',
             executable='rviz2',
-            name='rviz2',
+            name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
             arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
             parameters=[{'use_sim_time': True}],
             condition=IfCondition(rviz),

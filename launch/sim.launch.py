@@ -4,11 +4,15 @@
   publishing ``joint_states`` (200 Hz) and ``robot_description`` (transient local), taking
   ``position_controller/commands`` and ``effort_controller/commands``;
 * ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml): the live decomposition, model
-  from the simulator's ``robot_description``;
+  from the simulator's ``robot_description``, waited for without a timeout (a cold start
+  of the simulator takes 10-20 s; a fallback to the bundled URDF could differ from it);
 * ``plag_impedance`` (impedance_node, config/impedance.yaml) when ``control:=true``;
-* rviz2 with config/plag_ros.rviz when ``rviz:=true``, plus robot_state_publisher
-  (the same URDF, fed by the simulator's ``joint_states``) so rviz2 has the TF frames the
-  RobotModel and Effort displays need; on the real robot its bring-up provides them.
+* rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``, plus
+  robot_state_publisher (the bundled URDF, fed by the simulator's ``joint_states``) so
+  rviz2 has the TF frames the RobotModel and Effort displays need; on the real robot its
+  bring-up provides them. Its own copy of the description goes to
+  ``robot_state_publisher/robot_description``, so ``robot_description`` stays the
+  simulator's alone.
 
 Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``. Without
 ``ros2 launch``: ``plag-ros sim [--control]`` starts the same nodes with the same files.
@@ -43,8 +47,13 @@ def generate_launch_description():
             executable='dynamics_node',
             name='plag_dynamics',
             output='screen',
+            # The model is the simulator's, always: wait for its robot_description however
+            # long a cold start takes (0 = no timeout), never fall back to the bundled URDF,
+            # which would silently differ from the simulated robot when sim.yaml names
+            # another urdf_path.
             parameters=[PathJoinSubstitution([share, 'config', 'crane_x7.yaml']),
-                        {'robot_description_source': 'topic'}],
+                        {'robot_description_source': 'topic',
+                         'robot_description_timeout': 0.0}],
         ),
         Node(
             package='plag_ros',
@@ -61,12 +70,13 @@ def generate_launch_description():
             parameters=[{'robot_description': ParameterValue(
                 Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
                 value_type=str)}],
+            remappings=[('robot_description', 'robot_state_publisher/robot_description')],
             condition=IfCondition(rviz),
         ),
         Node(
             package='rviz2',
             executable='rviz2',
-            name='rviz2',
+            name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
             arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
             condition=IfCondition(rviz),
         ),

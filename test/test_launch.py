@@ -1,6 +1,7 @@
 """Launch files, parameter files and the rviz config, checked without ros2 launch or rviz2.
 
-``launch``/``launch_ros`` and rviz2 are not installable here, so the launch files are read
+These checks need neither ``launch``/``launch_ros`` nor rviz2 (test_launch_live.py runs the
+launch files under the real launch_ros where it is importable): the launch files are read
 as Python syntax trees: every plag_ros executable they start must be a console script of
 setup.py whose module exists, every parameter file they pass must exist and address the
 node by the name the launch file gives it, every launch configuration must be declared,
@@ -12,7 +13,9 @@ are published, with the display's message type, by those running nodes.
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
+import inspect
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,10 +126,25 @@ def test_launch_files_exist_and_parse():
         assert 'control' in impedance.condition, f'{path.name}: impedance behind control:='
         rviz = next(n for n in nodes if n.executable == 'rviz2')
         assert 'rviz' in rviz.condition and 'plag_ros.rviz' in rviz.files
+    for path in LAUNCH_FILES:    # MoveIt's demo.launch.py already runs a node named rviz2
+        assert {n.name for n in parse_launch(path)[0] if n.executable == 'rviz2'} <= \
+            {'plag_rviz'}, path.name
     sim_nodes = parse_launch(REPO / 'launch' / 'sim.launch.py')[0]
     assert 'sim_node' in {n.executable for n in sim_nodes}
     real_nodes = parse_launch(REPO / 'launch' / 'crane_x7.launch.py')[0]
     assert 'sim_node' not in {n.executable for n in real_nodes}   # the robot is real
+    # control:=true loads our position controller, inactive, with the shipped file.
+    spawner, = [n for n in real_nodes if n.package == 'controller_manager']
+    assert spawner.executable == 'spawner' and 'control' in spawner.condition
+    assert spawner.files == ['crane_x7_controllers.yaml']
+    assert (REPO / 'config' / 'crane_x7_controllers.yaml').is_file()
+    tree = ast.parse((REPO / 'launch' / 'crane_x7.launch.py').read_text())
+    strings = set(_strings(tree))
+    assert {'--inactive', '--param-file', '--controller-manager', '/controller_manager'} <= \
+        strings
+    controller = yaml.safe_load((REPO / 'config' / 'crane_x7_controllers.yaml').read_text())
+    assert any(isinstance(n, ast.Assign) and _const(n.value) in controller
+               for n in tree.body), 'the spawned controller is not in the shipped file'
 
 
 def test_executables_are_console_scripts_with_modules():
@@ -135,7 +153,11 @@ def test_executables_are_console_scripts_with_modules():
         assert node.executable in scripts, f'{path.name}: {node.executable} not in setup.py'
         module, _, function = scripts[node.executable].partition(':')
         assert importlib.util.find_spec(module) is not None, f'{module} missing'
-        assert function == 'main'
+        entry = getattr(importlib.import_module(module), function)
+        assert callable(entry), scripts[node.executable]
+        # each runs plag_ros.nodes.<executable>.main
+        assert importlib.util.find_spec(f'plag_ros.nodes.{node.executable}') is not None
+        assert f"_console('{node.executable}')" in inspect.getsource(entry)
         assert node.name == NODE_NAMES[node.executable], (
             f'{path.name}: {node.executable} named {node.name!r}, its config files address '
             f'{NODE_NAMES[node.executable]!r}')

@@ -100,7 +100,7 @@ class InputThread:
                 wait_set.wait(_WAIT_NS)     # releases the GIL while it blocks
                 if self._stop.is_set() or not wait_set.get_ready_entities('subscription'):
                     continue
-                while not self._stop.is_set():
+                while not self._stop.is_set() and context.ok():
                     taken = handle.take_message(msg_type, raw)
                     if taken is None:
                         break
@@ -110,6 +110,11 @@ class InputThread:
         try:
             self._callback(msg)
         except Exception:   # noqa: BLE001 - a bug in one message must not end the input
+            if self._stop.is_set() or not self._node.context.ok():
+                # Shut down under the callback (rclpy's SIGINT handler shuts the context
+                # down from its own thread): its publish failed because the context is
+                # gone, and so would the log line. Not an error; the loop ends.
+                return
             self.errors += 1
             now = time.monotonic()
             if now - self._last_log >= _LOG_THROTTLE_S:

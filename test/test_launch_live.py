@@ -1,0 +1,574 @@
+"""The launch files run by the REAL launch / launch_ros, out of the colcon install.
+
+In the style of launch_testing: each test runs a launch file the way ``ros2 launch`` does
+(``launch.LaunchService`` + ``IncludeLaunchDescription(PythonLaunchDescriptionSource(path),
+launch_arguments=...)``, in a child process of its own session, found with the ament index
+like ``FindPackageShare('plag_ros')``), watches the graph from a test rclpy context in the
+test's ROS domain and ends the launch with Ctrl-C: SIGINT to the whole process group, as a
+terminal sends it, so each node gets it twice (from the terminal and from launch).
+
+Checked: live data at the rates of the parameter files; every parameter of each node's
+parameter file (and each override in the launch file) read back over the node's
+``get_parameters`` service; no WARNING or ERROR from launch itself (launch_ros only WARNs
+about a parameter file that is not there: that must fail, and a test shows it does);
+``control:=true`` brings up the impedance controller and, on the real robot's launch,
+controller_manager's spawner with the shipped controller file; Ctrl-C ends every process
+with exit code 0, no traceback, no ERROR line and nothing left running, 20 times in a row
+(``PLAG_LAUNCH_SHUTDOWN_REPEAT`` changes the count).
+
+ROS domains 40-46. Marked ``launch`` (``pytest -m launch`` runs only these). Needs
+``launch`` and ``launch_ros`` importable and this package built with colcon: ``make venv``
+then ``source ../shared/tools/real_launch/setup.sh`` from the project root (on a ROS
+install: the system launch_ros, and ``source install/setup.bash`` after ``colcon build``).
+Without ``launch``/``launch_ros`` the module skips and says so;
+with ``PLAG_REQUIRE_LAUNCH=1`` (CI, after setup.sh) that is a failure instead.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ENABLE = ('run `make venv`, then `source ../shared/tools/real_launch/setup.sh` from the '
+          'project root (it builds the real launch/launch_ros and this package with colcon); '
+          'on a ROS 2 install, source /opt/ros/<distro>/setup.bash and the colcon '
+          'install/setup.bash of this package')
+pytestmark = pytest.mark.launch    # .ci/run selects these with -m launch
+try:
+    import launch  # noqa: F401, I001 - the ROS package, not launch/
+    import launch_ros  # noqa: F401
+except ImportError as _err:
+    _why = f'launch/launch_ros not importable ({_err}): to run the launch tests, {ENABLE}'
+    if os.environ.get('PLAG_REQUIRE_LAUNCH') == '1':     # CI after setup.sh: must run
+        pytest.fail(f'PLAG_REQUIRE_LAUNCH=1 but {_why}', pytrace=False)
+    pytest.skip(_why, allow_module_level=True)
+
+import rclpy.parameter  # noqa: E402
+from ament_index_python.packages import (  # noqa: E402
+    PackageNotFoundError,
+    get_package_prefix,
+    get_package_share_directory,
+)
+from rcl_interfaces.srv import GetParameters  # noqa: E402
+from ros_helpers import LATCHED, RELIABLE, REPO, RosClient, ros_env, start_node  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+SHUTDOWN_REPEAT = int(os.environ.get('PLAG_LAUNCH_SHUTDOWN_REPEAT', '20'))
+CONTROLLER = 'plag_arm_position_controller'
+ARM_JOINTS = ['crane_x7_shoulder_fixed_part_pan_joint',
+              'crane_x7_shoulder_revolute_part_tilt_joint',
+              'crane_x7_upper_arm_revolute_part_twist_joint',
+              'crane_x7_upper_arm_revolute_part_rotate_joint',
+              'crane_x7_lower_arm_fixed_part_joint', 'crane_x7_lower_arm_revolute_part_joint',
+              'crane_x7_wrist_joint']
+# Over a 3 s window: the simulator's joint_states between 0.5 and 1.1 x its nominal rate (it
+# slows down rather than skip time when the 2-core machine is loaded: 93-199 Hz seen), and
+# each node's output within 0.9-1.1 x the joint_states rate it was fed in the same window.
+INPUT_TOLERANCE = (0.5, 1.1)
+OUTPUT_TOLERANCE = (0.9, 1.1)
+START_TIMEOUT_S = 120.0            # cold start on a loaded 2-core machine
+
+# `ros2 launch FILE ARGS`, in Python (ros2launch does the same with more options).
+RUNNER = """
+import sys
+import launch
+from launch.actions import IncludeLaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+arguments = [tuple(a.split(':=', 1)) for a in sys.argv[2:]]
+service = launch.LaunchService(argv=sys.argv[2:], noninteractive=True)
+service.include_launch_description(launch.LaunchDescription([IncludeLaunchDescription(
+    PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=arguments)]))
+sys.exit(service.run())
+"""
+
+
+@pytest.fixture(scope='module')
+def share() -> Path:
+    """The colcon install's share/plag_ros, which must hold this checkout's files."""
+    try:
+        path = Path(get_package_share_directory('plag_ros'))
+    except PackageNotFoundError:
+        pytest.fail(f'launch_ros is importable but plag_ros is not in the ament index: {ENABLE}')
+    for sub, pattern in (('launch', '*.launch.py'), ('config', '*.yaml')):
+        for mine in (REPO / sub).glob(pattern):
+            installed = path / sub / mine.name
+            assert installed.is_file() and filecmp.cmp(mine, installed, shallow=False), (
+                f'{installed} is missing or differs from {mine}: the colcon install is stale; '
+                f'source ../shared/tools/real_launch/setup.sh again (it rebuilds)')
+    return path
+
+
+def _child_env(domain_id: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """ros_env without this checkout on PYTHONPATH: the nodes run the installed package."""
+    env = ros_env(domain_id, extra)
+    env['PYTHONPATH'] = os.pathsep.join(
+        p for p in env['PYTHONPATH'].split(os.pathsep)
+        if p and Path(p).resolve() != REPO.resolve())
+    return env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != 'Z'
+
+
+class LaunchRun:
+    """One ``ros2 launch``-like run of ``path`` with ``args`` in a session of its own."""
+
+    def __init__(self, path: Path, args: list[str], domain_id: int, log: Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.path, self.log = path, log
+        self._file = open(log, 'w')  # noqa: SIM115 - closed in wait()
+        self.process = subprocess.Popen(
+            [sys.executable, '-c', RUNNER, str(path), *args], stdout=self._file,
+            stderr=subprocess.STDOUT, env=env or _child_env(domain_id), cwd=log.parent,
+            start_new_session=True)
+        self.rc: int | None = None
+
+    def output(self) -> str:
+        return self.log.read_text(errors='replace')
+
+    def started(self) -> dict[str, int]:
+        """Process label -> pid of every process launch started."""
+        return {name: int(pid) for name, pid in re.findall(
+            r'^\[INFO\] \[(\S+)\]: process started with pid \[(\d+)\]', self.output(), re.M)}
+
+    def wait_for_output(self, pattern: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.output(), re.M):
+                return
+            assert self.process.poll() is None, (
+                f'launch ended ({self.process.returncode}) before {pattern!r}:\n'
+                f'{self.output()[-4000:]}')
+            time.sleep(0.05)
+        raise AssertionError(f'no {pattern!r} within {timeout} s:\n{self.output()[-4000:]}')
+
+    def wait(self, timeout: float) -> int:
+        try:
+            self.rc = self.process.wait(timeout)
+        finally:
+            self._file.close()
+        return self.rc
+
+    def ctrl_c(self, timeout: float = 60.0) -> int:
+        """SIGINT to the process group (a terminal's Ctrl-C) and wait for launch to end."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """Last resort in a finally: nothing of this run may outlive the test."""
+        if self.process.poll() is None or self._group_alive():
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(10.0)
+        self._file.close()
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def assert_clean_exit(self) -> None:
+        """Exit 0, every process finished cleanly, no traceback/ERROR, nothing left."""
+        out = self.output()
+        started = self.started()
+        assert started, f'launch started nothing:\n{out[-4000:]}'
+        assert self.rc == 0, f'launch exit code {self.rc}:\n{out[-4000:]}'
+        for bad in ('Traceback', '[ERROR]', 'ERROR', 'RCLError', 'Failed to publish',
+                    'process has died', 'KeyboardInterrupt'):
+            assert bad not in out, f'{bad!r} in the launch output:\n{out[-6000:]}'
+        finished = {name: int(pid) for name, pid in re.findall(
+            r'^\[INFO\] \[(\S+)\]: process has finished cleanly \[pid (\d+)\]', out, re.M)}
+        assert finished == started, f'started {started}, finished cleanly {finished}'
+        left = [pid for pid in (self.process.pid, *started.values()) if _alive(pid)]
+        deadline = time.monotonic() + 5.0      # the kernel reaps asynchronously
+        while (left or self._group_alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [pid for pid in left if _alive(pid)]
+        assert not left and not self._group_alive(), f'still running after launch: {left}'
+
+    def assert_no_launch_warnings(self) -> None:
+        """launch's own WARNING/ERROR lines (a missing parameter file is only a WARNING)."""
+        lines = re.findall(r'^\[(?:WARNING|ERROR)\].*$', self.output(), re.M)
+        assert not lines, f'launch warned: {lines}'
+
+
+def _flatten(params: dict, prefix: str = '') -> dict[str, object]:
+    flat = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f'{prefix}{key}.'))
+        else:
+            flat[f'{prefix}{key}'] = value
+    return flat
+
+
+def expected_parameters(share: Path, yaml_name: str, node: str,
+                        overrides: dict[str, object] | None = None) -> dict[str, object]:
+    content = yaml.safe_load((share / 'config' / yaml_name).read_text())
+    section = content.get(node, content.get('/**'))['ros__parameters']
+    return {**_flatten(section), **(overrides or {})}
+
+
+def assert_parameters(client: RosClient, node: str, expected: dict[str, object]) -> None:
+    """Every expected parameter, read back from ``node`` over ``get_parameters``."""
+    service = client.node.create_client(GetParameters, f'/{node}/get_parameters')
+    try:
+        assert service.wait_for_service(timeout_sec=START_TIMEOUT_S), f'{node} not up'
+        names = sorted(expected)
+        future = service.call_async(GetParameters.Request(names=names))
+        client.wait_for(future.done, 30.0, f'{node} get_parameters')
+        got = dict(zip(names, (rclpy.parameter.parameter_value_to_python(v)
+                               for v in future.result().values), strict=True))
+    finally:
+        client.node.destroy_client(service)
+    wrong = {}
+    for name in names:
+        want, have = expected[name], got[name]
+        if isinstance(want, list):
+            have = list(have) if have is not None else None
+            same = have is not None and len(have) == len(want) and all(
+                (float(a) == float(b)) if isinstance(b, (int, float)) and
+                not isinstance(b, bool) else a == b for a, b in zip(have, want, strict=True))
+        elif isinstance(want, float) and not isinstance(want, bool):
+            same = isinstance(have, (int, float)) and float(have) == want
+        else:
+            same = have == want
+        if not same:
+            wrong[name] = (want, have)
+    assert not wrong, f'{node}: parameter (expected, node has): {wrong}'
+
+
+def measured_rates(*received: list, window_s: float = 3.0) -> list[float]:
+    """Messages per second of each list over the same next ``window_s`` (receipt times)."""
+    starts = [len(r) for r in received]
+    time.sleep(window_s)   # the measurement window itself, not a wait for a condition
+    begin, end = time.time_ns() - int(window_s * 1e9), time.time_ns()
+    rates = []
+    for r, start in zip(received, starts, strict=True):
+        stamps = [t for t, _ in r[start:] if begin <= t <= end]
+        assert len(stamps) > 2, 'no data in the window'
+        rates.append((len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9))
+    return rates
+
+
+def assert_rates(states: list, outputs: list, nominal: float) -> None:
+    """joint_states near ``nominal``, the decomposition keeping up with it."""
+    rate_in, rate_out = measured_rates(states, outputs)
+    assert INPUT_TOLERANCE[0] * nominal <= rate_in <= INPUT_TOLERANCE[1] * nominal, (
+        f'/joint_states {rate_in:.1f} Hz, nominal {nominal} Hz')
+    assert OUTPUT_TOLERANCE[0] * rate_in <= rate_out <= OUTPUT_TOLERANCE[1] * rate_in, (
+        f'/plag_dynamics/joint_states {rate_out:.1f} Hz for {rate_in:.1f} Hz in')
+
+
+def _wait_count(client: RosClient, received: list, count: int, what: str,
+                run: LaunchRun) -> None:
+    try:
+        client.wait_for(lambda: len(received) >= count, START_TIMEOUT_S, what)
+    except AssertionError as err:
+        raise AssertionError(f'{err}\n{run.output()[-4000:]}') from err
+
+
+# ----------------------------------------------------------------------------- sim.launch.py
+def test_sim_launch_control_live_rates_parameters_and_clean_ctrl_c(share, tmp_path):
+    """sim.launch.py control:=true: three nodes, 200 Hz in and out, files applied."""
+    client = RosClient(40, 'plag_test_launch_sim')
+    run = LaunchRun(share / 'launch' / 'sim.launch.py', ['control:=true'], 40,
+                    tmp_path / 'launch.log')
+    try:
+        states = client.collect(JointState, '/joint_states')
+        outputs = client.collect(JointState, '/plag_dynamics/joint_states')
+        impedance = client.collect(String, '/plag_impedance/state', LATCHED)
+        _wait_count(client, outputs, 50, 'plag_dynamics output', run)
+        _wait_count(client, impedance, 1, 'plag_impedance state', run)
+        nominal = yaml.safe_load((share / 'config' / 'sim.yaml').read_text())[
+            'plag_sim']['ros__parameters']['publish_rate_hz']
+        assert_rates(states, outputs, nominal)
+        assert 'disabled' in impedance[-1][1].data, impedance[-1][1].data
+        assert_parameters(client, 'plag_sim', expected_parameters(share, 'sim.yaml',
+                                                                  'plag_sim'))
+        assert_parameters(client, 'plag_dynamics', expected_parameters(
+            share, 'crane_x7.yaml', 'plag_dynamics',
+            {'robot_description_source': 'topic', 'robot_description_timeout': 0.0}))
+        assert_parameters(client, 'plag_impedance', expected_parameters(
+            share, 'impedance.yaml', 'plag_impedance'))
+        run.assert_no_launch_warnings()
+        assert re.search(r'\[plag_dynamics\]: model .* from topic', run.output())
+        assert run.ctrl_c() == 0
+        run.assert_clean_exit()
+        assert set(run.started()) == {'sim_node-1', 'dynamics_node-2', 'impedance_node-3'}
+    finally:
+        run.kill()
+        client.close()
+
+
+def test_a_misspelt_parameter_file_fails_the_checks(share, tmp_path):
+    """launch_ros only WARNs about a missing parameter file; the checks above must fail."""
+    text = (share / 'launch' / 'sim.launch.py').read_text()
+    assert "'crane_x7.yaml'" in text
+    misspelt = tmp_path / 'sim_misspelt.launch.py'
+    misspelt.write_text(text.replace("'crane_x7.yaml'", "'crane_x7.yml'"))
+    client = RosClient(41, 'plag_test_launch_misspelt')
+    run = LaunchRun(misspelt, [], 41, tmp_path / 'launch.log')
+    try:
+        outputs = client.collect(JointState, '/plag_dynamics/joint_states')
+        _wait_count(client, outputs, 10, 'plag_dynamics output', run)
+        with pytest.raises(AssertionError, match='Parameter file path is not a file'):
+            run.assert_no_launch_warnings()
+        assert run.ctrl_c() == 0
+    finally:
+        run.kill()
+        client.close()
+
+
+# ------------------------------------------------------------------------ crane_x7.launch.py
+def _stand_in_controller_manager(root: Path, argv_file: Path) -> Path:
+    """An ament prefix whose ``controller_manager`` package has a ``spawner`` that records
+    its arguments and exits 0: it shows what the launch starts, it loads nothing."""
+    (root / 'share' / 'ament_index' / 'resource_index' / 'packages').mkdir(parents=True)
+    (root / 'share' / 'ament_index' / 'resource_index' / 'packages' /
+     'controller_manager').write_text('')
+    (root / 'share' / 'controller_manager').mkdir(parents=True)
+    spawner = root / 'lib' / 'controller_manager' / 'spawner'
+    spawner.parent.mkdir(parents=True)
+    spawner.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\n')
+    spawner.chmod(0o755)
+    return root
+
+
+def _real_controller_manager() -> str | None:
+    try:
+        prefix = get_package_prefix('controller_manager')
+    except PackageNotFoundError:
+        return None
+    spawner = Path(prefix) / 'lib' / 'controller_manager' / 'spawner'
+    return str(spawner) if spawner.is_file() else None
+
+
+def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
+    """crane_x7.launch.py control:=true beside sim_node standing in for the robot.
+
+    controller_manager is not installed here: a stand-in ``spawner`` records the arguments
+    the launch starts it with (the real one is checked in the next test where installed).
+    """
+    client = RosClient(42, 'plag_test_launch_robot')
+    robot = start_node('sim_node', domain_id=42, log_dir=tmp_path)
+    argv_file = tmp_path / 'spawner_argv.txt'
+    prefix = _stand_in_controller_manager(tmp_path / 'cm_prefix', argv_file)
+    env = _child_env(42)
+    # First on the path, so it also shadows a real controller_manager, whose spawner would
+    # wait for a controller manager that is not running here.
+    env['AMENT_PREFIX_PATH'] = os.pathsep.join([str(prefix), env['AMENT_PREFIX_PATH']])
+    run = LaunchRun(share / 'launch' / 'crane_x7.launch.py', ['control:=true'], 42,
+                    tmp_path / 'launch.log', env=env)
+    try:
+        states = client.collect(JointState, '/joint_states')
+        outputs = client.collect(JointState, '/plag_dynamics/joint_states')
+        impedance = client.collect(String, '/plag_impedance/state', LATCHED)
+        _wait_count(client, outputs, 50, 'plag_dynamics output', run)
+        _wait_count(client, impedance, 1, 'plag_impedance state', run)
+        assert_rates(states, outputs, 200.0)    # the stand-in: sim_node's default rate
+        assert re.search(r'\[plag_dynamics\]: model .* from topic', run.output())
+        assert_parameters(client, 'plag_dynamics', expected_parameters(
+            share, 'crane_x7.yaml', 'plag_dynamics', {'robot_description_source': 'topic'}))
+        assert_parameters(client, 'plag_impedance', expected_parameters(
+            share, 'impedance.yaml', 'plag_impedance'))
+        run.wait_for_output(r'^\[INFO\] \[spawner-\d+\]: process has finished cleanly',
+                            START_TIMEOUT_S)
+        controllers = share / 'config' / 'crane_x7_controllers.yaml'
+        assert argv_file.read_text().split('\n')[:6] == [
+            CONTROLLER, '--controller-manager', '/controller_manager', '--param-file',
+            str(controllers), '--inactive']
+        section = yaml.safe_load(controllers.read_text())[CONTROLLER]['ros__parameters']
+        assert section['joints'] == ARM_JOINTS
+        run.assert_no_launch_warnings()
+        assert run.ctrl_c() == 0
+        run.assert_clean_exit()
+        assert {re.sub(r'-\d+$', '', n) for n in run.started()} == {
+            'dynamics_node', 'impedance_node', 'spawner'}
+    finally:
+        run.kill()
+        robot.stop()
+        client.close()
+
+
+def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
+    """control:=false (default): the robot's controllers are left alone."""
+    from launch import LaunchContext  # noqa: I001 - the ROS package, not launch/
+    from launch.actions import DeclareLaunchArgument
+    from launch.launch_description_sources import PythonLaunchDescriptionSource
+    from launch_ros.actions import Node
+
+    source = PythonLaunchDescriptionSource(str(share / 'launch' / 'crane_x7.launch.py'))
+    description = source.get_launch_description(LaunchContext())
+    for control, spawn, expected in (('false', 'true', False), ('true', 'true', True),
+                                     ('true', 'false', False)):
+        context = LaunchContext()
+        for entity in description.entities:
+            if isinstance(entity, DeclareLaunchArgument):
+                context.launch_configurations[entity.name] = entity.default_value[0].text
+        context.launch_configurations.update(control=control, spawn_controller=spawn)
+        spawners = [e for e in description.entities if isinstance(e, Node)
+                    and e.node_package == 'controller_manager']
+        assert len(spawners) == 1
+        assert spawners[0].condition.evaluate(context) is expected, (control, spawn)
+
+
+def test_the_real_spawner_takes_the_flags_the_launch_passes():
+    spawner = _real_controller_manager()
+    if spawner is None:
+        pytest.skip('controller_manager (ros2_control) is not installed: the real spawner '
+                    'cannot be run here; install ros-<distro>-controller-manager')
+    out = subprocess.run([spawner, '--help'], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for flag in ('--controller-manager', '--param-file', '--inactive'):
+        assert flag in out.stdout, f'{flag} not in {spawner} --help'
+
+
+# ------------------------------------------------------------------------- replay.launch.py
+def test_replay_launch_with_player_ros2_and_no_ros2_fails_clearly(share, tmp_path):
+    env = _child_env(45)
+    env['PATH'] = os.pathsep.join(p for p in env['PATH'].split(os.pathsep)
+                                  if not (Path(p) / 'ros2').exists())
+    run = LaunchRun(share / 'launch' / 'replay.launch.py',
+                    ['bag:=/nonexistent', 'player:=ros2'], 45, tmp_path / 'launch.log',
+                    env=env)
+    try:
+        assert run.wait(120.0) != 0
+        assert 'player:=ros2 needs `ros2 bag play`' in run.output()
+    finally:
+        run.kill()
+
+
+# ------------------------------------------------------------------------ Ctrl-C, N times
+def test_ctrl_c_is_clean_every_time(share, tmp_path):
+    """sim.launch.py control:=true up and streaming, then Ctrl-C: clean, SHUTDOWN_REPEAT x."""
+    client = RosClient(43, 'plag_test_launch_ctrl_c')
+    outputs = client.collect(JointState, '/plag_dynamics/joint_states', RELIABLE)
+    impedance = client.collect(String, '/plag_impedance/state', LATCHED)
+    started = time.monotonic()
+    try:
+        for attempt in range(SHUTDOWN_REPEAT):
+            run = LaunchRun(share / 'launch' / 'sim.launch.py', ['control:=true'], 43,
+                            tmp_path / f'launch_{attempt}.log')
+            try:
+                outputs.clear()
+                impedance.clear()
+                # Streaming through the input thread, and the controller up, when SIGINT comes.
+                _wait_count(client, outputs, 20, f'output, run {attempt}', run)
+                _wait_count(client, impedance, 1, f'impedance, run {attempt}', run)
+                run.ctrl_c()
+                try:
+                    run.assert_clean_exit()
+                except AssertionError as err:
+                    raise AssertionError(f'run {attempt + 1} of {SHUTDOWN_REPEAT}: {err}') \
+                        from err
+            finally:
+                run.kill()
+    finally:
+        client.close()
+    print(f'{SHUTDOWN_REPEAT} clean Ctrl-C shutdowns in {time.monotonic() - started:.0f} s')
+
+
+# ------------------------------------------------------------------------------ the install
+def test_console_scripts_run_the_python_on_path():
+    """setup.cfg [build_scripts]: `#!/usr/bin/env python3`, whichever colcon built them.
+
+    The python that ran colcon (Debian's /usr/bin/python3 for plain ``colcon build``) would
+    otherwise be written into each script, and the nodes would miss torch installed in a
+    virtualenv. PLAG_LAUNCH_CACHE (set by real_launch/setup.sh) also names the plain
+    Debian-colcon build of this checkout, which must have the same scripts.
+    """
+    prefixes = [Path(get_package_prefix('plag_ros'))]
+    cache = os.environ.get('PLAG_LAUNCH_CACHE')
+    if cache:
+        prefixes.append(Path(cache) / 'ws_system' / 'install' / 'plag_ros')
+    for prefix in prefixes:
+        for script in ('dynamics_node', 'sim_node', 'impedance_node', 'plag-ros'):
+            path = prefix / 'lib' / 'plag_ros' / script
+            assert path.is_file(), f'{path} missing'
+            assert path.read_text().splitlines()[0] == '#!/usr/bin/env python3', path
+
+
+def _stamp(msg) -> int:
+    return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+
+
+def test_replay_launch_plays_a_bag_into_the_dynamics_node(share, tmp_path):
+    """replay.launch.py bag:=... (player:=plag, plag-ros replay): every sample decomposed."""
+    import numpy as np
+
+    from plag_ros.model import RobotModel, default_urdf_path
+
+    try:
+        from plag_ros.io.bag import write_joint_state_bag  # the io/ layout on main
+    except ImportError:
+        from plag_ros.bag import write_joint_state_bag
+
+    names = [n for n in RobotModel.from_urdf(str(default_urdf_path())).joint_names
+             if not n.endswith('finger_b_joint')]          # the mimic joint is not published
+    count, period_ns, t0 = 400, 5_000_000, 1_700_000_000_000_000_000
+    t_ns = t0 + period_ns * np.arange(count, dtype=np.int64)
+    phase = 2 * np.pi * 0.5 * (t_ns - t0)[:, None] * 1e-9 + np.arange(len(names))
+    q = 0.3 * np.sin(phase)
+    qd = 0.3 * np.pi * np.cos(phase)
+    bag = write_joint_state_bag(tmp_path / 'bag', t_ns, names, q, qd)
+    client = RosClient(44, 'plag_test_launch_replay')
+    run = LaunchRun(share / 'launch' / 'replay.launch.py', [f'bag:={bag}'], 44,
+                    tmp_path / 'launch.log')
+    try:
+        outputs = client.collect(JointState, '/plag_dynamics/joint_states')
+        run.wait_for_output(r'^\[INFO\] \[bag_player-\d+\]: process has finished cleanly',
+                            START_TIMEOUT_S)
+        _wait_count(client, outputs, 1, 'decomposed samples', run)
+        # The player has sent everything: the outputs end with the bag's last sample.
+        last = int(t_ns[-1])
+        client.wait_for(lambda: _stamp(outputs[-1][1]) == last, 60.0, 'the last sample')
+        stamps = [_stamp(m) for _, m in outputs]
+        # The first few may go before the test's subscription is matched to the node's
+        # publisher (the player waits for the node, not for the test); after that, every
+        # sample, in order.
+        assert len(stamps) >= 0.9 * count, f'{len(stamps)} of {count}'
+        assert stamps == t_ns[-len(stamps):].tolist()
+        run.assert_no_launch_warnings()
+        assert run.ctrl_c() == 0
+        run.assert_clean_exit()
+    finally:
+        run.kill()
+        client.close()
+
+
+@pytest.mark.parametrize('after_s', [1.0, 2.5, 4.0, 6.0])
+def test_ctrl_c_during_start_up_is_clean(share, tmp_path, after_s):
+    """Ctrl-C while the nodes still import torch or build their models: clean too.
+
+    Not covered: a Ctrl-C within the first ~0.1 s of a node's interpreter start-up (while
+    Python imports ``site``, before any line of ours runs) still ends it with a traceback.
+    """
+    run = LaunchRun(share / 'launch' / 'sim.launch.py', ['control:=true'], 46,
+                    tmp_path / 'launch.log')
+    try:
+        for label in ('sim_node-1', 'dynamics_node-2', 'impedance_node-3'):
+            run.wait_for_output(rf'^\[INFO\] \[{label}\]: process started', START_TIMEOUT_S)
+        time.sleep(after_s)    # picks the moment of the Ctrl-C; nothing is asserted after it
+        run.ctrl_c()
+        run.assert_clean_exit()
+    finally:
+        run.kill()

@@ -2,11 +2,13 @@
 
 * ``plag_sim`` (sim_node, config/sim.yaml): forward dynamics of the bundled URDF,
   publishing ``joint_states`` (200 Hz) and ``robot_description`` (transient local), taking
-  ``position_controller/commands`` and ``effort_controller/commands``;
+  the real driver's ``crane_x7_arm_controller/joint_trajectory`` and our
+  ``plag_arm_position_controller/commands``, with an emulated controller switch;
 * ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml): the live decomposition, model
   from the simulator's ``robot_description``, waited for without a timeout (a cold start
   of the simulator takes 10-20 s; a fallback to the bundled URDF could differ from it);
-* ``plag_impedance`` (impedance_node, config/impedance.yaml) when ``control:=true``;
+* ``plag_impedance`` (impedance_node, config/impedance.yaml) when ``control:=true``,
+  switching controllers through the simulator's emulation (``switch.method: sim``);
 * rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``, plus
   robot_state_publisher (the bundled URDF, fed by the simulator's ``joint_states``) so
   rviz2 has the TF frames the RobotModel and Effort displays need; on the real robot its
@@ -60,7 +62,9 @@ def generate_launch_description():
             executable='impedance_node',
             name='plag_impedance',
             output='screen',
-            parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml'])],
+            # The simulator emulates the driver's controller manager: switch through it.
+            parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml']),
+                        {'switch.method': 'sim'}],
             condition=IfCondition(control),
         ),
         Node(

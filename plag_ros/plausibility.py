@@ -21,7 +21,9 @@ first reason it fails:
     than ``velocity_factor`` times the velocity limit, plus ``jump_slack`` for encoder
     quantisation.
 
-A rejected jump does not freeze the gate on a stale anchor: when ``reanchor_samples``
+A sample stamped no later than the anchor is passed on unjudged and leaves the anchor
+alone: refusing out-of-order stamps is the estimator's job, and it counts them. A rejected
+jump does not freeze the gate on a stale anchor: when ``reanchor_samples``
 consecutive rejected samples agree with each other (each step plausible), the arm really
 is there (a driver restart, a recalibration) and the gate accepts the latest of them.
 
@@ -146,6 +148,8 @@ class PlausibilityGate:
         reason = self.reason(q, qd)
         if reason is None and self.config.enabled:
             sample = (int(t_ns), np.array(q, dtype=np.float64))
+            if self._anchor is not None and sample[0] <= self._anchor[0]:
+                return None     # not after the anchor: the stamp checks downstream refuse it
             if self._anchor is None or self._step_ok(self._anchor, sample):
                 self._anchor, self._pending = sample, []
                 return None

@@ -100,9 +100,11 @@ def _trajectory(model: RobotModel, names: list[str], t0_ns: int, count: int) -> 
     amp, freq, phase = (rng.uniform(0.1, 0.6, len(names)), rng.uniform(0.3, 1.5, len(names)),
                         rng.uniform(0, 2 * np.pi, len(names)))
     out = []
+    k_model = model.joint_index(names)   # around mid-range: within the joint limits
+    middle = 0.5 * (model.joint_lower[k_model] + model.joint_upper[k_model])
     for k in range(count):
         t_ns = t0_ns + k * PERIOD_NS
-        q = amp * np.sin(2 * np.pi * freq * (t_ns - t0_ns) * 1e-9 + phase)
+        q = middle + amp * np.sin(2 * np.pi * freq * (t_ns - t0_ns) * 1e-9 + phase)
         out.append(msgs.joint_state(names, q, t_ns=t_ns))
     return out
 

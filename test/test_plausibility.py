@@ -189,3 +189,13 @@ def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
         codes = npz['input_rejected']
         assert codes.shape == (N,) and codes[300] == 1 and codes.sum() == 1
         assert tuple(npz['rejection_reasons']) == PLAUSIBILITY_REASONS
+
+
+def test_out_of_order_stamps_leave_the_anchor_alone(crane):
+    gate = PlausibilityGate(crane)
+    q0 = _inside(crane)
+    gate.check(10 * PERIOD_NS, q0)
+    # an older stamp is passed on (the estimator refuses it as stamp_not_increasing) ...
+    assert gate.check(9 * PERIOD_NS, q0 + 0.3) is None
+    # ... and the next sample is still judged against the last one in order
+    assert gate.check(11 * PERIOD_NS, q0 + 0.3) == 'position_jump'

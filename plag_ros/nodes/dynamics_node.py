@@ -73,6 +73,7 @@ from .. import topics
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig, JointStateEstimator
 from ..model import RobotModel, default_urdf_path
+from ..plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
 from . import spin_node, tuning
 from .input_thread import InputThread
 from .parameters import float_descriptor as _float
@@ -86,7 +87,7 @@ NODE_NAME = topics.DYNAMICS_NODE_NAME
 REJECTION_REASONS = ('unknown_name', 'missing_name', 'duplicate_name',
                      'length_mismatch', 'nonfinite', 'stamp_not_increasing',
                      'stamp_too_close', 'stamp_type', 'shape', 'missing_velocity',
-                     'nonfinite_output')
+                     'nonfinite_output', *PLAUSIBILITY_REASONS)
 """Keys of the rejected-input counters (``rejected.<reason>`` in ``/diagnostics``)."""
 
 ARRAY_TOPICS = topics.ARRAY_TOPICS
@@ -97,6 +98,7 @@ _DESCRIPTION_SOURCES = ('topic', 'parameter', 'file')
 
 
 _ESTIMATOR = EstimatorConfig()   # the one source of the filter.* defaults
+_PLAUSIBILITY = PlausibilityConfig()   # ... and of the plausibility.* defaults
 
 # name -> (default, descriptor); config/crane_x7.yaml sets what differs on the robot.
 PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
@@ -157,6 +159,19 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         description=tuning.LOW_LATENCY_DESCRIPTION)),
     'torch_threads': (1, _int('torch intra-op threads (1 is fastest for single samples)', 1,
                               256, read_only=True)),
+    # Plausibility limits (plag_ros.plausibility; defaults from PlausibilityConfig).
+    'plausibility.enabled': (_PLAUSIBILITY.enabled, ParameterDescriptor(
+        type=ParameterType.PARAMETER_BOOL, read_only=True,
+        description='reject joint states the arm cannot produce (beyond the URDF limits, '
+                    'too fast, impossible jumps), counted per reason')),
+    'plausibility.position_margin': (_PLAUSIBILITY.position_margin, _float(
+        'allowed excess beyond the URDF position limits [rad or m]', 0.0, 100.0,
+        read_only=True)),
+    'plausibility.velocity_factor': (_PLAUSIBILITY.velocity_factor, _float(
+        'allowed multiple of the URDF velocity limit (measured velocity, step between '
+        'samples)', 0.01, 1000.0, read_only=True)),
+    'plausibility.continuous_bound': (_PLAUSIBILITY.continuous_bound, _float(
+        'largest |q| of a continuous joint [rad]', 0.0, 1e9, read_only=True)),
 }
 
 
@@ -205,6 +220,11 @@ class DynamicsNode(Node):
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
         self._image_limit = float(values['image_limit'])
+        self._plausibility = PlausibilityConfig(
+            enabled=bool(values['plausibility.enabled']),
+            position_margin=float(values['plausibility.position_margin']),
+            velocity_factor=float(values['plausibility.velocity_factor']),
+            continuous_bound=float(values['plausibility.continuous_bound']))
 
         self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
         # Held by the joint_states callback and by everything the executor runs that
@@ -213,6 +233,7 @@ class DynamicsNode(Node):
         self._lock = threading.Lock()
         self._low_latency = bool(values['low_latency'])
         self._input: InputThread | None = None
+        self._diagnostics_due = False   # before the model: a first sample may come at once
         self._reported_errors = 0
         self._clock = self.get_clock()
         self._last_log: dict[str, float] = {}
@@ -261,7 +282,6 @@ class DynamicsNode(Node):
             self.get_logger().info('waiting for robot_description (fallback to the URDF file '
                                    f'after {timeout:g} s)' if timeout > 0.0 else
                                    'waiting for robot_description')
-        self._diagnostics_due = False
         self._diag_timer = self.create_timer(float(values['diagnostics_period']),
                                              self._on_diagnostics_timer)
 
@@ -388,6 +408,7 @@ class DynamicsNode(Node):
         self._model_source = source
         self._engine = PartialLagrangian(model, dtype=torch.float64)
         self._reader = msgs.JointStateReader(model)
+        self._gate = PlausibilityGate(model, self._plausibility)
         self._estimator = JointStateEstimator(model.n_joints, self._config)
         self._estimator_counts = self._estimator.rejected
         self._frame_id = self._frame_param or model.root_link
@@ -458,6 +479,10 @@ class DynamicsNode(Node):
             window.first_stamp_ns = t_ns
         window.stamps += 1
         window.last_stamp_ns = t_ns
+        implausible = self._gate.check(t_ns, q, qd_measured)
+        if implausible is not None:
+            self._reject(implausible, f'sample stamped {t_ns} ns is beyond what the arm can do')
+            return
         estimator = self._estimator
         sample = estimator.update(t_ns, q, qd_measured)
         if sample is None:

@@ -435,7 +435,8 @@ class ImpedanceNode(Node):
                 sim_node=str(values['switch.sim_node']),
                 timeout_s=float(values['switch.timeout_s']), callback_group=self._async_group)
             if self._switch.error:
-                self.get_logger().error(self._switch.error)
+                # Not an error until someone enables: ~/enable then refuses with this reason.
+                self.get_logger().warning(self._switch.error)
         self._switched = False               # our controller activated by us
         actuated = [self.model.joint_names[j] for j in self._act]
         # joint_states effort is current * current_to_effort; torque = current * K_t.

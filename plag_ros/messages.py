@@ -227,7 +227,9 @@ class JointStateReader:
             else np.asarray(values, dtype=np.float64)
         x = np.zeros(self.model.n_joints)
         x[self._dst] = raw[self._src]
-        if not math.isfinite(x @ x):
+        # x @ x is one fast test; it also overflows for finite values above ~1e154, which
+        # are left to the plausibility limits
+        if not math.isfinite(x @ x) and not np.isfinite(x).all():
             bad = [self.model.joint_names[k] for k in np.flatnonzero(~np.isfinite(x))]
             raise JointStateError('nonfinite', f'joint_states {field} is not finite for '
                                   f'joints {bad}')

@@ -51,7 +51,9 @@ def _feed(model: RobotModel, seed: int = 5) -> tuple[list[JointState], dict[str,
     last_good_t = t_ns
     while len(sent) < COUNT:
         q = middle + amp * np.sin(2 * np.pi * freq * (t_ns - 10**12) * 1e-9)
-        if run < 3 and good > 10 and rng.random() < 0.2:
+        # at most two damaged in a row: three consistent jumps would be the arm's real new
+        # position, which the gate accepts (test_plausibility covers that)
+        if run < 2 and good > 10 and rng.random() < 0.2:
             kind = KINDS[rng.integers(len(KINDS))]
             bad_names, bad_q, stamp = list(names), q.copy(), t_ns
             if kind == 'nonfinite':
@@ -122,7 +124,7 @@ def test_fuzzed_input_yields_nothing_absurd_and_every_rejection_is_counted(model
             return {}
 
         client.wait_for(lambda: all(counts().get(r, -1) == n for r, n in injected.items()),
-                        30.0, f'diagnostics counting {injected}')
+                        30.0, f'diagnostics counting {injected}, got {counts()}')
         assert node.alive(), node.output()
         got = counts()
         assert {r: got[r] for r in injected} == injected

@@ -232,3 +232,40 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
             node.destroy_node()
     finally:
         context.try_shutdown()
+
+
+def test_implausible_joint_state_makes_the_controller_hold(model):
+    """A reading the arm cannot produce (1e300 rad, a jump) is counted and treated like a
+    NaN: the controller holds its set point and computes nothing from it."""
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=33)
+    try:
+        node = ImpedanceNode(context=context)
+        try:
+            published = []
+            node._publish = lambda command, now: published.append(command)
+            names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+            k = model.joint_index(names)
+            q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
+            zero = np.zeros(len(names))                # impedance.yaml: measured velocity
+            t0 = 10**12
+            for i in range(8):                       # past the estimator's warm-up
+                node._on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
+            assert node.controller.fault != 'nan'
+            hold = published[-1].position.copy()     # disabled: the hold set point
+            bad = q0.copy()
+            bad[3] = 1e300
+            node._on_joint_state(msgs.joint_state(names, bad, zero, t_ns=t0 + 8 * 5_000_000))
+            assert node.rejected['position_out_of_range'] == 1
+            assert node.controller.fault == 'nan'
+            assert np.isfinite(published[-1].position).all()
+            np.testing.assert_array_equal(published[-1].position, hold)
+            jump = q0.copy()
+            jump[0] += 0.5                             # 0.5 rad in 5 ms: impossible
+            node._on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
+            assert node.rejected['position_jump'] == 1
+            np.testing.assert_array_equal(published[-1].position, hold)
+        finally:
+            node.destroy_node()
+    finally:
+        context.try_shutdown()

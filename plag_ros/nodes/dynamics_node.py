@@ -73,9 +73,10 @@ from .. import topics
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig, JointStateEstimator
 from ..model import RobotModel, default_urdf_path
-from ..plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
+from ..plausibility import PLAUSIBILITY_REASONS, PlausibilityGate
 from . import spin_node, tuning
 from .input_thread import InputThread
+from .parameters import PLAUSIBILITY_PARAMETERS, plausibility_config
 from .parameters import float_descriptor as _float
 from .parameters import int_descriptor as _int
 from .parameters import str_descriptor as _str
@@ -98,7 +99,6 @@ _DESCRIPTION_SOURCES = ('topic', 'parameter', 'file')
 
 
 _ESTIMATOR = EstimatorConfig()   # the one source of the filter.* defaults
-_PLAUSIBILITY = PlausibilityConfig()   # ... and of the plausibility.* defaults
 
 # name -> (default, descriptor); config/crane_x7.yaml sets what differs on the robot.
 PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
@@ -159,19 +159,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         description=tuning.LOW_LATENCY_DESCRIPTION)),
     'torch_threads': (1, _int('torch intra-op threads (1 is fastest for single samples)', 1,
                               256, read_only=True)),
-    # Plausibility limits (plag_ros.plausibility; defaults from PlausibilityConfig).
-    'plausibility.enabled': (_PLAUSIBILITY.enabled, ParameterDescriptor(
-        type=ParameterType.PARAMETER_BOOL, read_only=True,
-        description='reject joint states the arm cannot produce (beyond the URDF limits, '
-                    'too fast, impossible jumps), counted per reason')),
-    'plausibility.position_margin': (_PLAUSIBILITY.position_margin, _float(
-        'allowed excess beyond the URDF position limits [rad or m]', 0.0, 100.0,
-        read_only=True)),
-    'plausibility.velocity_factor': (_PLAUSIBILITY.velocity_factor, _float(
-        'allowed multiple of the URDF velocity limit (measured velocity, step between '
-        'samples)', 0.01, 1000.0, read_only=True)),
-    'plausibility.continuous_bound': (_PLAUSIBILITY.continuous_bound, _float(
-        'largest |q| of a continuous joint [rad]', 0.0, 1e9, read_only=True)),
+    **PLAUSIBILITY_PARAMETERS,
 }
 
 
@@ -220,11 +208,7 @@ class DynamicsNode(Node):
         self._publish_bodies = bool(values['publish_bodies'])
         self._image_cell = int(values['image_cell'])
         self._image_limit = float(values['image_limit'])
-        self._plausibility = PlausibilityConfig(
-            enabled=bool(values['plausibility.enabled']),
-            position_margin=float(values['plausibility.position_margin']),
-            velocity_factor=float(values['plausibility.velocity_factor']),
-            continuous_bound=float(values['plausibility.continuous_bound']))
+        self._plausibility = plausibility_config(values)
 
         self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
         # Held by the joint_states callback and by everything the executor runs that

@@ -108,7 +108,9 @@ from ..control import (
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig
 from ..model import RobotModel, default_urdf_path
+from ..plausibility import PlausibilityGate
 from .controller_switch import METHODS, ControllerSwitch, read_joints, switch_command
+from .parameters import PLAUSIBILITY_PARAMETERS, plausibility_config
 from .parameters import descriptor as _desc
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'ImpedanceNode', 'main']
@@ -234,6 +236,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
                                   high=1000.0)),
     'torch_threads': (1, _desc(_I, 'torch intra-op threads (1 is fastest for one sample)',
                                read_only=True, low=1, high=256)),
+    **PLAUSIBILITY_PARAMETERS,
 }
 
 
@@ -349,6 +352,7 @@ class ImpedanceNode(Node):
             raise ValueError(f'{self.get_name()}: {err}') from err
         self.controller = PartialImpedanceController(self.engine, config, reference)
         self._reader = msgs.JointStateReader(self.model)
+        self._gate = PlausibilityGate(self.model, plausibility_config(values))
         self._ref_reader = msgs.JointStateReader(self.model)
         self._act = np.flatnonzero(self.model.actuated)
         self._names = list(self.controller.joint_names)
@@ -563,6 +567,14 @@ class ImpedanceNode(Node):
                 return
             # NaN/inf in the state: the controller must see it to hold.
             t_ns, q, qd, effort = now, np.full(self.model.n_joints, np.nan), None, None
+        else:
+            implausible = self._gate.check(t_ns, q, qd)
+            if implausible is not None:
+                # A reading the arm cannot produce is garbage, as a NaN is: the controller
+                # holds rather than compute a command from it.
+                self._reject(implausible, f'sample stamped {t_ns} ns is beyond what the arm '
+                                          'can do')
+                t_ns, q, qd, effort = now, np.full(self.model.n_joints, np.nan), None, None
         command = self.controller.update(
             now, q[self._act], None if qd is None else qd[self._act],
             stamp_ns=t_ns if self._use_stamp else None,

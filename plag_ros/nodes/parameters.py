@@ -5,6 +5,8 @@ before a node's own validation runs.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rcl_interfaces.msg import (
     FloatingPointRange,
     IntegerRange,
@@ -12,8 +14,10 @@ from rcl_interfaces.msg import (
     ParameterType,
 )
 
-__all__ = ['descriptor', 'float_descriptor', 'int_descriptor', 'str_descriptor',
-           'bool_descriptor', 'doubles_descriptor']
+from ..plausibility import PlausibilityConfig
+
+__all__ = ['PLAUSIBILITY_PARAMETERS', 'bool_descriptor', 'descriptor', 'doubles_descriptor',
+           'float_descriptor', 'int_descriptor', 'plausibility_config', 'str_descriptor']
 
 
 def descriptor(kind: int, description: str, *, read_only: bool = False,
@@ -54,3 +58,30 @@ def bool_descriptor(description: str, *, read_only: bool = False) -> ParameterDe
 
 def doubles_descriptor(description: str, *, read_only: bool = False) -> ParameterDescriptor:
     return descriptor(ParameterType.PARAMETER_DOUBLE_ARRAY, description, read_only=read_only)
+
+
+_PLAUSIBILITY = PlausibilityConfig()     # the one source of the plausibility.* defaults
+
+PLAUSIBILITY_PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
+    'plausibility.enabled': (_PLAUSIBILITY.enabled, bool_descriptor(
+        'reject joint states the arm cannot produce (beyond the URDF limits, too fast, '
+        'impossible jumps), counted per reason', read_only=True)),
+    'plausibility.position_margin': (_PLAUSIBILITY.position_margin, float_descriptor(
+        'allowed excess beyond the URDF position limits [rad or m]', 0.0, 100.0,
+        read_only=True)),
+    'plausibility.velocity_factor': (_PLAUSIBILITY.velocity_factor, float_descriptor(
+        'allowed multiple of the URDF velocity limit (measured velocity, step between '
+        'samples)', 0.01, 1000.0, read_only=True)),
+    'plausibility.continuous_bound': (_PLAUSIBILITY.continuous_bound, float_descriptor(
+        'largest |q| of a continuous joint [rad]', 0.0, 1e9, read_only=True)),
+}
+"""(default, descriptor) of the plausibility limits a node reading joint_states declares."""
+
+
+def plausibility_config(values: Mapping[str, object]) -> PlausibilityConfig:
+    """The :class:`PlausibilityConfig` of a node's declared ``plausibility.*`` values."""
+    return PlausibilityConfig(
+        enabled=bool(values['plausibility.enabled']),
+        position_margin=float(values['plausibility.position_margin']),   # type: ignore[arg-type]
+        velocity_factor=float(values['plausibility.velocity_factor']),   # type: ignore[arg-type]
+        continuous_bound=float(values['plausibility.continuous_bound']))  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ venv: $(VENV)/.installed
 test-venv: $(VENV)/.test-installed
 
 demo: venv
-	$(VENV)/bin/plag-ros sim --duration 10
+	$(VENV)/bin/plag-ros sim --duration 10 --report out/demo
 
 lint: test-venv
 	$(VENV)/bin/ruff check .

@@ -1,14 +1,17 @@
-"""plag_ros.tools.live_report: live outputs paired by arrival order, then the demo's report."""
+"""plag_ros.tools.live_report: a live run rebuilt from its input and checked against the
+torques the node published, then the demo's picture and table."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from plag_ros import topics
 from plag_ros.dynamics import PartialLagrangian
+from plag_ros.filters import EstimatorConfig, JointStateEstimator
 from plag_ros.model import RobotModel, default_urdf_path
 from plag_ros.tools.live_report import LiveRecording, write_report
+
+PERIOD_NS = 5_000_000
 
 
 @pytest.fixture(scope='module')
@@ -16,47 +19,54 @@ def model():
     return RobotModel.from_urdf(default_urdf_path())
 
 
-def _samples(model, count=50):
-    rng = np.random.default_rng(4)
-    q = rng.uniform(-0.5, 0.5, (count, model.n_joints))
-    qd = rng.normal(0, 0.5, q.shape)
-    qdd = rng.normal(0, 2.0, q.shape)
-    out = PartialLagrangian(model, dtype=torch.float64).decompose(q, qd, qdd).numpy()
-    t = 10**9 + np.arange(count, dtype=np.int64) * 5_000_000
-    return t, q, qd, out
+def _run(model, count=300):
+    """Input positions and what the node computes per sample (its estimator and engine)."""
+    t = 10**12 + np.arange(count, dtype=np.int64) * PERIOD_NS
+    middle = 0.5 * (model.joint_lower + model.joint_upper)
+    middle = np.where(np.isfinite(middle), middle, 0.0)
+    q = middle + 0.3 * np.sin(np.outer((t - t[0]) * 1e-9, np.linspace(0.5, 1.5, model.n_joints)))
+    estimator = JointStateEstimator(model.n_joints, EstimatorConfig())
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    published = {}
+    for k in range(count):
+        sample = estimator.update(int(t[k]), q[k])
+        if sample is not None:
+            published[int(t[k])] = engine.decompose_arrays(sample.q, sample.qd,
+                                                           sample.qdd)['torque'].copy()
+    return t, q, published
 
 
-def test_pairs_arrays_with_the_state_before_them(model):
-    t, q, qd, out = _samples(model)
+def test_rebuild_equals_what_the_node_published(model):
+    t, q, published = _run(model)
     rec = LiveRecording(model)
-    for i in range(len(t)):
-        rec.on_state(int(t[i]), q[i], qd[i], out['torque'][i])
-        if i == 7:
-            continue                                # a sample whose arrays never arrived
-        for name in topics.ARRAY_TOPICS:
-            rec.on_array(name, out[name][i].ravel())    # flat, as Float64MultiArray data
-    analysis = rec.analysis()
-    keep = np.delete(np.arange(len(t)), 7)
-    np.testing.assert_array_equal(analysis.t_ns, t[keep])
-    for name in ('partial', 'acceleration', 'velocity', 'gravity', 'friction', 'torque'):
-        np.testing.assert_array_equal(getattr(analysis, name), out[name][keep], err_msg=name)
-    np.testing.assert_array_equal(analysis.q, q[keep])
+    for k in range(len(t)):
+        rec.on_input(int(t[k]), q[k])
+    for stamp, torque in published.items():
+        rec.on_output(stamp, torque)
+    analysis, difference = rec.analysis()
+    assert len(analysis.t_ns) == len(t) - 4 == len(published)
+    assert difference < 1e-9
+    # a node that published something else is caught
+    stamp = sorted(published)[100]
+    rec.on_output(stamp, published[stamp] + np.r_[0.01, np.zeros(model.n_joints - 1)])
+    assert rec.analysis()[1] == pytest.approx(0.01, abs=1e-9)
 
 
 def test_report_table_and_picture(model, tmp_path):
-    t, q, qd, out = _samples(model)
-    rec = LiveRecording(model, max_samples=30)
-    for i in range(len(t)):
-        rec.on_state(int(t[i]), q[i], qd[i], out['torque'][i])
-        for name in topics.ARRAY_TOPICS:
-            rec.on_array(name, out[name][i].ravel())
-    assert len(rec) == 30 and rec.ignored == 20
+    t, q, published = _run(model)
+    rec = LiveRecording(model, max_samples=200)
+    for k in range(len(t)):
+        rec.on_input(int(t[k]), q[k])
+    for stamp, torque in published.items():
+        rec.on_output(stamp, torque)
+    assert len(rec) == 200 and rec.ignored == 100
     png, text = write_report(tmp_path / 'demo', rec, title='plag-ros demo')
     assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and png.stat().st_size > 10_000
     assert (tmp_path / 'demo' / 'summary.txt').read_text() == text
-    assert text.startswith('plag-ros demo: 30 samples over 0.1 s')
-    # the gravity RMS of joint 2 in the table is that of the first 30 samples
+    assert text.startswith('plag-ros demo: 196 samples over 1.0 s')
+    assert 'largest difference to the torque the node published: ' in text
+    # the table's torque RMS of joint 2 is that of the published torques
     row = next(line for line in text.splitlines()
                if line.strip().startswith(model.joint_names[1]))
-    gravity = out['gravity'][:30, 1].sum(axis=-1)
-    assert float(row.split()[4]) == pytest.approx(np.sqrt(np.mean(gravity ** 2)), abs=1e-4)
+    torque = np.array([published[s][1] for s in sorted(published)[:196]])
+    assert float(row.split()[1]) == pytest.approx(np.sqrt(np.mean(torque ** 2)), abs=1e-4)

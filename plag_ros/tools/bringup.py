@@ -240,8 +240,9 @@ def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
 
 
 def _monitor(children: list[NodeProcess], *, duration: float | None, startup_timeout: float,
-             motion: bool, out) -> int:
-    """Host ``plag_monitor``: print the summary once a second until ``duration``."""
+             motion: bool, out, report: Path | None = None) -> int:
+    """Host ``plag_monitor``: print the summary once a second until ``duration``; with
+    ``report``, then write the run's picture and table there (:mod:`.live_report`)."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -252,6 +253,13 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     from ..model import RobotModel, default_urdf_path
 
     summary = Summary()
+    recording = None
+    if report is not None:
+        from .live_report import LiveRecording
+
+        recorded_model = RobotModel.from_urdf(default_urdf_path())
+        recording = LiveRecording(recorded_model)
+        reader = msgs.JointStateReader(recorded_model)
     context = rclpy.Context()
     # No rclpy signal handlers here: this process's Ctrl-C must reach the finally blocks
     # that stop the node subprocesses, as a KeyboardInterrupt.
@@ -263,6 +271,15 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
 
     def on_state(msg: JointState) -> None:
         summary.on_output(msgs.stamp_to_ns(msg.header.stamp), time.time_ns())
+        if recording is not None:
+            recording.on_output(msgs.stamp_to_ns(msg.header.stamp), np.array(msg.effort))
+
+    def on_input(msg: JointState) -> None:
+        try:
+            t_ns, q, _, _ = reader.read(msg)
+        except msgs.JointStateError:
+            return                     # the node rejects it too
+        recording.on_input(t_ns, q)
 
     def on_names(msg: String) -> None:
         summary.joints = msgs.parse_names(msg)['joints']
@@ -275,6 +292,8 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     node.create_subscription(JointState, f'{DYNAMICS}/joint_states', on_state, reliable)
     node.create_subscription(String, f'{DYNAMICS}/names', on_names, latched)
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, reliable)
+    if recording is not None:
+        node.create_subscription(JointState, 'joint_states', on_input, reliable)
     for kind in ('velocity', 'acceleration'):
         node.create_subscription(
             Float64MultiArray, f'{DYNAMICS}/{kind}',
@@ -334,6 +353,12 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     print(f'plag-ros: {summary.total_outputs} decompositions received; node reports '
           f"received {d.get('received', '-')}, published {d.get('published', '-')}, "
           f"rejected {d.get('rejected', '-')}", file=out, flush=True)
+    if recording is not None and report is not None and status == 0 and len(recording):
+        from .live_report import write_report
+
+        png, text = write_report(report, recording, title='plag-ros sim')
+        print(f'\n{text}plag-ros: wrote {png} and {report / "summary.txt"}', file=out,
+              flush=True)
     return status
 
 
@@ -357,7 +382,8 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
                                      label=spec.module) for spec in specs)
         status = _monitor(children, duration=args.duration,
-                          startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout)
+                          startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout,
+                          report=getattr(args, 'report', None))
     except KeyboardInterrupt:
         status = 0
     finally:
@@ -492,6 +518,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         configure_run(parser)
         return
     _common(parser)
+    parser.add_argument('--report', type=Path, default=None, metavar='DIR',
+                        help='at the end, write DIR/live_torques.png (the joint torques and '
+                             'their parts over the run) and DIR/summary.txt')
     parser.add_argument('--control', action='store_true',
                         help='also start impedance_node (config/impedance.yaml); the demo '
                              'motion is then left to the controller')

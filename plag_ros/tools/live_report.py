@@ -1,11 +1,13 @@
 """What a live run decomposed, as a picture and a one-screen table (``make demo``).
 
-The dynamics node publishes, per sample, ``~/joint_states`` first (stamped; q, qd and the
-joint torque) and then its arrays (``~/partial``, ``~/acceleration``, ``~/velocity``,
-``~/gravity``, ``~/friction``; no header). :class:`LiveRecording` pairs them by arrival
-order, keeps every complete sample and turns the run into an
-:class:`~plag_ros.analysis.Analysis`, so the offline figure and table serve the live run
-too (:func:`plag_ros.tools.analyze.plot_joint_torques`,
+The dynamics node's array topics carry no header, so pairing them with the stamped
+``~/joint_states`` across topics depends on delivery order. Instead
+:class:`LiveRecording` keeps the run's input (``joint_states``, stamped) and the node's
+stamped joint torques, and rebuilds the decomposition with the node's own library path (the
+causal estimator, the engine) through :func:`plag_ros.analysis.analyze_arrays`. The torques
+of that rebuild are checked against the ones the node published at the same stamps, so the
+figure shows what the node computed, with every component. The offline figure and table
+serve it (:func:`plag_ros.tools.analyze.plot_joint_torques`,
 :func:`~plag_ros.tools.analyze.decomposition_table`).
 """
 from __future__ import annotations
@@ -14,69 +16,60 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import topics
-from ..analysis import Analysis
+from ..analysis import Analysis, AnalysisOptions, analyze_arrays
+from ..filters import EstimatorConfig
 from ..model import RobotModel
 
 __all__ = ['LiveRecording', 'write_report']
 
 
 class LiveRecording:
-    """Samples of the dynamics node's outputs, as they arrive.
+    """A live run's input samples and the joint torques the node published for them.
 
     Args:
-        model: the robot the node decomposes for (shapes of the arrays).
-        max_samples: keep at most this many samples (the first ones); more are counted.
+        model: the robot the node decomposes for.
+        estimator: the node's estimator settings (default: its defaults).
+        max_samples: keep at most this many input samples (the first ones); more are counted.
     """
 
-    def __init__(self, model: RobotModel, *, max_samples: int = 20_000) -> None:
+    def __init__(self, model: RobotModel, *, estimator: EstimatorConfig | None = None,
+                 max_samples: int = 20_000) -> None:
         self.model = model
+        self.estimator = estimator or EstimatorConfig()
         self.max_samples = max_samples
         self.ignored = 0
-        self._open = False      # the sample that began last is being kept
-        self._states: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._arrays: list[dict[str, np.ndarray]] = []
+        self._inputs: dict[int, np.ndarray] = {}
+        self._torques: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
-        return len(self._states)
+        return len(self._inputs)
 
-    def on_state(self, t_ns: int, q: np.ndarray, qd: np.ndarray, torque: np.ndarray) -> None:
-        """``~/joint_states``: a new sample begins (stamp [ns], q, qd, torque (n,))."""
-        self._open = len(self._states) < self.max_samples
-        if not self._open:
+    def on_input(self, t_ns: int, q: np.ndarray) -> None:
+        """One ``joint_states`` sample: stamp [ns], (n,) positions in model order."""
+        if len(self._inputs) >= self.max_samples:
             self.ignored += 1
             return
-        self._states.append((int(t_ns), np.array(q), np.array(qd), np.array(torque)))
-        self._arrays.append({})
+        self._inputs[int(t_ns)] = np.array(q, dtype=np.float64)
 
-    def on_array(self, name: str, values: np.ndarray) -> None:
-        """One of :data:`plag_ros.topics.ARRAY_TOPICS` of the sample that began last."""
-        if self._open:
-            self._arrays[-1][name] = np.array(values)
+    def on_output(self, t_ns: int, torque: np.ndarray) -> None:
+        """The node's ``~/joint_states``: stamp [ns] and (n,) joint torque (its effort)."""
+        self._torques[int(t_ns)] = np.array(torque, dtype=np.float64)
 
-    def analysis(self) -> Analysis:
-        """The complete samples (every array arrived) as an Analysis."""
-        rows = [i for i, arrays in enumerate(self._arrays)
-                if all(name in arrays for name in topics.ARRAY_TOPICS)]
-        n, B = self.model.n_joints, self.model.n_bodies
-        shapes = {'partial': (n, B), 'acceleration': (n, B, n), 'velocity': (n, B, n),
-                  'gravity': (n, B), 'friction': (n,)}
-
-        def stack(name: str) -> np.ndarray:
-            if not rows:
-                return np.zeros((0, *shapes[name]))
-            return np.stack([self._arrays[i][name].reshape(shapes[name]) for i in rows])
-
-        def state(field: int) -> np.ndarray:
-            return np.array([self._states[i][field] for i in rows]).reshape(len(rows), -1)
-
-        t_ns = np.array([self._states[i][0] for i in rows], dtype=np.int64)
-        q, qd = state(1).reshape(-1, n), state(2).reshape(-1, n)
-        return Analysis(t_ns, np.arange(len(rows)), q, qd, np.full_like(q, np.nan),
-                        state(3).reshape(-1, n), stack('partial'), stack('acceleration'),
-                        stack('velocity'), stack('gravity'), stack('friction'),
-                        joint_names=tuple(self.model.joint_names),
-                        body_names=tuple(self.model.body_names))
+    def analysis(self) -> tuple[Analysis, float]:
+        """The decomposition of the recorded input and the largest difference [N*m] between
+        its torques and those the node published at the same stamps (nan: none matched)."""
+        stamps = np.array(sorted(self._inputs), dtype=np.int64)
+        q = np.array([self._inputs[t] for t in stamps.tolist()]).reshape(-1,
+                                                                          self.model.n_joints)
+        options = AnalysisOptions(causal=True, estimator=self.estimator, progress=False)
+        analysis = analyze_arrays(self.model, stamps, q, options=options)
+        matched = [(k, self._torques[t]) for k, t in enumerate(analysis.t_ns.tolist())
+                   if t in self._torques]
+        if not matched:
+            return analysis, float('nan')
+        rows = np.array([k for k, _ in matched])
+        live = np.array([torque for _, torque in matched])
+        return analysis, float(np.abs(analysis.torque[rows] - live).max())
 
 
 def write_report(out: Path, recording: LiveRecording, *, title: str) -> tuple[Path, str]:
@@ -84,17 +77,19 @@ def write_report(out: Path, recording: LiveRecording, *, title: str) -> tuple[Pa
 
     Args:
         out: directory (created).
-        recording: the live samples.
+        recording: the live run.
         title: first line of the table and the figure's title.
     """
     from .analyze import decomposition_table, plot_joint_torques
 
     out.mkdir(parents=True, exist_ok=True)
-    analysis = recording.analysis()
+    analysis, difference = recording.analysis()
     span = (analysis.t_ns[-1] - analysis.t_ns[0]) * 1e-9 if len(analysis.t_ns) > 1 else 0.0
-    head = f'{title}: {len(analysis.t_ns)} samples over {span:.1f} s'
-    text = '\n'.join([head, '', *decomposition_table(recording.model, analysis)]) + '\n'
+    head = [f'{title}: {len(analysis.t_ns)} samples over {span:.1f} s',
+            f"rebuilt from the input with the node's estimator and engine; largest "
+            f'difference to the torque the node published: {difference:.2e} N*m']
+    text = '\n'.join([*head, '', *decomposition_table(recording.model, analysis)]) + '\n'
     png = plot_joint_torques(out / 'live_torques.png', recording.model, analysis,
-                             title=f'{title}: joint torque and its parts, live')
+                             title=f'{title}: joint torque and its parts')
     (out / 'summary.txt').write_text(text)
     return png, text

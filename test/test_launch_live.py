@@ -308,7 +308,7 @@ def test_sim_launch_control_live_rates_parameters_and_clean_ctrl_c(share, tmp_pa
             share, 'crane_x7.yaml', 'plag_dynamics',
             {'robot_description_source': 'topic', 'robot_description_timeout': 0.0}))
         assert_parameters(client, 'plag_impedance', expected_parameters(
-            share, 'impedance.yaml', 'plag_impedance'))
+            share, 'impedance.yaml', 'plag_impedance', {'switch.method': 'sim'}))
         run.assert_no_launch_warnings()
         assert re.search(r'\[plag_dynamics\]: model .* from topic', run.output())
         assert run.ctrl_c() == 0
@@ -515,19 +515,18 @@ def test_replay_launch_plays_a_bag_into_the_dynamics_node(share, tmp_path):
     """replay.launch.py bag:=... (player:=plag, plag-ros replay): every sample decomposed."""
     import numpy as np
 
+    from plag_ros.io.bag_writer import write_joint_state_bag
     from plag_ros.model import RobotModel, default_urdf_path
 
-    try:
-        from plag_ros.io.bag import write_joint_state_bag  # the io/ layout on main
-    except ImportError:
-        from plag_ros.bag import write_joint_state_bag
-
-    names = [n for n in RobotModel.from_urdf(str(default_urdf_path())).joint_names
+    model = RobotModel.from_urdf(str(default_urdf_path()))
+    names = [n for n in model.joint_names
              if not n.endswith('finger_b_joint')]          # the mimic joint is not published
+    k = model.joint_index(names)
+    middle = 0.5 * (model.joint_lower[k] + model.joint_upper[k])   # within the joint limits
     count, period_ns, t0 = 400, 5_000_000, 1_700_000_000_000_000_000
     t_ns = t0 + period_ns * np.arange(count, dtype=np.int64)
     phase = 2 * np.pi * 0.5 * (t_ns - t0)[:, None] * 1e-9 + np.arange(len(names))
-    q = 0.3 * np.sin(phase)
+    q = middle + 0.3 * np.sin(phase)
     qd = 0.3 * np.pi * np.cos(phase)
     bag = write_joint_state_bag(tmp_path / 'bag', t_ns, names, q, qd)
     client = RosClient(44, 'plag_test_launch_replay')

@@ -22,6 +22,8 @@ from ..model import RobotModel
 
 __all__ = ['LiveRecording', 'write_report']
 
+SETTLE_NS = 1_000_000_000
+
 
 class LiveRecording:
     """A live run's input samples and the joint torques the node published for them.
@@ -49,7 +51,8 @@ class LiveRecording:
         if len(self._inputs) >= self.max_samples:
             self.ignored += 1
             return
-        self._inputs[int(t_ns)] = np.array(q, dtype=np.float64)
+        # the first sample of a stamp wins, as in the node (a repeat is not increasing)
+        self._inputs.setdefault(int(t_ns), np.array(q, dtype=np.float64))
 
     def on_output(self, t_ns: int, torque: np.ndarray) -> None:
         """The node's ``~/joint_states``: stamp [ns] and (n,) joint torque (its effort)."""
@@ -57,14 +60,18 @@ class LiveRecording:
 
     def analysis(self) -> tuple[Analysis, float]:
         """The decomposition of the recorded input and the largest difference [N*m] between
-        its torques and those the node published at the same stamps (nan: none matched)."""
+        its torques and those the node published at the same stamps from one second into
+        the recording on (nan: none matched)."""
         stamps = np.array(sorted(self._inputs), dtype=np.int64)
         q = np.array([self._inputs[t] for t in stamps.tolist()]).reshape(-1,
                                                                           self.model.n_joints)
         options = AnalysisOptions(causal=True, estimator=self.estimator, progress=False)
         analysis = analyze_arrays(self.model, stamps, q, options=options)
+        # The node's low-pass saw samples before the first one recorded here: its state
+        # differs at first and converges within a few time constants (well under 1 s).
+        settled = int(stamps[0]) + SETTLE_NS if len(stamps) else 0
         matched = [(k, self._torques[t]) for k, t in enumerate(analysis.t_ns.tolist())
-                   if t in self._torques]
+                   if t in self._torques and t >= settled]
         if not matched:
             return analysis, float('nan')
         rows = np.array([k for k, _ in matched])
@@ -87,7 +94,7 @@ def write_report(out: Path, recording: LiveRecording, *, title: str) -> tuple[Pa
     span = (analysis.t_ns[-1] - analysis.t_ns[0]) * 1e-9 if len(analysis.t_ns) > 1 else 0.0
     head = [f'{title}: {len(analysis.t_ns)} samples over {span:.1f} s',
             f"rebuilt from the input with the node's estimator and engine; largest "
-            f'difference to the torque the node published: {difference:.2e} N*m']
+            f'difference to the torque the node published (after 1 s): {difference:.2e} N*m']
     text = '\n'.join([*head, '', *decomposition_table(recording.model, analysis)]) + '\n'
     png = plot_joint_torques(out / 'live_torques.png', recording.model, analysis,
                              title=f'{title}: joint torque and its parts')

@@ -85,6 +85,8 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
     time.sleep(0.5)
     period = 1.0 / rate_hz
     phase = np.arange(len(names), dtype=float)
+    k = model.joint_index(names)     # around mid-range: a motion within the joint limits
+    middle = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
     count = 0
     late_ns = []
     # Linux timer slack (50 us by default) lets sleeps end late; 1 ns keeps the wake-up on
@@ -101,7 +103,7 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
         # The sample is serialized before its cycle, as a C++ driver has it ready: building
         # and converting a Python message after the stamp (~0.2 ms here) would count as the
         # node's latency.
-        q = 0.4 * np.sin(2 * np.pi * 0.5 * offset + phase)
+        q = middle + 0.4 * np.sin(2 * np.pi * 0.5 * offset + phase)
         t_ns = start_ns + round(offset * 1e9)
         raw = serialize_message(msgs.joint_state(names, q, t_ns=t_ns))
         # Sleep to just before the cycle, then spin to it: a driver's control loop publishes

@@ -107,9 +107,14 @@ _EFFORT_CHECK_QD = 0.3
 _ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')
 
 
-def _frozen(x: ArrayLike | None, name: str, ndim: Sequence[int]) -> np.ndarray | None:
+def _frozen_optional(x: ArrayLike | None, name: str,
+                     ndim: Sequence[int]) -> np.ndarray | None:
+    return None if x is None else _frozen(x, name, ndim)
+
+
+def _frozen(x: ArrayLike | None, name: str, ndim: Sequence[int]) -> np.ndarray:
     if x is None:
-        return None
+        raise ValueError(f'ImpedanceConfig.{name} must be numeric, got None')
     try:
         a = np.array(x, dtype=np.float64)
     except (TypeError, ValueError) as err:
@@ -198,9 +203,9 @@ class ImpedanceConfig:
                 raise ValueError(f'ImpedanceConfig.{name} must be > 0, '
                                  f'got {getattr(self, name).tolist()}')
         for name in ('acceleration_mask', 'velocity_mask'):
-            a = _frozen(getattr(self, name), name, (2, 3))
-            object.__setattr__(self, name, a)
-            if a is not None and ((a < 0.0) | (a > 1.0)).any():
+            w = _frozen_optional(getattr(self, name), name, (2, 3))
+            object.__setattr__(self, name, w)
+            if w is not None and ((w < 0.0) | (w > 1.0)).any():
                 raise ValueError(f'ImpedanceConfig.{name} weights must be in [0, 1]')
         for name, lo, hi in (('effort_scale', 0.0, 1.0), ('rate_hz', 0.0, math.inf),
                              ('stale_periods', 1.0, math.inf), ('ramp_s', -1e-300, math.inf)):
@@ -428,7 +433,7 @@ class PartialImpedanceController:
         if config.estimator != self.config.estimator:
             raise ValueError('the estimator settings cannot change on a running controller')
         self._apply(config)
-        self._hold_effort = None
+        self._hold_effort: np.ndarray | None = None
 
     def _apply(self, config: ImpedanceConfig) -> None:
         model = self.model
@@ -478,7 +483,7 @@ class PartialImpedanceController:
         self._effort_max = config.effort_scale * model.effort_limit[self._act]
         self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
         self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
-        mon = config.monitored
+        mon = None if config.monitored is None else np.asarray(config.monitored, dtype=bool)
         if mon is not None and mon.shape != (na,):
             raise ValueError(f'ImpedanceConfig.monitored needs {na} entries, got {mon.shape}')
         self._monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
@@ -492,7 +497,7 @@ class PartialImpedanceController:
         self._last_valid_ns: int | None = None
         self._q: np.ndarray | None = None        # last valid raw position (n_act,)
         self._q_hold: np.ndarray | None = None
-        self._hold_effort: np.ndarray | None = None
+        self._hold_effort = None
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
         self._over_since: dict[str, int] = {}
@@ -533,8 +538,7 @@ class PartialImpedanceController:
                 self.config.command_interface != 'position':
             return
         self._last_command = None
-        self._latch_hold()
-        self._last_command = self._q_hold.copy()
+        self._last_command = self._latch_hold().copy()
 
     def hold(self, now_ns: int) -> Command | None:
         """The hold command now (None before the first valid state)."""
@@ -599,7 +603,7 @@ class PartialImpedanceController:
         self._recent.clear()          # the hold set point is in force, not older commands
         if new_reference:
             self._t0_ns = now_ns
-            self._anchor = self._q.copy()
+            self._anchor = self._valid_q().copy()
             self._last_position = None
 
     def _alpha(self, now_ns: int | None) -> float:
@@ -608,23 +612,30 @@ class PartialImpedanceController:
         now = self._now_ns if now_ns is None else now_ns
         return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self.config.ramp_s))
 
-    def _latch_hold(self) -> None:
+    def _valid_q(self) -> np.ndarray:
+        """The last valid measured position; callers run only after the first one."""
+        if self._q is None:
+            raise RuntimeError('ImpedanceController: no valid joint state yet')
+        return self._q
+
+    def _latch_hold(self) -> np.ndarray:
         """Latch the hold set point: the last position command in force (position
         interface), else ``q + G^T g(q) / K_s`` (what the sagging servo needs to stay at q),
-        else the measured q (effort interface)."""
-        if self.config.command_interface == 'position':
-            if self._last_command is not None:
-                self._q_hold = self._last_command.copy()
-            else:
-                q_full = self._G @ self._q + self._offset
-                with torch.inference_mode():
-                    g = self.engine.gravity_torque(q_full).cpu().numpy()
-                self._q_hold = np.clip(self._q + (self._G.T @ g) / self._Ks, self._lower,
-                                       self._upper)
+        else the measured q (effort interface). Returns the new set point (n_act,)."""
+        if self.config.command_interface == 'position' and self._last_command is not None:
+            q_hold = self._last_command.copy()
+        elif self.config.command_interface == 'position':
+            q = self._valid_q()
+            q_full = self._G @ q + self._offset
+            with torch.inference_mode():
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+            q_hold = np.clip(q + (self._G.T @ g) / self._Ks, self._lower, self._upper)
         else:
-            self._q_hold = self._q.copy()
+            q_hold = self._valid_q().copy()
+        self._q_hold = q_hold
         self._hold_effort = None
         self._last_position = None
+        return q_hold
 
     def _set_fault(self, reason: str) -> None:
         if not self._fault and self._enabled:
@@ -753,8 +764,11 @@ class PartialImpedanceController:
     def _hold(self, now_ns: int) -> Command:
         na = self._act.size
         q_hold = self._q_hold
+        if q_hold is None:
+            raise RuntimeError('ImpedanceController: hold requested before a set point latched')
         zero = np.zeros(na)
-        effort = position = None
+        effort: np.ndarray | None = None
+        position: np.ndarray | None = None
         if self.config.command_interface == 'position':
             position = q_hold.copy()
             self._last_command = position.copy()
@@ -774,6 +788,8 @@ class PartialImpedanceController:
     def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
         cfg, G = self.config, self._G
         alpha = self._alpha(now_ns)
+        if self._anchor is None:
+            raise RuntimeError('ImpedanceController: control law before the first enable')
         q_d, qd_d, qdd_d = (np.asarray(x, dtype=np.float64) for x in
                             self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor))
         # 1. One decomposition at the measured configuration with the chosen motion.

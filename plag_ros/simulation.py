@@ -450,6 +450,7 @@ class Simulator:
         self.steps = 0
         self.evaluations = 0      # steps computed (engine passes); steps - evaluations skipped
         self._at_rest = False
+        self._rest_dt = math.nan  # dt of the step that found the rest (read only when at rest)
         self.solver_iterations = 0
         self.solver_fallbacks = 0
 
@@ -555,8 +556,8 @@ class Simulator:
             self.steps += 1
             return
         z, v = self._z, self._v
-        M, bias = self.engine.mass_matrix_and_bias(G @ z + self._o, G @ v)
-        M, bias = M.cpu().numpy(), bias.cpu().numpy()
+        M_t, bias_t = self.engine.mass_matrix_and_bias(G @ z + self._o, G @ v)
+        M, bias = M_t.cpu().numpy(), bias_t.cpu().numpy()
         A = G.T @ M @ G
         inf = self._inf
         limit = self._effort_limit if cfg.effort_saturation else inf

@@ -24,10 +24,10 @@ from __future__ import annotations
 import shutil
 import struct
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 from rosbags.interfaces import (
@@ -341,7 +341,7 @@ def _parse_layout(raw: bytes) -> _Layout:
 class _Block(NamedTuple):
     """Samples of one name layout: message indices and their arrays in message order."""
 
-    index: np.ndarray                   # (G,) positions in the bag's message order
+    rows: np.ndarray                    # (G,) positions in the bag's message order
     names: tuple[str, ...]
     header_ns: np.ndarray               # (G,) int64
     arrays: tuple[np.ndarray | None, ...]   # position, velocity, effort: (G, len(names))
@@ -366,19 +366,21 @@ def _bulk_blocks(raws: list[bytes]) -> tuple[list[_Block], list[int]]:
                 rows = rows[1:]
                 continue
             # Constant parts: encapsulation, frame_id, names and the three counts.
-            cols = [np.arange(0, 4), np.arange(12, layout.static_end)]
-            cols += [np.arange(at, at + 4) for at, _, _ in layout.arrays]
-            cols = np.concatenate(cols)
+            spans = [np.arange(0, 4), np.arange(12, layout.static_end)]
+            spans += [np.arange(at, at + 4) for at, _, _ in layout.arrays]
+            cols = np.concatenate(spans)
             same = (buf[np.ix_(rows, cols)] == buf[first, cols]).all(axis=1)
             match, rows = rows[same], rows[~same]
             sub = buf[match]
             sec = sub[:, 4:8].copy().view('<i4')[:, 0].astype(np.int64)
             nsec = sub[:, 8:12].copy().view('<u4')[:, 0].astype(np.int64)
-            arrays = []
+            arrays: list[np.ndarray | None] = []
             for _, at, count in layout.arrays:
-                if count != len(layout.names) or count == 0:
-                    arrays.append(None if count == 0 else _mismatch(layout, count))
+                if count == 0:
+                    arrays.append(None)
                     continue
+                if count != len(layout.names):
+                    _mismatch(layout, count)
                 data = np.ascontiguousarray(sub[:, at:at + 8 * count])
                 arrays.append(data.view('<f8').astype(np.float64))
             blocks.append(_Block(todo[match], layout.names, sec * 1_000_000_000 + nsec,
@@ -386,9 +388,30 @@ def _bulk_blocks(raws: list[bytes]) -> tuple[list[_Block], list[int]]:
     return blocks, leftover
 
 
-def _mismatch(layout: _Layout, count: int) -> None:
+def _mismatch(layout: _Layout, count: int) -> NoReturn:
     raise MissingJointsError(f'JointState with {len(layout.names)} names carries an array '
                              f'of {count} values')
+
+
+class _Stamp(Protocol):
+    sec: int
+    nanosec: int
+
+
+class _Header(Protocol):
+    stamp: _Stamp
+
+
+@runtime_checkable
+class _JointStateFields(Protocol):
+    """What :func:`_decode_slow` reads of a typestore-decoded ``sensor_msgs/JointState``
+    (``isinstance`` checks that the top-level fields exist)."""
+
+    header: _Header
+    name: Sequence[str]
+    position: Sequence[float]
+    velocity: Sequence[float]
+    effort: Sequence[float]
 
 
 def _decode_slow(raws: list[bytes], index: list[int], store: Typestore,
@@ -401,8 +424,11 @@ def _decode_slow(raws: list[bytes], index: list[int], store: Typestore,
         except Exception as err:  # noqa: BLE001 - rosbags raises several types
             raise BagReadError(f'message {i} of the JointState topic cannot be decoded: '
                                f'{err}') from err
+        if not isinstance(msg, _JointStateFields):
+            raise BagReadError(f'message {i} of the JointState topic decodes to a '
+                               f'{type(msg).__name__}, not a JointState')
         n_names = len(msg.name)
-        arrays = []
+        arrays: list[np.ndarray | None] = []
         for field in ('position', 'velocity', 'effort'):
             values = np.asarray(getattr(msg, field), dtype=np.float64)
             if values.size and values.size != n_names:
@@ -508,7 +534,7 @@ def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topi
             f'{path}: {topic} lacks joints {missing} of model {model.name!r} '
             f'(the messages name {sorted(seen)})')
     q = np.full((n_msgs, n), np.nan)
-    fields = [q, None, None]
+    fields: list[np.ndarray | None] = [q, None, None]   # q is never None
     header = np.zeros(n_msgs, dtype=np.int64)
     covered = np.zeros(n_msgs, dtype=bool)
     for block in blocks:
@@ -516,14 +542,15 @@ def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topi
             continue  # a partial publisher (e.g. gripper only): dropped below with a count
         cols = [i for i, name in enumerate(block.names) if name in lookup]
         dst = [lookup[block.names[i]] for i in cols]
-        covered[block.index] = True
-        header[block.index] = block.header_ns
+        covered[block.rows] = True
+        header[block.rows] = block.header_ns
         for f, values in enumerate(block.arrays):
             if values is None:
                 continue
-            if fields[f] is None:
-                fields[f] = np.full((n_msgs, n), np.nan)
-            fields[f][np.ix_(block.index, dst)] = values[:, cols]
+            target = fields[f]
+            if target is None:
+                target = fields[f] = np.full((n_msgs, n), np.nan)
+            target[np.ix_(block.rows, np.asarray(dst, dtype=np.intp))] = values[:, cols]
     if not covered.all():
         warnings.warn(f'{path}: {int((~covered).sum())} of {n_msgs} {topic} messages lack '
                       'some model joints and were skipped', stacklevel=3)
@@ -538,8 +565,8 @@ def _assemble(blocks: list[_Block], receive: np.ndarray, model: RobotModel, topi
         warnings.warn(f'{path}: {dup.size} {topic} messages repeat the stamp of the one '
                       'before and were skipped', stacklevel=3)
         order = np.delete(order, dup)
-    q, qd, effort = (None if x is None else x[order] for x in fields)
-    q = model.fill_mimic(q)
+    qd, effort = (None if x is None else x[order] for x in fields[1:])
+    q = model.fill_mimic(q[order])
     if qd is not None:
         qd = model.fill_mimic(qd, derivative=True)
     return JointStates(t[order].copy(), q, qd, effort, header[order], receive[order], topic,

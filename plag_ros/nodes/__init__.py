@@ -6,6 +6,10 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.nodes stays cheap
+    from rclpy.node import Node
 
 __all__ = ['dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
 
@@ -77,7 +81,7 @@ def impedance_main() -> None:
     _console('impedance_node')
 
 
-def spin_node(factory: Callable[[], object], args: list[str] | None = None) -> None:
+def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> None:
     """Init rclpy, spin the node ``factory()`` builds, and always shut down cleanly.
 
     The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
@@ -106,7 +110,7 @@ def spin_node(factory: Callable[[], object], args: list[str] | None = None) -> N
         return interrupts is not None and interrupts.count > 0
 
     rclpy.init(args=args)
-    node = None
+    node: Node | None = None
     try:
         if not interrupted():       # a Ctrl-C before init: do not start at all
             if interrupts is not None:

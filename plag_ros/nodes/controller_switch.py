@@ -30,6 +30,7 @@ import time
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import GetParameters, SetParameters
+from rclpy.client import Client
 from rclpy.node import Node
 
 __all__ = ['METHODS', 'ControllerSwitch', 'call', 'read_joints', 'switch_command']
@@ -98,7 +99,9 @@ class ControllerSwitch:
         self.controller, self.fallback = controller, fallback
         self.manager, self.timeout_s = manager, timeout_s
         self.error = ''
-        self._client = None
+        # SwitchController or SetParameters, after the method; None for 'none' and when
+        # the controller_manager messages cannot be imported (self.error says so).
+        self._client: Client | None = None
         if method == 'controller_manager':
             try:
                 from controller_manager_msgs.srv import SwitchController
@@ -133,6 +136,9 @@ class ControllerSwitch:
             return True, f'no switch (switch.method none): {on} must be active'
         if self.error:
             return False, self.error
+        client = self._client
+        if client is None:
+            return False, f'switch {what}: no service client for switch.method {self.method}'
         if self.method == 'controller_manager':
             request = self._srv.Request()
             request.activate_controllers = [on]
@@ -140,9 +146,9 @@ class ControllerSwitch:
             request.strictness = self._srv.Request.STRICT
             request.activate_asap = True
             request.timeout.sec = int(self.timeout_s)
-            response = await call(self.node, self._client, request, self.timeout_s)
+            response = await call(self.node, client, request, self.timeout_s)
             if response is None:
-                return False, (f'switch {what}: no answer from {self._client.srv_name} within '
+                return False, (f'switch {what}: no answer from {client.srv_name} within '
                                f'{self.timeout_s:g} s; by hand: `{switch_command(on, off)}`')
             if not response.ok:
                 detail = getattr(response, 'message', '')
@@ -151,9 +157,9 @@ class ControllerSwitch:
         request = SetParameters.Request(parameters=[ParameterMsg(
             name='active_arm_controller', value=ParameterValue(
                 type=ParameterType.PARAMETER_STRING, string_value=on))])
-        response = await call(self.node, self._client, request, self.timeout_s)
+        response = await call(self.node, client, request, self.timeout_s)
         if response is None:
-            return False, f'switch {what}: no answer from {self._client.srv_name}'
+            return False, f'switch {what}: no answer from {client.srv_name}'
         if not response.results or not response.results[0].successful:
             return False, f'switch {what} refused: {response.results[0].reason}'
         return True, f'switched {what} (simulator)'

@@ -63,7 +63,10 @@ from rcl_interfaces.msg import (
 from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
@@ -76,7 +79,7 @@ from ..model import RobotModel, default_urdf_path
 from ..plausibility import PLAUSIBILITY_REASONS, PlausibilityGate
 from . import spin_node, tuning
 from .input_thread import InputThread
-from .parameters import PLAUSIBILITY_PARAMETERS, plausibility_config
+from .parameters import PLAUSIBILITY_PARAMETERS, choice, plausibility_config
 from .parameters import float_descriptor as _float
 from .parameters import int_descriptor as _int
 from .parameters import str_descriptor as _str
@@ -219,7 +222,6 @@ class DynamicsNode(Node):
         self._input: InputThread | None = None
         self._diagnostics_due = False   # before the model: a first sample may come at once
         self._reported_errors = 0
-        self._clock = self.get_clock()
         self._last_log: dict[str, float] = {}
         self._window = _Window()
         self._totals = {'received': 0, 'published': 0, 'decimated': 0}
@@ -237,7 +239,7 @@ class DynamicsNode(Node):
                                                         reliable)
                             for name in ARRAY_TOPICS}
         self._pub_names = self.create_publisher(String, f'~/{topics.NAMES_TOPIC}', latched)
-        self._pub_bodies: dict[str, object] = {}
+        self._pub_bodies: dict[str, Publisher[JointState]] = {}
         self._pub_markers = self._quiet_publisher(MarkerArray, f'~/{topics.MARKERS_TOPIC}',
                                                   reliable)
         self._pub_image = self._quiet_publisher(Image, f'~/{topics.IMAGE_TOPIC}', reliable)
@@ -247,8 +249,8 @@ class DynamicsNode(Node):
         # samples that come before robot_description are not taken, not dropped as bad.
         depth = int(values['input_depth']) or max(50, math.ceil(0.25 * self._config.rate_hz))
         self._input_qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
-        self._sub_state = None
-        self._fallback_timer = None
+        self._sub_state: Subscription[JointState] | None = None
+        self._fallback_timer: Timer | None = None
         source = values['robot_description_source']
         if source == 'file':
             self._load_file('file')
@@ -292,7 +294,7 @@ class DynamicsNode(Node):
             cutoff_hz=float(values['filter.cutoff_hz']), order=int(values['filter.order']),
             rate_hz=float(values['filter.rate_hz']),
             gap_periods=float(values['filter.gap_periods']),
-            velocity_source=str(values['filter.velocity_source']),
+            velocity_source=choice(values, 'filter.velocity_source', ('position', 'measured')),
             min_spacing_periods=float(values['filter.min_spacing_periods']))
 
     @classmethod
@@ -338,7 +340,7 @@ class DynamicsNode(Node):
         self._image_cell = int(values['image_cell'])
         self._image_limit = float(values['image_limit'])
         if self._model is not None and names & {'marker_scale', 'image_cell', 'image_limit'}:
-            self._build_visuals()
+            self._build_visuals(self._model)
 
     # ------------------------------------------------------------------ model
     def _load_file(self, why: str) -> None:
@@ -358,12 +360,14 @@ class DynamicsNode(Node):
     def destroy_node(self) -> None:
         # The input thread first: it must not call into the node while it is torn down.
         # (getattr: rclpy destroys a node whose constructor raised before _input was set)
-        if getattr(self, '_input', None) is not None:
-            self._input.destroy()
+        input_thread = getattr(self, '_input', None)
+        if input_thread is not None:
+            input_thread.destroy()
         super().destroy_node()
 
     def _on_description_timeout(self) -> None:
-        self._fallback_timer.cancel()
+        if self._fallback_timer is not None:    # this callback is that timer's
+            self._fallback_timer.cancel()
         if self._model is None:
             self.get_logger().warning('no robot_description received within '
                                       f"{self.get_parameter('robot_description_timeout').value}"
@@ -405,7 +409,7 @@ class DynamicsNode(Node):
                 self._pub_bodies[body] = self._quiet_publisher(
                     JointState, f'~/{topics.BODY_PREFIX}{body}', reliable)
         self._body_pubs = [self._pub_bodies[body] for body in model.body_names]
-        self._build_visuals()
+        self._build_visuals(model)
         # Pay torch's and numpy's first-call costs now, not on the first joint states
         # (they take ~100 ms and would back up the input queue).
         zero = np.zeros(n)
@@ -419,8 +423,7 @@ class DynamicsNode(Node):
         if self._low_latency:
             tuning.freeze_startup_objects()
 
-    def _build_visuals(self) -> None:
-        model = self._model
+    def _build_visuals(self, model: RobotModel) -> None:
         self._markers = msgs.MarkerBuilder(model, frame_id=self._frame_id,
                                            scale=self._marker_scale)
         self._image = msgs.PartialImageBuilder(model.n_joints, model.n_bodies,
@@ -448,6 +451,8 @@ class DynamicsNode(Node):
         window = self._window
         window.received += 1
         if self._pending_config is not None:
+            if self._model is None:   # joint_states is subscribed only once a model exists
+                raise RuntimeError('joint_states taken before a robot model')
             self._config, self._pending_config = self._pending_config, None
             self._estimator = JointStateEstimator(self._model.n_joints, self._config)
             self._estimator_counts = self._estimator.rejected
@@ -575,7 +580,7 @@ class DynamicsNode(Node):
                         f'designed for {nominal:g} Hz (filter.rate_hz): cut-off and delay '
                         f'scale by {stamp_rate / nominal:.2f}; set filter.rate_hz to the '
                         'measured rate') if off_rate else ''
-        values = {
+        values: dict[str, float | str] = {
             'stamp_rate_hz': stamp_rate,
             'filter_rate_hz': nominal,
             'effective_cutoff_hz': (self._config.cutoff_hz * stamp_rate / nominal

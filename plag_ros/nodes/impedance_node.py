@@ -87,6 +87,7 @@ from rcl_interfaces.msg import (
 )
 from rcl_interfaces.srv import GetParameters
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -110,7 +111,7 @@ from ..filters import EstimatorConfig
 from ..model import RobotModel, default_urdf_path
 from ..plausibility import PlausibilityGate
 from .controller_switch import METHODS, ControllerSwitch, read_joints, switch_command
-from .parameters import PLAUSIBILITY_PARAMETERS, plausibility_config
+from .parameters import PLAUSIBILITY_PARAMETERS, choice, plausibility_config
 from .parameters import descriptor as _desc
 
 __all__ = ['NODE_NAME', 'PARAMETERS', 'ImpedanceNode', 'main']
@@ -245,10 +246,10 @@ def _paths(values: Sequence[str]) -> list[str]:
 
 
 def _per_joint(values: Sequence[float]) -> float | np.ndarray:
-    values = np.asarray(list(values), dtype=np.float64)
-    if values.size == 0:
+    a = np.asarray(list(values), dtype=np.float64)
+    if a.size == 0:
         raise ValueError('empty per-joint list')
-    return float(values[0]) if values.size == 1 else values
+    return float(a[0]) if a.size == 1 else a
 
 
 def command_joints(model: RobotModel, values: dict) -> list[str]:
@@ -290,7 +291,7 @@ def controller_config(model: RobotModel, values: dict) -> ImpedanceConfig:
     estimator = EstimatorConfig(
         cutoff_hz=float(values['filter.cutoff_hz']), order=int(values['filter.order']),
         rate_hz=float(values['rate_hz']), gap_periods=float(values['filter.gap_periods']),
-        velocity_source=str(values['filter.velocity_source']))
+        velocity_source=choice(values, 'filter.velocity_source', ('position', 'measured')))
     def limit(name: str) -> float:
         value = float(values[name])
         return value if value > 0.0 else math.inf
@@ -302,11 +303,11 @@ def controller_config(model: RobotModel, values: dict) -> ImpedanceConfig:
         monitored=monitored, gravity_compensation=bool(values['gravity_compensation']),
         acceleration_mask=mask('compensate.acceleration'),
         velocity_mask=mask('compensate.velocity'),
-        motion_source=str(values['motion_source']),
-        command_interface=str(values['command_interface']),
+        motion_source=choice(values, 'motion_source', ('desired', 'measured')),
+        command_interface=choice(values, 'command_interface', ('effort', 'position')),
         effort_scale=float(values['effort_scale']), rate_hz=float(values['rate_hz']),
         stale_periods=float(values['stale_periods']), ramp_s=float(values['ramp_s']),
-        fault_action=str(values['fault_action']),
+        fault_action=choice(values, 'fault_action', ('hold', 'zero')),
         resume_after_fault=bool(values['resume_after_fault']),
         start_enabled=bool(values['start_enabled']), estimator=estimator)
 
@@ -389,8 +390,11 @@ class ImpedanceNode(Node):
         self.create_service(SetBool, '~/enable', self._on_enable,
                             callback_group=self._async_group)
         self.create_timer(1.0 / config.rate_hz, self._on_timer)
-        self._joint_check_timer = self.create_timer(1.0, self._check_joints,
-                                                    callback_group=self._async_group)
+        # rclpy's annotation admits only plain callbacks, but its executor awaits coroutine
+        # timer callbacks (rclpy/executors.py, _take_timer -> await_or_execute).
+        self._joint_check_timer = self.create_timer(
+            1.0, self._check_joints,  # type: ignore[arg-type]
+            callback_group=self._async_group)
         self.get_logger().info(
             f'{self._kind} commands on {self.resolve_topic_name(topic)} for '
             f'{self._command_names}; compensating acceleration '
@@ -427,9 +431,10 @@ class ImpedanceNode(Node):
         self._check_controller = controller if kind != 'effort' else ''
         self._joint_check = 'unchecked'     # 'ok', 'unchecked' or the mismatch
         self._joint_check_tries = 0
-        self._joints_client = self.create_client(
-            GetParameters, f'/{controller}/get_parameters',
-            callback_group=self._async_group) if self._check_controller else None
+        self._joints_client: Client[GetParameters.Request, GetParameters.Response] | None = (
+            self.create_client(GetParameters, f'/{controller}/get_parameters',
+                               callback_group=self._async_group)
+            if self._check_controller else None)
         self._switch: ControllerSwitch | None = None
         if kind == 'forward':
             self._switch = ControllerSwitch(
@@ -600,7 +605,10 @@ class ImpedanceNode(Node):
         if self._release_at is not None and time.monotonic() >= self._release_at:
             self._release_at = None
             if not ctl.enabled or ctl.latched:
-                self.executor.create_task(self._release)
+                executor = self.executor
+                if executor is None:    # timers only fire from an executor spinning the node
+                    raise RuntimeError(f'{self.get_name()}: timer fired without an executor')
+                executor.create_task(self._release)
 
     def _on_reference(self, msg: JointState) -> None:
         try:
@@ -656,6 +664,8 @@ class ImpedanceNode(Node):
             self._publish_state(command, now)
             return
         values = command.effort if command.effort is not None else command.position
+        if values is None:
+            raise RuntimeError('controller command carries neither effort nor position')
         values = values[self._command_idx]
         if self._kind == 'trajectory':
             self._pub_command.publish(self._trajectory(values))

@@ -90,6 +90,8 @@ class InputThread:
     def _serve(self) -> None:
         sub, context = self.subscription, self._node.context
         handle, msg_type, raw = sub.handle, sub.msg_type, sub.raw
+        if context.handle is None:   # rclpy.init was not called on it, or it is gone
+            raise RuntimeError(f'{self.topic_name}: the node has no initialised context')
         wait_set = _rclpy.WaitSet(1, 1, 0, 0, 0, 0, context.handle)
         while not self._stop.is_set() and context.ok():
             # rcl_wait nulls the entries that are not ready: re-add both every round.

@@ -6,6 +6,7 @@ before a node's own validation runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -16,8 +17,25 @@ from rcl_interfaces.msg import (
 
 from ..plausibility import PlausibilityConfig
 
-__all__ = ['PLAUSIBILITY_PARAMETERS', 'bool_descriptor', 'descriptor', 'doubles_descriptor',
-           'float_descriptor', 'int_descriptor', 'plausibility_config', 'str_descriptor']
+__all__ = ['PLAUSIBILITY_PARAMETERS', 'bool_descriptor', 'choice', 'descriptor',
+           'doubles_descriptor', 'float_descriptor', 'int_descriptor', 'plausibility_config',
+           'str_descriptor']
+
+_Choice = TypeVar('_Choice', bound=str)
+
+
+def choice(values: Mapping[str, object], name: str, allowed: tuple[_Choice, ...]) -> _Choice:
+    """The string parameter ``name`` of ``values`` as one of ``allowed`` (typed as that
+    ``Literal``).
+
+    Raises:
+        ValueError: the value is none of ``allowed``; the message names the parameter.
+    """
+    value = str(values[name])
+    for option in allowed:
+        if value == option:
+            return option
+    raise ValueError(f'parameter {name} must be one of {list(allowed)}, got {value!r}')
 
 
 def descriptor(kind: int, description: str, *, read_only: bool = False,

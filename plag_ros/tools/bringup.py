@@ -174,7 +174,7 @@ class Summary:
 
     def paths(self, top: int = 3) -> list[tuple[float, str, int, int]]:
         """Largest RMS propagation torques ``(rms [N*m], kind, k, s)`` with k != s."""
-        found = []
+        found: list[tuple[float, str, int, int]] = []
         for kind, sq in self.sq.items():
             if sq is None or not self.count[kind]:
                 continue
@@ -279,7 +279,8 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
             t_ns, q, _, _ = reader.read(msg)
         except msgs.JointStateError:
             return                     # the node rejects it too
-        recording.on_input(t_ns, q)
+        if recording is not None:      # subscribed only when recording (below)
+            recording.on_input(t_ns, q)
 
     def on_names(msg: String) -> None:
         summary.joints = msgs.parse_names(msg)['joints']
@@ -376,7 +377,7 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    children = []
+    children: list[NodeProcess] = []
     status = 1
     try:
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',

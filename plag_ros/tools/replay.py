@@ -34,6 +34,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rosbags.interfaces import ConnectionExtRosbag2
 
 from ..io.bag import (
     BagError,
@@ -43,6 +46,9 @@ from ..io.bag import (
     qos_profile,
 )
 from ..io.bag_writer import BagWriter
+
+if TYPE_CHECKING:   # rclpy is imported where a node runs, not by the CLI parser
+    from rclpy.subscription import Subscription
 
 __all__ = ['ReplaySchedule', 'configure', 'configure_record', 'load_schedule', 'record',
            'replay', 'run', 'run_record']
@@ -98,13 +104,19 @@ def load_schedule(path: str | Path, topics: list[str] | None = None) -> ReplaySc
         if missing:
             listing = ', '.join(sorted(present))
             raise BagError(f'{path}: no topics {missing}; the bag has: {listing}')
-        specs, index = [], {}
+        specs: list[tuple[str, str, bool, bool]] = []
+        index: dict[str, int] = {}
         for k, topic in enumerate(topics):
             conns = [c for c in reader.connections if c.topic == topic]
-            qos = [p for c in conns for p in c.ext.offered_qos_profiles]
+            # open_bag reads rosbag2 only: every connection carries the rosbag2 extension
+            qos = [p for c in conns if isinstance(c.ext, ConnectionExtRosbag2)
+                   for p in c.ext.offered_qos_profiles]
             reliable = not qos or all(p.reliability.name == 'RELIABLE' for p in qos)
             latched = bool(qos) and all(p.durability.name == 'TRANSIENT_LOCAL' for p in qos)
-            specs.append((topic, present[topic].msgtype, reliable, latched))
+            msgtype = present[topic].msgtype
+            if msgtype is None:
+                raise BagError(f'{path}: topic {topic} has no message type')
+            specs.append((topic, msgtype, reliable, latched))
             index[topic] = k
         t_ns, which, data = [], [], []
         try:
@@ -273,7 +285,7 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
     stop = stop or threading.Event()
     writer = BagWriter(out, storage=storage, typestore=store, flush_period=flush_period)
     counts: dict[str, int] = {}
-    subscriptions = {}
+    subscriptions: dict[str, Subscription | None] = {}   # None: a topic not recorded
     lock = threading.Lock()
 
     def make_callback(conn, topic):

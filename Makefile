@@ -30,6 +30,7 @@ demo: venv
 
 lint: test-venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest -q test

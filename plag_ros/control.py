@@ -63,6 +63,9 @@ position interface is the last commanded set point, or ``q + G^T g(q) / K_s`` be
 command: never the measured, sagged pose (a P-only servo sags by ``g / K_s``); for the
 effort interface it is zero effort (``fault_action='zero'``) or the open-loop gravity
 torque at the latched position (``'hold'``): the state is not trusted, so no feedback.
+
+Size (over ~600 lines): the law, its limits, the hold, the watchdog and the gain-loss
+monitor update one state per cycle and are tested as one state machine.
 """
 from __future__ import annotations
 

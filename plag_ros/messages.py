@@ -19,6 +19,10 @@ Conventions:
   by one step of the *enclosing* dimension, i.e. ``stride[0]`` is the total size and
   ``stride[i] = prod(shape[i:])``; labels name the index (``joint``, ``body``,
   ``source``). The data is the C-order (row-major) flattening.
+
+Size (over ~600 lines): by design the one place arrays meet ROS messages (readers,
+builders, layouts, markers, the partial-table image), so that no other module imports a
+message type for numbers.
 """
 from __future__ import annotations
 

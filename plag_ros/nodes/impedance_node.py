@@ -68,6 +68,11 @@ controller's ``joints`` parameter (rcl_interfaces GetParameters on
 command topic. Nothing is published before the first valid joint state. Gains, masks and
 the reference may be changed at run time (validated; the
 controller keeps its state); the interface, model, rate and estimator are read-only.
+
+Size (over ~600 lines): the node sequences enable, hold and the controller switch-back
+for two command paths; the law is in plag_ros.control and the switch mechanics in
+controller_switch. Splitting further would scatter that sequence, which is safer read in
+one place.
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import sqlite3
 import struct
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -113,6 +113,11 @@ class RecoveryReport:
                 f'{span}; {where}; per topic: {topics}')
 
 
+MessageSource = Callable[[Collection[int], int | None, int | None],
+                         Iterator[tuple[Connection, int, bytes]]]
+"""``(connection ids, start, stop) -> (connection, log time [ns], CDR bytes)`` in time order."""
+
+
 class SalvagedReader:
     """A read-only view of a salvaged bag with the ``rosbags`` Reader surface we use.
 
@@ -122,7 +127,7 @@ class SalvagedReader:
     """
 
     def __init__(self, connections: list[Connection], recovery: RecoveryReport,
-                 messages, start_ns: int, end_ns: int, count: int,
+                 messages: MessageSource, start_ns: int, end_ns: int, count: int,
                  ros_distro: str | None = None) -> None:
         self.connections = connections
         self.recovery = recovery
@@ -316,7 +321,8 @@ def salvage_mcap(path: str | Path, *, reason: str = 'no summary or footer',
         first_time_ns=times[0] if times else None, cut_time_ns=times[-1] if times else None,
         lossy=lossy, chunks=walk.chunks)
 
-    def messages(ids, start, stop):
+    def messages(ids: Collection[int], start: int | None,
+                 stop: int | None) -> Iterator[tuple[Connection, int, bytes]]:
         for cid, t, raw in msgs:
             if cid in ids and (start is None or t >= start) and (stop is None or t < stop):
                 yield conns[cid], t, raw
@@ -405,7 +411,8 @@ def salvage_sqlite3(path: str | Path, *, reason: str = 'metadata.yaml missing',
         bytes_recovered=size, file_bytes=size, cut_offset=None,
         first_time_ns=t0, cut_time_ns=t1, lossy=not finished or not integrity_ok, chunks=0)
 
-    def messages(ids, start, stop):
+    def messages(ids: Collection[int], start: int | None,
+                 stop: int | None) -> Iterator[tuple[Connection, int, bytes]]:
         query = ('SELECT topic_id, timestamp, data FROM messages WHERE topic_id IN ('
                  + ','.join('?' * len(ids)) + ')')
         args: list[int] = list(ids)

@@ -766,8 +766,11 @@ def main(args: list[str] | None = None) -> None:
                 node.get_logger().error(f'shutdown switch-back failed: {err}')
             node.destroy_node()
         rclpy.try_shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # Ignored from here on, not restored: a second Ctrl-C (a terminal and ros2 launch
+        # each send one) arriving while the interpreter finalises would otherwise meet the
+        # default action and end the process with -SIGINT instead of 0.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == '__main__':

@@ -527,7 +527,9 @@ def controller_stand_ins(sim: SimNode) -> list[Node]:
     """
     nodes = []
     for name in (JTC, FORWARD):
-        node = Node(name, context=sim.context)
+        # Not the process's global arguments: a launch file's `-r __node:=plag_sim` would
+        # rename these too, and two nodes would answer /plag_sim/get_parameters.
+        node = Node(name, context=sim.context, use_global_arguments=False)
         node.declare_parameter('joints', list(sim.arm_joints))
         nodes.append(node)
     return nodes

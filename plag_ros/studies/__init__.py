@@ -1,0 +1,9 @@
+"""Seed experiments as runnable studies: ``plag-ros study NAME OUT`` or the scripts in
+``examples/``. Each study writes its figures and a ``summary.json`` of the numbers its
+test checks. :data:`STUDIES` maps each name to its module under this package."""
+from __future__ import annotations
+
+STUDIES: dict[str, tuple[str, str]] = {
+    'three-link': ('three_link', "seed 002: three-link arm, Figs. 5-14, eq. 1's 1/2"),
+}
+"""study name -> (module in plag_ros.studies, one-line description)"""

@@ -55,7 +55,8 @@ from .model import RobotModel
 __all__ = ['Decomposition', 'ExtensionPlan', 'PartialLagrangian', 'GRAVITY', 'FIELDS']
 
 GRAVITY = (0.0, 0.0, -9.81)
-"""Gravity in the world (root link) frame [m/s^2]."""
+"""Default gravity in the world (root link) frame [m/s^2]; the engine uses
+``RobotModel.gravity``."""
 
 FIELDS = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
 """Field names of :class:`Decomposition`, in order (also the keys of
@@ -133,9 +134,9 @@ class PartialLagrangian:
         self.compiled = compiled and dtype == torch.float64 and self.device.type == 'cpu'
         self.last_extension: ExtensionPlan | None = None
         self._all_bodies = np.arange(model.n_bodies)
-        self._torch = tf.Constants.build(model, self._all_bodies, GRAVITY, dtype,
+        self._torch = tf.Constants.build(model, self._all_bodies, model.gravity, dtype,
                                          self.device)
-        self._kernel = kernel.KernelModel.build(model, self._all_bodies, GRAVITY)
+        self._kernel = kernel.KernelModel.build(model, self._all_bodies, model.gravity)
         # (batch, arrays, flat views) of the last checked decompose_arrays(out=...)
         self._views: tuple[tuple[int, ...], list[np.ndarray], dict[str, np.ndarray]] | None \
             = None
@@ -454,13 +455,13 @@ class PartialLagrangian:
         if self.compiled:
             (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
             km = self._kernel if every else kernel.KernelModel.build(self.model, bodies,
-                                                                     GRAVITY)
+                                                                     self.model.gravity)
             arrays = kernel.decompose_into(km, qf, qdf, qddf, threads=torch.get_num_threads())
             flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
         else:
             (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
-            c = self._torch if every else tf.Constants.build(self.model, bodies, GRAVITY,
-                                                              self.dtype, self.device)
+            c = self._torch if every else tf.Constants.build(
+                self.model, bodies, self.model.gravity, self.dtype, self.device)
             flat = self._torch_columns(c, qt, qdt, qddt)
         return Decomposition.from_flat(flat, batch)
 

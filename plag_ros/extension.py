@@ -49,14 +49,14 @@ def _column_signature(model: RobotModel, body: int) -> tuple[object, ...]:
     """Everything column ``body`` of the tables depends on, comparable across models.
 
     The body's joint, inertial figures and, for each joint of its root path (root first),
-    its name, whether it slides or turns, its axis and its frame in the parent.
+    its name, whether it slides or turns, its axis and its frame in the parent; gravity.
     """
     path = tuple(
         (model.joint_names[j], model.joint_types[j] == 'prismatic',
          tuple(model.joint_axis[j].tolist()), tuple(model.T_parent_joint[j].ravel().tolist()))
         for j in model.root_path(int(model.body_joint[body])))
     return (float(model.body_mass[body]), tuple(model.body_com[body].tolist()),
-            tuple(model.body_inertia[body].ravel().tolist()), path)
+            tuple(model.body_inertia[body].ravel().tolist()), path, tuple(model.gravity))
 
 
 def plan_extension(model: RobotModel, previous_model: RobotModel) -> ExtensionPlan:
@@ -88,6 +88,8 @@ def plan_extension(model: RobotModel, previous_model: RobotModel) -> ExtensionPl
                     for j in previous_model.root_path(int(previous_model.body_joint[o]))]
         if path != old_path:
             why.append(f'root path {old_path} -> {path}')
+        if tuple(model.gravity) != tuple(previous_model.gravity):
+            why.append(f'gravity {previous_model.gravity} -> {model.gravity}')
         why += [f'joint {j} {", ".join(changes.changed_joints[j])}' for j in path
                 if j in changes.changed_joints]
         recomputed[name] = '; '.join(why) or 'figures changed'

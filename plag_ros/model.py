@@ -151,6 +151,8 @@ class RobotModel:
         link_names: (L,) every URDF link; link_joint: (L,) int moving joint it rides on
             (-1: fixed to the root); T_joint_link: (L, 4, 4) link frame in that joint's child
             frame (root frame for -1).
+        gravity: (3,) gravitational acceleration in the root frame [m/s^2], default
+            (0, 0, -9.81); seed 000's examples use 9.8 (``from_urdf(..., gravity=...)``).
     """
 
     name: str
@@ -179,20 +181,31 @@ class RobotModel:
     link_names: tuple[str, ...]
     link_joint: np.ndarray
     T_joint_link: np.ndarray
+    gravity: tuple[float, float, float] = (0.0, 0.0, -9.81)
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_urdf(cls, source: str | os.PathLike) -> RobotModel:
+    def from_urdf(cls, source: str | os.PathLike, *,
+                  gravity: Sequence[float] = (0.0, 0.0, -9.81)) -> RobotModel:
         """Build the model from a URDF file path or URDF XML text.
+
+        ``gravity`` is the (3,) gravitational acceleration in the root frame [m/s^2].
 
         Raises:
             ValueError: unparsable XML, floating/planar/unknown joints, a link with two
                 parents or a cycle, a moving body without mass, a non-positive-definite
-                inertia, non-finite figures, or a mimic joint following an unknown joint.
+                inertia, non-finite figures, a mimic joint following an unknown joint, or
+                a gravity that is not 3 finite numbers.
             FileNotFoundError: ``source`` looks like a path and does not exist.
         """
         from urdf_parser_py import urdf as urdf_parser
 
+        try:
+            g = np.asarray(gravity, dtype=float)
+        except (TypeError, ValueError):
+            g = np.full(0, np.nan)
+        if g.shape != (3,) or not np.all(np.isfinite(g)):
+            raise ValueError(f'gravity must be 3 finite numbers [m/s^2], got {gravity!r}')
         text = str(source)
         if isinstance(source, os.PathLike) or not text.lstrip().startswith('<'):
             path = Path(text)
@@ -203,7 +216,8 @@ class RobotModel:
             robot = urdf_parser.URDF.from_xml_string(text)
         except Exception as err:  # the parser raises many types on bad XML
             raise ValueError(f'malformed URDF: {err}') from err
-        return cls._from_parsed(robot, text)
+        return dataclasses.replace(cls._from_parsed(robot, text),
+                                   gravity=(float(g[0]), float(g[1]), float(g[2])))
 
     @classmethod
     def _from_parsed(cls, robot, text: str) -> RobotModel:

@@ -81,7 +81,7 @@ import numpy as np
 import torch
 
 from . import motors
-from .dynamics import GRAVITY, PartialLagrangian
+from .dynamics import PartialLagrangian
 from .model import RobotModel
 
 __all__ = [
@@ -257,7 +257,7 @@ def mechanical_energy(engine: PartialLagrangian, q, qd) -> tuple[float, float]:
     child = [model.link_names.index(model.body_names[j]) for j in range(model.n_joints)]
     T = T_world_link[child][model.body_joint]                                   # (B, 4, 4)
     com = T[:, :3, 3] + np.einsum('bij,bj->bi', T[:, :3, :3], model.body_com)
-    potential = -float(np.sum(model.body_mass * (com @ np.asarray(GRAVITY))))
+    potential = -float(np.sum(model.body_mass * (com @ np.asarray(model.gravity))))
     return 0.5 * float(qd @ M @ qd), potential
 
 

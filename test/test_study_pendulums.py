@@ -11,6 +11,7 @@ import pytest
 import sympy as sp
 
 from plag_ros.studies import pendulums as study
+from plag_ros.tools import cli
 
 G = 9.8
 
@@ -106,9 +107,10 @@ def test_slider_reconstruction_and_ten_dof(tmp_path):
     assert ten['energy_final_J'] < -500.0        # 10 masses fell 1-11 m (E(0) = 0)
 
 
-def test_joint_damping_option(tmp_path):
-    assert study.main([str(tmp_path), '--only', '10dof', '--duration', '0.5',
-                       '--damping', 'joint']) == 0
+def test_joint_damping_option_from_the_command_line(tmp_path):
+    # Through `plag-ros study pendulums OUT ...`, the way a reader runs it.
+    assert cli.main(['study', 'pendulums', str(tmp_path), '--only', '10dof',
+                     '--duration', '0.5', '--damping', 'joint']) == 0
     s = json.loads((tmp_path / 'summary.json').read_text())
     assert s['assumptions']['damping_mode'] == 'joint'
     assert s['10_dof']['energy_balance_max_abs_J'] < 1e-6

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'record': ('replay', 'record /joint_states and the dynamics outputs into a bag'),
     'sim': ('bringup', 'simulated CRANE-X7 + live dynamics node, summary each second'),
     'run': ('bringup', "live dynamics node joining a real robot's ROS 2 graph"),
+    'study': ('study', "run one of the papers' experiments: figures and summary.json"),
 }
 
 

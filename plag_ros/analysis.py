@@ -30,6 +30,7 @@ __all__ = [
     'estimate_recording',
     'estimate_states',
     'output_rows',
+    'own_source_propagation',
     'propagation_paths',
     'structural_pairs',
 ]
@@ -332,3 +333,28 @@ def structural_pairs(model: RobotModel) -> list[tuple[int, int]]:
     """(joint k, body i) pairs where partial[k, i] can be non-zero (k on i's root path)."""
     return sorted((k, i) for i in range(model.n_bodies)
                   for k in model.root_path(model.body_joint[i]))
+
+
+def own_source_propagation(model: RobotModel, table: np.ndarray, joint: int) -> np.ndarray:
+    """Seed 002's tau^p_kj(theta_j): at ``joint`` k, link j's load from joint j's own motion.
+
+    The paper plots, for the base joint k = 1, the torque that link j puts on joint k
+    because joint j itself moves (figs. 8-9 and 13-14): the entry of the velocity or
+    acceleration table whose body rides on joint j and whose source is joint j.
+
+    Args:
+        model: the model the table was computed with.
+        table: (M, n, B, n) velocity or acceleration propagation table [N*m or N].
+        joint: the joint k the torques act on (0-based).
+
+    Returns:
+        (M, n) [N*m or N]: column j is tau^p_kj(theta_j), summed over the bodies riding on
+        joint j; zero where joint k is not on joint j's path to the root.
+    """
+    if not 0 <= joint < model.n_joints:
+        raise ValueError(f'joint index {joint} outside 0..{model.n_joints - 1}')
+    out = np.zeros(table.shape[:1] + (model.n_joints,))
+    for i in range(model.n_bodies):
+        j = int(model.body_joint[i])
+        out[:, j] += table[:, joint, i, j]
+    return out

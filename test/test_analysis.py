@@ -27,7 +27,12 @@ from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
 from plag_ros import messages as msgs
-from plag_ros.analysis import AnalysisOptions, analyze_arrays, propagation_paths
+from plag_ros.analysis import (
+    AnalysisOptions,
+    analyze_arrays,
+    own_source_propagation,
+    propagation_paths,
+)
 from plag_ros.dynamics import PartialLagrangian
 from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
 from plag_ros.io.bag import OutputExistsError, read_joint_states, typestore_for
@@ -272,7 +277,8 @@ def test_csv_plots_and_summary(analysed, model):
     col = header.index(f'partial[{model.joint_names[1]}][{model.body_names[3]}]')
     np.testing.assert_allclose(float(lines[-1].split(',')[col]), analysis.partial[-1, 1, 3],
                                rtol=1e-8, atol=1e-12)
-    for png in ('joint_torques.png', 'propagation.png', 'partial_heatmap.png'):
+    for png in ('joint_torques.png', 'propagation.png', 'partial_heatmap.png',
+                'own_source_propagation.png'):
         data = (root / 'out' / png).read_bytes()
         assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 10_000, png
     summary = (root / 'out' / 'summary.txt').read_text()
@@ -290,8 +296,42 @@ def test_figures_from_a_child_process_equal_the_inline_ones(analysed, model, tmp
     assert set(written) == {'csv', 'plots'}
     assert (tmp_path / 'out' / 'torques.csv').read_bytes() == \
         (root / 'out' / 'torques.csv').read_bytes()
-    for png in ('joint_torques.png', 'propagation.png', 'partial_heatmap.png'):
+    for png in ('joint_torques.png', 'propagation.png', 'partial_heatmap.png',
+                'own_source_propagation.png'):
         assert (tmp_path / 'out' / png).stat().st_size > 10_000, png
+
+
+def test_own_source_propagation_is_pinocchio_with_one_joint_moving(model):
+    """tau^p_1j(theta_j) (seed 002 figs. 8-9): with only joint j moving and only the links
+    riding on joint j massive, Pinocchio's RNEA at joint 1 without gravity is that link's
+    velocity part (qdd = 0) or acceleration part (qd = 0). Float64, seeded; 1e-10."""
+    import pinocchio as pin
+
+    oracle = PinOracle(default_urdf_path().read_text(), model)
+    engine = PartialLagrangian(model)
+    rng = np.random.default_rng(15)
+    q = rng.uniform(-1.0, 1.0, model.n_joints)
+    n = model.n_joints
+    for j in range(1, n):
+        riding = [i for i in range(model.n_bodies) if model.body_joint[i] == j]
+        pin_model = oracle.pin.copy()
+        keep = {int(oracle.pin_of_ours[j]) + 1}
+        for k in range(1, pin_model.njoints):
+            if k not in keep:
+                pin_model.inertias[k] = pin.Inertia.Zero()
+        pin_model.gravity = pin.Motion.Zero()
+        step = np.zeros(n)
+        step[j] = rng.uniform(0.5, 2.0)
+        d = engine.decompose(q, step, step).numpy()
+        vel = own_source_propagation(model, d['velocity'][None], 0)[0]
+        acc = own_source_propagation(model, d['acceleration'][None], 0)[0]
+        expected_vel = oracle.rnea(q, step, np.zeros(n), pin_model)[0]
+        expected_acc = oracle.rnea(q, np.zeros(n), step, pin_model)[0]
+        assert riding, j
+        assert abs(vel[j] - expected_vel) <= 1e-10, j
+        assert abs(acc[j] - expected_acc) <= 1e-10, j
+    with pytest.raises(ValueError, match='outside'):
+        own_source_propagation(model, d['velocity'][None], n)
 
 
 def test_child_process_errors_reach_the_caller():

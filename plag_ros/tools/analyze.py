@@ -34,6 +34,7 @@ from ..analysis import (
     AnalysisOptions,
     decompose_states,
     estimate_recording,
+    own_source_propagation,
     propagation_paths,
     structural_pairs,
 )
@@ -211,6 +212,26 @@ def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
     fig.colorbar(image, ax=ax, label='[N m]')
     fig.subplots_adjust(left=0.3, right=0.98, top=0.95, bottom=0.08)
     paths.append(out / 'partial_heatmap.png')
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    # 4. tau^p_1j(theta_j): link j's load on the base joint from joint j's own motion
+    #    (seed 002 fig. 8-9 and 13-14), for each joint downstream of the base.
+    downstream = [j for j in range(1, n) if 0 in model.root_path(j)]
+    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for ax, part in zip(axes, ('velocity', 'acceleration'), strict=True):
+        own = own_source_propagation(model, getattr(analysis, part)[rows], 0)
+        for j in downstream:
+            ax.plot(t, own[:, j], color=colours[j % 10], linewidth=0.8,
+                    label=f'$\\tau^p_{{1,{j + 1}}}$ ({short[j]})')
+        ax.set_ylabel('[N m]')
+        ax.set_title(f'{part} propagation into j1 ({short[0]}) by link j from its own joint j',
+                     fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc='upper right', fontsize=7, ncol=2)
+    axes[-1].set_xlabel('time [s]')
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.95, bottom=0.08, hspace=0.2)
+    paths.append(out / 'own_source_propagation.png')
     fig.savefig(paths[-1], dpi=90)
     plt.close(fig)
     return paths

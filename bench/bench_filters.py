@@ -108,7 +108,7 @@ def main() -> int:
     parser.add_argument('--samples', type=int, default=20_000, help='live samples per run')
     parser.add_argument('--repeats', type=int, default=5, help='runs per figure (median)')
     args = parser.parse_args()
-    config = EstimatorConfig()  # 10 Hz, order 2, 200 Hz
+    config = EstimatorConfig()  # 10 Hz, order 3, 200 Hz
     sos = design_lowpass(config)
     channels = 2 * N_JOINTS + 1
     print(f'plag_ros.filters benchmark: python {platform.python_version()}, numpy '

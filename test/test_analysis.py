@@ -352,7 +352,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
                                     options=options)
     reader = msgs.JointStateReader(model)
     estimator = JointStateEstimator(model.n_joints, EstimatorConfig(
-        cutoff_hz=10.0, order=2, rate_hz=200.0, gap_periods=5.0, velocity_source='position',
+        cutoff_hz=10.0, order=3, rate_hz=200.0, gap_periods=5.0, velocity_source='position',
         min_spacing_periods=0.2))
     engine = PartialLagrangian(model, dtype=torch.float64)
     expected = []

@@ -113,7 +113,7 @@ def _reproduce(model: RobotModel, sent: list[JointState]) -> list[tuple[int, dic
     """The library's answer for the same messages: (stamp, arrays) per accepted sample."""
     reader = msgs.JointStateReader(model)
     estimator = JointStateEstimator(model.n_joints, EstimatorConfig(
-        cutoff_hz=10.0, order=2, rate_hz=200.0, gap_periods=5.0,
+        cutoff_hz=10.0, order=3, rate_hz=200.0, gap_periods=5.0,
         velocity_source='position', min_spacing_periods=0.2))   # config/crane_x7.yaml
     engine = PartialLagrangian(model, dtype=torch.float64)
     expected = []

@@ -134,6 +134,10 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         constraints="one of 'position', 'measured'")),
     'filter.min_spacing_periods': (_ESTIMATOR.min_spacing_periods, _float(
         'stamp steps shorter than this many periods are rejected', 0.0, 0.999)),
+    'filter.stencil_nodes': (_ESTIMATOR.stencil_nodes, _str(
+        "velocity stencil nodes: 'grid' (the sample grid; stamp jitter taken as noise) or "
+        "'stamps' (exact on any grid, amplifies quantisation noise)",
+        constraints="one of 'grid', 'stamps'")),
     'stamp_source': ('header', _str(
         "time of each sample: 'header' (the joint state stamp, as the driver's control cycle "
         "sets it) or 'receive' (this node's clock on arrival, for unstamped publishers)",
@@ -298,7 +302,8 @@ class DynamicsNode(Node):
             rate_hz=float(values['filter.rate_hz']),
             gap_periods=float(values['filter.gap_periods']),
             velocity_source=choice(values, 'filter.velocity_source', ('position', 'measured')),
-            min_spacing_periods=float(values['filter.min_spacing_periods']))
+            min_spacing_periods=float(values['filter.min_spacing_periods']),
+            stencil_nodes=choice(values, 'filter.stencil_nodes', ('grid', 'stamps')))
 
     @classmethod
     def _check(cls, values: dict) -> str:

@@ -229,7 +229,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     'reference.frequency_hz': ([0.5], _desc(_DA, 'sine frequency [Hz]' + _PER_JOINT)),
     'filter.cutoff_hz': (15.0, _desc(_D, 'estimator low-pass -3 dB frequency [Hz]',
                                      read_only=True, low=0.01, high=10000.0)),
-    'filter.order': (2, _desc(_I, 'estimator Butterworth order', read_only=True, low=1,
+    'filter.order': (3, _desc(_I, 'estimator Butterworth order', read_only=True, low=1,
                               high=8)),
     'filter.velocity_source': ('measured', _desc(
         _S, "'position' differentiates positions; 'measured' filters joint_states velocity",

@@ -514,6 +514,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              '(default %(default)s)')
     parser.add_argument('--velocity-source', choices=('position', 'measured'),
                         default=estimator.velocity_source)
+    parser.add_argument('--stencil-nodes', choices=('grid', 'stamps'),
+                        default=estimator.stencil_nodes,
+                        help='velocity stencil on the sample grid (stamp jitter taken as '
+                             'noise) or on the stamps (default %(default)s)')
     parser.add_argument('--chunk', type=int, default=4096, help='samples per batch')
     parser.add_argument('--output-rate-hz', type=float, default=0.0,
                         help="decompose at most this often, as the node's output_rate_hz "
@@ -540,7 +544,8 @@ def run(args: argparse.Namespace) -> int:
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
         estimator = EstimatorConfig(cutoff_hz=args.cutoff_hz, order=args.order,
                                     rate_hz=args.rate_hz,
-                                    velocity_source=args.velocity_source)
+                                    velocity_source=args.velocity_source,
+                                    stencil_nodes=args.stencil_nodes)
         options = AnalysisOptions(
             causal=args.causal, estimator=estimator, chunk=args.chunk,
             visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,

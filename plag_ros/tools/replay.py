@@ -32,9 +32,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rosbags.interfaces import ConnectionExtRosbag2
 
@@ -52,6 +53,8 @@ if TYPE_CHECKING:   # rclpy is imported where a node runs, not by the CLI parser
 
 __all__ = ['ReplaySchedule', 'configure', 'configure_record', 'load_schedule', 'record',
            'replay', 'run', 'run_record']
+
+_T = TypeVar('_T')
 
 DEFAULT_RECORD_TOPICS = ('/joint_states', '/diagnostics', '/robot_description')
 """Topics ``plag-ros record`` always subscribes to (when published)."""
@@ -382,16 +385,9 @@ def run(args: argparse.Namespace) -> int:
     except BagError as err:
         print(f'plag-ros replay: error: {err}', file=sys.stderr)
         return 2
-    import rclpy
-
-    rclpy.init()
-    stop = threading.Event()
-    _stop_on_signals(stop)
-    try:
-        count = replay(schedule, rate=args.rate, loop=args.loop, clock=args.clock, stop=stop,
-                       start_delay=args.delay, wait_subscribers=args.wait_subscribers)
-    finally:
-        rclpy.try_shutdown()
+    count = _with_ros(lambda stop: replay(
+        schedule, rate=args.rate, loop=args.loop, clock=args.clock, stop=stop,
+        start_delay=args.delay, wait_subscribers=args.wait_subscribers))
     print(f'replayed {count} messages from {args.bag}')
     return 0
 
@@ -421,20 +417,25 @@ def run_record(args: argparse.Namespace) -> int:
     except BagError as err:
         print(f'plag-ros record: error: {err}', file=sys.stderr)
         return 2
+    counts = _with_ros(lambda stop: record(
+        args.output, topics=DEFAULT_RECORD_TOPICS + tuple(args.topics), storage=args.storage,
+        force=True, duration=args.duration, stop=stop, flush_period=args.flush_period or None))
+    total = sum(counts.values())
+    print(f'recorded {total} messages on {len(counts)} topics into {args.output}')
+    return 0
+
+
+def _with_ros(work: Callable[[threading.Event], _T]) -> _T:
+    """Start rclpy, run ``work(stop)`` with ``stop`` set by SIGINT/SIGTERM, shut down."""
     import rclpy
 
     rclpy.init()
     stop = threading.Event()
     _stop_on_signals(stop)
     try:
-        counts = record(args.output, topics=DEFAULT_RECORD_TOPICS + tuple(args.topics),
-                        storage=args.storage, force=True, duration=args.duration, stop=stop,
-                        flush_period=args.flush_period or None)
+        return work(stop)
     finally:
         rclpy.try_shutdown()
-    total = sum(counts.values())
-    print(f'recorded {total} messages on {len(counts)} topics into {args.output}')
-    return 0
 
 
 def _stop_on_signals(stop: threading.Event) -> None:

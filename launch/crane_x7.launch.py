@@ -17,7 +17,9 @@ robot_state_publisher only). This file adds:
 
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]``.
 """
-from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
+import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
+
+from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
@@ -25,6 +27,19 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
 CONTROLLER = 'plag_arm_position_controller'
+CONTROLLER_TYPE = 'position_controllers/JointGroupPositionController'
+
+
+def spawner_type_arguments(distro: str) -> list[str]:
+    """Extra spawner flags naming the controller type, for the ROS distribution ``distro``.
+
+    The controller manager must know a controller's type before it loads it. The spawner
+    reads it from ``--param-file`` on jazzy and later, and on humble only since
+    ros2_control 2.46.0 (2024-12, backport #1894); older humble releases take it from
+    ``-t/--controller-type``, which jazzy's spawner no longer accepts. So: the flag on
+    humble (harmless on new releases, which set the same value again), nothing elsewhere.
+    """
+    return ['--controller-type', CONTROLLER_TYPE] if distro == 'humble' else []
 
 
 def generate_launch_description():
@@ -65,14 +80,15 @@ def generate_launch_description():
         # present on the humble and jazzy branches alike: positional controller name,
         # -c/--controller-manager, -p/--param-file (loaded into the controller before
         # configure), --inactive (configure, do not activate; added on humble in #755,
-        # 2022, replacing the deprecated --stopped, which jazzy no longer has).
+        # 2022, replacing the deprecated --stopped, which jazzy no longer has); on humble
+        # also -t/--controller-type (spawner_type_arguments).
         Node(
             package='controller_manager',
             executable='spawner',
             arguments=[CONTROLLER, '--controller-manager', '/controller_manager',
                        '--param-file',
                        PathJoinSubstitution([share, 'config', 'crane_x7_controllers.yaml']),
-                       '--inactive'],
+                       '--inactive', *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
             output='screen',
             # (PythonExpression, not AndSubstitution: Humble's launch has no AndSubstitution)
             condition=IfCondition(PythonExpression(

@@ -431,6 +431,25 @@ def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
         assert spawners[0].condition.evaluate(context) is expected, (control, spawn)
 
 
+def test_spawner_names_the_controller_type_on_humble_only(share):
+    """Humble's spawner before ros2_control 2.46 needs -t; jazzy's has no such flag."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        'crane_x7_launch', share / 'launch' / 'crane_x7.launch.py')
+    assert spec is not None and spec.loader is not None
+    launch_file = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch_file)
+    controllers = yaml.safe_load((share / 'config' / 'crane_x7_controllers.yaml').read_text())
+    assert launch_file.CONTROLLER_TYPE == \
+        controllers[CONTROLLER]['ros__parameters']['type'] == \
+        controllers['controller_manager']['ros__parameters'][CONTROLLER]['type']
+    assert launch_file.spawner_type_arguments('humble') == [
+        '--controller-type', launch_file.CONTROLLER_TYPE]
+    for distro in ('jazzy', 'kilted', 'rolling', ''):
+        assert launch_file.spawner_type_arguments(distro) == [], distro
+
+
 def test_the_real_spawner_takes_the_flags_the_launch_passes():
     spawner = _real_controller_manager()
     if spawner is None:

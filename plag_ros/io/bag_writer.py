@@ -52,6 +52,8 @@ _MCAP_INTERNALS = ('chunk', 'chunks', 'bio', 'compressor', 'compression', 'chann
                    'message_start_time', 'message_end_time')
 _MCAP_CHUNK_INTERNALS = ('bio', 'msgs', 'message_start_time', 'message_end_time')
 _WRITER_INTERNALS = ('counts', 'min_timestamp', 'max_timestamp')
+_MCAP_HELPERS = ('PendingChunk', 'write_record', 'write_string', 'write_uint16',
+                 'write_uint32', 'write_uint64')   # of rosbags.rosbag2.storage_mcap
 _MCAP_CHUNK_BYTES = 2 ** 20     # the rosbags writer's chunk size
 
 ROSBAGS_TESTED = ((0, 11, 9), (0, 12))
@@ -88,16 +90,10 @@ def _mcap_internals_problem(writer: Writer) -> str | None:
                 if not hasattr(getattr(storage, 'chunk', None), a)]
     missing += [f'Writer.{a}' for a in _WRITER_INTERNALS if not hasattr(writer, a)]
     try:
-        from rosbags.rosbag2.storage_mcap import (  # noqa: F401 - availability check
-            PendingChunk,
-            write_record,
-            write_string,
-            write_uint16,
-            write_uint32,
-            write_uint64,
-        )
+        from rosbags.rosbag2 import storage_mcap
     except ImportError as err:
-        missing.append(str(err))
+        return f'rosbags has no mcap storage module ({err})'
+    missing += [f'storage_mcap.{a}' for a in _MCAP_HELPERS if not hasattr(storage_mcap, a)]
     if missing:
         return f'the rosbags McapWriter lacks {missing}'
     return None

@@ -17,6 +17,7 @@ import pytest
 from scipy import interpolate, signal
 
 from plag_ros.filters import (
+    GRID_WINDOW,
     REJECT_REASONS,
     EstimatorConfig,
     JointStateEstimator,
@@ -290,8 +291,8 @@ def test_grid_nodes_exact_for_quadratic_with_dropped_samples(rate_hz):
     if rate_hz == config.rate_hz:
         np.testing.assert_allclose(live['qd'][4:], expected, rtol=0, atol=1e-8)
     else:
-        # Live, the measured period starts from 20 nominal ones: the velocity is off by
-        # the rate mismatch at first, fading as 20 / (20 + periods since the start).
+        # Live, the node spacing starts as 20 nominal periods and moves to the measured
+        # one as their mean (at once when the two differ by over 10 %).
         mismatch = abs(rate_hz / config.rate_hz - 1.0)   # nominal / true period - 1
         error = np.abs(live['qd'][4:] - expected) / np.abs(expected)
         assert error.max() < 1.2 * mismatch and error[-50:].max() < 0.1 * mismatch
@@ -306,9 +307,9 @@ def test_grid_nodes_take_stamp_jitter_as_noise():
     b = np.array([0.7, -1.3])
     q = b * t_grid[:, None] + 0.2
     grid = run_live(JointStateEstimator(2, EstimatorConfig()), t_ns, q)
-    # Exact but for the measured period, whose error is the end stamps' jitter (<= 2 ms)
-    # over the span since the start plus 20 nominal periods: <= 2 % at the start, <= 0.1 %
-    # after 2 s (twice that allowed for the filter's memory).
+    # Exact but for the node spacing, a mean of steps in which the stamp jitter
+    # telescopes: 1 ms / ((20 + n) x 5 ms) after n steps, 0.2 % from 100 steps on; bounded
+    # at 2 % from the start and 0.2 % after 2 s.
     error = np.abs(grid['qd'][4:] / b - 1.0)
     assert error.max() < 0.02 and error[400:].max() < 2e-3
     offline = estimate_offline(t_ns, q).qd      # one period for the whole recording
@@ -316,6 +317,28 @@ def test_grid_nodes_take_stamp_jitter_as_noise():
     stamps = run_live(JointStateEstimator(2, EstimatorConfig(stencil_nodes='stamps')),
                       t_ns, q)
     assert np.abs(stamps['qd'][4:] - b).max() > 0.01
+
+
+def test_grid_nodes_follow_a_rate_change():
+    """A publisher that slows from 200 to 150 Hz (a loaded machine): the node spacing
+    follows within a few samples live, and offline outside the measuring window."""
+    t_ns = np.concatenate([np.arange(1000) * PERIOD_NS,
+                           1000 * PERIOD_NS + np.arange(1, 1001) * (4 * PERIOD_NS // 3)])
+    t = t_ns * 1e-9
+    b = np.array([0.9, -0.4])
+    q = b * t[:, None]
+    live = run_live(JointStateEstimator(2, EstimatorConfig()), t_ns, q)
+    error = np.abs(live['qd'] / b - 1.0)
+    assert np.nanmax(error[:1000]) < 1e-9          # before: exact
+    assert np.nanmax(error[1000:]) < 0.25          # the switch: 21 % at the most
+    assert np.nanmax(error[1040:]) < 1e-3          # the filter's memory of it fading
+    assert np.nanmax(error[1150:]) < 1e-9          # after: exact again
+    step = np.diff(grid_nodes(t_ns))
+    # Steps either side of the change: half a window, and after it the few steps the
+    # counting takes to see the new rate (a window over miscounted steps is off).
+    window = GRID_WINDOW // 2 + 1
+    assert np.allclose(step[:999 - window], PERIOD_NS * 1e-9, rtol=1e-12)
+    assert np.allclose(step[999 + window + 8:], 4 * PERIOD_NS // 3 * 1e-9, rtol=1e-12)
 
 
 @pytest.mark.parametrize('scenario', ['exact stamps', 'jittered stamps'])

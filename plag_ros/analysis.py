@@ -59,6 +59,9 @@ class AnalysisOptions:
             smaller at ~1 GB/s), 'zstd' (smaller, ~3x slower) or 'none'.
         npz_level: deflate level of the npz (1-3: ISA-L, about 700 MB/s; 4-9: zlib,
             smaller and much slower; 0: stored uncompressed). See :mod:`plag_ros.io.npz`.
+        npz_layout: 'dense' (the engine's arrays) or 'compact' (only the structurally
+            non-zero entries, with their index maps; :func:`plag_ros.compact.load_analysis`
+            reads either as dense).
         figures_process: write the csv and plots in a child process (None: for
             recordings of 50 000 samples or more).
         products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
@@ -81,6 +84,7 @@ class AnalysisOptions:
     storage: str = 'mcap'
     compression: str = 'lz4'
     npz_level: int = 1
+    npz_layout: str = 'dense'
     figures_process: bool | None = None
     products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
     progress: bool | None = None
@@ -96,6 +100,8 @@ class AnalysisOptions:
             raise ValueError('visualization_rate_hz and output_rate_hz must be >= 0')
         if not 0 <= self.npz_level <= 9:
             raise ValueError(f'npz_level must be in 0..9, got {self.npz_level}')
+        if self.npz_layout not in ('dense', 'compact'):
+            raise ValueError(f"npz_layout must be 'dense' or 'compact', got {self.npz_layout!r}")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ PHYSICS_MODULES = (
     'plag_ros.filters',
     'plag_ros.control',
     'plag_ros.simulation',
+    'plag_ros.compact',
 )
 """Modules that must stay ROS-free; add new physics modules here."""
 

@@ -38,6 +38,7 @@ from ..analysis import (
     propagation_paths,
     structural_pairs,
 )
+from ..compact import CompactLayout
 from ..filters import EstimatorConfig
 from ..io.bag import (
     EXIT_RECOVERED_WITH_LOSS,
@@ -355,6 +356,9 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
 
     def npz() -> Path:
         arrays = {name: getattr(analysis, name) for name in ARRAY_NAMES}
+        if options.npz_layout == 'compact':
+            layout = CompactLayout.from_model(model)
+            arrays = {**layout.pack(arrays), **layout.index_arrays()}
         arrays.update(t_ns=analysis.t_ns, index=analysis.index,
                       input_t_ns=js.t_ns, input_q=js.q,
                       joint_names=np.array(model.joint_names),
@@ -531,6 +535,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--npz-level', type=int, default=1, choices=range(10),
                         metavar='0-9', help='deflate level of analysis.npz (1-3: fast ISA-L, '
                         '4-9: zlib, smaller and slower; 0: uncompressed)')
+    parser.add_argument('--npz-layout', choices=('dense', 'compact'), default='dense',
+                        help='analysis.npz with the dense tables, or only their structurally '
+                             'non-zero entries and index maps (plag_ros.compact.load_analysis '
+                             'reads both)')
     parser.add_argument('--skip', action='append', default=[],
                         choices=('bag', 'npz', 'csv', 'plots', 'summary'),
                         help='product not to write (repeatable)')
@@ -550,7 +558,8 @@ def run(args: argparse.Namespace) -> int:
             causal=args.causal, estimator=estimator, chunk=args.chunk,
             visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,
             output_rate_hz=args.output_rate_hz,
-            npz_level=args.npz_level, compression=args.compression,
+            npz_level=args.npz_level, npz_layout=args.npz_layout,
+            compression=args.compression,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)
         timings: dict[str, float] = {}

@@ -67,7 +67,7 @@ def run(name: str, model: RobotModel, samples: int, repeat: int) -> None:
             for kind, arrays in (('dense', out), ('compact', {**packed,
                                                                 **layout.index_arrays()})):
                 path = Path(tmp) / f'{kind}{level}.npz'
-                writes[kind] = _median_s(lambda a=arrays, p=path: save_npz(p, a, level),
+                writes[kind] = _median_s(lambda a=arrays, p=path, v=level: save_npz(p, a, v),
                                          max(1, repeat // 2))
                 sizes[kind] = path.stat().st_size
             print(f'  npz level {level}           dense {sizes["dense"] / 1e6:8.2f} MB '

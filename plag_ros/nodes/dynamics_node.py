@@ -383,9 +383,17 @@ class DynamicsNode(Node):
             self._load_file('fallback')
 
     def _set_model(self, model: RobotModel, source: str) -> None:
-        """Build engine, reader, estimator and constant message parts for ``model``."""
+        """Build engine, reader, estimator and constant message parts for ``model``.
+
+        Under the lock the hot path holds per sample: a new model takes over between two
+        samples, with a fresh estimate (its warm-up), never halfway through one."""
+        replacing = self._model is not None
         with self._lock:
             self._build_model(model, source)
+        if replacing:
+            self.get_logger().warning(
+                f'robot_description changed: model {model.name!r} from {source} replaces '
+                'the previous model from the next sample on (the estimate starts afresh)')
         if self._sub_state is None:   # reliable, like the joint state broadcaster
             if self._low_latency:
                 tuning.lower_switch_interval()

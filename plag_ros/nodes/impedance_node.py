@@ -188,6 +188,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
                              read_only=True, low=1.0, high=10000.0)),
     'stale_periods': (5.0, _desc(_D, 'hold when no valid joint state for this many periods',
                                  low=1.01, high=1000.0)),
+    'input_loss_s': (1.0, _desc(_D, 'joint_states absent this long [s] is taken as the driver '
+                                'gone: on its return switch again, then re-ramp '
+                                '(resume_after_fault) or stay disabled', low=0.05, high=3600.0)),
     'ramp_s': (2.0, _desc(_D, 'gain ramp after enable or a cleared fault [s]', low=0.0,
                           high=60.0)),
     'start_enabled': (False, _desc(_B, 'enable at the first valid joint state',
@@ -459,6 +462,11 @@ class ImpedanceNode(Node):
         self._switching = False
         self._release_at: float | None = None
         self._hold_s = float(values['switch.hold_s'])
+        self._input_loss_s = float(values['input_loss_s'])
+        # joint_states absent for input_loss_s while we were switched in: the driver may
+        # have restarted, and its controller manager without our switch.
+        self._driver_lost = False
+        self._last_input = time.monotonic()
 
     async def _check_joints(self) -> None:
         """Compare command.joints with the controller's ``joints`` parameter (once)."""
@@ -553,6 +561,7 @@ class ImpedanceNode(Node):
             self.controller.set_reference(reference)
         self._state_period_ns = int(1e9 / float(values['state_rate_hz']))
         self._hold_s = float(values['switch.hold_s'])
+        self._input_loss_s = float(values['input_loss_s'])
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ callbacks
@@ -568,6 +577,9 @@ class ImpedanceNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         now = self._now_ns()
+        self._last_input = time.monotonic()
+        if self._driver_lost:
+            self._driver_back(now)
         try:
             t_ns, q, qd, effort = self._reader.read(msg, velocity=self._measured_velocity,
                                                     effort=len(msg.effort) > 0)
@@ -605,6 +617,16 @@ class ImpedanceNode(Node):
         now = self._now_ns()
         self._publish(self.controller.tick(now), now)
         ctl = self.controller
+        if self._switched and not self._driver_lost and self._switch is not None \
+                and self._switch.method != 'none' \
+                and time.monotonic() - self._last_input > self._input_loss_s:
+            # (A SIGKILLed driver keeps its DDS publisher for the lease duration: the
+            # outage, not the graph, says it is gone.)
+            self._driver_lost = True
+            self.get_logger().warning(
+                f'no joint_states for {self._input_loss_s:g} s: taking the driver as gone; '
+                'holding. A restarted driver brings its controllers back without our '
+                'switch, so we switch again before any command when joint_states returns')
         if self._switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
             self._schedule_release()
         if self._release_at is not None and time.monotonic() >= self._release_at:
@@ -614,6 +636,40 @@ class ImpedanceNode(Node):
                 if executor is None:    # timers only fire from an executor spinning the node
                     raise RuntimeError(f'{self.get_name()}: timer fired without an executor')
                 executor.create_task(self._release)
+
+    def _driver_back(self, now: int) -> None:
+        """joint_states is back after the driver was gone: our switch did not survive its
+        restart. Hold, disabled, until the switch is made again: at once and then re-ramp
+        with ``resume_after_fault``, else on the next ``~/enable``."""
+        self._driver_lost = False
+        self._switched = False        # no command on our topic until switched again
+        self._release_at = None
+        ctl = self.controller
+        resume = ctl.enabled and ctl.config.resume_after_fault
+        ctl.set_enabled(False, now)   # no command from the hold latched before the outage
+        if self.executor is None:
+            raise RuntimeError(f'{self.get_name()}: joint_states taken without an executor')
+        self.executor.create_task(self._reacquire, resume)
+
+    async def _reacquire(self, resume: bool) -> None:
+        """Switch again from scratch after a driver outage: back to the fallback first (it
+        fails harmlessly when a restarted driver never had our switch; a STRICT activation
+        of a controller still active would fail instead), then, with ``resume``, enable:
+        switch in and ramp from the pose found now."""
+        if self._switch is not None:
+            self._switching = True
+            try:
+                _, message = await self._switch.release()
+            finally:
+                self._switching = False
+            self.get_logger().info(f'after the driver outage: {message}')
+        if resume:
+            self.get_logger().warning('joint_states is back: switching in again, then '
+                                      're-ramping (resume_after_fault)')
+            await self._start_enabled()
+        else:
+            self.get_logger().warning('joint_states is back: staying disabled '
+                                      '(resume_after_fault false); ~/enable to resume')
 
     def _on_reference(self, msg: JointState) -> None:
         try:

@@ -1,0 +1,235 @@
+"""Faults while running, over real DDS (ROS_DOMAIN_IDs 70-72): a driver killed and started
+again, a new robot_description mid-run, a backlog of 5 000 joint states arriving at once.
+
+Each node is a real process (:func:`ros_helpers.start_node`); the expected outputs are the
+library's (estimator + engine) for the very messages the test saw, so "nothing crossed the
+gap" and "nothing mixed two models" are checked to rounding, not by eye.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node, wait_until
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+
+from plag_ros import messages as msgs
+from plag_ros.dynamics import PartialLagrangian
+from plag_ros.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.model import RobotModel, default_urdf_path
+
+TOL = 1e-9                    # node output against the library, same float64 arithmetic
+START_S = 120.0               # a cold node start on a loaded 2-core machine
+OUTPUT = '/plag_dynamics/joint_states'
+DYNAMICS = {'robot_description_source': 'topic', 'robot_description_timeout': 0.0}
+
+
+@pytest.fixture(scope='module')
+def model() -> RobotModel:
+    return RobotModel.from_urdf(default_urdf_path())
+
+
+def _stamp(msg) -> int:
+    return msgs.stamp_to_ns(msg.header.stamp)
+
+
+def _library(model: RobotModel, inputs: list[JointState]) -> dict[int, JointState]:
+    """Output the dynamics node gives for ``inputs`` fed to a fresh estimator, by stamp
+    (config/crane_x7.yaml's estimator: the defaults)."""
+    reader = msgs.JointStateReader(model)
+    estimator = JointStateEstimator(model.n_joints, EstimatorConfig())
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    out = {}
+    for msg in inputs:
+        t_ns, q, _, _ = reader.read(msg)
+        sample = estimator.update(t_ns, q)
+        if sample is not None:
+            torque = engine.decompose_arrays(sample.q, sample.qd, sample.qdd)['torque']
+            out[t_ns] = msgs.joint_state(model.joint_names, sample.q, sample.qd, torque,
+                                         t_ns=t_ns)
+    return out
+
+
+def _same(got: JointState, want: JointState) -> bool:
+    return all(np.allclose(getattr(got, f), getattr(want, f), rtol=0, atol=TOL)
+               for f in ('position', 'velocity', 'effort'))
+
+
+# ------------------------------------------------------------------ driver restart
+@pytest.mark.parametrize('resume', [True, False], ids=['resume', 'stay_disabled'])
+def test_driver_killed_and_restarted(model, tmp_path, resume):
+    """The simulator (the driver's stand-in) is SIGKILLed for a second and started again in
+    another pose. The dynamics node resumes on its own, and its first outputs after the gap
+    are those of a fresh estimator fed only the new samples: nothing crosses the gap. The
+    impedance node holds while the driver is gone, then switches in again and re-ramps
+    (``resume_after_fault``) or stays disabled."""
+    domain = 70 if resume else 71
+    for run in ('first', 'second'):
+        (tmp_path / run).mkdir()
+    with RosClient(domain, 'plag_test_faults') as client:
+        inputs = client.collect(JointState, '/joint_states')
+        outputs = client.collect(JointState, OUTPUT)
+        states = client.collect(String, '/plag_impedance/state', LATCHED)
+        sim = start_node('sim_node', domain_id=domain, log_dir=tmp_path / 'first',
+                         params_file=REPO / 'config' / 'sim.yaml')
+        dynamics = start_node('dynamics_node', domain_id=domain, log_dir=tmp_path,
+                              params_file=REPO / 'config' / 'crane_x7.yaml', params=DYNAMICS)
+        impedance = start_node('impedance_node', domain_id=domain, log_dir=tmp_path,
+                               params_file=REPO / 'config' / 'impedance.yaml',
+                               params={'start_enabled': True, 'switch.method': 'sim',
+                                       'resume_after_fault': resume})
+        second = None
+        try:
+            def state() -> dict:
+                return json.loads(states[-1][1].data) if states else {}
+
+            wait_until(lambda: len(outputs) >= 100 and state().get('state') == 'enabled',
+                       START_S, '100 outputs and the impedance node enabled')
+            sim.process.kill()
+            sim.process.wait(timeout=10)
+            wait_until(lambda: state().get('reason') == 'stale', 10.0,
+                       'the impedance node holding on stale input')
+            # The driver comes back in another pose (0.3 rad on every joint).
+            restart_ns = time.time_ns()
+            second = start_node('sim_node', domain_id=domain, log_dir=tmp_path / 'second',
+                                params_file=REPO / 'config' / 'sim.yaml',
+                                params={'initial_positions': [0.3]})
+            wait_until(lambda: sum(_stamp(m) > restart_ns for _, m in inputs) >= 400, START_S,
+                       '2 s of the new driver at the client')
+            expected_state = 'enabled' if resume else 'disabled'
+            wait_until(lambda: state().get('state') == expected_state, 30.0,
+                       f'the impedance node {expected_state} after the restart')
+            assert dynamics.alive and impedance.alive
+        finally:
+            for node in (second, sim, impedance, dynamics):
+                if node is not None:
+                    node.stop()
+        log = impedance.output()
+    # The second driver's samples are stamped by its clock, after it started. The client
+    # sees them only once its own discovery of the new driver completes, which can be a
+    # few seconds after the node's (and it may miss the first driver's last samples: a
+    # SIGKILLed writer does not finish its reliable resends).
+    after = [m for _, m in inputs if _stamp(m) > restart_ns]
+    last_old = max(_stamp(m) for _, m in outputs if _stamp(m) <= restart_ns)
+    new = [m for _, m in outputs if _stamp(m) > restart_ns]
+    assert len(after) > 100 and len(new) >= 100
+    # Nothing stamped inside the outage (over a second) ...
+    assert _stamp(new[0]) - last_old > 1_000_000_000
+    # ... and no memory of the old pose: the first estimate after it is already at the new
+    # one, 0.3 rad away (a filter carried across would start from the old pose).
+    reader = msgs.JointStateReader(model)
+    pose_new = reader.read(after[0])[1]
+    pose_old = np.asarray(outputs[0][1].position)
+    assert np.abs(pose_new - pose_old).max() > 0.25              # the poses differ
+    assert np.abs(np.asarray(new[0].position) - pose_new).max() < 0.05
+    # Once the filter has forgotten its own start (1 s), the node's outputs are a fresh
+    # library estimator's on the new samples: positions to rounding; velocities and
+    # torques to 1e-3 relative, as the two measure the sample period over different spans.
+    fresh = _library(model, after)
+    settled = [m for m in new if _stamp(m) >= _stamp(after[0]) + 1_000_000_000]
+    assert len(settled) > 50
+    for m in settled:
+        want = fresh[_stamp(m)]
+        assert np.allclose(m.position, want.position, rtol=0, atol=TOL)
+        assert np.allclose(m.velocity, want.velocity, rtol=1e-3, atol=1e-6)
+        assert np.allclose(m.effort, want.effort, rtol=1e-3, atol=1e-6)
+    # The impedance node noticed the driver leave, held, and acted as configured.
+    assert 'taking the driver as gone' in log
+    assert 'after the driver outage' in log
+    assert ('switching in again, then re-ramping' in log) == resume
+    assert ('staying disabled' in log) == (not resume)
+
+
+# ------------------------------------------------------------------ model switch
+def _payload_urdf() -> str:
+    """The bundled URDF with 0.5 kg more on the gripper base (a tool)."""
+    xml = default_urdf_path().read_text()
+    old = '<link name="crane_x7_gripper_base_link">\n    <inertial>\n' \
+          '      <origin xyz="0.000108 -0.00103 0.0208" rpy="0 0 0"/>\n' \
+          '      <mass value="0.121"/>'
+    assert old in xml, 'the bundled URDF changed: update this test'
+    return xml.replace(old, old.replace('"0.121"', '"0.621"'))
+
+
+def _sine(model: RobotModel, count: int, t0_ns: int) -> list[JointState]:
+    names = list(model.joint_names)
+    middle = 0.5 * (model.joint_lower + model.joint_upper)
+    freq = np.linspace(0.3, 0.9, len(names))
+    return [msgs.joint_state(names, middle + 0.3 * np.sin(2 * np.pi * freq * k * 0.005),
+                             t_ns=t0_ns + k * 5_000_000) for k in range(count)]
+
+
+def test_robot_description_replaced_mid_run(model, tmp_path):
+    """A payload appears in robot_description while joint states stream at 200 Hz. Every
+    output is wholly the old model's or wholly the new one's, the switch falls between two
+    samples, the new model's estimate starts afresh, and the node says so."""
+    payload = RobotModel.from_urdf(_payload_urdf())
+    sent = _sine(model, 1200, 1_700_000_000_000_000_000)
+    with RosClient(72, 'plag_test_faults') as client:
+        outputs = client.collect(JointState, OUTPUT)
+        description = client.publisher(String, '/robot_description', LATCHED)
+        states = client.publisher(JointState, '/joint_states')
+        description.publish(String(data=model.urdf_xml))
+        node = start_node('dynamics_node', domain_id=72, log_dir=tmp_path,
+                          params_file=REPO / 'config' / 'crane_x7.yaml', params=DYNAMICS)
+        try:
+            wait_until(lambda: 'from topic' in node.output(), START_S, 'the first model')
+            client.wait_for_subscribers(states, timeout=START_S)
+            publish_at_rate(states, sent[:600], 200.0)
+            description.publish(String(data=_payload_urdf()))
+            wait_until(lambda: node.output().count('from topic') >= 2, 30.0, 'the new model')
+            publish_at_rate(states, sent[600:], 200.0)
+            wait_until(lambda: outputs and _stamp(outputs[-1][1]) == _stamp(sent[-1]), 30.0,
+                       'the output of the last sample')
+        finally:
+            node.stop()
+    got = [m for _, m in outputs]
+    old = _library(model, sent)
+    switched = next(i for i, m in enumerate(got) if not _same(m, old[_stamp(m)]))
+    assert switched > 0
+    # The new model took sample s first: its first output is s + 4 (fresh warm-up) and
+    # nothing was published for s .. s + 3.
+    index = {_stamp(m): k for k, m in enumerate(sent)}
+    first = index[_stamp(got[switched])] - 4
+    assert index[_stamp(got[switched - 1])] == first - 1
+    new = _library(payload, sent[first:])
+    assert all(_same(m, new[_stamp(m)]) for m in got[switched:])
+    assert not any(_same(m, old[_stamp(m)]) for m in got[switched:])
+    assert 'replaces the previous model from the next sample' in node.output()
+
+
+# ------------------------------------------------------------------ backlog
+def test_backlog_of_5000_joint_states(model, tmp_path):
+    """5 000 joint states (25 s of stamps) arrive at once, as after a DDS stall. The input
+    queue is bounded (keep last, input_depth: 50 at 200 Hz), the newest sample is decomposed
+    last, every output carries the stamp of the sample it was computed from (old data is
+    never stamped as new), stamps only increase, and the node lives on."""
+    sent = _sine(model, 5000, 1_700_000_000_000_000_000)
+    with RosClient(72, 'plag_test_faults_backlog') as client:
+        outputs = client.collect(JointState, OUTPUT)
+        writer = client.publisher(JointState, '/joint_states', QoSProfile(
+            depth=5000, reliability=ReliabilityPolicy.RELIABLE))
+        node = start_node('dynamics_node', domain_id=72, log_dir=tmp_path,
+                          params_file=REPO / 'config' / 'crane_x7.yaml',
+                          params={'robot_description_source': 'file'})
+        try:
+            client.wait_for_subscribers(writer, timeout=START_S)
+            wait_until(lambda: 'model' in node.output(), START_S, 'the node ready')
+            for msg in sent:
+                writer.publish(msg)
+            wait_until(lambda: outputs and _stamp(outputs[-1][1]) == _stamp(sent[-1]), 60.0,
+                       'the output of the newest sample')
+            assert node.alive
+        finally:
+            node.stop()
+    stamps = [_stamp(m) for _, m in outputs]
+    sent_stamps = {_stamp(m) for m in sent}
+    assert all(s in sent_stamps for s in stamps)             # each an input's own stamp
+    assert all(a < b for a, b in zip(stamps, stamps[1:]))    # never back in time
+    assert len(stamps) < len(sent) - 4                       # the backlog was dropped ...
+    print(f'\nbacklog: {len(stamps)} outputs from {len(sent)} inputs')

@@ -110,6 +110,11 @@ class PartialLagrangian:
         compiled: run float64 on the CPU through the compiled loop of
             :mod:`plag_ros.kernel` (the default); False forces the torch form, as float32
             and GPUs always use it (a reference for tests and benchmarks).
+        threads: worker threads of the compiled loop on batches of 64 samples or more:
+            None (the default) measures one thread against all and keeps the faster
+            (:class:`plag_ros.kernel.ThreadChoice`: two threads halve an idle machine's
+            time but can triple it when another process holds a core); an int caps them
+            (1: always one). Single samples always run on the calling thread.
 
     Attributes:
         compiled: True when the engine runs the compiled float64 loop (results share
@@ -125,9 +130,11 @@ class PartialLagrangian:
     """Samples per vectorised pass of the torch form (cache-sized; see bench/)."""
 
     def __init__(self, model: RobotModel, *, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None, compiled: bool = True) -> None:
+                 device: torch.device | str | None = None, compiled: bool = True,
+                 threads: int | None = None) -> None:
         if not dtype.is_floating_point:
             raise ValueError(f'dtype must be floating point, got {dtype}')
+        self.threads = kernel.resolve_threads(threads)
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
@@ -305,10 +312,10 @@ class PartialLagrangian:
         (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
         if out is None:
             flat = kernel.decompose_into(self._kernel, qf, qdf, qddf,
-                                         threads=torch.get_num_threads())
+                                         threads=self.threads)
             return {name: a.reshape(*batch, *a.shape[1:]) for name, a in flat.items()}
         kernel.decompose_unchecked(self._kernel, qf, qdf, qddf, self._out_views(out, batch),
-                                   threads=torch.get_num_threads())
+                                   threads=self.threads)
         return out
 
     def _out_views(self, out: dict[str, np.ndarray],
@@ -396,7 +403,7 @@ class PartialLagrangian:
         if self.compiled:
             (qf, qdf), batch = self._prepare(q=q, qd=qd)
             M_np, bias_np = kernel.mass_matrix_and_bias_into(
-                self._kernel, qf, qdf, threads=torch.get_num_threads())
+                self._kernel, qf, qdf, threads=self.threads)
             M, bias = torch.from_numpy(M_np), torch.from_numpy(bias_np)
         else:
             (qt, qdt), batch = self._prepare_tensors(q=q, qd=qd)
@@ -456,7 +463,7 @@ class PartialLagrangian:
             (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
             km = self._kernel if every else kernel.KernelModel.build(self.model, bodies,
                                                                      self.model.gravity)
-            arrays = kernel.decompose_into(km, qf, qdf, qddf, threads=torch.get_num_threads())
+            arrays = kernel.decompose_into(km, qf, qdf, qddf, threads=self.threads)
             flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
         else:
             (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)

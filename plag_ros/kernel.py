@@ -12,7 +12,9 @@ origin. Shapes below: N samples, n joints, B bodies, L the longest root-to-body 
 """
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,8 +25,9 @@ import numpy as np
 if TYPE_CHECKING:
     from .model import RobotModel
 
-__all__ = ['KernelModel', 'decompose_into', 'decompose_sample', 'decompose_unchecked',
-           'link_poses', 'mass_matrix_and_bias_into', 'parallel_threshold']
+__all__ = ['KernelModel', 'ThreadChoice', 'decompose_into', 'decompose_sample',
+           'decompose_unchecked', 'link_poses', 'mass_matrix_and_bias_into',
+           'parallel_threshold', 'resolve_threads', 'thread_choice']
 
 parallel_threshold = 64
 """Batches at least this long are split over threads (numba's pool)."""
@@ -101,6 +104,12 @@ class KernelModel:
                    body_joint=body_joint, mass=mass, com=com, inertia=inertia, path=path,
                    path_len=path_len, gravity=g, damping=damping, coulomb=coulomb,
                    ints=ints, reals=reals)
+
+    @property
+    def work(self) -> int:
+        """Per-sample work in table entries, sum over bodies of path length squared (at
+        least 1): the size measure of :class:`ThreadChoice`."""
+        return max(1, int((self.path_len ** 2).sum()))
 
     def output_shapes(self, N: int) -> dict[str, tuple[int, ...]]:
         """Shapes of :func:`decompose_into`'s outputs for a flat batch of N samples."""
@@ -387,33 +396,129 @@ _batch_parallel_call: Any = _batch_parallel
 _max_threads: int = getattr(numba.config, 'NUMBA_NUM_THREADS')  # noqa: B009 - untyped
 
 
+class ThreadChoice:
+    """Serial or parallel for a batch, chosen by measuring both, so the choice never
+    stays slower than one thread.
+
+    On an idle machine two threads halve the time of every batch from 64 samples on, for
+    the CRANE-X7 and a 30-joint chain alike (bench/bench_dynamics.py ``--threads-sweep``).
+    With another process busy on a core they can be 1.2-3.6x *slower* than one (numba
+    splits the batch in equal blocks, and the block on the busy core finishes last): the
+    loss depends on the machine's load, not on the model or the batch. So the choice is
+    measured: per size class (log2 of samples x per-sample work, and whether the tables are
+    wanted or only M and the bias), the time per unit of work
+    of the option in use is kept as an average, each call takes the faster, and the slower
+    one is measured afresh after 2, 4, 8 ... 256 calls (reset to 2 when it wins), which
+    keeps its figure current at a cost of under 1 % of the calls once settled.
+    """
+
+    GAIN = 0.3
+    MAX_INTERVAL = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # size class -> [seconds per work unit serial, parallel (nan: unmeasured),
+        #                calls until the slower is tried again, current interval]
+        self._classes: dict[tuple[int, bool], list[float]] = {}
+
+    def pick(self, size_class: tuple[int, bool]) -> bool:
+        """Whether to run this call in parallel."""
+        with self._lock:
+            entry = self._classes.setdefault(size_class, [math.nan, math.nan, 0.0, 2.0])
+            serial, parallel = entry[0], entry[1]
+            if math.isnan(serial) or math.isnan(parallel):
+                return math.isnan(parallel)        # measure parallel first, then serial
+            faster_parallel = parallel < serial
+            entry[2] -= 1
+            if entry[2] > 0:
+                return faster_parallel
+            return not faster_parallel             # try the slower one again
+
+    def record(self, size_class: tuple[int, bool], parallel: bool,
+               seconds_per_unit: float) -> None:
+        with self._lock:
+            entry = self._classes[size_class]
+            slot = 1 if parallel else 0
+            old = entry[slot]
+            retry = entry[2] <= 0 and not math.isnan(entry[1 - slot])
+            # A retry is a fresh look (its old figure may be a cold first call); the option
+            # in use is averaged.
+            entry[slot] = seconds_per_unit if math.isnan(old) or retry else \
+                old + self.GAIN * (seconds_per_unit - old)
+            if retry:
+                # back off when the slower option lost again
+                lost = entry[slot] >= entry[1 - slot]
+                entry[3] = min(2 * entry[3], self.MAX_INTERVAL) if lost else 2.0
+                entry[2] = entry[3]
+
+    def parallel_share(self, size_class: tuple[int, bool]) -> float | None:
+        """Measured parallel / serial time of a size class (None before both ran)."""
+        entry = self._classes.get(size_class)
+        if entry is None or math.isnan(entry[0]) or math.isnan(entry[1]):
+            return None
+        return entry[1] / entry[0]
+
+
+thread_choice = ThreadChoice()
+"""The process-wide measured choice used by ``threads=None`` (automatic)."""
+
+
+def resolve_threads(threads: int | None) -> int | None:
+    """Check a ``threads`` setting: None (automatic) or an int >= 1 (at most that many).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f'threads must be None (automatic) or an integer >= 1, got {threads!r}')
+    return int(threads)
+
+
 def _run(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, tables: bool,
-         threads: int, outputs: tuple[np.ndarray, ...]) -> None:
+         threads: int | None, outputs: tuple[np.ndarray, ...]) -> None:
+    """``threads``: None measures serial against parallel (:class:`ThreadChoice`); an int
+    caps the threads (1: serial)."""
     N = q.shape[0]
     args = (q, qd, qdd, km.ints, km.reals, tables)
-    threads = min(threads, _max_threads)
-    if N < parallel_threshold or threads <= 1:
+    cap = _max_threads if threads is None else min(threads, _max_threads)
+    if N < parallel_threshold or cap <= 1:
         _batch_call(*args, 0, N, *outputs)
         return
+    size_class: tuple[int, bool] | None = None
+    if threads is None:
+        size_class = (int(math.log2(N * km.work)), tables)
+        if not thread_choice.pick(size_class):
+            t0 = time.perf_counter()
+            _batch_call(*args, 0, N, *outputs)
+            thread_choice.record(size_class, False, (time.perf_counter() - t0) / N / km.work)
+            return
     with _pool_lock:
         previous = numba.get_num_threads()
-        numba.set_num_threads(threads)
+        numba.set_num_threads(cap)
         try:
+            t0 = time.perf_counter()
             # a few blocks per thread so an uneven thread still finishes together
-            _batch_parallel_call(*args, min(N, 4 * threads), *outputs)
+            _batch_parallel_call(*args, min(N, 4 * cap), *outputs)
+            elapsed = time.perf_counter() - t0
         finally:
             numba.set_num_threads(previous)
+    if size_class is not None:
+        thread_choice.record(size_class, True, elapsed / N / km.work)
 
 
 def decompose_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, *,
-                   threads: int = 1,
+                   threads: int | None = 1,
                    out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Closed-form split of a flat batch, into fresh arrays or into ``out``.
 
     Args:
         km: model constants.
         q, qd, qdd: (N, n) C-contiguous float64.
-        threads: worker threads for batches of at least :data:`parallel_threshold`.
+        threads: for batches of at least :data:`parallel_threshold`: None measures
+            serial against parallel and takes the faster (:class:`ThreadChoice`); an int
+            caps the worker threads (1: always serial).
         out: arrays to write into, keyed as the return value, with exactly
             :meth:`KernelModel.output_shapes` (N), float64 and C-contiguous; every entry is
             overwritten. Other keys are ignored.
@@ -444,7 +549,7 @@ def decompose_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
 
 
 def decompose_unchecked(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
-                        out: dict[str, np.ndarray], *, threads: int = 1) -> None:
+                        out: dict[str, np.ndarray], *, threads: int | None = 1) -> None:
     """:func:`decompose_into` without checking ``out``: for callers that checked it once
     and reuse it (a wrong array here is written out of bounds)."""
     _run(km, q, qd, qdd, True, threads, (out['torque'], out['partial'], out['acceleration'],
@@ -475,7 +580,7 @@ def _no_mass(N: int) -> np.ndarray:
 
 
 def mass_matrix_and_bias_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, *,
-                              threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                              threads: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
     """Mass matrix (N, n, n) and bias torque C(q, qd) qd + g(q) (N, n) of a flat batch."""
     N, n = q.shape
     torque, M = np.empty((N, n)), np.empty((N, n, n))

@@ -48,7 +48,7 @@ import pinocchio as pin
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
-from pin_oracle import PinOracle  # noqa: E402
+from pin_oracle import PathForest, PinOracle  # noqa: E402
 from robots import serial_chain  # noqa: E402
 
 from plag_ros.dynamics import PartialLagrangian  # noqa: E402
@@ -90,7 +90,7 @@ def time_chain(n: int, budget_s: float, autograd: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     xml = serial_chain(7, n=n)
     model = RobotModel.from_urdf(xml)
-    engine = PartialLagrangian(model)
+    engine = PartialLagrangian(model, threads=1)   # one thread, as Pinocchio here
     rng = np.random.default_rng(n)
     q, qd, qdd = (rng.uniform(-1, 1, (64, n)) for _ in range(3))
     # into reused arrays: the table is O(n^3) numbers per sample, fresh arrays would
@@ -130,7 +130,16 @@ def time_chain(n: int, budget_s: float, autograd: bool) -> dict[str, float]:
                 pin.computeRNEADerivatives(m, d, pq[r], pv[r], pa[r])
                 pin.computeGeneralizedGravity(m, d, pq[r])
 
+    forest = PathForest(oracle)
+    fq = np.array([forest.config(x) for x in q[:32]])
+    fv, fa = qd[:32][:, forest.v_index], qdd[:32][:, forest.v_index]
+
+    def path_forest() -> None:
+        for r in range(32):
+            forest.call(fq[r], fv[r], fa[r])
+
     out['pinocchio split'] = per_sample_s(split, 32, budget_s)
+    out['pinocchio path forest'] = per_sample_s(path_forest, 32, budget_s)
     out['pinocchio rnea'] = per_sample_s(rnea, 32, budget_s)
     return out
 
@@ -138,7 +147,7 @@ def time_chain(n: int, budget_s: float, autograd: bool) -> dict[str, float]:
 def time_variants(ns, budget_s: float, *, autograd_max_n: int) -> dict:
     results: dict[str, dict[int, float]] = {k: {} for k in (
         'closed form', 'autograd split', 'autograd unsplit', 'pinocchio split',
-        'pinocchio rnea')}
+        'pinocchio path forest', 'pinocchio rnea')}
     for n in ns:
         for name, value in time_chain(n, budget_s, n <= autograd_max_n).items():
             results[name][n] = value

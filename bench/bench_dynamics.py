@@ -14,8 +14,17 @@ and for Pinocchio:
 and the ratios (ours / Pinocchio). Run: ``.venv/bin/python bench/bench_dynamics.py``.
 It also times ``decompose_arrays`` (numpy in, numpy out: the nodes' call) on one thread, into
 fresh arrays and into reused ones (``out=``), single sample and batch 10 000.
+Also, for the batch of 10 000 written into reused arrays:
+  * Pinocchio's best one-call equivalent (``PathForest`` in test/pin_oracle.py: every body on
+    its own copy of its root path, one ``computeRNEADerivatives`` per sample), the peer the
+    goal "at most 0.1x" is measured against;
+  * the memory floor of the output (13 104 bytes per sample): a copy into reused memory and
+    into freshly allocated memory, and ``decompose`` as a multiple of each.
 Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads,
-``--no-autograd`` to skip the slow reference path.
+``--no-autograd`` to skip the slow reference path, ``--threads-sweep`` for one thread
+against two and the automatic choice over models and batch sizes, ``--sweep`` for the
+scaling sweep over serial chains (n = 2 ... 30) with fitted exponents, ours and
+Pinocchio's (the timing code of bench/bench_cost_curve.py).
 """
 from __future__ import annotations
 
@@ -30,8 +39,11 @@ import pinocchio as pin
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
-from pin_oracle import PinOracle  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pin_oracle import PathForest, PinOracle  # noqa: E402
+from robots import serial_chain  # noqa: E402
 
+from plag_ros import kernel  # noqa: E402
 from plag_ros.dynamics import PartialLagrangian  # noqa: E402
 from plag_ros.model import RobotModel, default_urdf_path  # noqa: E402
 
@@ -68,13 +80,25 @@ def main() -> None:
     parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--no-autograd', action='store_true',
                         help='skip the autograd path (about a minute of the run)')
+    parser.add_argument('--threads-sweep', action='store_true',
+                        help='only: one thread, two and the automatic choice, per model and '
+                             'batch size')
+    parser.add_argument('--sweep', action='store_true',
+                        help='only: serial chains n = 2 ... 30, time per sample and exponents')
     args = parser.parse_args()
+    if args.threads_sweep:
+        threads_sweep(args.quick)
+        return
+    if args.sweep:
+        scaling_sweep(args.quick)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
     xml = default_urdf_path().read_text()
     model = RobotModel.from_urdf(xml)
-    engine = PartialLagrangian(model)
+    # --threads N: the compiled loop's threads too (default: the automatic choice)
+    engine = PartialLagrangian(model, threads=args.threads)
     oracle = PinOracle(xml, model)
     rng = np.random.default_rng(0)
     N = 10_000
@@ -156,10 +180,87 @@ def main() -> None:
               f'{per / split50:6.3f}x')
     torch.set_num_threads(threads)
 
+    floors(engine, oracle, model, states, N, batch_out)
+
     f32 = PartialLagrangian(model, dtype=torch.float32)
     per32 = time_batch(f32.decompose, tuple(x.astype(np.float32) for x in states), 10_000, 5)
     print(f'torch form float32 batch 10000: {per32:9.2f} us/sample  '
           f'ratio vs pin split {per32 / split50:6.3f}x')
+
+
+def _median_s(fn, repeats: int) -> float:
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+def floors(engine, oracle, model, states, N, batch_out) -> None:
+    """The one-call Pinocchio equivalent and the memory floor, against decompose (reused
+    outputs, 1 thread) on the same states."""
+    q, qd, qdd = states
+    ours = _median_s(lambda: engine.decompose_arrays(q, qd, qdd, out=batch_out), 5) / N * 1e6
+    forest = PathForest(oracle)
+    count = 1000
+    fq = np.array([forest.config(x) for x in q[:count]])
+    fv, fa = qd[:count][:, forest.v_index], qdd[:count][:, forest.v_index]
+
+    def run_forest() -> None:
+        for r in range(count):
+            forest.call(fq[r], fv[r], fa[r])
+
+    run_forest()
+    peer = _median_s(run_forest, 5) / count * 1e6
+    nbytes = sum(a.nbytes for a in batch_out.values())
+    flat = np.concatenate([a.ravel() for a in batch_out.values()])
+    dst = np.empty_like(flat)
+    copy = _median_s(lambda: np.copyto(dst, flat), 7) / N * 1e6
+    fresh = _median_s(lambda: flat.copy(), 7) / N * 1e6
+    print(f'pinocchio path forest ({forest.forest.njoints - 1} joints, one '
+          f'computeRNEADerivatives): {peer:7.2f} us/sample')
+    print(f'memory floor, {nbytes // N} bytes/sample: copy into reused memory {copy:5.2f} '
+          f'us/sample ({nbytes / N / copy / 1e3:4.1f} GB/s), into fresh memory {fresh:5.2f}')
+    threads = engine.threads or 'auto'
+    print(f'decompose batch {N}, out=, threads {threads}: {ours:5.2f} us/sample = '
+          f'{ours / peer:5.3f}x the path forest (goal <= 0.1), {ours / fresh:4.1f}x the '
+          f'fresh-memory floor (goal <= 2), {ours / copy:4.1f}x the copy floor')
+
+
+def threads_sweep(quick: bool) -> None:
+    """decompose on 1 thread, on all, and automatic, per model and batch size."""
+    print(f'numba threads available: {kernel._max_threads}')
+    for name, xml in (('CRANE-X7', default_urdf_path().read_text()),
+                      ('chain 15', serial_chain(3, n=15)), ('chain 30', serial_chain(3, n=30))):
+        model = RobotModel.from_urdf(xml)
+        engines = {t: PartialLagrangian(model, threads=t) for t in (1, 2, None)}
+        for N in (64, 256, 1024, 10_000):
+            if name == 'chain 30' and N > 1024:
+                continue
+            q, qd, qdd = (np.random.default_rng(N).uniform(-1, 1, (N, model.n_joints))
+                          for _ in range(3))
+            per = {}
+            for t, engine in engines.items():
+                out = engine.empty_arrays((N,))
+                for _ in range(8):      # the automatic choice measures both first
+                    engine.decompose_arrays(q, qd, qdd, out=out)
+                per[t] = _median_s(lambda e=engine, o=out, x=(q, qd, qdd): e.decompose_arrays(
+                    *x, out=o), 9 if quick else 25) / N * 1e6
+            print(f'{name:9s} N {N:6d}: 1 thread {per[1]:7.2f}  2 threads {per[2]:7.2f} '
+                  f'({per[2] / per[1]:4.2f}x)  automatic {per[None]:7.2f} us/sample '
+                  f'({per[None] / per[1]:4.2f}x of one thread)')
+
+
+def scaling_sweep(quick: bool) -> None:
+    """Serial chains n = 2 ... 30: ours and Pinocchio's per sample, fitted exponents."""
+    import bench_cost_curve as cost
+
+    ns = list(range(2, 31, 4 if quick else 2))
+    timing = cost.time_variants(ns, 0.2 if quick else 0.5, autograd_max_n=0)
+    print('exponents (fit on n >= 8): ' + ', '.join(
+        f'{name} n^{cost.fit_exponent(points):.2f}' for name, points in timing.items()
+        if len(points) > 2 and cost.fit_exponent(points) is not None))
 
 
 if __name__ == '__main__':

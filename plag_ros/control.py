@@ -421,9 +421,11 @@ class PartialImpedanceController:
         self._apply(config)
         self._estimator = JointStateEstimator(self._act.size, config.estimator)
         self.reset()
+        # One sample's tables, rewritten by every cycle (read within the cycle only).
+        self._tables = engine.empty_arrays()
         with torch.inference_mode():  # first calls are slow: pay it here, not in the loop
             zero = np.zeros(model.n_joints)
-            engine.decompose(zero, zero, zero)
+            engine.decompose_arrays(zero, zero, zero, out=self._tables)
             engine.gravity_torque(zero)
 
     def reconfigure(self, config: ImpedanceConfig) -> None:
@@ -802,7 +804,7 @@ class PartialImpedanceController:
         else:
             qd_full, qdd_full = G @ qd, G @ qdd
         with torch.inference_mode():
-            out = self.engine.decompose_arrays(q_full, qd_full, qdd_full)
+            out = self.engine.decompose_arrays(q_full, qd_full, qdd_full, out=self._tables)
         n = q_full.size
         comp_full = np.zeros(n)
         if self._W_acc is not None:

@@ -428,9 +428,11 @@ class DynamicsNode(Node):
         self._build_visuals(model)
         # Pay torch's and numpy's first-call costs now, not on the first joint states
         # (they take ~100 ms and would back up the input queue).
+        # One sample's tables, rewritten per sample: _publish copies them into messages.
+        self._tables = self._engine.empty_arrays()
         zero = np.zeros(n)
         for _ in range(3):
-            out = self._engine.decompose_arrays(zero, zero, zero)
+            out = self._engine.decompose_arrays(zero, zero, zero, out=self._tables)
             self._messages.fill(0, zero, zero, out)
             self._markers.serialize(self._engine.link_poses(zero).numpy(),
                                     msgs.marker_components(out), t_ns=0)
@@ -509,7 +511,8 @@ class DynamicsNode(Node):
             if self._next_out_ns <= t_ns:
                 self._next_out_ns = t_ns + self._out_period_ns
         try:
-            out = self._engine.decompose_arrays(sample.q, sample.qd, sample.qdd)
+            out = self._engine.decompose_arrays(sample.q, sample.qd, sample.qdd,
+                                                out=self._tables)
         except ValueError as err:
             self._reject('nonfinite_output', str(err))
             return

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,20 +25,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / 'test'))
 
 from robots import serial_chain  # noqa: E402
+from timing import median_time_s  # noqa: E402
 
 from plag_ros.compact import CompactLayout  # noqa: E402
 from plag_ros.dynamics import PartialLagrangian  # noqa: E402
 from plag_ros.io.npz import save_npz  # noqa: E402
 from plag_ros.model import RobotModel, default_urdf_path  # noqa: E402
-
-
-def _median_s(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def run(name: str, model: RobotModel, samples: int, repeat: int) -> None:
@@ -50,9 +41,9 @@ def run(name: str, model: RobotModel, samples: int, repeat: int) -> None:
     engine.decompose_arrays(q, qd, qdd, out=out)
     layout = CompactLayout.from_model(model)
     packed = layout.pack(out)
-    t_dec = _median_s(lambda: engine.decompose_arrays(q, qd, qdd, out=out), repeat)
-    t_pack = _median_s(lambda: layout.pack(out), repeat)
-    t_unpack = _median_s(lambda: layout.unpack(packed), repeat)
+    t_dec = median_time_s(lambda: engine.decompose_arrays(q, qd, qdd, out=out), repeat)
+    t_pack = median_time_s(lambda: layout.pack(out), repeat)
+    t_unpack = median_time_s(lambda: layout.unpack(packed), repeat)
     dense_b, compact_b = layout.nbytes()
     us = 1e6 / samples
     print(f'{name}: n = {model.n_joints}, B = {model.n_bodies}, {layout.n_pairs} pairs, '
@@ -67,7 +58,7 @@ def run(name: str, model: RobotModel, samples: int, repeat: int) -> None:
             for kind, arrays in (('dense', out), ('compact', {**packed,
                                                                 **layout.index_arrays()})):
                 path = Path(tmp) / f'{kind}{level}.npz'
-                writes[kind] = _median_s(lambda a=arrays, p=path, v=level: save_npz(p, a, v),
+                writes[kind] = median_time_s(lambda a=arrays, p=path, v=level: save_npz(p, a, v),
                                          max(1, repeat // 2))
                 sizes[kind] = path.stat().st_size
             print(f'  npz level {level}           dense {sizes["dense"] / 1e6:8.2f} MB '

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pin_oracle import PathForest, PinOracle  # noqa: E402
 from robots import serial_chain  # noqa: E402
+from timing import median_time_s  # noqa: E402
 
 from plag_ros import kernel  # noqa: E402
 from plag_ros.dynamics import PartialLagrangian  # noqa: E402
@@ -188,20 +189,12 @@ def main() -> None:
           f'ratio vs pin split {per32 / split50:6.3f}x')
 
 
-def _median_s(fn, repeats: int) -> float:
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
-
 
 def floors(engine, oracle, model, states, N, batch_out) -> None:
     """The one-call Pinocchio equivalent and the memory floor, against decompose (reused
     outputs, 1 thread) on the same states."""
     q, qd, qdd = states
-    ours = _median_s(lambda: engine.decompose_arrays(q, qd, qdd, out=batch_out), 5) / N * 1e6
+    ours = median_time_s(lambda: engine.decompose_arrays(q, qd, qdd, out=batch_out), 5) / N * 1e6
     forest = PathForest(oracle)
     count = 1000
     fq = np.array([forest.config(x) for x in q[:count]])
@@ -212,12 +205,12 @@ def floors(engine, oracle, model, states, N, batch_out) -> None:
             forest.call(fq[r], fv[r], fa[r])
 
     run_forest()
-    peer = _median_s(run_forest, 5) / count * 1e6
+    peer = median_time_s(run_forest, 5) / count * 1e6
     nbytes = sum(a.nbytes for a in batch_out.values())
     flat = np.concatenate([a.ravel() for a in batch_out.values()])
     dst = np.empty_like(flat)
-    copy = _median_s(lambda: np.copyto(dst, flat), 7) / N * 1e6
-    fresh = _median_s(lambda: flat.copy(), 7) / N * 1e6
+    copy = median_time_s(lambda: np.copyto(dst, flat), 7) / N * 1e6
+    fresh = median_time_s(lambda: flat.copy(), 7) / N * 1e6
     print(f'pinocchio path forest ({forest.forest.njoints - 1} joints, one '
           f'computeRNEADerivatives): {peer:7.2f} us/sample')
     print(f'memory floor, {nbytes // N} bytes/sample: copy into reused memory {copy:5.2f} '
@@ -245,7 +238,7 @@ def threads_sweep(quick: bool) -> None:
                 out = engine.empty_arrays((N,))
                 for _ in range(8):      # the automatic choice measures both first
                     engine.decompose_arrays(q, qd, qdd, out=out)
-                per[t] = _median_s(lambda e=engine, o=out, x=(q, qd, qdd): e.decompose_arrays(
+                per[t] = median_time_s(lambda e=engine, o=out, x=(q, qd, qdd): e.decompose_arrays(
                     *x, out=o), 9 if quick else 25) / N * 1e6
             print(f'{name:9s} N {N:6d}: 1 thread {per[1]:7.2f}  2 threads {per[2]:7.2f} '
                   f'({per[2] / per[1]:4.2f}x)  automatic {per[None]:7.2f} us/sample '

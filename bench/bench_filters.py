@@ -24,6 +24,7 @@ import time
 import numpy as np
 import scipy
 from scipy import signal
+from timing import median_time_s
 
 from plag_ros.filters import (
     EstimatorConfig,
@@ -93,14 +94,6 @@ def bench_scipy_step(n_samples: int, sos: np.ndarray, n_channels: int) -> tuple[
         durations.append(clock() - start)
     return percentiles_us(durations[10:])
 
-
-def median_time_s(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> int:

@@ -99,8 +99,14 @@ def test_driver_killed_and_restarted(model, tmp_path, resume):
             second = start_node('sim_node', domain_id=domain, log_dir=tmp_path / 'second',
                                 params_file=REPO / 'config' / 'sim.yaml',
                                 params={'initial_positions': [0.3]})
-            wait_until(lambda: sum(_stamp(m) > restart_ns for _, m in inputs) >= 400, START_S,
-                       '2 s of the new driver at the client')
+            def settled() -> bool:
+                # The client and the node each discover the new driver in their own time.
+                new_in = [_stamp(m) for _, m in inputs if _stamp(m) > restart_ns]
+                new_out = [_stamp(m) for _, m in outputs if _stamp(m) > restart_ns]
+                return len(new_in) >= 100 and len(new_out) >= 100 and \
+                    sum(t >= new_in[0] + 1_000_000_000 for t in new_out) >= 60
+
+            wait_until(settled, START_S, 'the new driver at the client and at the node, 1 s on')
             expected_state = 'enabled' if resume else 'disabled'
             wait_until(lambda: state().get('state') == expected_state, 30.0,
                        f'the impedance node {expected_state} after the restart')
@@ -122,11 +128,17 @@ def test_driver_killed_and_restarted(model, tmp_path, resume):
     assert _stamp(new[0]) - last_old > 1_000_000_000
     # ... and no memory of the old pose: the first estimate after it is already at the new
     # one, 0.3 rad away (a filter carried across would start from the old pose).
+    # (The node may see the new driver before or after the client does, and the arm sags
+    # from the new pose meanwhile: compare with the sample of the same stamp when the
+    # client has it, and in any case keep away from the old pose.)
     reader = msgs.JointStateReader(model)
-    pose_new = reader.read(after[0])[1]
     pose_old = np.asarray(outputs[0][1].position)
-    assert np.abs(pose_new - pose_old).max() > 0.25              # the poses differ
-    assert np.abs(np.asarray(new[0].position) - pose_new).max() < 0.05
+    moved = np.abs(reader.read(after[0])[1] - pose_old) > 0.25
+    first = np.asarray(new[0].position)
+    assert moved.any() and (np.abs(first - pose_old)[moved] > 0.15).all()
+    same = [m for m in after if _stamp(m) == _stamp(new[0])]
+    if same:
+        assert np.abs(first - reader.read(same[0])[1]).max() < 0.05
     # Once the filter has forgotten its own start (1 s), the node's outputs are a fresh
     # library estimator's on the new samples: positions to rounding; velocities and
     # torques to 1e-3 relative, as the two measure the sample period over different spans.

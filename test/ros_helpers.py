@@ -119,6 +119,25 @@ class RosClient:
             self.node.create_subscription(msg_type, topic, callback, qos)
         return received
 
+    def relay(self, msg_type, topic: str, to_topic: str, qos: QoSProfile = RELIABLE) -> list:
+        """Collect ``topic`` as :meth:`collect` does and republish each message, unchanged,
+        on ``to_topic``.
+
+        A node under test that reads ``to_topic`` then sees exactly the messages in the
+        returned list, in its order, whatever each participant's discovery timing: a
+        reference computed from the list starts from the same samples as the node.
+        """
+        out = self.publisher(msg_type, to_topic, qos)
+        received: list = []
+
+        def callback(msg) -> None:
+            received.append((time.time_ns(), msg))
+            out.publish(msg)
+
+        with self._lock:
+            self.node.create_subscription(msg_type, topic, callback, qos)
+        return received
+
     def publisher(self, msg_type, topic: str, qos: QoSProfile = RELIABLE):
         with self._lock:
             return self.node.create_publisher(msg_type, topic, qos)

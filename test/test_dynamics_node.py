@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -502,3 +503,51 @@ def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
         context.try_shutdown()
         sys.setswitchinterval(switch_interval)
         gc.unfreeze()
+
+
+def test_low_latency_falls_back_to_the_executor_where_rclpy_differs(model, monkeypatch,
+                                                                     capfd):
+    """low_latency on an rclpy whose private wait-set API is not the checked one: the node
+    says so at start-up and serves joint_states on the executor, and still decomposes."""
+    import gc
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from plag_ros.nodes import dynamics_node
+
+    monkeypatch.setattr(dynamics_node, 'private_wait_set_problem',
+                        lambda: '_rclpy.WaitSet.wait differs')
+    switch_interval = sys.getswitchinterval()
+    context, node = _in_process_node({'robot_description_source': 'file',
+                                      'low_latency': True})
+    feeder = rclpy.create_node('plag_test_feeder', context=context)
+    outputs = []
+    listener = rclpy.create_node('plag_test_listener', context=context)
+    listener.create_subscription(JointState, '/in_process/plag_dynamics/joint_states',
+                                 outputs.append, 50)
+    executor = SingleThreadedExecutor(context=context)
+    for each in (node, listener):
+        executor.add_node(each)
+    try:
+        assert sys.getswitchinterval() == switch_interval   # no low-latency tuning either
+        publisher = feeder.create_publisher(JointState, '/in_process/joint_states', 50)
+        RosClient.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0, 'the node')
+        for msg in _trajectory(model, _driver_names(model), t0_ns=10**12, count=20):
+            publisher.publish(msg)
+            executor.spin_once(timeout_sec=0.01)
+        deadline = time.monotonic() + 10.0
+        while len(outputs) < 16 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        assert len(outputs) == 16    # 20 samples, the first output at the fifth
+        log = capfd.readouterr().err
+        assert 'joint_states stays on the executor' in log
+        assert '_rclpy.WaitSet.wait differs' in log
+        assert 'on its own thread' not in log
+    finally:
+        executor.shutdown()
+        for each in (feeder, listener, node):
+            each.destroy_node()
+        context.try_shutdown()
+        sys.setswitchinterval(switch_interval)
+        gc.unfreeze()   # low_latency's gc.freeze() is public and stays on

@@ -104,6 +104,8 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
+    from . import rclpy_compat
+
     interrupts = _quiet_sigint()
 
     def interrupted() -> bool:
@@ -130,7 +132,7 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
             interrupts.raise_once = False
         if node is not None:
             node.destroy_node()
-        rclpy.try_shutdown()    # uninstalls rclpy's handler: ours is Python's again
+        rclpy_compat.try_shutdown()   # and uninstall rclpy's handler: ours is Python's again
         if interrupts is not None:
             # Interpreter finalization resets a Python-function handler to SIG_DFL, and a
             # late second Ctrl-C would then kill the process (exit -2); SIG_IGN stays.

@@ -63,7 +63,6 @@ from rcl_interfaces.msg import (
     ParameterType,
     SetParametersResult,
 )
-from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
@@ -86,6 +85,7 @@ from .parameters import PLAUSIBILITY_PARAMETERS, choice, plausibility_config
 from .parameters import float_descriptor as _float
 from .parameters import int_descriptor as _int
 from .parameters import str_descriptor as _str
+from .rclpy_compat import PublisherEventCallbacks, private_wait_set_problem
 
 __all__ = ['REJECTION_REASONS', 'DynamicsNode', 'main']
 
@@ -395,7 +395,12 @@ class DynamicsNode(Node):
                 f'robot_description changed: model {model.name!r} from {source} replaces '
                 'the previous model from the next sample on (the estimate starts afresh)')
         if self._sub_state is None:   # reliable, like the joint state broadcaster
-            if self._low_latency:
+            problem = private_wait_set_problem() if self._low_latency else ''
+            if problem:
+                self.get_logger().warning(
+                    'low_latency: joint_states stays on the executor (the public path): '
+                    f"this rclpy's private wait-set API is not the one checked ({problem})")
+            if self._low_latency and not problem:
                 tuning.lower_switch_interval()
                 self._input = InputThread(self, JointState, 'joint_states',
                                           self._on_joint_state, self._input_qos)
@@ -481,7 +486,7 @@ class DynamicsNode(Node):
             self._reject(err.reason, str(err))
             return
         if self._receive_stamps:
-            t_ns = self._clock.now().nanoseconds
+            t_ns = self.get_clock().now().nanoseconds
         if window.stamps == 0:
             window.first_stamp_ns = t_ns
         window.stamps += 1
@@ -526,7 +531,7 @@ class DynamicsNode(Node):
         window.published += 1
         window.processing_ns.append(done - t_in)
         # Input stamp to publish done on the node's clock (wall time, or /clock on replays).
-        window.latency_ns.append(self._clock.now().nanoseconds - t_ns)
+        window.latency_ns.append(self.get_clock().now().nanoseconds - t_ns)
 
     def _publish(self, t_ns: int, sample, out: dict[str, np.ndarray]) -> None:
         live = self._messages
@@ -642,7 +647,7 @@ class DynamicsNode(Node):
             f'{self.get_fully_qualified_name()}: decomposition', level, message, values,
             hardware_id=self._model.name if self._model is not None else '')
         self._pub_diag.publish(msgs.diagnostic_array(
-            [status], t_ns=self._clock.now().nanoseconds))
+            [status], t_ns=self.get_clock().now().nanoseconds))
 
 
 def main(args: list[str] | None = None) -> None:

@@ -798,6 +798,8 @@ def main(args: list[str] | None = None) -> None:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
+    from . import rclpy_compat
+
     # Our own SIGINT/SIGTERM handling: the context must outlive Ctrl-C to switch back, and
     # a KeyboardInterrupt raised inside a binding call would surface as a RuntimeError;
     # the handler only sets a flag that the spin loop checks.
@@ -821,7 +823,7 @@ def main(args: list[str] | None = None) -> None:
             except Exception as err:  # noqa: BLE001 - best effort on the way out
                 node.get_logger().error(f'shutdown switch-back failed: {err}')
             node.destroy_node()
-        rclpy.try_shutdown()
+        rclpy_compat.try_shutdown()
         # Ignored from here on, not restored: a second Ctrl-C (a terminal and ros2 launch
         # each send one) arriving while the interpreter finalises would otherwise meet the
         # default action and end the process with -SIGINT instead of 0.

@@ -327,7 +327,7 @@ class SimNode(Node):
                 self.counters['switches'] += 1
             if param.name == 'position_p_gain':
                 self.sim.set_p_gain(float(param.value))
-                self.get_logger().warn(f'servo position P gain now {param.value:g}')
+                self.get_logger().warning(f'servo position P gain now {param.value:g}')
         for param in params:
             if param.name == 'effort_timeout':
                 value = float(param.value)
@@ -343,7 +343,7 @@ class SimNode(Node):
         now = time.monotonic()
         if now - self._last_log.get(reason, -math.inf) >= _LOG_THROTTLE_S:
             self._last_log[reason] = now
-            self.get_logger().warn(f'rejected command ({reason}): {detail} '
+            self.get_logger().warning(f'rejected command ({reason}): {detail} '
                                    f'[{self.rejected[reason]} so far]')
 
     def _validated(self, msg: Float64MultiArray, kind: str) -> np.ndarray | None:
@@ -460,7 +460,7 @@ class SimNode(Node):
             self.sim.set_effort_command(np.zeros(self.sim.n_actuated))
             self._effort_stamp = None
             self.counters['stale_effort'] += 1
-            self.get_logger().warn(f'effort command older than {self._effort_timeout:g} s: '
+            self.get_logger().warning(f'effort command older than {self._effort_timeout:g} s: '
                                    'zero effort')
         self._follow_trajectory()
         if self._steps_due_from is None:   # first tick: the schedule starts now
@@ -541,6 +541,8 @@ def main(args: list[str] | None = None) -> None:
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
+    from . import rclpy_compat
+
     rclpy.init(args=args)
     nodes: list[Node] = []
     try:
@@ -555,7 +557,7 @@ def main(args: list[str] | None = None) -> None:
     finally:
         for node in nodes:
             node.destroy_node()
-        rclpy.try_shutdown()
+        rclpy_compat.try_shutdown()
 
 
 if __name__ == '__main__':

@@ -429,13 +429,15 @@ def _with_ros(work: Callable[[threading.Event], _T]) -> _T:
     """Start rclpy, run ``work(stop)`` with ``stop`` set by SIGINT/SIGTERM, shut down."""
     import rclpy
 
+    from ..nodes import rclpy_compat
+
     rclpy.init()
     stop = threading.Event()
     _stop_on_signals(stop)
     try:
         return work(stop)
     finally:
-        rclpy.try_shutdown()
+        rclpy_compat.try_shutdown()
 
 
 def _stop_on_signals(stop: threading.Event) -> None:

@@ -1,0 +1,110 @@
+"""The rclpy differences between the ROS 2 releases the nodes run on, in one place.
+
+Supported: Humble (rclpy 3.3), Jazzy (7.1) and Kilted (9.1). What differs for this package:
+
+* **Publisher event callbacks** live in ``rclpy.qos_event`` on Humble and in
+  ``rclpy.event_handler`` from Iron on (ros2/rclpy ``humble``: ``rclpy/qos_event.py``; the
+  ``jazzy`` and ``kilted`` branches: ``rclpy/event_handler.py``, with ``qos_event`` kept
+  as a deprecated alias). :data:`PublisherEventCallbacks` is whichever the running rclpy
+  has.
+* **``rclpy.try_shutdown``** uninstalls rclpy's signal handlers on Kilted only (ros2/rclpy
+  ``kilted``: ``rclpy/__init__.py``); on Humble and Jazzy it shuts the context down and
+  leaves rclpy's SIGINT handler installed (``rclpy/utilities.py``). :func:`try_shutdown`
+  does both on all three, so a node's own handler is Python's again afterwards.
+* **The private wait-set calls** of :mod:`.input_thread` (``_rclpy.WaitSet`` and
+  ``Subscription.take_message`` from rclpy's C extension, the calls
+  ``rclpy.wait_for_message`` makes) are not a public API. :func:`private_wait_set_problem`
+  checks the running extension's signatures against the ones read in the three branches'
+  sources; the node uses the input thread only when they match, and otherwise serves
+  ``joint_states`` on the public executor path and says why in its log.
+
+Anything else the package calls exists with the same meaning on all three:
+``test/test_rclpy_humble_api.py`` checks every rclpy name the package uses against the
+names of Humble's rclpy, recorded from its source in ``test/data/rclpy_humble_api.json``.
+"""
+from __future__ import annotations
+
+import re
+
+import rclpy
+from rclpy.signals import uninstall_signal_handlers
+
+try:   # Iron and later
+    from rclpy.event_handler import PublisherEventCallbacks
+except ImportError:   # Humble
+    from rclpy.qos_event import PublisherEventCallbacks
+
+__all__ = ['PublisherEventCallbacks', 'WAIT_SET_SIGNATURES', 'private_wait_set_problem',
+           'try_shutdown']
+
+# The C-extension calls the input thread makes, as (class, method) -> argument types after
+# ``self`` and the result type. Identical in ros2/rclpy humble, jazzy and kilted
+# (src/rclpy/wait_set.cpp and src/rclpy/subscription.cpp of each branch).
+WAIT_SET_SIGNATURES: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
+    ('WaitSet', '__init__'): (('int',) * 6 + ('Context',), 'None'),
+    ('WaitSet', 'clear_entities'): ((), 'None'),
+    ('WaitSet', 'add_subscription'): (('Subscription',), 'int'),
+    ('WaitSet', 'add_guard_condition'): (('GuardCondition',), 'int'),
+    ('WaitSet', 'wait'): (('int',), 'None'),
+    ('WaitSet', 'get_ready_entities'): (('str',), 'list'),
+    ('Subscription', 'take_message'): (('object', 'bool'), 'object'),
+}
+
+_SIGNATURE = re.compile(r'^\w+\((?P<args>.*)\)\s*->\s*(?P<result>[\w.\[\], ]+)$')
+
+
+def _type_name(annotation: str) -> str:
+    """'rclpy._rclpy_pybind11.Context' -> 'Context'; 'typing.SupportsInt' -> 'int'."""
+    name = annotation.strip().rsplit('.', 1)[-1]
+    return {'SupportsInt': 'int', 'SupportsFloat': 'float'}.get(name, name)
+
+
+def parse_pybind_signature(doc: str | None) -> tuple[tuple[str, ...], str] | None:
+    """Argument types after ``self`` and the result type from a pybind11 docstring's first
+    line (``name(self: T, arg0: int, ...) -> R``); None when it is not one."""
+    if not doc:
+        return None
+    match = _SIGNATURE.match(doc.strip().splitlines()[0])
+    if match is None:
+        return None
+    args = [a for a in match['args'].split(', ') if a]
+    if not args or not args[0].startswith('self'):
+        return None
+    types = []
+    for arg in args[1:]:
+        _, _, annotation = arg.partition(':')
+        types.append(_type_name(annotation.split('=')[0]))
+    return tuple(types), _type_name(match['result'])
+
+
+def private_wait_set_problem(extension: object | None = None) -> str:
+    """'' when rclpy's C extension has the wait-set calls :mod:`.input_thread` makes, with
+    the signatures read in the supported releases' sources; else what differs.
+
+    Args:
+        extension: the ``_rclpy`` module (default: the one rclpy loaded).
+    """
+    if extension is None:
+        try:
+            from rclpy.impl.implementation_singleton import rclpy_implementation as extension
+        except ImportError as err:   # pragma: no cover - rclpy itself is missing
+            return f'rclpy C extension not importable ({err})'
+    for (cls_name, method), (want_args, want_result) in WAIT_SET_SIGNATURES.items():
+        cls = getattr(extension, cls_name, None)
+        call = getattr(cls, method, None) if cls is not None else None
+        if call is None:
+            return f'_rclpy.{cls_name}.{method} does not exist'
+        got = parse_pybind_signature(getattr(call, '__doc__', None))
+        if got is None:
+            return f'_rclpy.{cls_name}.{method} has no signature to check'
+        if got != (want_args, want_result):
+            return (f'_rclpy.{cls_name}.{method}{got[0]} -> {got[1]}, expected '
+                    f'{want_args} -> {want_result}')
+    return ''
+
+
+def try_shutdown() -> None:
+    """Shut the default context down if it is up, and uninstall rclpy's signal handlers
+    (what ``rclpy.try_shutdown`` does on Kilted; Humble's and Jazzy's leave them)."""
+    rclpy.try_shutdown()
+    uninstall_signal_handlers()

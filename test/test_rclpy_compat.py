@@ -1,0 +1,63 @@
+"""plag_ros.nodes.rclpy_compat on the rclpy installed here (Kilted or Jazzy wheels), and
+its signature check against extensions that differ."""
+from __future__ import annotations
+
+import rclpy
+from rclpy.signals import SignalHandlerOptions, get_current_signal_handlers_options
+
+from plag_ros.nodes import rclpy_compat
+from plag_ros.nodes.rclpy_compat import (
+    WAIT_SET_SIGNATURES,
+    parse_pybind_signature,
+    private_wait_set_problem,
+)
+
+
+def test_installed_rclpy_has_the_checked_wait_set_api():
+    assert private_wait_set_problem() == ''
+
+
+def _extension(overrides: dict[tuple[str, str], str | None]) -> object:
+    """A stand-in for ``_rclpy`` whose methods carry pybind11-style docstrings."""
+    classes: dict[str, dict] = {}
+    for (cls, method), (args, result) in WAIT_SET_SIGNATURES.items():
+        doc = f'{method}(self: rclpy._rclpy_pybind11.{cls}' + ''.join(
+            f', arg{i}: {"typing.SupportsInt" if a == "int" else a}'
+            for i, a in enumerate(args)) + f') -> {result}\n\nText.'
+        doc = overrides.get((cls, method), doc)
+        if doc is not None:
+            def call(*_args):
+                return None
+            call.__doc__ = doc
+            classes.setdefault(cls, {})[method] = call
+    return type('Extension', (), {name: type(name, (), members)
+                                  for name, members in classes.items()})
+
+
+def test_signature_check_passes_the_recorded_signatures_and_names_a_difference():
+    assert private_wait_set_problem(_extension({})) == ''
+    five = _extension({('WaitSet', '__init__'): '__init__(self: WaitSet, arg0: int, '
+                       'arg1: int, arg2: int, arg3: int, arg4: int, arg5: Context) -> None'})
+    assert 'WaitSet.__init__' in private_wait_set_problem(five)
+    gone = _extension({('Subscription', 'take_message'): None})
+    assert private_wait_set_problem(gone) == '_rclpy.Subscription.take_message does not exist'
+    undocumented = _extension({('WaitSet', 'wait'): ''})
+    assert 'no signature' in private_wait_set_problem(undocumented)
+
+
+def test_parse_pybind_signature():
+    assert parse_pybind_signature(
+        'take_message(self: rclpy._rclpy_pybind11.Subscription, arg0: object, arg1: bool)'
+        ' -> object') == (('object', 'bool'), 'object')
+    assert parse_pybind_signature('Overloaded function.\n\n1. f(x)') is None
+    assert parse_pybind_signature(None) is None
+
+
+def test_try_shutdown_leaves_no_rclpy_signal_handler():
+    """Kilted's rclpy.try_shutdown uninstalls the handlers, Humble's and Jazzy's do not:
+    the compat function does on all."""
+    rclpy.init()
+    assert get_current_signal_handlers_options() != SignalHandlerOptions.NO
+    rclpy_compat.try_shutdown()
+    assert get_current_signal_handlers_options() == SignalHandlerOptions.NO
+    assert not rclpy.ok()

@@ -46,6 +46,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from plag_ros.nodes.rclpy_compat import localhost_only_environment  # noqa: E402
+
 DOMAIN_ID = 17
 SPIN_S = 0.0003          # the feeder busy-waits the last 0.3 ms of each cycle
 NODE = '/plag_dynamics'
@@ -53,8 +55,9 @@ NODE = '/plag_dynamics'
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
+    env.pop('ROS_LOCALHOST_ONLY', None)
     env.update({'ROS_DOMAIN_ID': str(DOMAIN_ID), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
-                'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_LOCALHOST_ONLY': '1',
+                **localhost_only_environment(),
                 'PYTHONPATH': os.pathsep.join(filter(None, [str(REPO),
                                                             os.environ.get('PYTHONPATH')]))})
     return env

@@ -238,26 +238,27 @@ def lagrange_derivative_weights(t: ArrayLike, at: int | ArrayLike) -> np.ndarray
     Returns:
         (..., m) weights [1/s].
     """
-    t = np.asarray(t, dtype=np.float64)
-    at = np.asarray(at)
-    m = t.shape[-1]
-    batch = np.broadcast_shapes(t.shape[:-1], at.shape)
-    t = np.broadcast_to(t, (*batch, m))
-    at = np.broadcast_to(at, batch)
-    if not np.issubdtype(at.dtype, np.integer) or np.any((at < 0) | (at >= m)):
+    # names of their own: numpy < 1.22 types asarray loosely, and t, at are ArrayLike
+    nodes: np.ndarray = np.asarray(t, dtype=np.float64)
+    idx: np.ndarray = np.asarray(at)
+    m = nodes.shape[-1]
+    batch = np.broadcast_shapes(nodes.shape[:-1], idx.shape)
+    nodes = np.broadcast_to(nodes, (*batch, m))
+    idx = np.broadcast_to(idx, batch)
+    if not np.issubdtype(idx.dtype, np.integer) or np.any((idx < 0) | (idx >= m)):
         raise ValueError(f'node index `at` must be an integer in 0..{m - 1}')
-    at = at[..., None]
+    idx = idx[..., None]
     # 1 / lambda_j = prod_{k != j} (t_j - t_k), one node at a time (m is small).
-    denom = np.ones_like(t)
+    denom = np.ones_like(nodes)
     for j in range(m):
         for k in range(m):
             if k != j:
-                denom[..., j] *= t[..., j] - t[..., k]
-    own = np.arange(m) == at  # (..., m)
-    t_at = np.take_along_axis(t, at, axis=-1)
-    w = np.take_along_axis(denom, at, axis=-1) / (denom * np.where(own, 1.0, t_at - t))
-    np.put_along_axis(w, at, 0.0, axis=-1)
-    np.put_along_axis(w, at, -w.sum(axis=-1, keepdims=True), axis=-1)
+                denom[..., j] *= nodes[..., j] - nodes[..., k]
+    own = np.arange(m) == idx  # (..., m)
+    t_at = np.take_along_axis(nodes, idx, axis=-1)
+    w = np.take_along_axis(denom, idx, axis=-1) / (denom * np.where(own, 1.0, t_at - nodes))
+    np.put_along_axis(w, idx, 0.0, axis=-1)
+    np.put_along_axis(w, idx, -w.sum(axis=-1, keepdims=True), axis=-1)
     return w
 
 

@@ -354,7 +354,7 @@ def _bulk_blocks(raws: list[bytes]) -> tuple[list[_Block], list[int]]:
     leftover: list[int] = []
     for size in np.unique(sizes):
         todo = np.flatnonzero(sizes == size)
-        buf = np.frombuffer(b''.join([raws[i] for i in todo]), dtype=np.uint8)
+        buf: np.ndarray = np.frombuffer(b''.join([raws[i] for i in todo]), dtype=np.uint8)
         buf = buf.reshape(len(todo), int(size))
         rows = np.arange(len(todo))
         while rows.size:

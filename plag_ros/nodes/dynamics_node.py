@@ -246,7 +246,8 @@ class DynamicsNode(Node):
                                                         reliable)
                             for name in ARRAY_TOPICS}
         self._pub_names = self.create_publisher(String, f'~/{topics.NAMES_TOPIC}', latched)
-        self._pub_bodies: dict[str, Publisher[JointState]] = {}
+        # (rclpy's entities are generic from Kilted on only: plain annotations)
+        self._pub_bodies: dict[str, Publisher] = {}
         self._pub_markers = self._quiet_publisher(MarkerArray, f'~/{topics.MARKERS_TOPIC}',
                                                   reliable)
         self._pub_image = self._quiet_publisher(Image, f'~/{topics.IMAGE_TOPIC}', reliable)
@@ -256,7 +257,7 @@ class DynamicsNode(Node):
         # samples that come before robot_description are not taken, not dropped as bad.
         depth = int(values['input_depth']) or max(50, math.ceil(0.25 * self._config.rate_hz))
         self._input_qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
-        self._sub_state: Subscription[JointState] | None = None
+        self._sub_state: Subscription | None = None
         self._fallback_timer: Timer | None = None
         source = values['robot_description_source']
         if source == 'file':
@@ -612,7 +613,7 @@ class DynamicsNode(Node):
             'input_rate_hz': window.received / elapsed,
             'output_rate_hz': window.published / elapsed,
             'latency_p50_ms': pct(latency, 50), 'latency_p99_ms': pct(latency, 99),
-            'latency_max_ms': float(latency.max()) if latency.size else math.nan,
+            'latency_max_ms': float(np.max(latency)) if latency.size else math.nan,
             'processing_p50_ms': pct(processing, 50),
             'processing_p99_ms': pct(processing, 99),
             **totals,

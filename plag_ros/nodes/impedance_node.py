@@ -80,7 +80,8 @@ import json
 import math
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -398,10 +399,11 @@ class ImpedanceNode(Node):
         self.create_service(SetBool, '~/enable', self._on_enable,
                             callback_group=self._async_group)
         self.create_timer(1.0 / config.rate_hz, self._on_timer)
-        # rclpy's annotation admits only plain callbacks, but its executor awaits coroutine
-        # timer callbacks (rclpy/executors.py, _take_timer -> await_or_execute).
+        # rclpy's annotation (Kilted's; Humble's and Jazzy's have none) admits only plain
+        # callbacks, but every executor awaits coroutine timer callbacks
+        # (rclpy/executors.py, _take_timer -> await_or_execute).
         self._joint_check_timer = self.create_timer(
-            1.0, self._check_joints,  # type: ignore[arg-type]
+            1.0, cast('Callable[[], None]', self._check_joints),
             callback_group=self._async_group)
         self.get_logger().info(
             f'{self._kind} commands on {self.resolve_topic_name(topic)} for '
@@ -439,7 +441,7 @@ class ImpedanceNode(Node):
         self._check_controller = controller if kind != 'effort' else ''
         self._joint_check = 'unchecked'     # 'ok', 'unchecked' or the mismatch
         self._joint_check_tries = 0
-        self._joints_client: Client[GetParameters.Request, GetParameters.Response] | None = (
+        self._joints_client: Client | None = (
             self.create_client(GetParameters, f'/{controller}/get_parameters',
                                callback_group=self._async_group)
             if self._check_controller else None)

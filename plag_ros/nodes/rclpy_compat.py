@@ -11,6 +11,10 @@ Supported: Humble (rclpy 3.3), Jazzy (7.1) and Kilted (9.1). What differs for th
   ``kilted``: ``rclpy/__init__.py``); on Humble and Jazzy it shuts the context down and
   leaves rclpy's SIGINT handler installed (``rclpy/utilities.py``). :func:`try_shutdown`
   does both on all three, so a node's own handler is Python's again afterwards.
+* **Discovery on this machine only** is ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` from
+  Iron on and ``ROS_LOCALHOST_ONLY=1`` on Humble; Jazzy's rcl still honours the old one
+  but warns on every process start (``ROS_LOCALHOST_ONLY is deprecated``).
+  :func:`localhost_only_environment` gives the one the running release reads.
 * **The private wait-set calls** of :mod:`.input_thread` (``_rclpy.WaitSet`` and
   ``Subscription.take_message`` from rclpy's C extension, the calls
   ``rclpy.wait_for_message`` makes) are not a public API. :func:`private_wait_set_problem`
@@ -24,6 +28,7 @@ names of Humble's rclpy, recorded from its source in ``test/data/rclpy_humble_ap
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 
 import rclpy
@@ -34,8 +39,11 @@ try:   # Iron and later
 except ImportError:   # Humble
     from rclpy.qos_event import PublisherEventCallbacks
 
-__all__ = ['PublisherEventCallbacks', 'WAIT_SET_SIGNATURES', 'private_wait_set_problem',
-           'try_shutdown']
+__all__ = ['IRON_OR_LATER', 'PublisherEventCallbacks', 'WAIT_SET_SIGNATURES',
+           'localhost_only_environment', 'private_wait_set_problem', 'try_shutdown']
+
+IRON_OR_LATER = importlib.util.find_spec('rclpy.event_handler') is not None
+"""True from Iron on: ``rclpy.event_handler`` and the discovery range came with Iron."""
 
 # The C-extension calls the input thread makes, as (class, method) -> argument types after
 # ``self`` and the result type. Identical in ros2/rclpy humble, jazzy and kilted
@@ -108,3 +116,11 @@ def try_shutdown() -> None:
     (what ``rclpy.try_shutdown`` does on Kilted; Humble's and Jazzy's leave them)."""
     rclpy.try_shutdown()
     uninstall_signal_handlers()
+
+
+def localhost_only_environment() -> dict[str, str]:
+    """The environment that limits DDS discovery to this machine on the running release
+    (set both and Jazzy warns at every start; set only the new one and Humble ignores it)."""
+    if IRON_OR_LATER:
+        return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_LOCALHOST_ONLY': '1'}

@@ -344,7 +344,7 @@ class SimNode(Node):
         if now - self._last_log.get(reason, -math.inf) >= _LOG_THROTTLE_S:
             self._last_log[reason] = now
             self.get_logger().warning(f'rejected command ({reason}): {detail} '
-                                   f'[{self.rejected[reason]} so far]')
+                                      f'[{self.rejected[reason]} so far]')
 
     def _validated(self, msg: Float64MultiArray, kind: str) -> np.ndarray | None:
         data = np.asarray(msg.data, dtype=float)
@@ -461,7 +461,7 @@ class SimNode(Node):
             self._effort_stamp = None
             self.counters['stale_effort'] += 1
             self.get_logger().warning(f'effort command older than {self._effort_timeout:g} s: '
-                                   'zero effort')
+                                      'zero effort')
         self._follow_trajectory()
         if self._steps_due_from is None:   # first tick: the schedule starts now
             self._steps_due_from = now - self._dt

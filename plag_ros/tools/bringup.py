@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -295,11 +296,13 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, reliable)
     if recording is not None:
         node.create_subscription(JointState, 'joint_states', on_input, reliable)
+
+    def on_array(kind: str) -> Callable[[Float64MultiArray], None]:
+        return lambda msg: summary.on_array(kind, msgs.multi_array_to_numpy(msg)[0])
+
     for kind in ('velocity', 'acceleration'):
-        node.create_subscription(
-            Float64MultiArray, f'{DYNAMICS}/{kind}',
-            lambda msg, kind=kind: summary.on_array(kind, msgs.multi_array_to_numpy(msg)[0]),
-            reliable)
+        node.create_subscription(Float64MultiArray, f'{DYNAMICS}/{kind}', on_array(kind),
+                                 reliable)
     command_pub = None
     if motion:
         model = RobotModel.from_urdf(default_urdf_path())
@@ -455,8 +458,12 @@ def isolate(domain: int | None, *, out=sys.stdout) -> int:
         print(f'plag-ros: joining ROS_DOMAIN_ID={domain} on purpose (--domain); other '
               'nodes in that domain see the simulated arm', file=out, flush=True)
         return domain
-    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-    os.environ['ROS_LOCALHOST_ONLY'] = '1'
+    from ..nodes.rclpy_compat import localhost_only_environment
+
+    localhost = localhost_only_environment()
+    os.environ.update(localhost)
+    if 'ROS_LOCALHOST_ONLY' not in localhost:   # Jazzy would warn at every node start
+        os.environ.pop('ROS_LOCALHOST_ONLY', None)
     ids = list(PRIVATE_DOMAINS)
     first = os.getpid() % len(ids)
     for candidate in ids[first:] + ids[:first]:
@@ -465,9 +472,10 @@ def isolate(domain: int | None, *, out=sys.stdout) -> int:
     else:
         raise RuntimeError(f'no free ROS domain in {PRIVATE_DOMAINS}')
     os.environ['ROS_DOMAIN_ID'] = str(candidate)
+    join = ' '.join(f'{k}={v}' for k, v in localhost.items())
     print(f'plag-ros: private ROS_DOMAIN_ID={candidate}, this machine only (join it with '
-          f'`export ROS_DOMAIN_ID={candidate} ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST '
-          'ROS_LOCALHOST_ONLY=1`, or pick one with --domain N)', file=out, flush=True)
+          f'`export ROS_DOMAIN_ID={candidate} {join}`, or pick one with --domain N)',
+          file=out, flush=True)
     return candidate
 
 

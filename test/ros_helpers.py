@@ -20,6 +20,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+from plag_ros.nodes.rclpy_compat import localhost_only_environment
 from plag_ros.tools.bringup import NodeProcess, NodeSpec
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
@@ -55,9 +56,9 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str = ''
 def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for a node subprocess: this machine only, Fast DDS, ``domain_id``."""
     env = dict(os.environ)
+    env.pop('ROS_LOCALHOST_ONLY', None)   # set again below on Humble only
     env.update({'ROS_DOMAIN_ID': str(domain_id), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
-                'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_LOCALHOST_ONLY': '1',
-                'PYTHONUNBUFFERED': '1'})
+                'PYTHONUNBUFFERED': '1', **localhost_only_environment()})
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO), env.get('PYTHONPATH')]))
     env.update(extra or {})
     return env
@@ -141,6 +142,25 @@ class RosClient:
     def publisher(self, msg_type, topic: str, qos: QoSProfile = RELIABLE):
         with self._lock:
             return self.node.create_publisher(msg_type, topic, qos)
+
+    def call(self, srv_type, name: str, request, timeout: float = 15.0):
+        """Call service ``name`` and return its response (AssertionError on a timeout)."""
+        with self._lock:
+            cli = self.node.create_client(srv_type, name)
+        assert cli.wait_for_service(timeout_sec=30.0), name
+        future = cli.call_async(request)
+        self.wait_for(future.done, timeout, f'{name} response')
+        return future.result()
+
+    def set_double_parameter(self, node: str, name: str, value: float) -> None:
+        """Set the double parameter ``name`` of the running node ``node`` ('/plag_sim')."""
+        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+
+        request = SetParameters.Request(parameters=[Parameter(name=name, value=ParameterValue(
+            type=ParameterType.PARAMETER_DOUBLE, double_value=float(value)))])
+        result = self.call(SetParameters, f'{node}/set_parameters', request).results[0]
+        assert result.successful, f'{node} refused {name} = {value}: {result.reason}'
 
     @staticmethod
     def wait_for(predicate: Callable[[], bool], timeout: float, what: str = '') -> None:

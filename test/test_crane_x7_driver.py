@@ -21,9 +21,8 @@ import time
 
 import numpy as np
 import pytest
-from rcl_interfaces.msg import Parameter as ParameterMsg
-from rcl_interfaces.msg import ParameterType, ParameterValue
-from rcl_interfaces.srv import GetParameters, SetParameters
+from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.srv import GetParameters
 from ros_helpers import REPO, RosClient, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -55,26 +54,16 @@ def states(collected) -> list[dict]:
     return [json.loads(m.data) for _, m in collected]
 
 
-def call(client: RosClient, srv_type, name: str, request, timeout: float = 15.0):
-    cli = client.node.create_client(srv_type, name)
-    assert cli.wait_for_service(timeout_sec=30.0), name
-    future = cli.call_async(request)
-    client.wait_for(future.done, timeout, f'{name} response')
-    return future.result()
-
-
 def sim_parameter(client: RosClient, name: str):
-    response = call(client, GetParameters, '/plag_sim/get_parameters',
-                    GetParameters.Request(names=[name]))
+    response = client.call(GetParameters, '/plag_sim/get_parameters',
+                           GetParameters.Request(names=[name]))
     value = response.values[0]
     return value.string_value if value.type == ParameterType.PARAMETER_STRING \
         else value.double_value
 
 
 def set_sim_parameter(client: RosClient, name: str, value: float) -> None:
-    request = SetParameters.Request(parameters=[ParameterMsg(name=name, value=ParameterValue(
-        type=ParameterType.PARAMETER_DOUBLE, double_value=float(value)))])
-    assert call(client, SetParameters, '/plag_sim/set_parameters', request).results[0].successful
+    client.set_double_parameter('/plag_sim', name, value)
 
 
 def wait_still(client: RosClient, joint_states, seconds: float = 0.5) -> np.ndarray:
@@ -143,7 +132,7 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
                         "joint list checked against the controller's joints parameter")
         before = wait_still(client, joint_states)
         # Enable: the impedance law (hold reference at the enable pose) under gravity.
-        response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
         assert response.success, response.message
         if kind == 'forward':
             assert 'switched crane_x7_arm_controller -> plag_arm_position_controller' \
@@ -177,7 +166,7 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         assert error[3] < 0.2 / 10.0 + 2 * 2 * np.pi / 4096
         assert np.delete(error, 3).max() < 0.02
         # Disable: hold at the set point in force; then (forward) the JTC is switched back.
-        response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=False))
+        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=False))
         assert response.success
         drift = max_drift(client, joint_states, held, 1.0)
         print(f'[{kind}] disable: max drift {drift * 1e3:.2f} mrad')
@@ -188,7 +177,7 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
             drift = max_drift(client, joint_states, held, 0.5)
             assert drift < HOLD_TOL, f'after the switch back: {drift}'
         # Fault: enable again, then a NaN joint state; hold (resume_after_fault false).
-        response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
         assert response.success, response.message
         client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 're-enabled')
         held = wait_still(client, joint_states)
@@ -210,7 +199,7 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         if kind == 'forward':
             client.wait_for(lambda: not states(state)[-1]['switched'], 10.0, 'switch back')
             # Shutdown while enabled (Ctrl-C): hold, then switch the JTC back, then exit 0.
-            response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+            response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
             assert response.success, response.message
             held = wait_still(client, joint_states)
             assert ctl.stop() == 0, ctl.output()[-3000:]
@@ -230,7 +219,7 @@ def test_p_gain_drop_detected_within_half_a_second(tmp_path):
         client.wait_for(lambda: state and states(state)[-1]['state'] == 'disabled', 60.0,
                         'impedance node holding')
         wait_still(client, joint_states)
-        assert call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True)).success
+        assert client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True)).success
         client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 'enabled')
         wait_still(client, joint_states)
         start = len(state)
@@ -259,7 +248,7 @@ def test_enable_refused_without_subscriber(tmp_path):
                      params_file=REPO / 'config' / 'impedance.yaml',
                      params={'switch.method': 'sim'})
     try:
-        response = call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
         assert not response.success
         assert 'nothing subscribes to /plag_arm_position_controller/commands' \
             in response.message
@@ -279,7 +268,7 @@ def test_100_hz_joint_states_end_to_end(tmp_path):
         client.wait_for(lambda: state and states(state)[-1]['state'] == 'disabled', 60.0,
                         'impedance node holding')
         before = wait_still(client, joint_states, 1.0)
-        assert call(client, SetBool, f'{NODE}/enable', SetBool.Request(data=True)).success
+        assert client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True)).success
         client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 'enabled')
         start = len(state)
         held = wait_still(client, joint_states, 1.0)

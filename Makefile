@@ -1,24 +1,42 @@
 # Two entry points: `make demo` (the package's main job) and `make test` (lint, types and the
 # whole suite). Each creates .venv itself from a machine with only Python 3.11, pip and gcc;
 # the demo installs only what it runs, the test dependencies come with `make test`.
+#
+# The same suite on the other ROS 2 releases the CRANE-X7 runs (README, "What is tested how"):
+#   make test-jazzy    Python 3.12 + ROS 2 Jazzy's rclpy 7.1 wheels, in .venv-jazzy
+#   make test-humble   Python 3.10 + the library versions of Ubuntu 22.04 (ROS 2 Humble's),
+#                      in .venv-humble; Humble's rclpy API is checked against its source
+# Both find their interpreter in pyenv or as python3.12 / python3.10 on PATH.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
+ROS ?= kilted
+# Constraints for every install (requirements/humble.txt: Ubuntu 22.04's versions)
+CONSTRAINTS ?=
+TEST_REQUIREMENTS ?= requirements-test.txt
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+# pyenv's interpreters first (its shims on PATH fail for a version that is not the active one)
+PYENV_ROOT ?= $(or $(shell pyenv root 2>/dev/null),$(HOME)/.pyenv)
+find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python))),$\
+	$(shell command -v python$(1) 2>/dev/null),$\
+	$(error no Python $(1): install it (e.g. pyenv install $(1)) or put python$(1) on PATH))
 
-.PHONY: venv test-venv demo lint test bench clean
+.PHONY: venv test-venv demo lint test test-jazzy test-humble bench clean
 
-$(VENV)/.installed: requirements.txt setup.py
+$(VENV)/.installed: requirements.txt requirements/libraries.txt requirements/ros-$(ROS).txt \
+		$(CONSTRAINTS) setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first and pinned: the CPU build of 2.13.0 is on disk; anything unpinned pulls CUDA.
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -r requirements.txt
+	# torch first and pinned: for Python 3.11 the CPU build of 2.13.0 is on disk; anything
+	# unpinned pulls a newer CUDA build.
+	$(PIP) install -q $(PIP_C) torch==2.13.0
+	$(PIP) install -q $(PIP_C) -r requirements/libraries.txt -r requirements/ros-$(ROS).txt
 	$(PIP) install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/.installed requirements-test.txt
-	$(PIP) install -q -r requirements-test.txt
+$(VENV)/.test-installed: $(VENV)/.installed $(TEST_REQUIREMENTS) requirements/test-tools.txt
+	$(PIP) install -q $(PIP_C) -r $(TEST_REQUIREMENTS)
 	touch $@
 
 venv: $(VENV)/.installed
@@ -35,8 +53,32 @@ lint: test-venv
 test: lint
 	$(PY) -m pytest -q test
 
+# Jazzy: its rclpy and message wheels in place of Kilted's (they share the ros-* names, so
+# they need a virtualenv of their own).
+test-jazzy:
+	$(MAKE) test VENV=.venv-jazzy ROS=jazzy PYTHON=$(call find_python,3.12)
+
+# Humble: what rosdep installs on Ubuntu 22.04 first (as apt would), then the README's
+# Humble recipe (its pip command, with the same constraints). Humble has no rclpy wheels:
+# the suite runs on Kilted's cp310 wheels and test_rclpy_humble_api checks Humble's API.
+.venv-humble/.floor-installed:
+	$(call find_python,3.10) -m venv .venv-humble
+	.venv-humble/bin/python -m pip install -q --upgrade pip
+	# jammy's PyYAML 5.4.1 has no cp310 wheel and builds only with Cython < 3
+	.venv-humble/bin/python -m pip install -q 'cython<3' wheel 'setuptools>=77,<81'
+	.venv-humble/bin/python -m pip install -q --no-build-isolation -c requirements/humble.txt \
+		pyyaml
+	.venv-humble/bin/python -m pip install -q -r requirements/humble.txt
+	# the tests' Pinocchio, without its numpy>=2 declaration (see the file)
+	.venv-humble/bin/python -m pip install -q --no-deps -r requirements/pinocchio-nodeps.txt
+	touch $@
+
+test-humble: .venv-humble/.floor-installed
+	$(MAKE) test VENV=.venv-humble CONSTRAINTS=requirements/humble.txt \
+		PYTHON=$(call find_python,3.10) TEST_REQUIREMENTS=requirements/test-tools.txt
+
 bench: test-venv
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-jazzy .venv-humble build *.egg-info

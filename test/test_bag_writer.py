@@ -2,7 +2,7 @@
 
 :class:`plag_ros.io.bag_writer.BagWriter` appends whole chunks of Message records to the chunk the
 ``rosbags`` McapWriter has open (its private attributes), on the ``rosbags`` versions it
-was tested with (``ROSBAGS_TESTED``, pinned in requirements.txt). Elsewhere, or when an
+was tested with (``ROSBAGS_TESTED``, pinned in requirements/libraries.txt). Elsewhere, or when an
 attribute is missing, it writes through the public API and warns once. Both must give the
 same bag when read back by ``rosbags``.
 """
@@ -69,9 +69,9 @@ def _force_fallback(monkeypatch, reason: str = 'forced by the test') -> None:
 def test_installed_rosbags_is_in_the_pinned_tested_range():
     low, high = bagmod.ROSBAGS_TESTED
     assert low <= bagmod._rosbags_version() < high, version('rosbags')
-    req = (Path(__file__).resolve().parents[1] / 'requirements.txt').read_text()
+    req = (Path(__file__).resolve().parents[1] / 'requirements' / 'libraries.txt').read_text()
     pin = re.search(r'^rosbags\s*>=\s*([\d.]+)\s*,\s*<\s*([\d.]+)\s*$', req, re.M)
-    assert pin, 'requirements.txt must pin rosbags to a range'
+    assert pin, 'requirements/libraries.txt must pin rosbags to a range'
     as_tuple = lambda text: tuple(int(x) for x in text.split('.'))  # noqa: E731
     assert (as_tuple(pin.group(1)), as_tuple(pin.group(2))) == (low, high)
 

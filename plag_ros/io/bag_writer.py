@@ -4,7 +4,7 @@
 offered QoS profiles) and takes the rows of :class:`plag_ros.io.cdr.CdrTemplate` (N messages
 serialized at once) in bulk. The bulk path appends to the chunk that the ``rosbags``
 McapWriter has open, through its private attributes, on the versions tested
-(:data:`ROSBAGS_TESTED`, pinned in requirements.txt); elsewhere it writes message by
+(:data:`ROSBAGS_TESTED`, pinned in requirements/libraries.txt); elsewhere it writes message by
 message through the public API and warns once.
 
 Crash safety: with ``flush_period`` (``plag-ros record`` uses 0.5 s) the writer closes the
@@ -58,7 +58,7 @@ _MCAP_CHUNK_BYTES = 2 ** 20     # the rosbags writer's chunk size
 
 ROSBAGS_TESTED = ((0, 11, 9), (0, 12))
 """The ``rosbags`` versions whose McapWriter internals the fast path was tested against,
-``[low, high)``; requirements.txt pins the same range. Outside it the writer uses the
+``[low, high)``; requirements/libraries.txt pins the same range. Outside it the writer uses the
 public ``rosbags`` API only (a warning says so once)."""
 
 _warned: set[str] = set()

@@ -28,10 +28,10 @@ $(VENV)/.installed: requirements.txt requirements/libraries.txt requirements/ros
 		$(CONSTRAINTS) setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first and pinned: for Python 3.11 the CPU build of 2.13.0 is on disk; anything
-	# unpinned pulls a newer CUDA build.
-	$(PIP) install -q $(PIP_C) torch==2.13.0
-	$(PIP) install -q $(PIP_C) -r requirements/libraries.txt -r requirements/ros-$(ROS).txt
+	# torch pinned: for Python 3.11 the CPU build of 2.13.0 is on disk; anything unpinned
+	# pulls a newer CUDA build. With the libraries: the README's pip command on a ROS install.
+	$(PIP) install -q $(PIP_C) torch==2.13.0 -r requirements/libraries.txt
+	$(PIP) install -q $(PIP_C) -r requirements/ros-$(ROS).txt
 	$(PIP) install -q --no-deps -e .
 	touch $@
 

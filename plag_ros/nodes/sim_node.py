@@ -554,6 +554,11 @@ def main(args: list[str] | None = None) -> None:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if rclpy.ok():
+            raise
+        # else: Ctrl-C shut the context down under the executor's wait, and rclpy raised
+        # from inside it (seen once on a machine loaded three times over): a clean exit.
     finally:
         for node in nodes:
             node.destroy_node()

@@ -46,7 +46,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from plag_ros.nodes.rclpy_compat import localhost_only_environment  # noqa: E402
+from plag_ros.nodes.rclpy_compat import confine_to_localhost  # noqa: E402
 
 DOMAIN_ID = 17
 SPIN_S = 0.0003          # the feeder busy-waits the last 0.3 ms of each cycle
@@ -55,9 +55,8 @@ NODE = '/plag_dynamics'
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env.pop('ROS_LOCALHOST_ONLY', None)
+    confine_to_localhost(env)
     env.update({'ROS_DOMAIN_ID': str(DOMAIN_ID), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
-                **localhost_only_environment(),
                 'PYTHONPATH': os.pathsep.join(filter(None, [str(REPO),
                                                             os.environ.get('PYTHONPATH')]))})
     return env

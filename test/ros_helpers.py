@@ -20,7 +20,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from plag_ros.nodes.rclpy_compat import localhost_only_environment
+from plag_ros.nodes.rclpy_compat import confine_to_localhost
 from plag_ros.tools.bringup import NodeProcess, NodeSpec
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
@@ -56,9 +56,9 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str = ''
 def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for a node subprocess: this machine only, Fast DDS, ``domain_id``."""
     env = dict(os.environ)
-    env.pop('ROS_LOCALHOST_ONLY', None)   # set again below on Humble only
+    confine_to_localhost(env)
     env.update({'ROS_DOMAIN_ID': str(domain_id), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
-                'PYTHONUNBUFFERED': '1', **localhost_only_environment()})
+                'PYTHONUNBUFFERED': '1'})
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO), env.get('PYTHONPATH')]))
     env.update(extra or {})
     return env

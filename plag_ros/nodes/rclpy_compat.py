@@ -28,22 +28,23 @@ names of Humble's rclpy, recorded from its source in ``test/data/rclpy_humble_ap
 """
 from __future__ import annotations
 
-import importlib.util
 import re
+from collections.abc import MutableMapping
 
 import rclpy
 from rclpy.signals import uninstall_signal_handlers
 
 try:   # Iron and later
     from rclpy.event_handler import PublisherEventCallbacks
+    IRON_OR_LATER = True
 except ImportError:   # Humble
     from rclpy.qos_event import PublisherEventCallbacks
+    IRON_OR_LATER = False
 
 __all__ = ['IRON_OR_LATER', 'PublisherEventCallbacks', 'WAIT_SET_SIGNATURES',
-           'localhost_only_environment', 'private_wait_set_problem', 'try_shutdown']
-
-IRON_OR_LATER = importlib.util.find_spec('rclpy.event_handler') is not None
-"""True from Iron on: ``rclpy.event_handler`` and the discovery range came with Iron."""
+           'confine_to_localhost', 'localhost_only_environment', 'private_wait_set_problem',
+           'try_shutdown']
+# IRON_OR_LATER: ``rclpy.event_handler`` and the discovery range both came with Iron.
 
 # The C-extension calls the input thread makes, as (class, method) -> argument types after
 # ``self`` and the result type. Identical in ros2/rclpy humble, jazzy and kilted
@@ -124,3 +125,14 @@ def localhost_only_environment() -> dict[str, str]:
     if IRON_OR_LATER:
         return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
     return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_LOCALHOST_ONLY': '1'}
+
+
+def confine_to_localhost(env: MutableMapping[str, str]) -> dict[str, str]:
+    """Limit DDS discovery in ``env`` (``os.environ`` or a child's environment) to this
+    machine, dropping ``ROS_LOCALHOST_ONLY`` where the release would warn on it; returns
+    the variables set."""
+    localhost = localhost_only_environment()
+    if 'ROS_LOCALHOST_ONLY' not in localhost:
+        env.pop('ROS_LOCALHOST_ONLY', None)
+    env.update(localhost)
+    return localhost

@@ -458,12 +458,9 @@ def isolate(domain: int | None, *, out=sys.stdout) -> int:
         print(f'plag-ros: joining ROS_DOMAIN_ID={domain} on purpose (--domain); other '
               'nodes in that domain see the simulated arm', file=out, flush=True)
         return domain
-    from ..nodes.rclpy_compat import localhost_only_environment
+    from ..nodes.rclpy_compat import confine_to_localhost
 
-    localhost = localhost_only_environment()
-    os.environ.update(localhost)
-    if 'ROS_LOCALHOST_ONLY' not in localhost:   # Jazzy would warn at every node start
-        os.environ.pop('ROS_LOCALHOST_ONLY', None)
+    localhost = confine_to_localhost(os.environ)
     ids = list(PRIVATE_DOMAINS)
     first = os.getpid() % len(ids)
     for candidate in ids[first:] + ids[:first]:

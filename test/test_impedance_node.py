@@ -1,4 +1,4 @@
-"""The plag_impedance node over real DDS (ROS_DOMAIN_ID 31 and 32).
+"""The plag_impedance node over real DDS (ROS_DOMAIN_ID 31, 32 and 34).
 
 * Against joint states the test publishes: nothing is commanded before the first valid
   state; the command then equals the library law; NaN, stale input and ``~/enable false``
@@ -20,7 +20,7 @@ import rclpy
 import yaml
 from rclpy.context import Context
 from rclpy.parameter import Parameter
-from ros_helpers import REPO, RosClient, publish_at_rate, start_node
+from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
@@ -190,6 +190,55 @@ def test_closed_loop_with_sim_node(model, tmp_path):
         codes = ctl.stop(), sim.stop()
         client.close()
     assert codes == (0, 0), ctl.log_path.read_text() + sim.log_path.read_text()
+
+
+def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
+    """start_enabled tries to switch at the first joint state. A controller (here the
+    simulator's emulated one) that is discovered only later still gets switched in: the
+    node tries again within switch.timeout_s instead of giving up at the first refusal
+    ('nothing subscribes to the command topic', 'switch service not discovered')."""
+    import threading
+    names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    client = RosClient(34)
+    states_pub = client.publisher(JointState, 'joint_states')
+    status = client.collect(String, f'{NODE}/state', LATCHED)
+    ctl = start_node('impedance_node', domain_id=34, log_dir=tmp_path,
+                     params_file=REPO / 'config' / 'impedance.yaml',
+                     params={'start_enabled': True, 'switch.method': 'sim',
+                             'switch.timeout_s': 60.0, 'stale_periods': 100.0})
+    stop = threading.Event()
+
+    def stream():
+        while not stop.is_set():
+            yield msgs.joint_state(names, Q0, np.zeros(len(Q0)), t_ns=time.time_ns())
+
+    publisher = threading.Thread(target=publish_at_rate, args=(states_pub, stream(), RATE_HZ),
+                                 daemon=True)
+    sim = None
+    try:
+        client.wait_for_subscribers(states_pub, timeout=60.0)
+        publisher.start()
+        # The node has a valid state, so its first try has been made: with nothing
+        # subscribed to its command topic and no switch service, it was refused.
+        client.wait_for(lambda: status and last_state(status)['state'] == 'disabled', 60.0,
+                        'the impedance node holding, disabled, before any controller')
+        assert 'start_enabled' not in ctl.output()
+        # The controller appears: the simulator, its joint states out of the way.
+        sim = start_node('sim_node', domain_id=34, log_dir=tmp_path,
+                         params_file=REPO / 'config' / 'sim.yaml',
+                         remaps={'joint_states': '/plag_test/sim_joint_states'})
+        try:
+            client.wait_for(lambda: last_state(status)['state'] == 'enabled', 60.0,
+                            'the impedance node enabled once the controller is there')
+        except AssertionError as err:
+            raise AssertionError(f'{err}\n{ctl.tail(30)}\n{sim.tail(30)}') from None
+        assert 'start_enabled: switched crane_x7_arm_controller -> ' \
+            'plag_arm_position_controller (simulator)' in ctl.output()
+    finally:
+        stop.set()
+        codes = ctl.stop(), sim.stop() if sim is not None else 0
+        client.close()
+    assert codes == (0, 0), ctl.log_path.read_text()
 
 
 def test_yaml_declares_every_parameter_with_its_default():

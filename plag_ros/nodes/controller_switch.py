@@ -32,8 +32,9 @@ from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import GetParameters, SetParameters
 from rclpy.client import Client
 from rclpy.node import Node
+from rclpy.task import Future
 
-__all__ = ['METHODS', 'ControllerSwitch', 'call', 'read_joints', 'switch_command']
+__all__ = ['METHODS', 'ControllerSwitch', 'call', 'read_joints', 'sleep', 'switch_command']
 
 METHODS = ('controller_manager', 'sim', 'none')
 
@@ -50,6 +51,19 @@ def switch_command(activate: str, deactivate: str, manager: str = '/controller_m
         else f' -c {manager}'
     return (f'ros2 control switch_controllers --deactivate {deactivate} --activate {activate} '
             f'--strict{manager_arg}')
+
+
+async def sleep(node: Node, seconds: float, callback_group=None) -> None:
+    """Wait ``seconds`` inside an rclpy coroutine callback without blocking the executor
+    (a one-shot timer completes a future). ``callback_group`` must not be the awaiting
+    callback's if that group is mutually exclusive (see :func:`call`)."""
+    done: Future = Future()
+    timer = node.create_timer(seconds, lambda: done.set_result(None) if not done.done() else None,
+                              callback_group=callback_group)
+    try:
+        await done
+    finally:
+        node.destroy_timer(timer)
 
 
 async def call(node: Node, client, request, timeout_s: float):
@@ -139,6 +153,8 @@ class ControllerSwitch:
         client = self._client
         if client is None:
             return False, f'switch {what}: no service client for switch.method {self.method}'
+        if not client.service_is_ready():
+            return False, f'switch {what}: {client.srv_name} not discovered (yet)'
         if self.method == 'controller_manager':
             request = self._srv.Request()
             request.activate_controllers = [on]

@@ -116,7 +116,7 @@ from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig
 from ..model import RobotModel, default_urdf_path
 from ..plausibility import PlausibilityGate
-from .controller_switch import METHODS, ControllerSwitch, read_joints, switch_command
+from .controller_switch import METHODS, ControllerSwitch, read_joints, sleep, switch_command
 from .parameters import PLAUSIBILITY_PARAMETERS, choice, plausibility_config
 from .parameters import descriptor as _desc
 
@@ -611,9 +611,22 @@ class ImpedanceNode(Node):
             self.executor.create_task(self._start_enabled)
 
     async def _start_enabled(self) -> None:
-        response = await self._on_enable(SetBool.Request(data=True), SetBool.Response())
-        if not response.success:
-            self.get_logger().error(f'start_enabled: {response.message}')
+        """Enable as ``~/enable true`` does, trying again every 0.1 s for ``switch.timeout_s``:
+        at the first joint state (or the first after a driver restart) the controller's
+        command subscription or the switch service may not be discovered yet."""
+        timeout_s = self._switch.timeout_s if self._switch is not None else 0.0
+        deadline = time.monotonic() + timeout_s
+        while True:
+            response = await self._on_enable(SetBool.Request(data=True), SetBool.Response(),
+                                             quiet=True)
+            if response.success or self.controller.enabled or time.monotonic() >= deadline:
+                break
+            await sleep(self, 0.1, self._async_group)
+        if response.success:
+            self.get_logger().info(f'start_enabled: {response.message}')
+        else:
+            self.get_logger().error(f'start_enabled: {response.message} (gave up after '
+                                    f'{timeout_s:g} s; ~/enable to try again)')
 
     def _on_timer(self) -> None:
         now = self._now_ns()
@@ -681,13 +694,16 @@ class ImpedanceNode(Node):
         except ValueError as err:
             self.get_logger().warning(f'~/reference rejected: {err}')
 
-    async def _on_enable(self, request: SetBool.Request, response: SetBool.Response):
+    async def _on_enable(self, request: SetBool.Request, response: SetBool.Response, *,
+                         quiet: bool = False):
+        """The ``~/enable`` service; ``quiet``: no log lines (a caller that retries)."""
         prefix = ''
         if request.data and not self.controller.enabled:
             blocker = self._enable_blocker()
             if blocker:
                 response.success, response.message = False, blocker
-                self.get_logger().warning(f'~/enable true: {blocker}')
+                if not quiet:
+                    self.get_logger().warning(f'~/enable true: {blocker}')
                 return response
             if self.controller.state == 'waiting':
                 response.success, response.message = False, 'no valid joint state yet'
@@ -702,7 +718,8 @@ class ImpedanceNode(Node):
                     self._switching = False
                 if not ok:
                     response.success, response.message = False, message
-                    self.get_logger().error(f'~/enable true: {message}')
+                    if not quiet:
+                        self.get_logger().error(f'~/enable true: {message}')
                     return response
                 self._switched = self._switch.method != 'none'
                 prefix = f'{message}; '
@@ -714,7 +731,8 @@ class ImpedanceNode(Node):
         response.message = prefix + message
         if request.data and not response.success:
             self._schedule_release()
-        self.get_logger().info(f'~/enable {request.data}: {response.message}')
+        if not quiet:
+            self.get_logger().info(f'~/enable {request.data}: {response.message}')
         self._publish_state(None, self._now_ns(), force=True)
         return response
 

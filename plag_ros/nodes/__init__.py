@@ -1,6 +1,7 @@
 """Thin rclpy nodes over the plag_ros library, and the shutdown idiom they share."""
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import os
 import signal
@@ -12,6 +13,13 @@ if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.nodes stays c
     from rclpy.node import Node
 
 __all__ = ['dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
+
+SPIN_POLL_S = 0.1
+"""Longest executor wait [s]: the spin loop looks at the context and Ctrl-C this often."""
+SHUTDOWN_DEADLINE_S = 4.0
+"""After the first Ctrl-C, a shutdown still under way this long [s] is a bug: every thread's
+stack goes to stderr and the process exits with 1 (``faulthandler``), inside launch's 5 s
+before it escalates to SIGTERM, instead of hanging until SIGKILL."""
 
 
 class _QuietInterrupts:
@@ -33,6 +41,8 @@ class _QuietInterrupts:
 
     def __call__(self, signum, frame) -> None:
         self.count += 1
+        if self.count == 1:
+            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
         if self.raise_once:
             self.raise_once = False
             raise KeyboardInterrupt
@@ -118,7 +128,18 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
             if interrupts is not None:
                 interrupts.raise_once = True
             node = factory()
-            rclpy.spin(node)
+            # Not rclpy.spin: its wait has no timeout. A wake-up taken before the shutdown it
+            # announces leaves it waiting for good, our Python handler deferred behind the C
+            # call: the likely cause of a dynamics node that outlived SIGINT and SIGTERM
+            # once in a CI run's 60 launch Ctrl-Cs. A bounded wait looks at both every
+            # SPIN_POLL_S.
+            executor = rclpy.get_global_executor()
+            executor.add_node(node)
+            try:
+                while rclpy.ok() and not interrupted():
+                    executor.spin_once(timeout_sec=SPIN_POLL_S)
+            finally:
+                executor.remove_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -137,3 +158,4 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
             # Interpreter finalization resets a Python-function handler to SIG_DFL, and a
             # late second Ctrl-C would then kill the process (exit -2); SIG_IGN stays.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        faulthandler.cancel_dump_traceback_later()   # shut down in time: the caller goes on

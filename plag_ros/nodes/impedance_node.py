@@ -194,8 +194,8 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
                                 '(resume_after_fault) or stay disabled', low=0.05, high=3600.0)),
     'ramp_s': (2.0, _desc(_D, 'gain ramp after enable or a cleared fault [s]', low=0.0,
                           high=60.0)),
-    'start_enabled': (False, _desc(_B, 'enable at the first valid joint state',
-                                   read_only=True)),
+    'start_enabled': (False, _desc(_B, 'enable at the first valid joint state (with a switch: '
+                                   'tried every 0.1 s for switch.timeout_s)', read_only=True)),
     'fault_action': ('zero', _desc(
         _S, "effort interface while holding: 'zero' effort or open-loop gravity 'hold' "
         '(the position interface always holds the last valid position)',

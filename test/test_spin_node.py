@@ -16,7 +16,7 @@ from plag_ros.nodes import SHUTDOWN_DEADLINE_S
 
 # A node with a 100 Hz timer; with HANG set, its destroy_node never returns (a stand-in
 # for a shutdown bug: a thread that cannot be joined, a lock never released).
-SCRIPT = '''
+SCRIPT = """
 import sys, threading, time
 from rclpy.node import Node
 from plag_ros.nodes import spin_node
@@ -35,7 +35,7 @@ class Ticker(Node):
 HANG = sys.argv[1] == 'hang'
 spin_node(Ticker)
 print('returned', flush=True)
-'''
+"""
 
 
 def _start(mode: str) -> subprocess.Popen:

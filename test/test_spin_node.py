@@ -49,7 +49,8 @@ def _start(mode: str) -> subprocess.Popen:
 
 
 def test_sigterm_alone_ends_the_spin():
-    """rclpy's SIGTERM handler shuts the context down; the spin sees it within its poll."""
+    """SIGTERM (launch's second step) is counted like Ctrl-C: the spin loop sees it within
+    its poll and the node is destroyed and the context shut down in order, exit 0."""
     proc = _start('clean')
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)

@@ -23,16 +23,17 @@ before it escalates to SIGTERM, instead of hanging until SIGKILL."""
 
 
 class _QuietInterrupts:
-    """Python's SIGINT handler while a node runs: count; raise KeyboardInterrupt once.
+    """Python's SIGINT and SIGTERM handler while a node runs: count; raise
+    ``KeyboardInterrupt`` once while ``raise_once`` is set.
 
-    rclpy's own SIGINT handler (installed by ``rclpy.init``, in C) wakes the executor and
-    shuts the contexts down, then calls the handler that was there before it, this one.
-    The ``KeyboardInterrupt`` is still needed: without it a node was seen to outlive
-    launch's 5 s and get SIGTERM (1 in 5 runs; likely cause: the executor woke before the
-    context was shut down, found it valid and waited again). Python's default raises at every
-    Ctrl-C, so a second one (``ros2 launch`` in a terminal delivers two) landed in
-    ``destroy_node()``. This one raises only while ``raise_once`` is set (constructor and
-    spin) and clears it before raising: every later Ctrl-C is only counted.
+    rclpy's own handlers are not installed (``SignalHandlerOptions.NO``): in C they shut the
+    context down from a thread of their own, which then ran beside the node's teardown. A
+    CI run caught a dynamics node stuck for good in ``Publisher.destroy`` (Kilted, Fast DDS)
+    right after such a shutdown, SIGTERM included. Here a signal is only counted, the spin
+    loop sees the count within ``SPIN_POLL_S``, and the main thread alone destroys the node
+    and then shuts the context down. ``raise_once`` is set while the node is built (seconds
+    of model loading that a Ctrl-C must cut short) and cleared before raising: a second
+    Ctrl-C (``ros2 launch`` in a terminal delivers two) never lands in ``destroy_node()``.
     """
 
     def __init__(self) -> None:
@@ -48,14 +49,16 @@ class _QuietInterrupts:
             raise KeyboardInterrupt
 
 
-def _quiet_sigint() -> _QuietInterrupts | None:
-    """Install (or keep, with its count) the counting handler; None off the main thread."""
+def _quiet_signals() -> _QuietInterrupts | None:
+    """Install (or keep, with its count) the counting handler for SIGINT and SIGTERM; None
+    off the main thread (Python handles signals there only)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     handler = signal.getsignal(signal.SIGINT)
     if not isinstance(handler, _QuietInterrupts):
         handler = _QuietInterrupts()
         signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
     return handler
 
 
@@ -97,42 +100,42 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
     The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
     external shutdown end the spin quietly, and the node is destroyed before the context.
 
-    Shutdown is quiet and complete however it is asked for:
+    Shutdown is quiet, ordered and complete however it is asked for:
 
-    * In the main thread, Python's SIGINT handler is replaced before ``rclpy.init`` (after
-      it, ``signal.signal`` would displace rclpy's handler) by :class:`_QuietInterrupts`:
-      the first Ctrl-C ends the constructor or the spin with ``KeyboardInterrupt``, and
-      no later one can land in ``destroy_node()`` when ``ros2 launch`` in a terminal
-      delivers Ctrl-C twice (the terminal's process group and launch itself).
-      The process exits with 0 (SIGINT is ignored once rclpy is shut down).
-    * rclpy shuts the context down from its own thread while a callback may be
-      publishing: the ``RCLError`` that publish (or building the node) raises once the
-      context is gone is a consequence of the shutdown and ends the spin quietly, as does
-      any exception after a Ctrl-C; an exception while the context is valid and no Ctrl-C
-      came is a bug and propagates.
+    * In the main thread, :class:`_QuietInterrupts` handles SIGINT and SIGTERM and rclpy
+      installs none of its own: a signal is counted, the spin loop (a wait of at most
+      ``SPIN_POLL_S``, where ``rclpy.spin`` waits without end) sees it, and this thread
+      alone destroys the node and then shuts the context down. Nothing tears the context
+      down beside the teardown. A signal while the node is being built ends the build
+      with ``KeyboardInterrupt``; no later one can land in ``destroy_node()`` when
+      ``ros2 launch`` in a terminal delivers Ctrl-C twice. The process exits with 0.
+    * A shutdown still under way ``SHUTDOWN_DEADLINE_S`` after the first signal is a bug:
+      every thread's stack goes to stderr and the process exits with 1.
+    * An external ``rclpy.shutdown`` ends the spin too; an exception from a callback while
+      the context is valid and no signal came is a bug and propagates. One after a signal
+      or a shutdown (a publish or an entity creation that raced it) ends the spin quietly.
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException
+    from rclpy.signals import SignalHandlerOptions
 
     from . import rclpy_compat
 
-    interrupts = _quiet_sigint()
+    interrupts = _quiet_signals()
 
     def interrupted() -> bool:
         return interrupts is not None and interrupts.count > 0
 
-    rclpy.init(args=args)
+    rclpy.init(args=args, signal_handler_options=(
+        SignalHandlerOptions.NO if interrupts is not None else SignalHandlerOptions.ALL))
     node: Node | None = None
     try:
-        if not interrupted():       # a Ctrl-C before init: do not start at all
+        if not interrupted():       # a signal before init: do not start at all
             if interrupts is not None:
                 interrupts.raise_once = True
             node = factory()
-            # Not rclpy.spin: its wait has no timeout. A wake-up taken before the shutdown it
-            # announces leaves it waiting for good, our Python handler deferred behind the C
-            # call: the likely cause of a dynamics node that outlived SIGINT and SIGTERM
-            # once in a CI run's 60 launch Ctrl-Cs. A bounded wait looks at both every
-            # SPIN_POLL_S.
+            if interrupts is not None:
+                interrupts.raise_once = False    # from here the loop below sees a signal
             executor = rclpy.get_global_executor()
             executor.add_node(node)
             try:
@@ -145,17 +148,15 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
     except Exception:
         if rclpy.ok() and not interrupted():
             raise
-        # else: a publish, take or entity creation that raced the shutdown, or the
-        # KeyboardInterrupt turned into another error inside rclpy's C extension (pybind11
-        # reports one raised while it converts a taken message as a RuntimeError).
     finally:
         if interrupts is not None:
             interrupts.raise_once = False
         if node is not None:
             node.destroy_node()
-        rclpy_compat.try_shutdown()   # and uninstall rclpy's handler: ours is Python's again
+        rclpy_compat.try_shutdown()
         if interrupts is not None:
             # Interpreter finalization resets a Python-function handler to SIG_DFL, and a
             # late second Ctrl-C would then kill the process (exit -2); SIG_IGN stays.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         faulthandler.cancel_dump_traceback_later()   # shut down in time: the caller goes on

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import numpy as np
@@ -197,7 +198,6 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
     simulator's emulated one) that is discovered only later still gets switched in: the
     node tries again within switch.timeout_s instead of giving up at the first refusal
     ('nothing subscribes to the command topic', 'switch service not discovered')."""
-    import threading
     names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
     client = RosClient(34)
     states_pub = client.publisher(JointState, 'joint_states')
@@ -218,8 +218,9 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
     try:
         client.wait_for_subscribers(states_pub, timeout=60.0)
         publisher.start()
-        # The node has a valid state, so its first try has been made: with nothing
-        # subscribed to its command topic and no switch service, it was refused.
+        # The node has a valid state, so its first try is under way: with nothing
+        # subscribed to its command topic and no switch service, it is refused (the
+        # simulator started below takes seconds to come up, long after that try).
         client.wait_for(lambda: status and last_state(status)['state'] == 'disabled', 60.0,
                         'the impedance node holding, disabled, before any controller')
         assert 'start_enabled' not in ctl.output()

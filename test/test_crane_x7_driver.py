@@ -98,9 +98,10 @@ def bring_up(domain: int, tmp_path, *, sim_params=None, ctl_params=None):
                      params_file=REPO / 'config' / 'impedance.yaml',
                      params={'switch.method': 'sim', 'ramp_s': 0.3,
                              'resume_after_fault': False,
-                             # 100 ms: this shared 2-core test machine stalls processes for
-                             # tens of ms; a stale fault would end the enable mid-test.
-                             'stale_periods': 20.0, 'filter.gap_periods': 20.0,
+                             # 0.5 s: this shared 2-core test machine stalls processes for
+                             # tens of ms, and a CI run saw a 326 ms one; a stale fault would
+                             # end the enable mid-test.
+                             'stale_periods': 100.0, 'filter.gap_periods': 100.0,
                              **(ctl_params or {})})
     return client, sim, ctl
 

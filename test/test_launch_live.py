@@ -549,10 +549,13 @@ def test_replay_launch_plays_a_bag_into_the_dynamics_node(share, tmp_path):
     qd = 0.3 * np.pi * np.cos(phase)
     bag = write_joint_state_bag(tmp_path / 'bag', t_ns, names, q, qd)
     client = RosClient(44, 'plag_test_launch_replay')
-    run = LaunchRun(share / 'launch' / 'replay.launch.py', [f'bag:={bag}'], 44,
+    # Subscribed before the launch: the node then matches this subscription while the
+    # player waits to match the node (a CI run where the test subscribed after the launch
+    # started, on a loaded machine, missed 356 of 400 samples). Half speed: 4 s of play.
+    outputs = client.collect(JointState, '/plag_dynamics/joint_states')
+    run = LaunchRun(share / 'launch' / 'replay.launch.py', [f'bag:={bag}', 'rate:=0.5'], 44,
                     tmp_path / 'launch.log')
     try:
-        outputs = client.collect(JointState, '/plag_dynamics/joint_states')
         run.wait_for_output(r'^\[INFO\] \[bag_player-\d+\]: process has finished cleanly',
                             START_TIMEOUT_S)
         _wait_count(client, outputs, 1, 'decomposed samples', run)

@@ -73,18 +73,22 @@ import collections
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from . import stability
 from .dynamics import PartialLagrangian
 from .filters import EstimatorConfig, JointStateEstimator
 from .model import RobotModel
+from .oscillation import OscillationMonitor
+from .simulation import servo_gains
 
 __all__ = [
+    'CONTROL_ESTIMATOR',
     'Command',
     'ControlState',
     'HoldReference',
@@ -99,6 +103,7 @@ __all__ = [
 CommandInterface = Literal['effort', 'position']
 MotionSource = Literal['desired', 'measured']
 FaultAction = Literal['hold', 'zero']
+GainCheckMode = Literal['refuse', 'warn', 'off']
 ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
 """``waiting``: no valid state yet (nothing commanded); ``disabled``/``fault``: hold;
 ``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
@@ -107,7 +112,16 @@ _MONITOR_WINDOW_S = 0.05
 """[s] commands this recent count as possibly in force for the monitor."""
 _EFFORT_CHECK_QD = 0.3
 """[rad/s] joints faster than this are left out of the effort check."""
-_ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')
+_ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'max_position_step')
+SERVO_STIFFNESS_TOLERANCE = 0.2
+"""A configured K_s further than this fraction from the motor table's is reported."""
+
+CONTROL_ESTIMATOR = EstimatorConfig(cutoff_hz=10.0, order=2)
+"""The controller's default estimator. Order 2 at 10 Hz, not the display's order 3: the
+damping term sees the velocity through the filter, and every bit of its lag is phase the
+sampled loop loses. With the shipped gains on the CRANE-X7's position path this keeps a
+gain margin of 2 or more at 200 and 100 Hz (``bench/bench_stability.py``); order 3 at
+15 Hz (shipped before) leaves 1.7 and 1.45."""
 
 
 def _frozen_optional(x: ArrayLike | None, name: str,
@@ -149,7 +163,11 @@ class ImpedanceConfig:
         velocity_mask: W_vel, same shapes.
         motion_source: ``'desired'`` or ``'measured'`` motion in the decomposition.
         command_interface: ``'effort'`` or ``'position'``.
-        servo_stiffness: K_s [N*m/rad] > 0 of the servos' position loop (position only).
+        servo_stiffness: K_s [N*m/rad] > 0 of the servos' position loop (position only);
+            None takes the servo model's (:func:`plag_ros.simulation.servo_gains`: the
+            CRANE-X7 motor table, :mod:`plag_ros.motors`). A value further than
+            :data:`SERVO_STIFFNESS_TOLERANCE` from the table is reported in
+            :attr:`PartialImpedanceController.warnings`.
         max_position_step: largest position command change per cycle [rad], > 0.
         effort_scale: fraction of the URDF effort limits allowed, in (0, 1].
         rate_hz: nominal joint_states / control rate [Hz].
@@ -166,7 +184,18 @@ class ImpedanceConfig:
         fault_persist_s: [s] how long a limit must be exceeded without a break.
         monitored: (n_act,) bools, joints the monitor checks (those actually commanded);
             None = all.
-        estimator: settings of the joint state estimator run inside the controller.
+        estimator: settings of the joint state estimator run inside the controller
+            (default :data:`CONTROL_ESTIMATOR`).
+        gain_check: what to do with a commanded joint whose (K, D) have a gain margin below
+            :data:`plag_ros.stability.MIN_GAIN_MARGIN` in the sampled loop
+            (:mod:`plag_ros.stability`): ``'refuse'`` (ValueError naming the joint, the
+            gains and the bounds), ``'warn'`` (:attr:`PartialImpedanceController.warnings`)
+            or ``'off'``.
+        delay_periods: sample-to-command delay the gain check assumes [periods] (1: a
+            command sent to the driver's controller manager acts in its next cycle).
+        oscillation_reversals: the oscillation monitor's trip count
+            (:class:`plag_ros.oscillation.OscillationMonitor`); 0 turns it off.
+        oscillation_window_s: its window [s].
 
     Raises:
         ValueError: a field is out of range; the message names it.
@@ -180,7 +209,7 @@ class ImpedanceConfig:
     velocity_mask: ArrayLike | None = None
     motion_source: MotionSource = 'measured'
     command_interface: CommandInterface = 'effort'
-    servo_stiffness: ArrayLike = 20.0
+    servo_stiffness: ArrayLike | None = None
     max_position_step: ArrayLike = 0.02
     effort_scale: float = 1.0
     rate_hz: float = 200.0
@@ -193,16 +222,23 @@ class ImpedanceConfig:
     effort_error_limit: float = math.inf
     fault_persist_s: float = 0.1
     monitored: ArrayLike | None = None
-    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    estimator: EstimatorConfig = CONTROL_ESTIMATOR
+    gain_check: GainCheckMode = 'refuse'
+    delay_periods: float = 1.0
+    oscillation_reversals: int = 8
+    oscillation_window_s: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in _ARRAY_FIELDS:
+        fields = _ARRAY_FIELDS + (('servo_stiffness',) if self.servo_stiffness is not None
+                                  else ())
+        for name in fields:
             a = _frozen(getattr(self, name), name, (0, 1))
             object.__setattr__(self, name, a)
             if (a < 0.0).any():
                 raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {a.tolist()}')
-        for name in ('servo_stiffness', 'max_position_step'):
-            if (getattr(self, name) <= 0.0).any():
+        for name in fields:
+            if name in ('servo_stiffness', 'max_position_step') and \
+                    (getattr(self, name) <= 0.0).any():
                 raise ValueError(f'ImpedanceConfig.{name} must be > 0, '
                                  f'got {getattr(self, name).tolist()}')
         for name in ('acceleration_mask', 'velocity_mask'):
@@ -236,6 +272,22 @@ class ImpedanceConfig:
             object.__setattr__(self, 'monitored', np.array(self.monitored, dtype=bool))
         if not isinstance(self.estimator, EstimatorConfig):
             raise TypeError('ImpedanceConfig.estimator must be an EstimatorConfig')
+        if self.gain_check not in ('refuse', 'warn', 'off'):
+            raise ValueError("ImpedanceConfig.gain_check must be one of 'refuse', 'warn', "
+                             f"'off', got {self.gain_check!r}")
+        if not (isinstance(self.delay_periods, (int, float, np.number))
+                and 0.0 <= self.delay_periods < 100.0):
+            raise ValueError(f'ImpedanceConfig.delay_periods must be in [0, 100), got '
+                             f'{self.delay_periods!r}')
+        if isinstance(self.oscillation_reversals, bool) or \
+                not isinstance(self.oscillation_reversals, (int, np.integer)) or \
+                self.oscillation_reversals == 1 or self.oscillation_reversals < 0:
+            raise ValueError('ImpedanceConfig.oscillation_reversals must be 0 (off) or an '
+                             f'integer >= 2, got {self.oscillation_reversals!r}')
+        if not (isinstance(self.oscillation_window_s, (int, float, np.number))
+                and 0.0 < self.oscillation_window_s < math.inf):
+            raise ValueError('ImpedanceConfig.oscillation_window_s must be > 0, got '
+                             f'{self.oscillation_window_s!r}')
 
     def replace(self, **changes) -> ImpedanceConfig:
         """A validated copy with ``changes`` applied."""
@@ -367,7 +419,8 @@ class Command(NamedTuple):
         t_ns: time it was computed for [ns] (controller clock).
         state: :data:`ControlState` after this cycle.
         reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
-            'warming_up', or a monitor fault starting 'tracking' / 'effort'.
+            'warming_up', or a monitor fault starting 'tracking', 'effort' or
+            'oscillation'.
         effort: (n_act,) [N*m] for the effort interface, else None.
         position: (n_act,) [rad] for the position interface, else None.
         torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
@@ -455,7 +508,9 @@ class PartialImpedanceController:
             return a.copy()
 
         K, D, Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
-        Ks, max_step = per_joint('servo_stiffness'), per_joint('max_position_step')
+        table_Ks = servo_gains(model)[0]
+        Ks = table_Ks if config.servo_stiffness is None else per_joint('servo_stiffness')
+        max_step = per_joint('max_position_step')
 
         def weights(name: str) -> np.ndarray | None:
             a = getattr(config, name)
@@ -482,16 +537,70 @@ class PartialImpedanceController:
             if clash.any():
                 raise ValueError('acceleration_mask diagonal and a target inertia both set '
                                  f'for {[self.joint_names[a] for a in np.flatnonzero(clash)]}')
+        mon = None if config.monitored is None else np.asarray(config.monitored, dtype=bool)
+        if mon is not None and mon.shape != (na,):
+            raise ValueError(f'ImpedanceConfig.monitored needs {na} entries, got {mon.shape}')
+        monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
+        # The checks come before any state changes: a refused reconfigure changes nothing.
+        warnings = self._servo_warnings(config, Ks, table_Ks, monitored) + \
+            self._check_gains(config, K, D, Ks, monitored)
         self.config = config
         self._K, self._D, self._Md, self._Ks, self._max_step = K, D, Md, Ks, max_step
         self._W_acc, self._W_vel = W_acc, W_vel
         self._effort_max = config.effort_scale * model.effort_limit[self._act]
         self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
         self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
-        mon = None if config.monitored is None else np.asarray(config.monitored, dtype=bool)
-        if mon is not None and mon.shape != (na,):
-            raise ValueError(f'ImpedanceConfig.monitored needs {na} entries, got {mon.shape}')
-        self._monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
+        self._monitored = monitored
+        self.warnings: list[str] = warnings
+        """What the configuration's checks found and let pass (a K_s off the motor table,
+        gains below the margin with ``gain_check='warn'``): a node logs them at start."""
+        self._oscillation: OscillationMonitor | None = None
+        if config.oscillation_reversals:
+            limit = model.velocity_limit[self._act]
+            speed = np.where(np.isfinite(limit) & (limit > 0), 0.1 * limit, 0.5)
+            self._oscillation = OscillationMonitor(self.joint_names, speed,
+                                                   config.oscillation_window_s,
+                                                   config.oscillation_reversals)
+
+    def _servo_warnings(self, config: ImpedanceConfig, Ks: np.ndarray, table: np.ndarray,
+                        monitored: np.ndarray) -> list[str]:
+        """A configured K_s off the servo model's by more than the tolerance (position
+        interface, commanded joints)."""
+        if config.command_interface != 'position' or config.servo_stiffness is None:
+            return []
+        off = np.abs(Ks / table - 1.0) > SERVO_STIFFNESS_TOLERANCE
+        return [f'{self.joint_names[a]}: servo_stiffness {Ks[a]:g} N*m/rad is '
+                f"{Ks[a] / table[a]:.2f} x the motor table's {table[a]:.3g} (P gain 800): "
+                "the law's torque is scaled by the ratio, and its stability margin with it; "
+                'set it from an identification of the servo, or leave it unset'
+                for a in np.flatnonzero(off & monitored)]
+
+    def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
+                     Ks: np.ndarray, monitored: np.ndarray) -> list[str]:
+        """The gain check of ``config.gain_check`` (see :mod:`plag_ros.stability`).
+
+        Raises:
+            ValueError: ``'refuse'`` and a commanded joint below the required margin.
+        """
+        if config.gain_check == 'off':
+            return []
+        loops = stability.joint_loops(
+            self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
+            delay_periods=config.delay_periods, engine=self.engine)
+        failing = stability.check_gains(loops, self.joint_names, K, D, config.estimator,
+                                        only=monitored & ((K > 0) | (D > 0)))
+        if not failing:
+            return []
+        est = config.estimator
+        where = (f'({config.command_interface} interface at {config.rate_hz:g} Hz, '
+                 f'{config.delay_periods:g} period delay; estimator order {est.order}, '
+                 f'{est.cutoff_hz:g} Hz, {est.velocity_source} velocity)')
+        messages = [f'{check.message(stability.MIN_GAIN_MARGIN)} {where}'
+                    for check in failing]
+        if config.gain_check == 'refuse':
+            raise ValueError('gains outside the verified stable region (gain_check '
+                             "'refuse'; 'warn' to run them anyway): " + '; '.join(messages))
+        return messages
 
     # ------------------------------------------------------------------ state machine
     def reset(self) -> None:
@@ -561,6 +670,12 @@ class PartialImpedanceController:
         return self._estimator
 
     @property
+    def servo_stiffness(self) -> np.ndarray:
+        """(n_act,) the servo stiffness K_s in use [N*m/rad] (the configured one, else the
+        motor table's)."""
+        return self._Ks.copy()
+
+    @property
     def measured_q(self) -> np.ndarray | None:
         """Last valid measured position (n_act,) [rad], None before the first."""
         return None if self._q is None else self._q.copy()
@@ -606,6 +721,8 @@ class PartialImpedanceController:
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
         self._recent.clear()          # the hold set point is in force, not older commands
+        if self._oscillation is not None:
+            self._oscillation.reset()
         if new_reference:
             self._t0_ns = now_ns
             self._anchor = self._valid_q().copy()
@@ -707,7 +824,17 @@ class PartialImpedanceController:
             return self._hold(now_ns)
         if self._monitor(now_ns, q, effort, sample.qd):
             return self._hold(now_ns)
-        return self._law(now_ns, q, sample.qd, sample.qdd)
+        command = self._law(now_ns, q, sample.qd, sample.qdd)
+        if self._oscillation is not None:
+            reason = self._oscillation.update(now_ns, sample.qd, command.torque,
+                                              command.saturated)
+            if reason:
+                # Latched like the servo monitor's faults: an unstable loop must not
+                # re-ramp by itself into the same oscillation.
+                self._set_fault(reason)
+                self._latched = True
+                return self._hold(now_ns)
+        return command
 
     def _monitor(self, now_ns: int, q: np.ndarray, effort: ArrayLike | None,
                  qd: np.ndarray) -> bool:

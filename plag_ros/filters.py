@@ -107,9 +107,10 @@ class EstimatorConfig:
     RMS error falls from 4.5 to 0.83 rad/s^2 and the velocity error from 0.013 to 0.0097
     rad/s, for 9 ms more delay (22 -> 32 ms), which a display and a recording do not feel;
     zero-phase analysis (no delay) improves from 0.40 to 0.33 rad/s^2. A controller, for
-    which delay costs phase, uses 15 Hz, order 3 (21 ms, 2.4 rad/s^2; config/
-    impedance.yaml). Offline, 7 Hz halves the acceleration error again (0.15 rad/s^2)
-    when the motion has nothing above about 4 Hz.
+    which delay costs phase, has its own default (order 2, 10 Hz:
+    :data:`plag_ros.control.CONTROL_ESTIMATOR`, chosen on the sampled loop's stability
+    margin). Offline, 7 Hz halves the acceleration error again (0.15 rad/s^2) when the
+    motion has nothing above about 4 Hz.
         rate_hz: nominal sample rate of ``joint_states`` [Hz]; the digital filter is
             designed for it.
         gap_periods: a stamp step longer than this many nominal periods resets the live

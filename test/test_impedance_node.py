@@ -87,8 +87,10 @@ def test_safety_rules_over_dds(model, tmp_path):
     pub = client.publisher(JointState, 'joint_states')
     node = start_node('impedance_node', domain_id=31, log_dir=tmp_path,
                       params_file=REPO / 'config' / 'impedance.yaml',
+                      # The position-path gains are outside the effort path's stable
+                      # region; the safety rules are checked open loop: run them, warned.
                       params={'command_interface': 'effort', 'start_enabled': True,
-                              'ramp_s': 0.1, 'stale_periods': 10.0})
+                              'ramp_s': 0.1, 'stale_periods': 10.0, 'gain_check': 'warn'})
     try:
         client.wait_for_subscribers(pub, timeout=30.0)
         client.wait_for(lambda: state, 20.0, 'first ~/state')
@@ -106,6 +108,8 @@ def test_safety_rules_over_dds(model, tmp_path):
                                    atol=1e-9)
         assert any(json.loads(m.data)['state'] == 'enabled' for _, m in state), node.output()
         assert len(compensation) > 0
+        assert 'crane_x7_wrist_joint: K = 2 N*m/rad, D = 0.02 N*m*s/rad have a gain ' \
+            'margin of' in node.output()           # the start-up warning, logged
 
         # NaN in the state: zero effort at once, then recovery with a ramp.
         count = len(commands)
@@ -269,8 +273,22 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
         with pytest.raises(ValueError, match='compensate.velocity: .*nope'):
             ImpedanceNode(context=context, parameter_overrides=[
                 Parameter('compensate.velocity', value=['nope<-*'])])
+        # Gains outside the sampled loop's stable region: 3 N*m*s/rad on the elbow.
+        elbow = 'crane_x7_upper_arm_revolute_part_rotate_joint'
+        damping = [0.4, 1.5, 0.8, 3.0, 0.05, 0.06, 0.02, 0.01]
+        with pytest.raises(ValueError, match=f'{elbow}: K = 10 N.m/rad, D = 3 N.m.s/rad'):
+            ImpedanceNode(context=context, parameter_overrides=[
+                Parameter('damping', value=damping)])
+        warned = ImpedanceNode(context=context, parameter_overrides=[
+            Parameter('damping', value=damping), Parameter('gain_check', value='warn')])
+        assert [w.split(':')[0] for w in warned.controller.warnings] == [elbow]
+        warned.destroy_node()
         node = ImpedanceNode(context=context)
         try:
+            assert node.controller.warnings == []
+            result = node.set_parameters([Parameter('damping', value=damping)])[0]
+            assert not result.successful and f'{elbow}: K = 10' in result.reason
+            assert 'stable with' in result.reason
             result = node.set_parameters([Parameter('damping', value=[1.0, 2.0])])[0]
             assert not result.successful and '8 entries' in result.reason
             result = node.set_parameters([Parameter('command_interface', value='effort')])[0]

@@ -204,7 +204,7 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
     'gravity_compensation': (True, _desc(_B, 'add the gravity torque g(q)')),
     'stiffness': ([10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0, 1.0], _desc(
         _DA, 'joint stiffness K [N*m/rad] >= 0' + _PER_JOINT)),
-    'damping': ([0.4, 2.0, 0.8, 0.8, 0.05, 0.06, 0.02, 0.01], _desc(
+    'damping': ([0.4, 1.5, 0.8, 0.6, 0.05, 0.06, 0.02, 0.01], _desc(
         _DA, 'joint damping D [N*m*s/rad] >= 0' + _PER_JOINT)),
     'inertia': ([0.0], _desc(_DA, 'target inertia [kg*m^2]; 0 keeps the natural inertia'
                              + _PER_JOINT)),
@@ -231,15 +231,26 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         'sin(2 pi f t)', constraints="one of 'hold', 'sine'")),
     'reference.amplitude': ([0.0], _desc(_DA, 'sine amplitude [rad]' + _PER_JOINT)),
     'reference.frequency_hz': ([0.5], _desc(_DA, 'sine frequency [Hz]' + _PER_JOINT)),
-    'filter.cutoff_hz': (15.0, _desc(_D, 'estimator low-pass -3 dB frequency [Hz]',
+    'filter.cutoff_hz': (10.0, _desc(_D, 'estimator low-pass -3 dB frequency [Hz]',
                                      read_only=True, low=0.01, high=10000.0)),
-    'filter.order': (3, _desc(_I, 'estimator Butterworth order', read_only=True, low=1,
+    'filter.order': (2, _desc(_I, 'estimator Butterworth order', read_only=True, low=1,
                               high=8)),
     'filter.velocity_source': ('measured', _desc(
         _S, "'position' differentiates positions; 'measured' filters joint_states velocity",
         read_only=True, constraints="one of 'position', 'measured'")),
     'filter.gap_periods': (5.0, _desc(_D, 'a stamp gap above this many periods restarts '
                                       'the estimator', read_only=True, low=1.01, high=1e6)),
+    'gain_check': ('refuse', _desc(
+        _S, "a commanded joint whose (K, D) have a gain margin below 2 in the sampled loop "
+        "(plag_ros/stability.py): 'refuse' (the parameters are not taken, the node does not "
+        "start), 'warn' (logged) or 'off'", constraints="one of 'refuse', 'warn', 'off'")),
+    'delay_periods': (1.0, _desc(_D, 'sample-to-command delay the gain check assumes '
+                                 '[periods]', low=0.0, high=99.0)),
+    'oscillation.reversals': (8, _desc(
+        _I, 'latched fault when a joint reverses this many times within oscillation.window_s '
+        '(plag_ros/oscillation.py); 0: off', low=0, high=1000)),
+    'oscillation.window_s': (0.8, _desc(_D, 'the oscillation monitor window [s]', low=0.05,
+                                        high=60.0)),
     'use_header_stamp': (True, _desc(_B, 'estimate on the joint_states header stamps (else '
                                      'on receive time)', read_only=True)),
     'state_rate_hz': (10.0, _desc(_D, 'rate of ~/state besides every change [Hz]', low=0.1,
@@ -318,7 +329,11 @@ def controller_config(model: RobotModel, values: dict) -> ImpedanceConfig:
         stale_periods=float(values['stale_periods']), ramp_s=float(values['ramp_s']),
         fault_action=choice(values, 'fault_action', ('hold', 'zero')),
         resume_after_fault=bool(values['resume_after_fault']),
-        start_enabled=bool(values['start_enabled']), estimator=estimator)
+        start_enabled=bool(values['start_enabled']), estimator=estimator,
+        gain_check=choice(values, 'gain_check', ('refuse', 'warn', 'off')),
+        delay_periods=float(values['delay_periods']),
+        oscillation_reversals=int(values['oscillation.reversals']),
+        oscillation_window_s=float(values['oscillation.window_s']))
 
 
 def reference_from(values: dict, n_act: int):
@@ -361,6 +376,8 @@ class ImpedanceNode(Node):
         except ValueError as err:
             raise ValueError(f'{self.get_name()}: {err}') from err
         self.controller = PartialImpedanceController(self.engine, config, reference)
+        for warning in self.controller.warnings:
+            self.get_logger().warning(warning)
         self._reader = msgs.JointStateReader(self.model)
         self._gate = PlausibilityGate(self.model, plausibility_config(values))
         self._ref_reader = msgs.JointStateReader(self.model)
@@ -559,6 +576,8 @@ class ImpedanceNode(Node):
             self.controller.reconfigure(config)
         except ValueError as err:
             return SetParametersResult(successful=False, reason=str(err))
+        for warning in self.controller.warnings:
+            self.get_logger().warning(warning)
         if reference is not None:
             self.controller.set_reference(reference)
         self._state_period_ns = int(1e9 / float(values['state_rate_hz']))

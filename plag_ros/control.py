@@ -58,9 +58,13 @@ warming up (after a stamp gap); disable holds; enable ramps ``alpha`` from 0 to 
 measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
 than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)
 is a latched fault (``tracking`` / ``effort``): a servo that lost its gain (the driver
-writes P = 5 on deactivation) or a blocked joint; only disable clears it. *Hold* for the
-position interface is the last commanded set point, or ``q + G^T g(q) / K_s`` before any
-command: never the measured, sagged pose (a P-only servo sags by ``g / K_s``); for the
+writes P = 5 on deactivation) or a blocked joint; only disable clears it. On both
+interfaces a joint that keeps reversing (:mod:`plag_ros.oscillation`) latches an
+``oscillation`` fault the same way: the loop has gone unstable. Gains are checked against
+the sampled loop's stable region when set (``gain_check``, :mod:`plag_ros.stability`).
+*Hold* for the position interface is the last commanded set point, or
+``q + G^T g(q) / K_s`` before any command: never the measured, sagged pose (a P-only
+servo sags by ``g / K_s``); for the
 effort interface it is zero effort (``fault_action='zero'``) or the open-loop gravity
 torque at the latched position (``'hold'``): the state is not trusted, so no feedback.
 

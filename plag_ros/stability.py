@@ -34,6 +34,7 @@ unstable.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -45,7 +46,7 @@ from numpy.typing import ArrayLike
 from scipy import linalg, signal
 
 from .dynamics import PartialLagrangian
-from .filters import EstimatorConfig
+from .filters import EstimatorConfig, design_lowpass
 from .model import RobotModel
 
 __all__ = ['MIN_GAIN_MARGIN', 'GainCheck', 'JointLoop', 'check_gains', 'closed_loop_matrix',
@@ -113,17 +114,12 @@ def velocity_filter(estimator: EstimatorConfig, rate_hz: float | None = None
     Returns:
         b, a: coefficients in powers of z^-1, same length, ``a[0] == 1``.
     """
-    config = estimator if rate_hz is None else EstimatorConfig(
-        **{**_fields(estimator), 'rate_hz': rate_hz})
-    b, a = signal.butter(config.order, config.cutoff_hz, btype='low', fs=config.rate_hz)
+    config = estimator if rate_hz is None else dataclasses.replace(estimator, rate_hz=rate_hz)
+    b, a = signal.sos2tf(design_lowpass(config))     # the estimator's own design
     if config.velocity_source == 'position':
         b = np.convolve(b, FIVE_POINT * config.rate_hz)
     n = max(a.size, b.size)
     return np.pad(b, (0, n - b.size)), np.pad(a, (0, n - a.size))
-
-
-def _fields(config: EstimatorConfig) -> dict:
-    return {name: getattr(config, name) for name in config.__dataclass_fields__}
 
 
 def _discrete_joint(loop: JointLoop, fraction: float

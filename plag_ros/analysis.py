@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from .friction import FRICTION_STATES, RestFriction
 from .model import RobotModel
 from .plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
 
@@ -112,12 +113,16 @@ class Analysis:
         t_ns: (M,) int64 stamps [ns]; index: (M,) int64 row of each sample in the input.
         q, qd, qdd: (M, n) estimated joint state.
         torque: (M, n); partial: (M, n, B); acceleration, velocity: (M, n, B, n);
-        gravity: (M, n, B); friction: (M, n) [N*m or N] (see
-        :class:`plag_ros.dynamics.Decomposition`).
+        gravity: (M, n, B) (see :class:`plag_ros.dynamics.Decomposition`); friction: (M, n)
+        [N*m or N] as reported (:mod:`plag_ros.friction`: the model while sliding, the
+        stick reaction or 0 at rest).
         joint_names, body_names: column names.
         input_codes: (N,) int64 per input sample: 0 accepted, else 1 + the index of its
             rejection reason in :data:`plag_ros.plausibility.PLAUSIBILITY_REASONS`; None
             when the input was not checked.
+        friction_state: (M, n) int8 per joint and sample, an index into
+            :data:`plag_ros.friction.FRICTION_STATES` (sliding, stick, unresolved); None
+            when the rest rule was not applied (the friction is then the model's).
     """
 
     t_ns: np.ndarray
@@ -134,6 +139,14 @@ class Analysis:
     joint_names: tuple[str, ...]
     body_names: tuple[str, ...]
     input_codes: np.ndarray | None = None
+    friction_state: np.ndarray | None = None
+
+    def friction_states(self) -> dict[str, int]:
+        """Joint samples per friction state (all states, zeros included)."""
+        codes = np.zeros(0, dtype=np.int8) if self.friction_state is None \
+            else self.friction_state.ravel()
+        counts = np.bincount(codes, minlength=len(FRICTION_STATES))
+        return {name: int(counts[i]) for i, name in enumerate(FRICTION_STATES)}
 
     def rejected(self) -> dict[str, int]:
         """Rejected input samples by reason (all reasons, zeros included)."""
@@ -218,6 +231,7 @@ def estimate_recording(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
 
 def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
                    qd_measured: np.ndarray | None = None,
+                   effort: np.ndarray | None = None,
                    options: AnalysisOptions | None = None,
                    engine=None) -> Analysis:
     """Estimate and decompose a whole recording given as arrays.
@@ -228,6 +242,8 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
         q: (N, n) joint positions in model order, mimic joints filled.
         qd_measured: (N, n) measured velocities (checked against the velocity limits;
             estimated from with ``velocity_source='measured'``).
+        effort: (N, n) ``joint_states`` effort in model order (NaN where absent): the stick
+            reaction of joints at rest comes from it (:mod:`plag_ros.friction`).
         options: estimator mode, plausibility limits and batch size.
         engine: a :class:`plag_ros.dynamics.PartialLagrangian` to reuse (default: new,
             float64).
@@ -240,13 +256,16 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
     index, qe, qde, qdde, codes = estimate_recording(model, t_ns, q, qd_measured=qd_measured,
                                                      options=options)
     return decompose_states(model, t_ns, index, qe, qde, qdde, chunk=options.chunk,
-                            progress=options.progress, engine=engine, input_codes=codes)
+                            progress=options.progress, engine=engine, input_codes=codes,
+                            estimator=options.estimator, effort=effort)
 
 
 def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: np.ndarray,
                      qd: np.ndarray, qdd: np.ndarray, *, chunk: int = 4096,
                      progress: bool | None = None, engine=None,
-                     input_codes: np.ndarray | None = None) -> Analysis:
+                     input_codes: np.ndarray | None = None,
+                     estimator: EstimatorConfig | None = None,
+                     effort: np.ndarray | None = None) -> Analysis:
     """Decompose estimated samples: in one call with the compiled float64 engine, else
     (float32, GPU engines) in batches of ``chunk`` with an optional progress bar.
 
@@ -256,6 +275,10 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
         progress: tqdm progress bar (None: on a terminal when there are many chunks).
         engine: a float64 :class:`plag_ros.dynamics.PartialLagrangian` to reuse.
         input_codes: (N,) plausibility codes of the input, kept in the result.
+        estimator: the estimator the states come from: applies the friction rest rule
+            (:mod:`plag_ros.friction`) with its band; None keeps the model's friction.
+        effort: (N, n) input efforts in model order (NaN where absent), for the stick
+            reaction; None: joints at rest are unresolved.
     """
     import torch
 
@@ -268,9 +291,14 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
         out = engine.decompose_arrays(q, qd, qdd)
     else:
         out = _decompose_in_chunks(engine, q, qd, qdd, chunk, progress)
+    state = None
+    if estimator is not None:
+        state = RestFriction(model, estimator).apply(
+            out['friction'], qd, out['torque'],
+            None if effort is None else np.asarray(effort, dtype=np.float64)[index])
     return Analysis(np.asarray(t_ns, dtype=np.int64)[index], np.asarray(index), q, qd, qdd,
                     joint_names=tuple(model.joint_names), body_names=tuple(model.body_names),
-                    input_codes=input_codes, **out)
+                    input_codes=input_codes, friction_state=state, **out)
 
 
 def _decompose_in_chunks(engine, q, qd, qdd, chunk: int,

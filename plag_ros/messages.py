@@ -223,6 +223,18 @@ class JointStateReader:
                    if effort else None)
         return tuple(out)  # type: ignore[return-value]
 
+    def optional_effort(self, msg: JointState) -> np.ndarray | None:
+        """(n,) efforts of a message :meth:`read` has just accepted, in model order, or None
+        when the message carries none (or not one per name). Never raises: a non-finite
+        effort comes out as NaN for that joint, mimic joints are NaN (they have no drive of
+        their own), and the caller decides what an effort it cannot use means."""
+        if self._names is None or len(msg.effort) != len(self._names):
+            return None
+        raw = np.asarray(msg.effort, dtype=np.float64)
+        x = np.full(self.model.n_joints, np.nan)
+        x[self._dst] = raw[self._src]
+        return x
+
     def _take(self, field: str, values, n_names: int, *, derivative: bool) -> np.ndarray:
         if len(values) != n_names:
             raise JointStateError('length_mismatch', f'joint_states has {n_names} names but '

@@ -19,6 +19,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from friction_rule import expected_friction
 from pin_oracle import PinOracle
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import Reader
@@ -36,6 +37,7 @@ from plag_ros.analysis import (
 from plag_ros.compact import load_analysis
 from plag_ros.dynamics import PartialLagrangian
 from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from plag_ros.friction import rest_band
 from plag_ros.io.bag import OutputExistsError, read_joint_states, typestore_for
 from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import cdr_encode
@@ -120,6 +122,8 @@ def _library(model, t, q_driver, names):
     out = PartialLagrangian(model, dtype=torch.float64).decompose(est.q, est.qd,
                                                                   est.qdd).numpy()
     out.update(q=est.q, qd=est.qd, qdd=est.qdd)
+    out['friction'] = expected_friction(model, est.qd, out['torque'],
+                                        rest_band(model, EstimatorConfig()))
     return out
 
 
@@ -356,6 +360,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
         cutoff_hz=10.0, order=3, rate_hz=200.0, gap_periods=5.0, velocity_source='position',
         min_spacing_periods=0.2))
     engine = PartialLagrangian(model, dtype=torch.float64)
+    band = rest_band(model, EstimatorConfig())
     expected = []
     with Reader(tmp_path / 'bag') as bag:
         for _, _, raw in bag.messages():
@@ -364,6 +369,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
             if sample is not None:
                 out = engine.decompose(sample.q, sample.qd, sample.qdd).numpy()
                 out.update(q=sample.q, qd=sample.qd, t_ns=t_ns)
+                out['friction'] = expected_friction(model, sample.qd, out['torque'], band)
                 expected.append(out)
     assert len(expected) == len(analysis.t_ns) == COUNT - 4   # five-sample warm-up
     for k, want in enumerate(expected):

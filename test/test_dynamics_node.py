@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from friction_rule import expected_friction
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.serialization import deserialize_message
@@ -26,8 +27,10 @@ from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
 from plag_ros import messages as msgs
+from plag_ros import motors
 from plag_ros.dynamics import PartialLagrangian
 from plag_ros.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.friction import rest_band
 from plag_ros.model import RobotModel, default_urdf_path
 
 DOMAIN_ID = 12
@@ -113,10 +116,11 @@ def _trajectory(model: RobotModel, names: list[str], t0_ns: int, count: int) -> 
 def _reproduce(model: RobotModel, sent: list[JointState]) -> list[tuple[int, dict]]:
     """The library's answer for the same messages: (stamp, arrays) per accepted sample."""
     reader = msgs.JointStateReader(model)
-    estimator = JointStateEstimator(model.n_joints, EstimatorConfig(
-        cutoff_hz=10.0, order=3, rate_hz=200.0, gap_periods=5.0,
-        velocity_source='position', min_spacing_periods=0.2))   # config/crane_x7.yaml
+    config = EstimatorConfig(cutoff_hz=10.0, order=3, rate_hz=200.0, gap_periods=5.0,
+                             velocity_source='position', min_spacing_periods=0.2)
+    estimator = JointStateEstimator(model.n_joints, config)   # config/crane_x7.yaml
     engine = PartialLagrangian(model, dtype=torch.float64)
+    band = rest_band(model, config)
     expected = []
     for msg in sent:
         try:
@@ -128,8 +132,23 @@ def _reproduce(model: RobotModel, sent: list[JointState]) -> list[tuple[int, dic
             continue
         out = engine.decompose(sample.q, sample.qd, sample.qdd).numpy()
         out.update(q=sample.q, qd=sample.qd)
+        out['friction'] = expected_friction(model, sample.qd, out['torque'], band,
+                                            _motor_torque(model, msg))
         expected.append((t_ns, out))
     return expected
+
+
+def _motor_torque(model: RobotModel, msg: JointState) -> np.ndarray | None:
+    """(n,) motor torque of a message's effort in model order (the CRANE-X7 driver's effort
+    is current * current_to_effort), NaN for the gripper (a mimic pair: neither finger's
+    effort is its own); None without effort."""
+    if not len(msg.effort):
+        return None
+    torque = np.full(model.n_joints, np.nan)
+    for name, effort in zip(msg.name, msg.effort, strict=True):
+        if 'gripper' not in name:
+            torque[model.joint_names.index(name)] = effort * motors.effort_to_torque([name])[0]
+    return torque
 
 
 def _diagnostic_values(entry) -> dict[str, str]:
@@ -259,6 +278,56 @@ def test_outputs_equal_library_decomposition(graph, model):
     # The node reports its model source and rates in /diagnostics.
     client.wait_for(lambda: _latest_counts(out).get('model_source') == 'topic', 5.0,
                     'diagnostics with model_source topic')
+
+
+def test_friction_at_rest_is_the_stick_reaction_not_the_sign_of_noise(graph, model):
+    """A still arm whose encoders flicker by one count: ~/friction is the stick reaction
+    from the effort (clipped to +-f), or 0 where the message has no effort for the joint;
+    never +-f. One joint swings fast: its friction stays the model's."""
+    _, _, _, out = graph
+    _clear(out)
+    names = _driver_names(model)
+    k_model = model.joint_index(names)
+    middle = 0.5 * (model.joint_lower[k_model] + model.joint_upper[k_model])
+    rng = np.random.default_rng(5)
+    count = 120
+    flicker = rng.integers(0, 2, (count, len(names))) * (2 * np.pi / 4096)
+    # The band bounds the estimate of flicker that has lasted longer than the filter's
+    # memory: the first samples seed the estimator's state, so they hold still.
+    flicker[:30] = 0.0
+    moving = names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
+    # effort: driver units; the reactions it implies run past +-f on most joints, not on
+    # the pan joint (its axis is vertical: no gravity torque)
+    effort = rng.uniform(-3.0, 3.0, len(names))
+    effort[names.index('crane_x7_shoulder_fixed_part_pan_joint')] = 0.1
+    sent = []
+    for k in range(count):
+        t_ns = 1_500_000_000_000 + k * PERIOD_NS   # between the neighbouring tests' stamps
+        q = middle + flicker[k]
+        q[moving] = middle[moving] + 0.5 * np.sin(2 * np.pi * 1.5 * k * PERIOD_NS * 1e-9)
+        # the effort only on the second half: the first half's rest is unresolved
+        sent.append(msgs.joint_state(names, q, effort=effort if k >= count // 2 else None,
+                                     t_ns=t_ns))
+    expected = _reproduce(model, sent)
+    _stream(graph, model, sent, expected)
+    _check_outputs(model, out, expected)
+    friction = np.array([msgs.multi_array_to_numpy(m)[0] for _, m in out['friction']])
+    qd = np.array([w['qd'] for _, w in expected])
+    k_moving = model.joint_names.index(names[moving])
+    fast = np.abs(qd[:, k_moving]) > 0.1
+    assert fast.sum() > 20
+    np.testing.assert_allclose(np.abs(friction[fast, k_moving]), model.friction[k_moving],
+                               rtol=0, atol=0.01)
+    still = [k for k in range(model.n_joints) if k != k_moving]
+    assert (np.abs(friction[:, still]) <= model.friction[still] + 1e-12).all()
+    first = len(expected) - count // 2    # outputs of the messages without effort
+    assert (friction[:first, still] == 0.0).all()
+    clipped = np.isclose(np.abs(friction[first:, still]), model.friction[still], rtol=0,
+                         atol=1e-12)
+    assert clipped.any() and not clipped.all()
+    graph[0].wait_for(lambda: int(_latest_counts(out).get('friction_stick', 0)) > 0, 5.0,
+                      'diagnostics counting stick reactions')
+    assert int(_latest_counts(out)['friction_unresolved']) > 0
 
 
 def test_bad_input_is_counted_and_never_published(graph, model):

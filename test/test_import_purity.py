@@ -30,6 +30,11 @@ PHYSICS_MODULES = (
     'plag_ros.control',
     'plag_ros.simulation',
     'plag_ros.compact',
+    'plag_ros.analysis',
+    'plag_ros.stability',
+    'plag_ros.oscillation',
+    'plag_ros.closed_loop',
+    'plag_ros.friction',
 )
 """Modules that must stay ROS-free; add new physics modules here."""
 

@@ -14,7 +14,7 @@ topic (relative)            type                               content
 ``~/acceleration``          std_msgs/Float64MultiArray         (joint, body, source)
 ``~/velocity``              std_msgs/Float64MultiArray         (joint, body, source)
 ``~/gravity``               std_msgs/Float64MultiArray         (joint, body)
-``~/friction``              std_msgs/Float64MultiArray         (joint,) viscous + Coulomb
+``~/friction``              std_msgs/Float64MultiArray         (joint,) friction (*)
 ``~/body/<body>``           sensor_msgs/JointState             partial[:, body] in effort (*)
 ``~/names``                 std_msgs/String (latched)          JSON index of every array
 ``~/markers``               visualization_msgs/MarkerArray     arrows per component and joint
@@ -28,6 +28,14 @@ per-body JointStates, markers and the image are for rviz2 and are published at m
 ``visualization_rate_hz`` (the whole table is on ``~/partial`` every sample);
 ``output_rate_hz`` (default 0: every sample) decimates all outputs for fast inputs (1 kHz)
 while the estimator still takes every sample.
+
+(*) Friction is the model's ``d qd + f sign(qd)`` while a joint slides. Inside the rest
+band (:func:`plag_ros.friction.rest_band`: the largest velocity the estimator makes of a
+still joint's encoder flicker, 0.044 rad/s with the defaults) it is the stick reaction,
+``clip(measured torque - rigid torque, -f, f)`` from the joint state's effort, or 0 when
+the joint's effort is not measured (unresolved), never ``+-f`` from the sign of noise.
+``/diagnostics`` counts the joint samples of each kind (``friction_stick``,
+``friction_unresolved``).
 
 The model comes from ``robot_description_source``: ``'topic'`` (default) subscribes to
 ``robot_description`` (transient local, as robot_state_publisher and the CRANE-X7 bring-up
@@ -77,8 +85,10 @@ from .. import messages as msgs
 from .. import topics
 from ..dynamics import PartialLagrangian
 from ..filters import EstimatorConfig, JointStateEstimator
+from ..friction import STICK, UNRESOLVED, RestFriction
 from ..model import RobotModel, default_urdf_path
 from ..plausibility import PLAUSIBILITY_REASONS, PlausibilityGate
+from ..simulation import DEFAULT_POSITION_RESOLUTION
 from . import spin_node, tuning
 from .input_thread import InputThread
 from .parameters import PLAUSIBILITY_PARAMETERS, choice, plausibility_config
@@ -138,6 +148,9 @@ PARAMETERS: dict[str, tuple[object, ParameterDescriptor]] = {
         "velocity stencil nodes: 'grid' (the sample grid; stamp jitter taken as noise) or "
         "'stamps' (exact on any grid, amplifies quantisation noise)",
         constraints="one of 'grid', 'stamps'")),
+    'friction.encoder_resolution': (DEFAULT_POSITION_RESOLUTION, _float(
+        'encoder step [rad] that sets the rest band of the friction report (default: 4096 '
+        'counts per turn)', 1e-12, 1.0, read_only=True)),
     'stamp_source': ('header', _str(
         "time of each sample: 'header' (the joint state stamp, as the driver's control cycle "
         "sets it) or 'receive' (this node's clock on arrival, for unstamped publishers)",
@@ -182,6 +195,8 @@ class _Window:
         self.published = 0
         self.decimated = 0
         self.latency_ns: list[int] = []      # input stamp -> publish done (wall clock)
+        self.friction_stick = 0              # joint samples reported as a stick reaction
+        self.friction_unresolved = 0         # ... at rest with no effort of their own
         self.stamps = 0                      # readable samples, and their first/last stamp
         self.first_stamp_ns = 0
         self.last_stamp_ns = 0
@@ -219,6 +234,7 @@ class DynamicsNode(Node):
         self._image_cell = int(values['image_cell'])
         self._image_limit = float(values['image_limit'])
         self._plausibility = plausibility_config(values)
+        self._encoder_resolution = float(values['friction.encoder_resolution'])
 
         self.rejected = dict.fromkeys(REJECTION_REASONS, 0)
         # Held by the joint_states callback and by everything the executor runs that
@@ -231,7 +247,8 @@ class DynamicsNode(Node):
         self._reported_errors = 0
         self._last_log: dict[str, float] = {}
         self._window = _Window()
-        self._totals = {'received': 0, 'published': 0, 'decimated': 0}
+        self._totals = {'received': 0, 'published': 0, 'decimated': 0, 'friction_stick': 0,
+                        'friction_unresolved': 0}
         self._last_vis_ns = 0
         self._model: RobotModel | None = None
         self._model_source = 'none'
@@ -419,8 +436,7 @@ class DynamicsNode(Node):
         self._engine = PartialLagrangian(model, dtype=torch.float64)
         self._reader = msgs.JointStateReader(model)
         self._gate = PlausibilityGate(model, self._plausibility)
-        self._estimator = JointStateEstimator(model.n_joints, self._config)
-        self._estimator_counts = self._estimator.rejected
+        self._new_estimator()
         self._frame_id = self._frame_param or model.root_link
         n = model.n_joints
         self._messages = msgs.DecompositionMessages(model, frame_id=self._frame_id,
@@ -446,6 +462,15 @@ class DynamicsNode(Node):
         self._pub_names.publish(msgs.names_message(model))
         if self._low_latency:
             tuning.freeze_startup_objects()
+
+    def _new_estimator(self) -> None:
+        """A fresh estimate for the current model and filter settings, and the friction
+        report's rest band, which follows the filter."""
+        assert self._model is not None
+        self._estimator = JointStateEstimator(self._model.n_joints, self._config)
+        self._estimator_counts = self._estimator.rejected
+        self._rest_friction = RestFriction(self._model, self._config,
+                                           position_resolution=self._encoder_resolution)
 
     def _build_visuals(self, model: RobotModel) -> None:
         self._markers = msgs.MarkerBuilder(model, frame_id=self._frame_id,
@@ -478,8 +503,7 @@ class DynamicsNode(Node):
             if self._model is None:   # joint_states is subscribed only once a model exists
                 raise RuntimeError('joint_states taken before a robot model')
             self._config, self._pending_config = self._pending_config, None
-            self._estimator = JointStateEstimator(self._model.n_joints, self._config)
-            self._estimator_counts = self._estimator.rejected
+            self._new_estimator()
         measured = self._config.velocity_source == 'measured'
         try:
             t_ns, q, qd_measured, _ = self._reader.read(msg, velocity=measured)
@@ -527,6 +551,12 @@ class DynamicsNode(Node):
         if not math.isfinite(out['torque'].sum() + out['friction'].sum()):
             self._reject('nonfinite_output', 'decomposition overflowed')
             return
+        # At rest, the stick reaction from the measured effort (or 0, unresolved), not
+        # f sign(qd) of the encoder's flicker (plag_ros.friction).
+        state = self._rest_friction.apply(out['friction'], sample.qd, out['torque'],
+                                          self._reader.optional_effort(msg))
+        window.friction_stick += int(np.count_nonzero(state == STICK))
+        window.friction_unresolved += int(np.count_nonzero(state == UNRESOLVED))
         self._publish(t_ns, sample, out)
         done = time.perf_counter_ns()
         window.published += 1

@@ -40,6 +40,7 @@ from ..analysis import (
 )
 from ..compact import CompactLayout
 from ..filters import EstimatorConfig
+from ..friction import FRICTION_STATES, SLIDING, UNRESOLVED
 from ..io.bag import (
     EXIT_RECOVERED_WITH_LOSS,
     BagError,
@@ -90,8 +91,10 @@ def _plot_rows(m: int) -> np.ndarray:
 def _plotted(analysis: Analysis) -> Analysis:
     """The rows the figures draw (at most _MAX_PLOT_POINTS): all a plot needs."""
     rows = _plot_rows(len(analysis.t_ns))
-    return dataclasses.replace(analysis, **{name: getattr(analysis, name)[rows]
-                                            for name in ('t_ns', 'index', *ARRAY_NAMES)})
+    state = None if analysis.friction_state is None else analysis.friction_state[rows]
+    return dataclasses.replace(analysis, friction_state=state,
+                               **{name: getattr(analysis, name)[rows]
+                                  for name in ('t_ns', 'index', *ARRAY_NAMES)})
 
 
 def _write_csv_and_plots(out: Path, model: RobotModel, products: frozenset[str],
@@ -138,15 +141,33 @@ def plot_joint_torques(path: Path, model: RobotModel, analysis: Analysis, *,
     styles = {'torque': ('k', '-'), 'acceleration': ('tab:blue', '-'),
               'velocity': ('tab:orange', '-'), 'gravity': ('tab:green', '-'),
               'friction': ('tab:purple', ':')}
+    # Friction of a joint at rest with no effort of its own is unknown within +-f: a gap in
+    # the line over a shaded band, not a value (plag_ros.friction).
+    unresolved = (np.zeros(parts['friction'].shape, dtype=bool)
+                  if analysis.friction_state is None
+                  else analysis.friction_state[rows] == UNRESOLVED)
+    parts['friction'] = np.where(unresolved, np.nan, parts['friction'])
     for k, ax in enumerate(axes[:, 0]):
         for name, values in parts.items():
             colour, style = styles[name]
             ax.plot(t, values[:, k], color=colour, linestyle=style, linewidth=0.8,
                     label=name)
+        if unresolved[:, k].any():
+            # tint where the value is unknown (within +-f), keeping the lines' scale
+            f = float(model.friction[k])
+            limits = ax.get_ylim()
+            ax.fill_between(t, -f, f, where=unresolved[:, k], color='tab:purple', alpha=0.12,
+                            linewidth=0, label='friction at rest, unresolved (|.| <= f)')
+            ax.set_ylim(limits)
         ax.set_ylabel(f'j{k + 1} [N m]', fontsize=7)
         ax.set_title(short[k], fontsize=7, loc='left', pad=2)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(loc='upper right', fontsize=7, ncol=5)
+    handles: dict[str, object] = {}
+    for ax in axes[:, 0]:     # the unresolved band may be absent from the first panel
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    axes[0, 0].legend(handles.values(), handles.keys(), loc='upper right', fontsize=7,
+                      ncol=len(handles))
     axes[-1, 0].set_xlabel('time [s]')
     fig.suptitle(title)
     # Fixed margins: tight_layout costs more than drawing the lines.
@@ -277,13 +298,18 @@ def decomposition_table(model: RobotModel, analysis: Analysis) -> list[str]:
     """RMS of every component per joint, then the largest propagation paths and the
     largest partial torques that other bodies cause (lines of text)."""
     lines = [
-        'RMS per component [N m]:',
+        'RMS per component [N m]; at rest: % of samples inside the friction rest band '
+        '(stick reaction, or 0 when unresolved):',
         f'  {"joint":<46}{"torque":>10}{"accel":>10}{"velocity":>10}{"gravity":>10}'
-        f'{"friction":>10}',
+        f'{"friction":>10}{"at rest":>9}',
     ]
     rms = {name: _rms(values) for name, values in component_series(analysis).items()}
+    state = analysis.friction_state
     for k, name in enumerate(model.joint_names):
-        lines.append(f'  {name:<46}' + ''.join(f'{rms[c][k]:>10.4f}' for c in rms))
+        rest = '-' if state is None or not len(state) else \
+            f'{100.0 * np.mean(state[:, k] != SLIDING):.0f} %'
+        lines.append(f'  {name:<46}' + ''.join(f'{rms[c][k]:>10.4f}' for c in rms)
+                     + f'{rest:>9}')
     lines += ['', 'Largest motion propagation paths (source joint -> joint, RMS [N m]):']
     for value, part, k, s in propagation_paths(analysis):
         lines.append(f'  {value:10.4f}  {part:<12} {model.joint_names[s]} -> '
@@ -368,6 +394,9 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
             arrays['input_qd'] = js.qd
         if js.effort is not None:
             arrays['input_effort'] = js.effort
+        if analysis.friction_state is not None:
+            arrays['friction_state'] = analysis.friction_state
+            arrays['friction_states'] = np.array(FRICTION_STATES)
         if analysis.input_codes is not None:
             arrays['input_rejected'] = analysis.input_codes
             arrays['rejection_reasons'] = np.array(PLAUSIBILITY_REASONS)
@@ -470,7 +499,8 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     timings['estimate'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     analysis = decompose_states(model, js.t_ns, index, q, qd, qdd, chunk=options.chunk,
-                                progress=options.progress, input_codes=codes)
+                                progress=options.progress, input_codes=codes,
+                                estimator=options.estimator, effort=js.effort)
     timings['decompose'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     prepare_output(out, force=force)

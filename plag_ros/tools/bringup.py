@@ -281,7 +281,7 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
         except msgs.JointStateError:
             return                     # the node rejects it too
         if recording is not None:      # subscribed only when recording (below)
-            recording.on_input(t_ns, q)
+            recording.on_input(t_ns, q, reader.optional_effort(msg))
 
     def on_names(msg: String) -> None:
         summary.joints = msgs.parse_names(msg)['joints']

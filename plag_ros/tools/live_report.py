@@ -41,18 +41,24 @@ class LiveRecording:
         self.max_samples = max_samples
         self.ignored = 0
         self._inputs: dict[int, np.ndarray] = {}
+        self._efforts: dict[int, np.ndarray] = {}
         self._torques: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self._inputs)
 
-    def on_input(self, t_ns: int, q: np.ndarray) -> None:
-        """One ``joint_states`` sample: stamp [ns], (n,) positions in model order."""
+    def on_input(self, t_ns: int, q: np.ndarray, effort: np.ndarray | None = None) -> None:
+        """One ``joint_states`` sample: stamp [ns], (n,) positions in model order and the
+        (n,) efforts (NaN where absent) or None (the node's stick reaction at rest)."""
         if len(self._inputs) >= self.max_samples:
             self.ignored += 1
             return
         # the first sample of a stamp wins, as in the node (a repeat is not increasing)
-        self._inputs.setdefault(int(t_ns), np.array(q, dtype=np.float64))
+        if int(t_ns) in self._inputs:
+            return
+        self._inputs[int(t_ns)] = np.array(q, dtype=np.float64)
+        self._efforts[int(t_ns)] = np.full(self.model.n_joints, np.nan) if effort is None \
+            else np.array(effort, dtype=np.float64)
 
     def on_output(self, t_ns: int, torque: np.ndarray) -> None:
         """The node's ``~/joint_states``: stamp [ns] and (n,) joint torque (its effort)."""
@@ -65,8 +71,9 @@ class LiveRecording:
         stamps = np.array(sorted(self._inputs), dtype=np.int64)
         q = np.array([self._inputs[t] for t in stamps.tolist()]).reshape(-1,
                                                                           self.model.n_joints)
+        effort = np.array([self._efforts[t] for t in stamps.tolist()]).reshape(q.shape)
         options = AnalysisOptions(causal=True, estimator=self.estimator, progress=False)
-        analysis = analyze_arrays(self.model, stamps, q, options=options)
+        analysis = analyze_arrays(self.model, stamps, q, effort=effort, options=options)
         # The node's low-pass saw samples before the first one recorded here: its state
         # differs at first and converges within a few time constants (well under 1 s).
         settled = int(stamps[0]) + SETTLE_NS if len(stamps) else 0

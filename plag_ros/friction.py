@@ -1,0 +1,182 @@
+"""Joint friction as reported: the model while a joint slides, the stick reaction at rest.
+
+The engine evaluates friction as a function of velocity, ``d qd + f sign(qd)`` (the URDF's
+damping and Coulomb friction, the Rayleigh dissipation of seed 000). That is right while a
+joint slides. At rest Coulomb friction is set-valued: the joint sticks and friction is
+whatever reaction keeps it still, anywhere in ``[-f, f]``. A still joint's velocity
+*estimate* is not zero either: its encoder reading flips between neighbouring counts and
+the estimator turns that into a small velocity of either sign, so ``f sign(qd)`` becomes a
+square wave of amplitude ``f`` that the joint never felt.
+
+The rule applied to everything published or plotted (:func:`report_friction`):
+
+* **Band.** A joint is *at rest* while ``|qd| <= band`` (and it has Coulomb friction).
+  The band (:func:`rest_band`) is the largest velocity the estimator can produce from a
+  joint that does not move: readings that stay within half an encoder count of a constant
+  give ``|qd| <= (resolution / 2) * ||h||_1``, with ``h`` the estimator's velocity impulse
+  response (five-point derivative and Butterworth, :func:`plag_ros.stability.velocity_filter`)
+  and the resolution the encoder step (or the drive's velocity step for
+  ``velocity_source='measured'``). CRANE-X7 defaults (4096 counts per turn, 200 Hz, 10 Hz
+  order 3): 0.044 rad/s.
+* **Sliding** (outside the band): the model value ``d qd + f sign(qd)``.
+* **Stick** (inside the band, the joint's own effort measured): the reaction the motor
+  supplies beyond the rigid-body torque, ``clip(tau_measured - tau_rigid, -f, f)``.
+* **Unresolved** (inside the band, no measurement of the joint's own effort: no effort in
+  the joint states, a mimic joint, or the master of one): reported as 0 and marked, never
+  as ``+-f`` and never as NaN.
+
+Units: N*m (revolute) or N (prismatic); velocities rad/s or m/s.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+from scipy import signal
+
+from . import motors
+from .filters import EstimatorConfig
+from .model import RobotModel
+from .simulation import DEFAULT_POSITION_RESOLUTION, DEFAULT_VELOCITY_RESOLUTION
+from .stability import velocity_filter
+
+__all__ = ['FRICTION_STATES', 'SLIDING', 'STICK', 'UNRESOLVED', 'RestFriction',
+           'effort_scale', 'own_effort_joints', 'report_friction', 'rest_band']
+
+SLIDING, STICK, UNRESOLVED = 0, 1, 2
+FRICTION_STATES = ('sliding', 'stick', 'unresolved')
+"""Names of the per-joint friction states (index = the state code)."""
+
+# Impulse responses are summed until they have decayed; beyond this many samples the tail
+# of any filter the estimator accepts (cut-off >= 1e-4 of the rate) is below 1e-12.
+_MAX_IMPULSE_SAMPLES = 400_000
+
+
+@functools.lru_cache(maxsize=32)
+def _velocity_gain(estimator: EstimatorConfig) -> float:
+    """``||h||_1`` [1/s for positions, 1 for measured velocity] of the velocity estimate."""
+    b, a = velocity_filter(estimator)
+    # Butterworth poles decay as exp(-2 pi fc t): 40 time constants reach ~1e-17.
+    length = min(_MAX_IMPULSE_SAMPLES,
+                 int(40.0 * estimator.rate_hz / (2.0 * np.pi * estimator.cutoff_hz)) + 64)
+    impulse = np.zeros(length)
+    impulse[0] = 1.0
+    return float(np.abs(signal.lfilter(b, a, impulse)).sum())
+
+
+def rest_band(model: RobotModel, estimator: EstimatorConfig, *,
+              position_resolution: float = DEFAULT_POSITION_RESOLUTION,
+              velocity_resolution: float = DEFAULT_VELOCITY_RESOLUTION) -> np.ndarray:
+    """(n,) velocity band [rad/s or m/s] inside which a joint counts as at rest.
+
+    The largest ``|qd|`` the estimator gives for a joint whose readings stay within half a
+    resolution step of a constant: ``(step / 2) * ||h||_1`` (exact bound: the velocity
+    filter has zero DC gain on positions, so the constant drops out).
+
+    Args:
+        model: the robot (its joint count).
+        estimator: the estimator whose velocity is tested (rate, cut-off, order, source).
+        position_resolution: encoder step [rad] (default: 4096 counts per turn).
+        velocity_resolution: drive velocity step [rad/s], used when the estimator filters
+            the measured velocity (default: Dynamixel, 0.229 rev/min).
+    """
+    if position_resolution <= 0.0 or velocity_resolution <= 0.0:
+        raise ValueError('resolutions must be > 0, got '
+                         f'{position_resolution}, {velocity_resolution}')
+    # The band does not depend on the stencil or gap settings: one cache entry per filter.
+    key = dataclasses.replace(estimator, gap_periods=EstimatorConfig.gap_periods,
+                              min_spacing_periods=EstimatorConfig.min_spacing_periods)
+    step = (position_resolution if estimator.velocity_source == 'position'
+            else velocity_resolution)
+    return np.full(model.n_joints, 0.5 * step * _velocity_gain(key))
+
+
+def own_effort_joints(model: RobotModel) -> np.ndarray:
+    """(n,) bool: joints whose measured effort is their own joint's torque.
+
+    Not a mimic joint, and no mimic joint follows it (a master's drive also moves its mimics,
+    so its effort mixes their friction in)."""
+    own = model.mimic_source < 0
+    own[model.mimic_source[~own]] = False
+    return own
+
+
+def effort_scale(model: RobotModel) -> np.ndarray:
+    """(n,) factor from ``joint_states`` effort to motor torque; NaN where a joint's effort is
+    not its own (:func:`own_effort_joints`).
+
+    On the CRANE-X7 the driver reports ``current * current_to_effort``, which
+    :func:`plag_ros.motors.effort_to_torque` turns into torque; other joints' effort is taken
+    as torque [N*m or N] (the JointState convention).
+    """
+    scale = np.array([motors.effort_to_torque([j])[0] if motors.known([j]) else 1.0
+                      for j in model.joint_names])
+    return np.where(own_effort_joints(model), scale, np.nan)
+
+
+def report_friction(friction: np.ndarray, qd: np.ndarray, band: np.ndarray,
+                    coulomb: np.ndarray, *, reaction: np.ndarray | None = None,
+                    out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The friction to report and each joint's state (module docstring's rule).
+
+    Args:
+        friction: (..., n) the model's ``d qd + f sign(qd)`` [N*m or N].
+        qd: (..., n) estimated velocity [rad/s or m/s].
+        band: (n,) rest band (:func:`rest_band`).
+        coulomb: (n,) Coulomb level f >= 0 (``RobotModel.friction``); joints with f == 0
+            have no stick phase and always report the model.
+        reaction: (..., n) measured motor torque minus the rigid-body torque, NaN (or None
+            for all) where there is no measurement.
+        out: where to write the reported friction (may be ``friction`` itself).
+
+    Returns:
+        (reported (..., n), state (..., n) int8: :data:`SLIDING`, :data:`STICK` or
+        :data:`UNRESOLVED`).
+    """
+    still = (np.abs(qd) <= band) & (coulomb > 0.0)
+    if reaction is None:
+        stick = np.zeros_like(still)
+        held = np.zeros(still.shape)
+    else:
+        stick = still & np.isfinite(reaction)
+        held = np.clip(np.where(stick, reaction, 0.0), -coulomb, coulomb)
+    unresolved = still & ~stick
+    reported = np.where(stick, held, np.where(unresolved, 0.0, friction))
+    if out is not None:
+        out[...] = reported
+        reported = out
+    state = np.where(stick, STICK, np.where(unresolved, UNRESOLVED, SLIDING)).astype(np.int8)
+    return reported, state
+
+
+class RestFriction:
+    """:func:`report_friction` bound to one model and estimator (what a node keeps).
+
+    Args:
+        model: the robot (Coulomb levels, which joints have their own effort).
+        estimator: the estimator the velocities come from (sets the band).
+        position_resolution, velocity_resolution: as in :func:`rest_band`.
+    """
+
+    def __init__(self, model: RobotModel, estimator: EstimatorConfig, *,
+                 position_resolution: float = DEFAULT_POSITION_RESOLUTION,
+                 velocity_resolution: float = DEFAULT_VELOCITY_RESOLUTION) -> None:
+        self.band = rest_band(model, estimator, position_resolution=position_resolution,
+                              velocity_resolution=velocity_resolution)
+        self.coulomb = np.asarray(model.friction, dtype=np.float64).copy()
+        self.effort_scale = effort_scale(model)
+
+    def apply(self, friction: np.ndarray, qd: np.ndarray, torque: np.ndarray,
+              effort: np.ndarray | None = None) -> np.ndarray:
+        """Rewrite ``friction`` (..., n) in place by the rule; returns the states (..., n).
+
+        Args:
+            friction: (..., n) the engine's model friction, overwritten.
+            qd: (..., n) estimated velocity; torque: (..., n) rigid-body joint torque.
+            effort: (..., n) ``joint_states`` effort in model order (NaN where absent), or
+                None when the input had none.
+        """
+        reaction = None if effort is None else effort * self.effort_scale - torque
+        return report_friction(friction, qd, self.band, self.coulomb, reaction=reaction,
+                               out=friction)[1]

@@ -1,8 +1,11 @@
 """Joint friction as reported: the model while a joint slides, the stick reaction at rest.
 
 The engine evaluates friction as a function of velocity, ``d qd + f sign(qd)`` (the URDF's
-damping and Coulomb friction, the Rayleigh dissipation of seed 000). That is right while a
-joint slides. At rest Coulomb friction is set-valued: the joint sticks and friction is
+damping and Coulomb friction beside the Lagrangian; the damping is the Rayleigh dissipation
+term of the worked example in T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient
+Extension and Reconstruction of Multi-DoF Systems and Efficient Analysis Using Automatic
+Differentiation", Robotics 2022, 11(6), 149, doi:10.3390/robotics11060149). That is right
+while a joint slides. At rest Coulomb friction is set-valued: the joint sticks and friction is
 whatever reaction keeps it still, anywhere in ``[-f, f]``. A still joint's velocity
 *estimate* is not zero either: its encoder reading flips between neighbouring counts and
 the estimator turns that into a small velocity of either sign, so ``f sign(qd)`` becomes a
@@ -31,7 +34,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
+import numba
 import numpy as np
 from scipy import signal
 
@@ -134,20 +139,54 @@ def report_friction(friction: np.ndarray, qd: np.ndarray, band: np.ndarray,
         (reported (..., n), state (..., n) int8: :data:`SLIDING`, :data:`STICK` or
         :data:`UNRESOLVED`).
     """
-    still = (np.abs(qd) <= band) & (coulomb > 0.0)
+    coulomb = np.asarray(coulomb, dtype=np.float64)
+    rest = np.where(coulomb > 0.0, np.asarray(band, dtype=np.float64), -1.0)
+    return _report(friction, qd, rest, coulomb, reaction, out)
+
+
+def _report(friction: np.ndarray, qd: np.ndarray, rest_band: np.ndarray, coulomb: np.ndarray,
+            reaction: np.ndarray | None, out: np.ndarray | None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`report_friction` with the band already -1 where f == 0 (never at rest)."""
+    values = np.array(friction, dtype=np.float64) if out is None else out
+    if out is not None and out is not friction:
+        values[...] = friction
+    n = values.shape[-1]
+    # (rows, n) views for the compiled loop; a non-contiguous ``out`` is written back
+    rows = values.reshape(-1, n)
+    speeds = np.ascontiguousarray(np.broadcast_to(qd, values.shape)).reshape(-1, n)
+    state = np.empty(rows.shape, dtype=np.int8)
     if reaction is None:
-        stick = np.zeros_like(still)
-        held = np.zeros(still.shape)
+        _apply_rule(rows, speeds, rest_band, coulomb, _NO_REACTION, False, state)
     else:
-        stick = still & np.isfinite(reaction)
-        held = np.clip(np.where(stick, reaction, 0.0), -coulomb, coulomb)
-    unresolved = still & ~stick
-    reported = np.where(stick, held, np.where(unresolved, 0.0, friction))
-    if out is not None:
-        out[...] = reported
-        reported = out
-    state = np.where(stick, STICK, np.where(unresolved, UNRESOLVED, SLIDING)).astype(np.int8)
-    return reported, state
+        moved = np.ascontiguousarray(np.broadcast_to(reaction, values.shape)).reshape(-1, n)
+        _apply_rule(rows, speeds, rest_band, coulomb, moved, True, state)
+    if not np.shares_memory(rows, values):
+        values[...] = rows.reshape(values.shape)
+    return values, state.reshape(values.shape)
+
+
+_NO_REACTION = np.zeros((1, 1))
+
+
+@numba.njit(cache=True, nogil=True)
+def _apply_rule(friction, qd, rest_band, coulomb, reaction, has_reaction, state):
+    """The rule per joint and sample, in place on (rows, n) ``friction``; fills ``state``.
+
+    One compiled pass: on the node's (1, n) sample it costs about a microsecond, where the
+    same rule as whole-array numpy calls costs 10-20 (each call ~1 us on small arrays)."""
+    for t in range(friction.shape[0]):
+        for k in range(friction.shape[1]):
+            if not abs(qd[t, k]) <= rest_band[k]:     # NaN: not at rest
+                state[t, k] = SLIDING
+                continue
+            r = reaction[t, k] if has_reaction else math.nan
+            if math.isfinite(r):
+                friction[t, k] = min(max(r, -coulomb[k]), coulomb[k])
+                state[t, k] = STICK
+            else:
+                friction[t, k] = 0.0
+                state[t, k] = UNRESOLVED
 
 
 class RestFriction:
@@ -166,6 +205,7 @@ class RestFriction:
                               velocity_resolution=velocity_resolution)
         self.coulomb = np.asarray(model.friction, dtype=np.float64).copy()
         self.effort_scale = effort_scale(model)
+        self._rest_band = np.where(self.coulomb > 0.0, self.band, -1.0)
 
     def apply(self, friction: np.ndarray, qd: np.ndarray, torque: np.ndarray,
               effort: np.ndarray | None = None) -> np.ndarray:
@@ -178,5 +218,11 @@ class RestFriction:
                 None when the input had none.
         """
         reaction = None if effort is None else effort * self.effort_scale - torque
-        return report_friction(friction, qd, self.band, self.coulomb, reaction=reaction,
-                               out=friction)[1]
+        if friction.ndim != 1:
+            return _report(friction, qd, self._rest_band, self.coulomb, reaction, friction)[1]
+        # one sample (the node's hot path): straight into the compiled loop, no broadcasting
+        state = np.empty((1, friction.size), dtype=np.int8)
+        _apply_rule(friction.reshape(1, -1), np.reshape(qd, (1, -1)), self._rest_band,
+                    self.coulomb, _NO_REACTION if reaction is None else reaction.reshape(1, -1),
+                    reaction is not None, state)
+        return state[0]

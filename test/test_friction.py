@@ -205,3 +205,27 @@ def test_rest_friction_rewrites_in_place_and_counts(model):
     friction = model.friction * 1.0          # what f sign(qd) of noise would have said
     state = rule.apply(friction, qd, np.zeros(model.n_joints))
     assert (state == UNRESOLVED).all() and (friction == 0.0).all()
+
+
+def test_one_sample_path_equals_the_batch_path(model):
+    """The node's per-sample path (compiled loop on (n,)) and the batch path agree, NaN
+    efforts and velocities on both sides of the band included."""
+    rule = RestFriction(model, EstimatorConfig())
+    rng = np.random.default_rng(8)
+    m, n = 200, model.n_joints
+    qd = rng.uniform(-2.0, 2.0, (m, n)) * rule.band
+    torque = rng.normal(0.0, 0.5, (m, n))
+    effort = rng.normal(0.0, 0.5, (m, n))
+    effort[rng.random((m, n)) < 0.2] = np.nan
+    model_value = model.damping * qd + model.friction * np.sign(qd)
+    batch = model_value.copy()
+    batch_state = rule.apply(batch, qd, torque, effort)
+    for k in range(m):
+        row = model_value[k].copy()
+        state = rule.apply(row, qd[k], torque[k], effort[k])
+        np.testing.assert_array_equal(row, batch[k])
+        np.testing.assert_array_equal(state, batch_state[k])
+    np.testing.assert_allclose(batch, expected_friction(model, qd, torque, rule.band,
+                                                        effort * effort_scale(model)),
+                               rtol=0, atol=1e-15)
+    assert {SLIDING, STICK, UNRESOLVED} <= set(np.unique(batch_state).tolist())

@@ -455,6 +455,7 @@ class DynamicsNode(Node):
         zero = np.zeros(n)
         for _ in range(3):
             out = self._engine.decompose_arrays(zero, zero, zero, out=self._tables)
+            self._rest_friction.apply(out['friction'], zero, out['torque'], zero)
             self._messages.fill(0, zero, zero, out)
             self._markers.serialize(self._engine.link_poses(zero).numpy(),
                                     msgs.marker_components(out), t_ns=0)

@@ -857,7 +857,7 @@ def _offline_segment(t_ns: np.ndarray, q: np.ndarray, sos: np.ndarray,
         qd_in = d5(grid_nodes(t_ns) if grid else t, q)
     else:
         qd_in = qd_measured
-    padlen = min(n_samples - 1, max(3 * (2 * len(sos) + 1), 2 * _settling_samples(sos)))
+    padlen = min(n_samples - 1, max(3 * (2 * len(sos) + 1), 2 * settling_samples(sos)))
     y = signal.sosfiltfilt(sos, np.concatenate([q, qd_in, t[:, None]], axis=1), axis=0,
                            padlen=padlen)
     q_f, qd_f, t_f = y[:, :n], y[:, n:2 * n], y[:, 2 * n]
@@ -870,7 +870,8 @@ def _offline_segment(t_ns: np.ndarray, q: np.ndarray, sos: np.ndarray,
     return q_f + qd_f * shift, qd_f + qdd * shift, qdd
 
 
-def _settling_samples(sos: np.ndarray) -> int:
-    """Samples for the slowest pole of the sections to decay by e^-5 (padding length)."""
+def settling_samples(sos: np.ndarray, e_folds: float = 5.0) -> int:
+    """Samples for the slowest pole of the sections to decay by ``e^-e_folds`` (5: the
+    zero-phase padding length)."""
     radius = max(float(np.max(np.abs(np.roots(s[3:])))) for s in sos)
-    return math.ceil(5.0 / -math.log(radius)) if 0.0 < radius < 1.0 else 1
+    return math.ceil(e_folds / -math.log(radius)) if 0.0 < radius < 1.0 else 1

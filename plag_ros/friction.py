@@ -17,10 +17,10 @@ The rule applied to everything published or plotted (:func:`report_friction`):
   The band (:func:`rest_band`) is the largest velocity the estimator can produce from a
   joint that does not move: readings that stay within half an encoder count of a constant
   give ``|qd| <= (resolution / 2) * ||h||_1``, with ``h`` the estimator's velocity impulse
-  response (five-point derivative and Butterworth, :func:`plag_ros.stability.velocity_filter`)
-  and the resolution the encoder step (or the drive's velocity step for
-  ``velocity_source='measured'``). CRANE-X7 defaults (4096 counts per turn, 200 Hz, 10 Hz
-  order 3): 0.044 rad/s.
+  response (five-point derivative and the estimator's own Butterworth sections, as in
+  :func:`plag_ros.stability.velocity_filter`) and the resolution the encoder step (or
+  the drive's velocity step for ``velocity_source='measured'``). CRANE-X7 defaults (4096
+  counts per turn, 200 Hz, 10 Hz order 3): 0.044 rad/s.
 * **Sliding** (outside the band): the model value ``d qd + f sign(qd)``.
 * **Stick** (inside the band, the joint's own effort measured): the reaction the motor
   supplies beyond the rigid-body torque, ``clip(tau_measured - tau_rigid, -f, f)``.
@@ -32,7 +32,6 @@ Units: N*m (revolute) or N (prismatic); velocities rad/s or m/s.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -41,10 +40,10 @@ import numpy as np
 from scipy import signal
 
 from . import motors
-from .filters import EstimatorConfig
+from .filters import EstimatorConfig, design_lowpass, settling_samples
 from .model import RobotModel
 from .simulation import DEFAULT_POSITION_RESOLUTION, DEFAULT_VELOCITY_RESOLUTION
-from .stability import velocity_filter
+from .stability import FIVE_POINT
 
 __all__ = ['FRICTION_STATES', 'SLIDING', 'STICK', 'UNRESOLVED', 'RestFriction',
            'effort_scale', 'own_effort_joints', 'report_friction', 'rest_band']
@@ -53,21 +52,25 @@ SLIDING, STICK, UNRESOLVED = 0, 1, 2
 FRICTION_STATES = ('sliding', 'stick', 'unresolved')
 """Names of the per-joint friction states (index = the state code)."""
 
-# Impulse responses are summed until they have decayed; beyond this many samples the tail
-# of any filter the estimator accepts (cut-off >= 1e-4 of the rate) is below 1e-12.
-_MAX_IMPULSE_SAMPLES = 400_000
+# A memory cap on the impulse response: filters whose slowest pole needs longer to decay by
+# e^-30 (cut-offs below about 1e-5 of the rate at order 3) are summed over this many only.
+_MAX_IMPULSE_SAMPLES = 1_000_000
 
 
 @functools.lru_cache(maxsize=32)
 def _velocity_gain(estimator: EstimatorConfig) -> float:
     """``||h||_1`` [1/s for positions, 1 for measured velocity] of the velocity estimate."""
-    b, a = velocity_filter(estimator)
-    # Butterworth poles decay as exp(-2 pi fc t): 40 time constants reach ~1e-17.
-    length = min(_MAX_IMPULSE_SAMPLES,
-                 int(40.0 * estimator.rate_hz / (2.0 * np.pi * estimator.cutoff_hz)) + 64)
+    # The estimator's own second-order sections, not velocity_filter's single polynomial:
+    # that form loses all precision for high orders at low cut-offs (order 8 at 0.5 Hz).
+    sos = design_lowpass(estimator)
+    # summed until the slowest pole has decayed by e^-30 (~1e-13), past the stencil's taps
+    length = min(_MAX_IMPULSE_SAMPLES, settling_samples(sos, 30.0) + FIVE_POINT.size)
     impulse = np.zeros(length)
     impulse[0] = 1.0
-    return float(np.abs(signal.lfilter(b, a, impulse)).sum())
+    h = signal.sosfilt(sos, impulse)
+    if estimator.velocity_source == 'position':
+        h = np.convolve(h, FIVE_POINT * estimator.rate_hz)[:length]
+    return float(np.abs(h).sum())
 
 
 def rest_band(model: RobotModel, estimator: EstimatorConfig, *,
@@ -89,12 +92,9 @@ def rest_band(model: RobotModel, estimator: EstimatorConfig, *,
     if position_resolution <= 0.0 or velocity_resolution <= 0.0:
         raise ValueError('resolutions must be > 0, got '
                          f'{position_resolution}, {velocity_resolution}')
-    # The band does not depend on the stencil or gap settings: one cache entry per filter.
-    key = dataclasses.replace(estimator, gap_periods=EstimatorConfig.gap_periods,
-                              min_spacing_periods=EstimatorConfig.min_spacing_periods)
     step = (position_resolution if estimator.velocity_source == 'position'
             else velocity_resolution)
-    return np.full(model.n_joints, 0.5 * step * _velocity_gain(key))
+    return np.full(model.n_joints, 0.5 * step * _velocity_gain(estimator))
 
 
 def own_effort_joints(model: RobotModel) -> np.ndarray:
@@ -218,7 +218,7 @@ class RestFriction:
                 None when the input had none.
         """
         reaction = None if effort is None else effort * self.effort_scale - torque
-        if friction.ndim != 1:
+        if friction.ndim != 1 or not friction.flags.c_contiguous:
             return _report(friction, qd, self._rest_band, self.coulomb, reaction, friction)[1]
         # one sample (the node's hot path): straight into the compiled loop, no broadcasting
         state = np.empty((1, friction.size), dtype=np.int8)

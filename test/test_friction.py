@@ -81,6 +81,20 @@ def test_band_bounds_the_estimate_of_a_still_joint_and_is_reached(model, cutoff_
           f'max {np.nanmax(np.abs(settled[:worst])):.4f}, worst case {abs(flicker[-1, 0]):.4f}')
 
 
+def test_band_of_a_slow_high_order_filter_bounds_its_estimate(model):
+    """Order 8 at 1 Hz: the band comes from the filter's sections (a single polynomial of
+    that filter has lost its precision) and still bounds the live estimate of flicker."""
+    config = EstimatorConfig(cutoff_hz=1.0, order=8, rate_hz=RATE_HZ)
+    band = rest_band(model, config)[0]
+    assert 0.0 < band < rest_band(model, EstimatorConfig(rate_hz=RATE_HZ))[0]
+    rng = np.random.default_rng(4)
+    count = 6000                       # 30 s: the filter's memory is about 10 s
+    q = 0.3 + 0.5 * COUNT + COUNT * (rng.integers(0, 2, (count, 1)) - 0.5)
+    q[:2000] = 0.3                     # a still past
+    flicker = _estimate(config, q)
+    assert np.nanmax(np.abs(flicker[2000:])) <= band
+
+
 def test_band_follows_the_velocity_source_and_resolution(model):
     config = EstimatorConfig(rate_hz=RATE_HZ)
     band = rest_band(model, config)

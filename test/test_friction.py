@@ -243,3 +243,30 @@ def test_one_sample_path_equals_the_batch_path(model):
                                                         effort * effort_scale(model)),
                                rtol=0, atol=1e-15)
     assert {SLIDING, STICK, UNRESOLVED} <= set(np.unique(batch_state).tolist())
+
+
+def test_an_effort_the_node_cannot_use_never_rejects_the_sample(model):
+    """``optional_effort`` after an accepted ``read``: absent or wrong-length efforts give
+    None, a NaN marks only its joint, the mimic finger is NaN; nothing raises."""
+    from plag_ros import messages as msgs
+
+    reader = msgs.JointStateReader(model)
+    names = [name for k, name in enumerate(model.joint_names) if model.mimic_source[k] < 0]
+    position = np.zeros(len(names))
+    msg = msgs.joint_state(names, position, t_ns=1)
+    reader.read(msg)
+    assert reader.optional_effort(msg) is None
+    msg.effort = [0.5] * (len(names) - 1)
+    reader.read(msg)                                  # the positions are still fine
+    assert reader.optional_effort(msg) is None
+    effort = np.arange(len(names), dtype=np.float64)
+    effort[2] = np.nan
+    msg.effort = effort.tolist()
+    got = reader.optional_effort(msg)
+    k_nan = model.joint_names.index(names[2])
+    finger_b = int(np.flatnonzero(model.mimic_source >= 0)[0])
+    assert np.isnan(got[[k_nan, finger_b]]).all()
+    assert np.isfinite(np.delete(got, [k_nan, finger_b])).all()
+    for i, name in enumerate(names):
+        if i != 2:
+            assert got[model.joint_names.index(name)] == effort[i]

@@ -27,11 +27,11 @@ setup(
     python_requires='>=3.10',
     entry_points={
         'console_scripts': [
-            'plag-ros = plag_ros.tools.cli:main',
-            # plag_ros.nodes.X:main behind a SIGINT handler set before the long imports
-            'dynamics_node = plag_ros.nodes:dynamics_main',
-            'sim_node = plag_ros.nodes:sim_main',
-            'impedance_node = plag_ros.nodes:impedance_main',
+            'plag-ros = plag_ros.apps.cli:main',
+            # plag_ros.ros.nodes.X:main behind a SIGINT handler set before the long imports
+            'dynamics_node = plag_ros.ros.nodes:dynamics_main',
+            'sim_node = plag_ros.ros.nodes:sim_main',
+            'impedance_node = plag_ros.ros.nodes:impedance_main',
         ],
     },
 )

@@ -46,7 +46,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from plag_ros.nodes.rclpy_compat import confine_to_localhost  # noqa: E402
+from plag_ros.ros.rclpy_compat import confine_to_localhost  # noqa: E402
 
 DOMAIN_ID = 17
 SPIN_S = 0.0003          # the feeder busy-waits the last 0.3 ms of each cycle
@@ -71,8 +71,8 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import JointState
 
-    from plag_ros import messages as msgs
-    from plag_ros.model import RobotModel, default_urdf_path
+    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.ros import messages as msgs
 
     model = RobotModel.from_urdf(default_urdf_path())
     names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
@@ -145,14 +145,14 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from plag_ros.model import RobotModel, default_urdf_path
-    from plag_ros.nodes.input_thread import InputThread
+    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.ros.input_thread import InputThread
 
     model = RobotModel.from_urdf(default_urdf_path())
     last_body = model.body_names[-1]
     log = open(log_dir / f'node_{int(rate_hz)}.log', 'wb')  # noqa: SIM115
     node_proc = subprocess.Popen(
-        [sys.executable, '-m', 'plag_ros.nodes.dynamics_node', '--ros-args',
+        [sys.executable, '-m', 'plag_ros.ros.nodes.dynamics_node', '--ros-args',
          '--params-file', str(REPO / 'config' / 'crane_x7.yaml'),
          '-p', 'robot_description_source:=file', '-p', f'filter.rate_hz:={float(rate_hz)}',
          *[a for p in extra for a in ('-p', p)]],
@@ -262,8 +262,8 @@ def pinocchio_peer(n_samples: int) -> tuple[float, float]:
     import pinocchio as pin
     import torch
 
-    from plag_ros.dynamics import PartialLagrangian
-    from plag_ros.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics import PartialLagrangian
+    from plag_ros.core.model import RobotModel, default_urdf_path
 
     torch.set_num_threads(1)
     model = RobotModel.from_urdf(default_urdf_path())

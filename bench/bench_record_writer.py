@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import JOINT_STATE_TYPE, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate
-from plag_ros.messages import joint_state
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.ros.messages import joint_state
 
 RATE_HZ = 200.0
 

@@ -44,8 +44,8 @@ def main() -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from plag_ros import messages as msgs
-    from plag_ros.tools.bringup import NodeProcess, NodeSpec, isolate
+    from plag_ros.apps.bringup import NodeProcess, NodeSpec, isolate
+    from plag_ros.ros import messages as msgs
 
     isolate(None)
     log_dir = Path(tempfile.mkdtemp(prefix='plag_soak_'))

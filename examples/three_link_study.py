@@ -1,4 +1,4 @@
-"""Seed 002's three-link arm study: see :mod:`plag_ros.studies.three_link`.
+"""Seed 002's three-link arm study: see :mod:`plag_ros.core.studies.three_link`.
 
 Usage: ``python examples/three_link_study.py OUTPUT_DIR [--duration 6] [--rate 200]
 [--no-control]``.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from plag_ros.studies.three_link import main
+from plag_ros.core.studies.three_link import main
 
 if __name__ == '__main__':
     sys.exit(main())

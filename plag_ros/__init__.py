@@ -1,9 +1,12 @@
 """plag_ros: partial Lagrangian inverse dynamics and partial-impedance control for ROS 2.
 
-The physics modules (:mod:`plag_ros.model`, :mod:`plag_ros.dynamics`,
-:mod:`plag_ros.filters`, :mod:`plag_ros.control`, :mod:`plag_ros.simulation`) import no
-ROS code; :mod:`plag_ros.messages` is the one place arrays meet ROS messages, and the nodes
-in :mod:`plag_ros.nodes` are thin wrappers over the library.
+Four layers, each importing only the ones below it (``docs/layers.md``):
+
+* :mod:`plag_ros.core`: the physics and the control law (model, engine, estimation,
+  plausibility, controller, simulator, analysis); no ROS import.
+* :mod:`plag_ros.io`: bags and npz files, through ``rosbags``; no rclpy.
+* :mod:`plag_ros.ros`: the ROS 2 adapter (messages, topics, parameters, the nodes).
+* :mod:`plag_ros.apps`: the ``plag-ros`` command line.
 """
 
 __all__ = ['__version__']

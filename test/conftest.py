@@ -8,7 +8,7 @@ from pathlib import Path
 # Generated robots (test/robots.py) and ROS helpers are imported as plain modules.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plag_ros.nodes.rclpy_compat import localhost_only_environment  # noqa: E402
+from plag_ros.ros.rclpy_compat import localhost_only_environment  # noqa: E402
 
 # Every ROS test runs its nodes on this machine only, over Fast DDS; each test module
 # picks its own ROS_DOMAIN_ID so modules never see each other's topics.

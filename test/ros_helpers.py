@@ -1,6 +1,6 @@
 """Helpers for tests that talk to real nodes over DDS on this machine.
 
-* :func:`start_node` runs a plag_ros node as a subprocess (``python -m plag_ros.nodes.X``,
+* :func:`start_node` runs a plag_ros node as a subprocess (``python -m plag_ros.ros.nodes.X``,
   no dependence on PATH) in a given ROS domain, and :class:`NodeProcess` stops it with
   SIGINT (the node's own shutdown path) and returns its output.
 * :class:`RosClient` is the test's side of the graph: its own rclpy ``Context`` (so tests
@@ -20,8 +20,8 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from plag_ros.nodes.rclpy_compat import confine_to_localhost
-from plag_ros.tools.bringup import NodeProcess, NodeSpec
+from plag_ros.apps.bringup import NodeProcess, NodeSpec
+from plag_ros.ros.rclpy_compat import confine_to_localhost
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
            'start_node', 'wait_until']
@@ -67,7 +67,7 @@ def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str,
 def start_node(module: str, *, domain_id: int, log_dir: Path, params_file: Path | None = None,
                params: Mapping[str, object] | None = None,
                remaps: Mapping[str, str] | None = None) -> NodeProcess:
-    """Start ``python -m plag_ros.nodes.<module> --ros-args ...`` in ``domain_id``.
+    """Start ``python -m plag_ros.ros.nodes.<module> --ros-args ...`` in ``domain_id``.
 
     Args:
         module: node module name, e.g. ``'dynamics_node'``.

@@ -1,4 +1,4 @@
-"""plag_ros.analysis: ``plag-ros analyze`` against the library on the same arrays.
+"""plag_ros.core.analysis: ``plag-ros analyze`` against the library on the same arrays.
 
 A CRANE-X7 bag is written into ``tmp_path`` (driver's shuffled joint order, no mimic finger,
 an extra topic; mcap with Kilted definitions and sqlite3 with Humble ones). The analysis
@@ -27,23 +27,23 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros import messages as msgs
-from plag_ros.analysis import (
+from plag_ros.apps import analyze as analyze_tool
+from plag_ros.apps.analyze import analyze_bag
+from plag_ros.core.analysis import (
     AnalysisOptions,
     analyze_arrays,
     own_source_propagation,
     propagation_paths,
 )
-from plag_ros.compact import load_analysis
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.filters import EstimatorConfig, JointStateEstimator, estimate_offline
-from plag_ros.friction import rest_band
+from plag_ros.core.compact import load_analysis
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from plag_ros.core.friction import rest_band
+from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import OutputExistsError, read_joint_states, typestore_for
 from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import cdr_encode
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.tools import analyze as analyze_tool
-from plag_ros.tools.analyze import analyze_bag
+from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 22
 os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
@@ -387,7 +387,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
 
 def _cli(*args, timeout=300):
     env = dict(os.environ, PYTHONPATH=REPO, ROS_DOMAIN_ID=str(DOMAIN_ID))
-    return subprocess.run([sys.executable, '-m', 'plag_ros.tools.cli', *map(str, args)], env=env,
+    return subprocess.run([sys.executable, '-m', 'plag_ros.apps.cli', *map(str, args)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 

@@ -4,7 +4,7 @@ Every bag is written here into ``tmp_path`` with ``rosbags`` (no binary fixtures
 and mcap storage, message definitions from the Humble, Jazzy and Kilted typestores, joint
 names in a driver's shuffled order without the mimic finger, and an extra topic. The bulk
 CDR parser is checked against ``rosbags``' own per-message deserializer, and the bulk CDR
-writer against ``rclpy.serialization.serialize_message`` of the ``plag_ros.messages``
+writer against ``rclpy.serialization.serialize_message`` of the ``plag_ros.ros.messages``
 builders. No DDS here (ROS_DOMAIN_ID 21 is reserved for this module).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros import messages as msgs
+from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import (
     JOINT_STATE_TYPE,
     BagReadError,
@@ -36,7 +36,7 @@ from plag_ros.io.bag import (
 )
 from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
 
 os.environ['ROS_DOMAIN_ID'] = '21'
 
@@ -318,7 +318,7 @@ def test_cdr_encode_of_markers_and_image(model):
     """The canonical encoder handles every field kind the node publishes."""
     import torch
 
-    from plag_ros.dynamics import PartialLagrangian
+    from plag_ros.core.dynamics import PartialLagrangian
 
     engine = PartialLagrangian(model, dtype=torch.float64)
     q = np.linspace(-0.5, 0.5, model.n_joints)

@@ -21,6 +21,7 @@ import pytest
 from rosbags.rosbag2 import Reader
 from rosbags.rosbag2.storage_mcap import McapReader
 
+from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import (
     EXIT_RECOVERED_WITH_LOSS,
     JOINT_STATE_TYPE,
@@ -33,8 +34,7 @@ from plag_ros.io.bag import (
 )
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate
-from plag_ros.messages import joint_state
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.ros.messages import joint_state
 
 T0_NS = 1_700_000_000_000_000_000
 PERIOD_NS = 10_000_000          # 100 Hz
@@ -400,7 +400,7 @@ def test_analyze_reports_the_salvage_and_exits_with_recovered_with_loss(tmp_path
     args = ['--skip', 'bag', '--skip', 'plots', '--skip', 'csv', '--no-progress']
 
     def analyze(source: Path, out: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, '-m', 'plag_ros.tools.cli', 'analyze',
+        return subprocess.run([sys.executable, '-m', 'plag_ros.apps.cli', 'analyze',
                                str(source), '-o', str(out), *args],
                               capture_output=True, text=True, timeout=300)
 

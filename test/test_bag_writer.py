@@ -22,7 +22,7 @@ from plag_ros.io import bag_writer as bagmod
 from plag_ros.io.bag import JOINT_STATE_TYPE, open_bag, qos_profile, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate
-from plag_ros.messages import joint_state
+from plag_ros.ros.messages import joint_state
 
 T0_NS = 1_700_000_000_000_000_000
 STORE = typestore_for('kilted')

@@ -20,9 +20,9 @@ from ros_helpers import REPO, RosClient, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
-from plag_ros import messages as msgs
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.tools.bringup import Summary
+from plag_ros.apps.bringup import Summary
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 14
 LINE = re.compile(r'^t=\s*(\d+\.\d)s\s+in\s+(\S+) Hz\s+out\s+(\S+) Hz\s+latency p50 (\S+) ms '
@@ -36,7 +36,7 @@ def _summary_lines(stdout: str) -> list[re.Match]:
 
 def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
     result = subprocess.run(
-        [sys.executable, '-m', 'plag_ros.tools.cli', 'sim', '--duration', '5', '--domain',
+        [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '5', '--domain',
          str(DOMAIN_ID), '--log-dir', str(tmp_path)],
         cwd=REPO, env=ros_env(DOMAIN_ID), capture_output=True, text=True, timeout=240)
     logs = '\n'.join(p.read_text(errors='replace')[-2000:] for p in tmp_path.glob('*.log'))
@@ -63,7 +63,7 @@ def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
 def test_plag_ros_run_joins_a_robot_graph(tmp_path):
     model = RobotModel.from_urdf(default_urdf_path())
     process = subprocess.Popen(
-        [sys.executable, '-m', 'plag_ros.tools.cli', 'run', '--description-source', 'file',
+        [sys.executable, '-m', 'plag_ros.apps.cli', 'run', '--description-source', 'file',
          '--duration', '2', '--log-dir', str(tmp_path)],
         cwd=REPO, env=ros_env(DOMAIN_ID), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
@@ -112,7 +112,7 @@ def test_plag_ros_sim_defaults_to_a_private_domain(tmp_path):
     for name in ('ROS_DOMAIN_ID', 'ROS_LOCALHOST_ONLY', 'ROS_AUTOMATIC_DISCOVERY_RANGE'):
         env.pop(name, None)                       # a user's shell: nothing set
     process = subprocess.Popen(
-        [sys.executable, '-m', 'plag_ros.tools.cli', 'sim', '--duration', '8', '--log-dir',
+        [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '8', '--log-dir',
          str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     outsider = insider = None

@@ -2,7 +2,7 @@
 and closed-loop behaviour on a simulated CRANE-X7 (seed 002, section 4).
 
 The closed-loop tests run the controller at 200 Hz against the simulated CRANE-X7
-(:class:`plag_ros.simulation.Simulator`, 1 kHz, Dynamixel-like servo in position mode).
+(:class:`plag_ros.core.simulation.Simulator`, 1 kHz, Dynamixel-like servo in position mode).
 Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pinocchio as pin
 import pytest
 import torch
 
-from plag_ros.control import (
+from plag_ros.core.control import (
     HoldReference,
     ImpedanceConfig,
     PartialImpedanceController,
@@ -23,10 +23,10 @@ from plag_ros.control import (
     actuation_matrix,
     propagation_mask,
 )
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.filters import EstimatorConfig
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.simulation import Simulator, SimulatorConfig, servo_gains
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.filters import EstimatorConfig
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation import Simulator, SimulatorConfig, servo_gains
 
 torch.set_num_threads(1)
 
@@ -348,7 +348,7 @@ def test_disable_holds_and_enable_reanchors(engine):
 
 
 def closed_loop(engine, cfg, reference, *, friction=True, push=None, seconds=2.0):
-    """Run the controller at RATE against :class:`plag_ros.simulation.Simulator` (1 kHz).
+    """Run the controller at RATE against :class:`plag_ros.core.simulation.Simulator` (1 kHz).
 
     ``push`` (n_act,) [N*m] is an external torque: added to the effort command, or to the
     servo goal as ``push / K_s`` in position mode (the same torque through the servo).
@@ -480,7 +480,7 @@ Q_HORIZONTAL = np.array([0.0, 1.5, 0.0, -0.05, 0.0, 0.0, 0.0, 0.0])
 
 
 def _position_config(**changes) -> ImpedanceConfig:
-    from plag_ros import motors
+    from plag_ros.core import motors
     names = list(motors.ARM_JOINTS) + [motors.GRIPPER_JOINT]
     settings = dict(stiffness=np.array([5.0, 10.0, 5.0, 5.0, 2.0, 2.0, 1.0, 1.0]),
                     damping=np.array([0.2, 1.0, 0.3, 0.3, 0.05, 0.05, 0.02, 0.01]),

@@ -26,12 +26,12 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros import messages as msgs
-from plag_ros import motors
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.friction import rest_band
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.core import motors
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.friction import rest_band
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 12
 NODE = '/plag_dynamics'
@@ -438,7 +438,7 @@ def _in_process_node(overrides: dict):
     from rclpy.context import Context
     from rclpy.parameter import Parameter as RclpyParameter
 
-    from plag_ros.nodes.dynamics_node import DynamicsNode
+    from plag_ros.ros.nodes.dynamics_node import DynamicsNode
 
     context = Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)
@@ -583,7 +583,7 @@ def test_low_latency_falls_back_to_the_executor_where_rclpy_differs(model, monke
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from plag_ros.nodes import dynamics_node
+    from plag_ros.ros.nodes import dynamics_node
 
     monkeypatch.setattr(dynamics_node, 'private_wait_set_problem',
                         lambda: '_rclpy.WaitSet.wait differs')

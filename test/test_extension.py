@@ -15,8 +15,8 @@ import pytest
 import torch
 from pin_oracle import PinOracle
 
-from plag_ros.dynamics import FIELDS, PartialLagrangian
-from plag_ros.model import RobotModel
+from plag_ros.core.dynamics import FIELDS, PartialLagrangian
+from plag_ros.core.model import RobotModel
 
 RTOL = 1e-10
 

@@ -1,9 +1,9 @@
-"""Friction reported honestly at rest (plag_ros.friction): the band against the estimator,
+"""Friction reported honestly at rest (plag_ros.core.friction): the band against the estimator,
 the rule on hand-made cases, and the stick reaction against the simulator's own.
 
 References: the live estimator itself (the band must bound what it makes of a still
 joint's encoder flicker, and be reached), the rule written out in friction_rule.py, and
-the simulator's exact stick-slip friction (plag_ros.simulation solves it as a set-valued
+the simulator's exact stick-slip friction (plag_ros.core.simulation solves it as a set-valued
 law), which the analysis must recover from the positions and efforts the servos report.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from friction_rule import expected_friction
 from scipy import signal
 
-from plag_ros import motors
-from plag_ros.analysis import AnalysisOptions, analyze_arrays
-from plag_ros.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.friction import (
+from plag_ros.core import motors
+from plag_ros.core.analysis import AnalysisOptions, analyze_arrays
+from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.friction import (
     FRICTION_STATES,
     SLIDING,
     STICK,
@@ -29,9 +29,9 @@ from plag_ros.friction import (
     report_friction,
     rest_band,
 )
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.simulation import Simulator, SimulatorConfig
-from plag_ros.stability import velocity_filter
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation import Simulator, SimulatorConfig
+from plag_ros.core.stability import velocity_filter
 
 COUNT = 2.0 * math.pi / 4096.0     # CRANE-X7 encoder step [rad]
 RATE_HZ = 200.0
@@ -248,7 +248,7 @@ def test_one_sample_path_equals_the_batch_path(model):
 def test_an_effort_the_node_cannot_use_never_rejects_the_sample(model):
     """``optional_effort`` after an accepted ``read``: absent or wrong-length efforts give
     None, a NaN marks only its joint, the mimic finger is NaN; nothing raises."""
-    from plag_ros import messages as msgs
+    from plag_ros.ros import messages as msgs
 
     reader = msgs.JointStateReader(model)
     names = [name for k, name in enumerate(model.joint_names) if model.mimic_source[k] < 0]

@@ -19,8 +19,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 
-from plag_ros import messages as msgs
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 18
 NODE = '/plag_dynamics'

@@ -26,11 +26,11 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
 
-from plag_ros import messages as msgs
-from plag_ros.control import actuation_matrix
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.nodes.impedance_node import PARAMETERS, ImpedanceNode
+from plag_ros.core.control import actuation_matrix
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
+from plag_ros.ros.nodes.impedance_node import PARAMETERS, ImpedanceNode
 
 NODE = '/plag_impedance'
 RATE_HZ = 200.0

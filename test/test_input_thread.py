@@ -17,7 +17,7 @@ from rclpy.serialization import serialize_message
 from ros_helpers import RELIABLE, RosClient
 from std_msgs.msg import Int64
 
-from plag_ros.nodes.input_thread import InputThread
+from plag_ros.ros.input_thread import InputThread
 
 DOMAIN_ID = 15
 COUNT = 200

@@ -155,8 +155,8 @@ def test_executables_are_console_scripts_with_modules():
         assert importlib.util.find_spec(module) is not None, f'{module} missing'
         entry = getattr(importlib.import_module(module), function)
         assert callable(entry), scripts[node.executable]
-        # each runs plag_ros.nodes.<executable>.main
-        assert importlib.util.find_spec(f'plag_ros.nodes.{node.executable}') is not None
+        # each runs plag_ros.ros.nodes.<executable>.main
+        assert importlib.util.find_spec(f'plag_ros.ros.nodes.{node.executable}') is not None
         assert f"_console('{node.executable}')" in inspect.getsource(entry)
         assert node.name == NODE_NAMES[node.executable], (
             f'{path.name}: {node.executable} named {node.name!r}, its config files address '
@@ -266,5 +266,5 @@ def test_rviz_config_names_published_topics(running):
         raise AssertionError(f'{err}: rviz wants {wanted}, graph has {published()}') from err
     # Namespaces of the marker display are the components the node publishes.
     markers = next(d for d in displays if d['Class'].endswith('/MarkerArray'))
-    from plag_ros.messages import COMPONENTS
+    from plag_ros.ros.messages import COMPONENTS
     assert set(markers['Namespaces']) == set(COMPONENTS)

@@ -1,4 +1,4 @@
-"""plag_ros.tools.live_report: a live run rebuilt from its input and checked against the
+"""plag_ros.apps.live_report: a live run rebuilt from its input and checked against the
 torques the node published, then the demo's picture and table."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.tools.live_report import LiveRecording, write_report
+from plag_ros.apps.live_report import LiveRecording, write_report
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.model import RobotModel, default_urdf_path
 
 PERIOD_NS = 5_000_000
 

@@ -1,4 +1,4 @@
-"""Array <-> message conversions of plag_ros.messages (no ROS graph needed)."""
+"""Array <-> message conversions of plag_ros.ros.messages (no ROS graph needed)."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from plag_ros import messages as msgs
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
 
 
 @pytest.fixture(scope='module')

@@ -7,8 +7,8 @@ import pytest
 from pin_oracle import PinOracle
 from robots import serial_chain, two_arm_torso
 
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.model import RobotModel, default_urdf_path
 
 ARM = ['crane_x7_shoulder_fixed_part_pan_joint', 'crane_x7_shoulder_revolute_part_tilt_joint',
        'crane_x7_upper_arm_revolute_part_twist_joint',

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.nodes.impedance_node import PARAMETERS, controller_config
-from plag_ros.nodes.parameters import choice
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros.nodes.impedance_node import PARAMETERS, controller_config
+from plag_ros.ros.parameters import choice
 
 
 def test_choice_returns_the_allowed_value():

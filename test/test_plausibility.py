@@ -1,4 +1,4 @@
-"""plag_ros.plausibility: readings the arm cannot produce are rejected, by reason.
+"""plag_ros.core.plausibility: readings the arm cannot produce are rejected, by reason.
 
 Limits come from the bundled CRANE-X7 URDF (0.1 rad margin, twice the 4.817 rad/s velocity
 limit) and a generated chain with continuous and prismatic joints; every expected verdict
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from robots import serial_chain
 
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
 
 PERIOD_NS = 5_000_000   # 200 Hz
 
@@ -145,8 +145,8 @@ def test_batch_of_clean_motion_takes_the_fast_path(crane):
 def test_analysis_reports_and_leaves_out_implausible_samples(crane):
     """Offline: the gate's rejections are reported per reason, the rest is decomposed, and
     the estimate next to a glitch equals the estimate of the recording without it."""
-    from plag_ros.analysis import AnalysisOptions, analyze_arrays
-    from plag_ros.filters import EstimatorConfig
+    from plag_ros.core.analysis import AnalysisOptions, analyze_arrays
+    from plag_ros.core.filters import EstimatorConfig
 
     N = 1200
     t = np.arange(N, dtype=np.int64) * PERIOD_NS
@@ -167,9 +167,9 @@ def test_analysis_reports_and_leaves_out_implausible_samples(crane):
 
 
 def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
-    from plag_ros.analysis import AnalysisOptions
+    from plag_ros.apps.analyze import analyze_bag
+    from plag_ros.core.analysis import AnalysisOptions
     from plag_ros.io.bag_writer import write_joint_state_bag
-    from plag_ros.tools.analyze import analyze_bag
 
     N = 600
     t = np.arange(N, dtype=np.int64) * PERIOD_NS + 10**9

@@ -14,8 +14,8 @@ from diagnostic_msgs.msg import DiagnosticArray
 from ros_helpers import REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 
-from plag_ros import messages as msgs
-from plag_ros.model import RobotModel, default_urdf_path
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 55
 

@@ -1,12 +1,12 @@
-"""plag_ros.nodes.rclpy_compat on the rclpy installed here (Kilted or Jazzy wheels), and
+"""plag_ros.ros.rclpy_compat on the rclpy installed here (Kilted or Jazzy wheels), and
 its signature check against extensions that differ."""
 from __future__ import annotations
 
 import rclpy
 from rclpy.signals import SignalHandlerOptions, get_current_signal_handlers_options
 
-from plag_ros.nodes import rclpy_compat
-from plag_ros.nodes.rclpy_compat import (
+from plag_ros.ros import rclpy_compat
+from plag_ros.ros.rclpy_compat import (
     WAIT_SET_SIGNATURES,
     parse_pybind_signature,
     private_wait_set_problem,

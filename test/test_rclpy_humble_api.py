@@ -211,7 +211,7 @@ def test_humble_has_the_private_wait_set_calls_the_input_thread_checks():
     """low_latency's private calls exist in Humble's C extension (their argument types are
     in its wait_set.cpp and subscription.cpp, the same as Jazzy's and Kilted's; the node
     checks them again at start-up, rclpy_compat.private_wait_set_problem)."""
-    from plag_ros.nodes.rclpy_compat import WAIT_SET_SIGNATURES
+    from plag_ros.ros.rclpy_compat import WAIT_SET_SIGNATURES
 
     for cls, method in WAIT_SET_SIGNATURES:
         assert method in RCLPY['classes'][f'rclpy._rclpy.{cls}'], (cls, method)

@@ -45,7 +45,7 @@ def test_killed_recorder_loses_at_most_the_last_second(tmp_path, storage):
     with RosClient(DOMAIN_ID, 'plag_record_crash_test') as client:
         pub = client.publisher(JointState, '/joint_states')
         recorder = subprocess.Popen(
-            [sys.executable, '-m', 'plag_ros.tools.cli', 'record', str(bag), '--storage', storage],
+            [sys.executable, '-m', 'plag_ros.apps.cli', 'record', str(bag), '--storage', storage],
             env=ros_env(DOMAIN_ID), cwd=REPO, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
 

@@ -27,13 +27,13 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from plag_ros import messages as msgs
-from plag_ros.analysis import AnalysisOptions
+from plag_ros.apps.analyze import analyze_bag
+from plag_ros.core.analysis import AnalysisOptions
+from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import qos_profile, read_joint_states, typestore_for
 from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
 from plag_ros.io.cdr import cdr_encode
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.tools.analyze import analyze_bag
+from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 23
 os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
@@ -76,7 +76,7 @@ def _motion(model, count, period_ns, seed=0):
 
 
 def _cli(*args):
-    return subprocess.Popen([sys.executable, '-m', 'plag_ros.tools.cli', *map(str, args)],
+    return subprocess.Popen([sys.executable, '-m', 'plag_ros.apps.cli', *map(str, args)],
                             env=ros_env(DOMAIN_ID), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -125,7 +125,7 @@ def test_replay_delivers_every_message_in_order_on_time(tmp_path, client, model)
 
 
 class _FakeTime:
-    """Stands in for ``time`` in plag_ros.tools.replay: a clock that moves only when waited on."""
+    """Stands in for ``time`` in plag_ros.apps.replay: a clock that moves only when waited on."""
 
     def __init__(self, start_ns: int) -> None:
         self.now_ns = start_ns
@@ -163,8 +163,8 @@ def test_replay_schedule_on_a_fake_clock(monkeypatch, rate):
     rounding a wait in seconds), in bag order; /clock carries the bag time at the same
     scaled instants, never goes back, is never more than 25 ms of bag time (40 Hz) apart,
     and reaches each message's time before the message goes out."""
-    from plag_ros.tools import replay as replay_module
-    from plag_ros.tools.replay import ReplaySchedule, _play_once
+    from plag_ros.apps import replay as replay_module
+    from plag_ros.apps.replay import ReplaySchedule, _play_once
 
     t = T0_NS + np.cumsum(np.r_[0, np.full(30, 10_000_000)])
     t[20:] += 150_000_000            # a pause of 150 ms: /clock must keep ticking through it

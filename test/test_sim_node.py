@@ -19,14 +19,14 @@ from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.simulation import DEFAULT_POSITION_RESOLUTION, Simulator
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation import DEFAULT_POSITION_RESOLUTION, Simulator
 
 DOMAIN_ID = 11
 START = [0.0, 0.5, 0.0, -0.9, 0.0, 0.4, 0.0, 0.2]   # command order (URDF, no mimic)
 # The servo spring sags under gravity plus the Coulomb stick band: at START the tilt
 # joint's (0.67 + 0.2) N*m over Kp = 48.8 N*m/rad, the elbow's (0.48 + 0.2) / 18.9 = 0.036 rad
-# (stiffness of the motor table, plag_ros.motors: XM540-W270 on the tilt, XM430-W350 else).
+# (stiffness of the motor table, plag_ros.core.motors: XM540-W270 on the tilt, XM430-W350 else).
 SAG = 0.045
 # An unloaded joint stops anywhere in the Coulomb band 0.2 N*m / 18.9 N*m/rad = 0.0106 rad
 # around its goal, plus two encoder steps of quantisation.
@@ -178,7 +178,7 @@ def test_inconsistent_parameters_are_refused_at_start(override, message):
     from rclpy.context import Context
     from rclpy.parameter import Parameter
 
-    from plag_ros.nodes.sim_node import SimNode
+    from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)

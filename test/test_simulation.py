@@ -14,8 +14,8 @@ import pytest
 import robots
 import torch
 
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.simulation import (
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation import (
     DEFAULT_POSITION_RESOLUTION,
     DEFAULT_VELOCITY_RESOLUTION,
     Simulator,

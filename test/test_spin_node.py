@@ -1,4 +1,4 @@
-"""plag_ros.nodes.spin_node, the shutdown every console node goes through, in a real process
+"""plag_ros.ros.nodes.spin_node, the shutdown every console node goes through, in a real process
 with a real rclpy context (ROS_DOMAIN_ID 35): SIGTERM alone ends it, and a shutdown that
 hangs ends in SHUTDOWN_DEADLINE_S with every thread's stack instead of waiting for SIGKILL.
 """
@@ -12,14 +12,14 @@ import time
 import pytest
 from ros_helpers import REPO, ros_env
 
-from plag_ros.nodes import SHUTDOWN_DEADLINE_S
+from plag_ros.ros.nodes import SHUTDOWN_DEADLINE_S
 
 # A node with a 100 Hz timer; with HANG set, its destroy_node never returns (a stand-in
 # for a shutdown bug: a thread that cannot be joined, a lock never released).
 SCRIPT = """
 import sys, threading, time
 from rclpy.node import Node
-from plag_ros.nodes import spin_node
+from plag_ros.ros.nodes import spin_node
 
 class Ticker(Node):
     def __init__(self):

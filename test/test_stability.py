@@ -21,18 +21,18 @@ import torch
 import yaml
 from scipy import signal
 
-from plag_ros import closed_loop, motors, stability
-from plag_ros.control import (
+from plag_ros.core import closed_loop, motors, stability
+from plag_ros.core.control import (
     CONTROL_ESTIMATOR,
     ImpedanceConfig,
     PartialImpedanceController,
     SineReference,
     propagation_mask,
 )
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.model import RobotModel, default_urdf_path
-from plag_ros.oscillation import OscillationMonitor
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.oscillation import OscillationMonitor
 
 REPO = Path(__file__).resolve().parent.parent
 TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'

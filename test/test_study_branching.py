@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from plag_ros.model import RobotModel
-from plag_ros.studies import branching as study
+from plag_ros.core.model import RobotModel
+from plag_ros.core.studies import branching as study
 
 
 @pytest.fixture(scope='module')

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from plag_ros.studies import pendulums as study
-from plag_ros.tools import cli
+from plag_ros.apps import cli
+from plag_ros.core.studies import pendulums as study
 
 G = 9.8
 

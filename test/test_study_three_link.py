@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from plag_ros.dynamics import PartialLagrangian
-from plag_ros.model import RobotModel
-from plag_ros.studies import three_link as study
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.model import RobotModel
+from plag_ros.core.studies import three_link as study
 
 G = 9.81
 N = 3

@@ -1,4 +1,4 @@
-"""plag_ros.nodes.tuning: the opt-in process-wide measures do what they say and undo cleanly."""
+"""plag_ros.ros.tuning: the opt-in process-wide measures do what they say and undo cleanly."""
 from __future__ import annotations
 
 import gc
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from plag_ros.nodes import tuning
+from plag_ros.ros import tuning
 
 
 @pytest.fixture

@@ -42,8 +42,8 @@ from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
-from ..model import RobotModel
-from .bag_recovery import RecoveryReport, SalvagedReader, salvage_mcap, salvage_sqlite3
+from plag_ros.core.model import RobotModel
+from plag_ros.io.bag_recovery import RecoveryReport, SalvagedReader, salvage_mcap, salvage_sqlite3
 
 __all__ = [
     'BagError',

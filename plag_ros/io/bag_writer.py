@@ -35,7 +35,7 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, W
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
-from .bag import (
+from plag_ros.io.bag import (
     JOINT_STATE_TYPE,
     OutputExistsError,
     TopicError,
@@ -43,8 +43,8 @@ from .bag import (
     qos_profile,
     typestore_for,
 )
-from .bag_recovery import zstd_module as _zstd
-from .cdr import TEMPLATE_NS, CdrTemplate
+from plag_ros.io.bag_recovery import zstd_module as _zstd
+from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate
 
 __all__ = ['ROSBAGS_TESTED', 'BagWriter', 'write_joint_state_bag']
 
@@ -466,7 +466,7 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
         frame_id: header frame.
         compression: MCAP chunk compression ('none', 'lz4', 'zstd').
     """
-    from ..messages import joint_state
+    from plag_ros.ros.messages import joint_state
 
     t_ns = np.asarray(t_ns, dtype=np.int64)
     arrays = {'position': q, 'velocity': qd, 'effort': effort}

@@ -1,0 +1,553 @@
+"""``plag-ros sim`` and ``plag-ros run``: bring-up without ``ros2 launch``, with a live summary.
+
+``plag-ros sim`` starts the simulated CRANE-X7 (``sim_node``, config/sim.yaml) and the
+dynamics node (config/crane_x7.yaml, model from the simulator's ``robot_description``),
+optionally the impedance node (``--control``), drives the arm through a slow swing with
+position commands, and prints once a second what the dynamics node reports: input and
+output rates, latency from the joint state stamp to the decomposition's arrival, rejected
+input, and the strongest motion propagation paths (joint k <- source joint s) of the last
+second. ``plag-ros run`` starts the dynamics node alone, to join a real robot's graph
+(the official ``ros2 launch crane_x7_examples demo.launch.py``: ``/joint_states`` from the
+driver's joint state broadcaster and ``robot_description`` from MoveIt's
+robot_state_publisher; ``crane_x7_control.launch.py`` alone publishes no
+``robot_description``, use ``--description-source file`` then; ``crane_x7_bringup`` is a
+ROS 1 package, rt-net/crane_x7_ros master).
+
+Each node runs in its own subprocess, exactly as ``launch/sim.launch.py`` and
+``launch/crane_x7.launch.py`` start them (same modules, same parameter files): the
+simulator steps at 1 kHz and the dynamics node decomposes at 200 Hz, and in separate
+interpreters they do not share a GIL, so neither's timing depends on the other's Python
+work and a crash in one is reported rather than taking the others down. This process only
+hosts the small ``plag_monitor`` node that prints the summary.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ['NodeProcess', 'NodeSpec', 'Summary', 'config_path', 'configure', 'configure_run',
+           'run', 'run_dynamics_only', 'run_sim']
+
+DYNAMICS = '/plag_dynamics'
+
+
+def config_path(name: str) -> Path:
+    """Path of ``config/<name>``: installed share directory, else the source tree."""
+    candidates = [Path(__file__).resolve().parents[2] / 'config' / name]   # the checkout
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        candidates.insert(0, Path(get_package_share_directory('plag_ros')) / 'config' / name)
+    except Exception:  # noqa: BLE001 - not installed with colcon
+        pass
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f'config file {name!r} not found in '
+                            + ', '.join(str(p) for p in candidates))
+
+
+@dataclass
+class NodeSpec:
+    """One node subprocess: ``python -m plag_ros.ros.nodes.<module> --ros-args ...``.
+
+    ``params_file`` is a name under ``config/`` or an absolute path; ``params`` are
+    ``-p name:=value`` overrides (YAML scalars or lists), ``remaps`` ``-r from:=to``.
+    """
+
+    module: str
+    params_file: str | Path | None = None
+    params: dict[str, object] = field(default_factory=dict)
+    remaps: dict[str, str] = field(default_factory=dict)
+
+    def command(self) -> list[str]:
+        args = [sys.executable, '-m', f'plag_ros.ros.nodes.{self.module}', '--ros-args']
+        if self.params_file:
+            path = Path(self.params_file)
+            args += ['--params-file',
+                     str(path if path.is_absolute() else config_path(str(self.params_file)))]
+        for name, value in self.params.items():
+            text = ('true' if value else 'false') if isinstance(value, bool) else str(value)
+            args += ['-p', f'{name}:={text}']
+        for source, target in self.remaps.items():
+            args += ['-r', f'{source}:={target}']
+        return args
+
+
+class NodeProcess:
+    """A node in a subprocess, its output in a log file; stopped through its SIGINT path.
+
+    Used by the bring-up and by the tests that talk to real nodes.
+    """
+
+    def __init__(self, args: list[str], log_path: Path, *, label: str = '',
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.args, self.log_path, self.label = args, log_path, label
+        self._log = open(log_path, 'wb')  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        """Everything the node printed so far (also after :meth:`stop`)."""
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors='replace')
+
+    def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` of output, each prefixed with the node's label."""
+        text = self.output().splitlines()
+        return '\n'.join(f'  [{self.label}] {line}' for line in text[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGINT (the node's shutdown path), then SIGKILL after ``timeout``; exit code."""
+        if self.alive():
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def __enter__(self) -> NodeProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _short(name: str) -> str:
+    """'crane_x7_upper_arm_revolute_part_twist_joint' -> 'upper_arm_revolute_part_twist'."""
+    for prefix in ('crane_x7_',):
+        name = name.removeprefix(prefix)
+    return name.removesuffix('_joint')
+
+
+class Summary:
+    """Rolling figures of the dynamics node's outputs over one print period.
+
+    Fed with what the monitor receives; :meth:`line` renders and resets the period.
+    """
+
+    def __init__(self) -> None:
+        self.joints: list[str] = []
+        self.total_outputs = 0
+        self.diagnostics: dict[str, str] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.start = time.monotonic()
+        self.outputs = 0
+        self.latency_ms: list[float] = []
+        self.sq = {'velocity': None, 'acceleration': None}
+        self.count = {'velocity': 0, 'acceleration': 0}
+
+    def on_output(self, stamp_ns: int, received_ns: int) -> None:
+        self.outputs += 1
+        self.total_outputs += 1
+        self.latency_ms.append((received_ns - stamp_ns) * 1e-6)
+
+    def on_array(self, kind: str, values: np.ndarray) -> None:
+        """``values`` (n, B, n) velocity or acceleration parts: accumulate (k, s) squares."""
+        by_source = values.sum(axis=1)
+        sq = by_source * by_source
+        self.sq[kind] = sq if self.sq[kind] is None else self.sq[kind] + sq
+        self.count[kind] += 1
+
+    def paths(self, top: int = 3) -> list[tuple[float, str, int, int]]:
+        """Largest RMS propagation torques ``(rms [N*m], kind, k, s)`` with k != s."""
+        found: list[tuple[float, str, int, int]] = []
+        for kind, sq in self.sq.items():
+            if sq is None or not self.count[kind]:
+                continue
+            rms = np.sqrt(sq / self.count[kind])
+            np.fill_diagonal(rms, 0.0)
+            for k, s in zip(*np.unravel_index(np.argsort(rms, axis=None)[::-1][:top],
+                                               rms.shape), strict=True):
+                if rms[k, s] > 0.0:
+                    found.append((float(rms[k, s]), kind, int(k), int(s)))
+        return sorted(found, reverse=True)[:top]
+
+    def line(self, elapsed_s: float) -> str:
+        """One summary line for the period since the last call (and reset it)."""
+        period = max(time.monotonic() - self.start, 1e-9)
+        lat = np.array(self.latency_ms)
+        if lat.size:
+            latency = (f'latency p50 {np.percentile(lat, 50):.2f} ms '
+                       f'p99 {np.percentile(lat, 99):.2f} ms')
+        else:
+            latency = 'latency -'
+        d = self.diagnostics
+        if d.get('latency_p99_ms', 'nan') != 'nan':
+            latency += f" (node p99 {_num(d['latency_p99_ms']).strip()} ms)"  # before DDS out
+        rate_in = d.get('input_rate_hz', '-')
+        rejected = d.get('rejected', '-')
+        reasons = [f"{key.removeprefix('rejected.')} {value}" for key, value in d.items()
+                   if key.startswith('rejected.') and value not in ('0', '')]
+        if reasons:
+            rejected += f" ({', '.join(reasons)})"
+        names = self.joints
+
+        def label(k: int) -> str:
+            return _short(names[k]) if k < len(names) else str(k)
+
+        paths = ', '.join(f'{kind[:3]} {label(k)} <- {label(s)} {rms:.3g} N*m'
+                          for rms, kind, k, s in self.paths())
+        text = (f't={elapsed_s:5.1f}s  in {_num(rate_in)} Hz  out {self.outputs / period:6.1f} '
+                f'Hz  {latency}  rejected {rejected}  paths: {paths or "-"}')
+        self._reset()
+        return text
+
+
+def _num(text: str) -> str:
+    try:
+        return f'{float(text):6.1f}'
+    except ValueError:
+        return f'{text:>6}'
+
+
+def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
+    """Slow demo motion (position command, model order of the actuated joints) at ``t`` [s].
+
+    The elbow swings 0.6 rad at 0.4 Hz, the shoulder tilt 0.3 rad at 0.25 Hz and the
+    wrist 0.5 rad at 0.3 Hz, each eased in over the first two seconds: the same spirit as
+    seed 002's experiment (one joint moves, the others feel it).
+    """
+    ease = 0.5 - 0.5 * math.cos(math.pi * min(t / 2.0, 1.0))
+    q = q0.copy()
+    for k, amp, freq in ((3, 0.6, 0.4), (1, 0.3, 0.25), (6, 0.5, 0.3)):
+        if k < q.size:
+            q[k] += ease * amp * math.sin(2 * math.pi * freq * t)
+    return q[actuated]
+
+
+def _monitor(children: list[NodeProcess], *, duration: float | None, startup_timeout: float,
+             motion: bool, out, report: Path | None = None) -> int:
+    """Host ``plag_monitor``: print the summary once a second until ``duration``; with
+    ``report``, then write the run's picture and table there (:mod:`.live_report`)."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray, String
+
+    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.ros import messages as msgs
+
+    summary = Summary()
+    recording = None
+    if report is not None:
+        from plag_ros.apps.live_report import LiveRecording
+
+        recorded_model = RobotModel.from_urdf(default_urdf_path())
+        recording = LiveRecording(recorded_model)
+        reader = msgs.JointStateReader(recorded_model)
+    context = rclpy.Context()
+    # No rclpy signal handlers here: this process's Ctrl-C must reach the finally blocks
+    # that stop the node subprocesses, as a KeyboardInterrupt.
+    rclpy.init(context=context, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+    node = rclpy.create_node('plag_monitor', context=context)
+    reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+    def on_state(msg: JointState) -> None:
+        summary.on_output(msgs.stamp_to_ns(msg.header.stamp), time.time_ns())
+        if recording is not None:
+            recording.on_output(msgs.stamp_to_ns(msg.header.stamp), np.array(msg.effort))
+
+    def on_input(msg: JointState) -> None:
+        try:
+            t_ns, q, _, _ = reader.read(msg)
+        except msgs.JointStateError:
+            return                     # the node rejects it too
+        if recording is not None:      # subscribed only when recording (below)
+            recording.on_input(t_ns, q, reader.optional_effort(msg))
+
+    def on_names(msg: String) -> None:
+        summary.joints = msgs.parse_names(msg)['joints']
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith(DYNAMICS):
+                summary.diagnostics = {kv.key: kv.value for kv in status.values}
+
+    node.create_subscription(JointState, f'{DYNAMICS}/joint_states', on_state, reliable)
+    node.create_subscription(String, f'{DYNAMICS}/names', on_names, latched)
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, reliable)
+    if recording is not None:
+        node.create_subscription(JointState, 'joint_states', on_input, reliable)
+
+    def on_array(kind: str) -> Callable[[Float64MultiArray], None]:
+        return lambda msg: summary.on_array(kind, msgs.multi_array_to_numpy(msg)[0])
+
+    for kind in ('velocity', 'acceleration'):
+        node.create_subscription(Float64MultiArray, f'{DYNAMICS}/{kind}', on_array(kind),
+                                 reliable)
+    command_pub = None
+    if motion:
+        model = RobotModel.from_urdf(default_urdf_path())
+        actuated = np.flatnonzero(model.actuated)
+        q0 = np.zeros(model.n_joints)
+        command_pub = node.create_publisher(Float64MultiArray, 'position_controller/commands',
+                                            QoSProfile(depth=10,
+                                                       reliability=ReliabilityPolicy.RELIABLE))
+    executor = rclpy.executors.SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    status = 0
+    try:
+        begin = time.monotonic()
+        while summary.total_outputs == 0:      # wait for the graph to come up
+            executor.spin_once(timeout_sec=0.1)
+            dead = [c for c in children if not c.alive()]
+            if dead or time.monotonic() - begin > startup_timeout:
+                why = (f'{dead[0].label} exited with {dead[0].process.returncode}'
+                       if dead else f'no output from {DYNAMICS} within {startup_timeout:g} s')
+                print(f'plag-ros: {why}', file=sys.stderr)
+                for child in children:
+                    print(child.tail(), file=sys.stderr)
+                return 1
+        print(f'plag-ros: graph up after {time.monotonic() - begin:.1f} s', file=out,
+              flush=True)
+        start = time.monotonic()
+        summary._reset()
+        next_print = start + 1.0
+        while duration is None or time.monotonic() - start < duration:
+            executor.spin_once(timeout_sec=0.01)
+            now = time.monotonic()
+            if command_pub is not None:
+                command_pub.publish(Float64MultiArray(data=_swing(now - start, q0,
+                                                                  actuated).tolist()))
+            if now >= next_print:
+                next_print += 1.0
+                print(summary.line(now - start), file=out, flush=True)
+            dead = [c for c in children if not c.alive()]
+            if dead:
+                print(f'plag-ros: {dead[0].label} exited with '
+                      f'{dead[0].process.returncode}', file=sys.stderr)
+                print(dead[0].tail(), file=sys.stderr)
+                status = 1
+                break
+    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        context.try_shutdown()
+    d = summary.diagnostics
+    print(f'plag-ros: {summary.total_outputs} decompositions received; node reports '
+          f"received {d.get('received', '-')}, published {d.get('published', '-')}, "
+          f"rejected {d.get('rejected', '-')}", file=out, flush=True)
+    if recording is not None and report is not None and status == 0 and len(recording):
+        from plag_ros.apps.live_report import write_report
+
+        png, text = write_report(report, recording, title='plag-ros sim')
+        print(f'\n{text}plag-ros: wrote {png} and {report / "summary.txt"}', file=out,
+              flush=True)
+    return status
+
+
+def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) -> int:
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix='plag_ros_'))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f'plag-ros: starting {", ".join(s.module for s in specs)} '
+          f"(ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}, logs in {log_dir})",
+          flush=True)
+    # Ctrl-C, `kill` and a closed terminal all stop the nodes cleanly. An explicit SIGINT
+    # handler also undoes the SIG_IGN a non-interactive shell gives background jobs, which
+    # the node subprocesses would otherwise inherit (and then ignore Ctrl-C).
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                       signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    children: list[NodeProcess] = []
+    status = 1
+    try:
+        children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
+                                     label=spec.module) for spec in specs)
+        status = _monitor(children, duration=args.duration,
+                          startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout,
+                          report=getattr(args, 'report', None))
+    except KeyboardInterrupt:
+        status = 0
+    finally:
+        for child in reversed(children):
+            code = child.stop()
+            if code not in (0, -signal.SIGINT):
+                print(f'plag-ros: {child.label} exited with {code}', file=sys.stderr)
+                print(child.tail(), file=sys.stderr)
+                status = status or 1
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f'signal {signum}')
+
+
+def _dynamics_spec(args: argparse.Namespace, source: str) -> NodeSpec:
+    params: dict[str, object] = {'robot_description_source': source}
+    return NodeSpec('dynamics_node', 'crane_x7.yaml', params)
+
+
+PRIVATE_DOMAINS = range(101, 200)
+"""Where ``plag-ros sim`` looks for a free domain (valid Fast DDS / Cyclone ids, away from
+the 0 of a default robot graph and the small ids people pick by hand)."""
+
+
+def domain_in_use(domain: int, wait_s: float = 1.0) -> bool:
+    """Whether any ROS 2 node answers discovery in ``domain`` on this machine within
+    ``wait_s`` (a probe node in its own context; it sees itself only when free)."""
+    import rclpy
+    from rclpy.context import Context
+
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    try:
+        node = rclpy.create_node('plag_domain_probe', context=context,
+                                 start_parameter_services=False)
+        deadline = time.monotonic() + wait_s
+        others: list[str] = []
+        while time.monotonic() < deadline and not others:
+            others = [n for n in node.get_node_names() if n != 'plag_domain_probe']
+            time.sleep(0.05)
+        node.destroy_node()
+        return bool(others)
+    finally:
+        context.try_shutdown()
+
+
+def isolate(domain: int | None, *, out=sys.stdout) -> int:
+    """Put this process and its children in a ROS domain and say which.
+
+    ``domain`` None: a free private domain (:data:`PRIVATE_DOMAINS`, starting at a
+    pid-derived id so parallel demos spread out, probed with :func:`domain_in_use`), with
+    discovery restricted to this machine (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` for
+    Iron and later, ``ROS_LOCALHOST_ONLY=1`` for Humble): a simulated arm never joins a
+    robot's graph by accident. An explicit ``domain`` joins it on purpose, with the
+    environment's discovery settings.
+
+    Returns:
+        The domain id now in ``os.environ['ROS_DOMAIN_ID']``.
+    """
+    if domain is not None:
+        if not 0 <= domain <= 232:
+            raise ValueError(f'--domain must be in 0..232, got {domain}')
+        os.environ['ROS_DOMAIN_ID'] = str(domain)
+        print(f'plag-ros: joining ROS_DOMAIN_ID={domain} on purpose (--domain); other '
+              'nodes in that domain see the simulated arm', file=out, flush=True)
+        return domain
+    from plag_ros.ros.rclpy_compat import confine_to_localhost
+
+    localhost = confine_to_localhost(os.environ)
+    ids = list(PRIVATE_DOMAINS)
+    first = os.getpid() % len(ids)
+    for candidate in ids[first:] + ids[:first]:
+        if not domain_in_use(candidate):
+            break
+    else:
+        raise RuntimeError(f'no free ROS domain in {PRIVATE_DOMAINS}')
+    os.environ['ROS_DOMAIN_ID'] = str(candidate)
+    join = ' '.join(f'{k}={v}' for k, v in localhost.items())
+    print(f'plag-ros: private ROS_DOMAIN_ID={candidate}, this machine only (join it with '
+          f'`export ROS_DOMAIN_ID={candidate} {join}`, or pick one with --domain N)',
+          file=out, flush=True)
+    return candidate
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    """``plag-ros sim``: simulator + dynamics node (+ impedance node), summary each second."""
+    try:
+        isolate(args.domain)
+    except (ValueError, RuntimeError) as err:
+        print(f'plag-ros: {err}', file=sys.stderr)
+        return 2
+    specs = [NodeSpec('sim_node', 'sim.yaml'), _dynamics_spec(args, 'topic')]
+    if args.control:
+        if importlib.util.find_spec('plag_ros.ros.nodes.impedance_node') is None:
+            print('plag-ros: --control needs plag_ros.ros.nodes.impedance_node, which is not '
+                  'installed', file=sys.stderr)
+            return 2
+        # In the simulator the controller may drive at once: enabled, the elbow swinging
+        # 0.4 rad at 0.5 Hz while the shoulder tilt holds with its elbow path cancelled
+        # (on the real arm start_enabled stays false until ~/enable is called).
+        specs.append(NodeSpec('impedance_node', 'impedance.yaml', {
+            'start_enabled': True, 'reference.mode': 'sine', 'switch.method': 'sim',
+            'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0],
+            'reference.frequency_hz': [0.5]}))
+    return _bring_up(specs, args, motion=not args.control and args.motion == 'swing')
+
+
+def run_dynamics_only(args: argparse.Namespace) -> int:
+    """``plag-ros run``: the dynamics node joining a running robot's graph."""
+    return _bring_up([_dynamics_spec(args, args.description_source)], args, motion=False)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--duration', type=float, default=None, metavar='S',
+                        help='stop after S seconds of output (default: until Ctrl-C)')
+    parser.add_argument('--startup-timeout', type=float, default=60.0, metavar='S',
+                        help='give up if the dynamics node has not published within S '
+                             'seconds (default 60)')
+    parser.add_argument('--log-dir', default=None,
+                        help="folder for the nodes' logs (default: a new temporary folder)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``plag-ros sim`` or, for a parser named ``plag-ros run``, of ``run``.
+
+    :mod:`plag_ros.apps.cli` gives one ``configure`` per module and names the parser after the
+    command, so the two commands of this module are told apart by ``parser.prog``.
+    """
+    if parser.prog.split()[-1] == 'run':
+        configure_run(parser)
+        return
+    _common(parser)
+    parser.add_argument('--report', type=Path, default=None, metavar='DIR',
+                        help='at the end, write DIR/live_torques.png (the joint torques and '
+                             'their parts over the run) and DIR/summary.txt')
+    parser.add_argument('--control', action='store_true',
+                        help='also start impedance_node (config/impedance.yaml); the demo '
+                             'motion is then left to the controller')
+    parser.add_argument('--domain', type=int, default=None, metavar='N',
+                        help='join ROS_DOMAIN_ID N on purpose (default: a free private '
+                             'domain, traffic on this machine only)')
+    parser.add_argument('--motion', choices=('swing', 'none'), default='swing',
+                        help='position commands sent to the simulator (default: a slow '
+                             'elbow/shoulder/wrist swing)')
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``plag-ros run``."""
+    _common(parser)
+    parser.add_argument('--description-source', choices=('topic', 'file'),
+                        default='topic', help='where the dynamics node takes the model from '
+                        "(default: the robot's robot_description topic)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``plag-ros sim`` / ``plag-ros run`` (see :mod:`plag_ros.apps.cli`)."""
+    if args.command == 'run':
+        return run_dynamics_only(args)
+    return run_sim(args)

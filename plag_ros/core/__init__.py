@@ -1,0 +1,1 @@
+"""The ROS-free core: model, engine, estimation, control law, simulation, analysis."""

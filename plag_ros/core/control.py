@@ -1,0 +1,974 @@
+"""Partial-impedance control: joint impedance plus selected motion propagation torques.
+
+Seed 002 (section 4, the partial impedance after eq. 17) proposes impedance control on
+*partial* torques: rather than one impedance for the whole arm, pick which motion
+propagation paths to cancel (the torque a fast wrist motion propagates into the shoulder,
+say) and leave the others compliant. With the partial Lagrangian decomposition of
+:mod:`plag_ros.core.dynamics` (seed 002 eq. 1 and 10),
+
+    acceleration[k, i, s] = M_i[k, s] qdd_s
+    velocity[k, i, s]     = 1/2 d partial[k, i] / d qd_s * qd_s
+
+the law per actuated joint ``a`` (full coordinates ``k``; ``G`` maps actuated to full
+coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
+
+    tau = G^T [ g(q)                                            (if gravity_compensation)
+               + alpha * sum_{i, s} W_acc[k, i, s] acceleration[k, i, s]
+               + alpha * sum_{i, s} W_vel[k, i, s] velocity[k, i, s] ]
+        + alpha * [ K (q_d - q) + D (qd_d - qd) + inertia term ]
+
+so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
+else. ``alpha`` in [0, 1] is the enable ramp; gravity compensation is never ramped (it is
+what keeps the arm up). The decomposition is evaluated at the measured configuration ``q``
+with either the estimated motion (``motion_source='measured'``, the default: feedback of
+the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
+motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
+tracking error, e.g. under the back-EMF damping of a position servo).
+With every mask zero the law is a plain joint impedance (plus gravity compensation).
+
+Target inertia ``Md_a > 0`` (0 keeps the natural inertia) uses the acceleration estimate:
+``m_aa qdd_d + (m_aa - Md_a)(qdd - qdd_d)``, which turns the decoupled joint equation
+``m_aa qdd = tau + tau_ext`` into ``Md_a e'' + D e' + K e = tau_ext`` (``e = q - q_d``).
+It is only as good as the estimate's lag allows; leave it at 0 unless you need it.
+
+Two command interfaces:
+
+* ``'effort'``: the torque above, clipped to ``effort_scale`` times the URDF effort limits
+  (``std_msgs/Float64MultiArray`` for ``forward_command_controller``).
+* ``'position'``: the real CRANE-X7 driver (crane_x7_control, Dynamixel XM servos) accepts
+  positions only. Each servo runs a position loop that, over the band the controller
+  uses, acts as a spring ``tau = K_s (q_cmd - q)`` with ``K_s`` = ``servo_stiffness``
+  [N*m/rad] (default from :mod:`plag_ros.core.motors`). Commanding ``q_cmd = q + tau / K_s``
+  (the *measured* q, not the reference) therefore makes the servo produce the impedance
+  torque ``tau``. The driver writes D = 0 (rt-net/crane_x7_ros crane_x7_control/src/
+  crane_x7_hardware.cpp), so all damping is ``D`` here plus the motor's back-EMF. Identify
+  ``K_s`` per joint by hanging known torques on the held servo (a weight on the link, or
+  gravity at several poses with :meth:`~plag_ros.core.dynamics.PartialLagrangian.gravity_torque`)
+  and fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection. Positions are then
+  clipped to the joint limits and to ``max_position_step`` per cycle (from the previous
+  command, so enabling does not jump). The official driver has no effort interface: the
+  effort interface needs current mode (operating mode 0), a changed hardware plugin and
+  software limits; here it serves the simulator.
+
+Safety, as a pure state machine (no ROS here; :mod:`plag_ros.ros.nodes.impedance_node` wraps
+it): nothing is commanded before the first valid state; a watchdog holds when joint states
+are stale for more than ``stale_periods`` periods, contain NaN/inf, or the estimator is
+warming up (after a stamp gap); disable holds; enable ramps ``alpha`` from 0 to 1 over
+``ramp_s``. With the position interface a monitor compares the command in force with the
+measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
+than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)
+is a latched fault (``tracking`` / ``effort``): a servo that lost its gain (the driver
+writes P = 5 on deactivation) or a blocked joint; only disable clears it. On both
+interfaces a joint that keeps reversing (:mod:`plag_ros.core.oscillation`) latches an
+``oscillation`` fault the same way: the loop has gone unstable. Gains are checked against
+the sampled loop's stable region when set (``gain_check``, :mod:`plag_ros.core.stability`).
+*Hold* for the position interface is the last commanded set point, or
+``q + G^T g(q) / K_s`` before any command: never the measured, sagged pose (a P-only
+servo sags by ``g / K_s``); for the
+effort interface it is zero effort (``fault_action='zero'``) or the open-loop gravity
+torque at the latched position (``'hold'``): the state is not trusted, so no feedback.
+
+Size (over ~600 lines): the law, its limits, the hold, the watchdog and the gain-loss
+monitor update one state per cycle and are tested as one state machine.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from plag_ros.core import stability
+from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.model import RobotModel
+from plag_ros.core.oscillation import OscillationMonitor
+from plag_ros.core.simulation import servo_gains
+
+__all__ = [
+    'CONTROL_ESTIMATOR',
+    'Command',
+    'ControlState',
+    'HoldReference',
+    'ImpedanceConfig',
+    'PartialImpedanceController',
+    'Reference',
+    'SineReference',
+    'actuation_matrix',
+    'propagation_mask',
+]
+
+CommandInterface = Literal['effort', 'position']
+MotionSource = Literal['desired', 'measured']
+FaultAction = Literal['hold', 'zero']
+GainCheckMode = Literal['refuse', 'warn', 'off']
+ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
+"""``waiting``: no valid state yet (nothing commanded); ``disabled``/``fault``: hold;
+``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
+
+_MONITOR_WINDOW_S = 0.05
+"""[s] commands this recent count as possibly in force for the monitor."""
+_EFFORT_CHECK_QD = 0.3
+"""[rad/s] joints faster than this are left out of the effort check."""
+_ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'max_position_step')
+SERVO_STIFFNESS_TOLERANCE = 0.2
+"""A configured K_s further than this fraction from the motor table's is reported."""
+
+CONTROL_ESTIMATOR = EstimatorConfig(cutoff_hz=10.0, order=2)
+"""The controller's default estimator. Order 2 at 10 Hz, not the display's order 3: the
+damping term sees the velocity through the filter, and every bit of its lag is phase the
+sampled loop loses. With the shipped gains on the CRANE-X7's position path this keeps a
+gain margin of 2 or more at 200 and 100 Hz (``bench/bench_stability.py``); order 3 at
+15 Hz (shipped before) leaves 1.7 and 1.45."""
+
+
+def _frozen_optional(x: ArrayLike | None, name: str,
+                     ndim: Sequence[int]) -> np.ndarray | None:
+    return None if x is None else _frozen(x, name, ndim)
+
+
+def _frozen(x: ArrayLike | None, name: str, ndim: Sequence[int]) -> np.ndarray:
+    if x is None:
+        raise ValueError(f'ImpedanceConfig.{name} must be numeric, got None')
+    try:
+        a = np.array(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f'ImpedanceConfig.{name} must be numeric, got {x!r}') from err
+    if a.ndim not in ndim:
+        raise ValueError(f'ImpedanceConfig.{name} must have {" or ".join(map(str, ndim))} '
+                         f'dimensions, got shape {a.shape}')
+    if not np.isfinite(a).all():
+        raise ValueError(f'ImpedanceConfig.{name} must be finite, got {a.tolist()}')
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class ImpedanceConfig:
+    """Gains, compensation masks and safety limits of the partial-impedance controller.
+
+    Per-joint figures are scalars (same for every joint) or (n_act,) arrays over the
+    actuated joints in model order (mimic joints excluded); masks are over the full model
+    coordinates. Shapes against a model are checked by :class:`PartialImpedanceController`.
+
+    Attributes:
+        stiffness: K [N*m/rad], >= 0.
+        damping: D [N*m*s/rad], >= 0.
+        inertia: target inertia Md [kg*m^2], >= 0; 0 keeps the natural inertia.
+        gravity_compensation: add g(q).
+        acceleration_mask: W_acc, (n, n) over (joint k, source s) or (n, B, n) over
+            (k, body i, s), weights in [0, 1] (1 = compensate that path). None = zeros.
+        velocity_mask: W_vel, same shapes.
+        motion_source: ``'desired'`` or ``'measured'`` motion in the decomposition.
+        command_interface: ``'effort'`` or ``'position'``.
+        servo_stiffness: K_s [N*m/rad] > 0 of the servos' position loop (position only);
+            None takes the servo model's (:func:`plag_ros.core.simulation.servo_gains`: the
+            CRANE-X7 motor table, :mod:`plag_ros.core.motors`). A value further than
+            :data:`SERVO_STIFFNESS_TOLERANCE` from the table is reported in
+            :attr:`PartialImpedanceController.warnings`.
+        max_position_step: largest position command change per cycle [rad], > 0.
+        effort_scale: fraction of the URDF effort limits allowed, in (0, 1].
+        rate_hz: nominal joint_states / control rate [Hz].
+        stale_periods: hold when no valid state for this many periods, > 1.
+        ramp_s: enable ramp duration [s], >= 0.
+        fault_action: effort interface hold: ``'zero'`` effort or open-loop gravity
+            ``'hold'``.
+        resume_after_fault: re-ramp automatically when a fault clears (else disable).
+        start_enabled: enable as soon as the first valid state arrives.
+        tracking_error_limit: [rad] largest ``|q_cmd - q|`` of a monitored joint before a
+            ``tracking`` fault (position interface, while the law runs); inf = off.
+        effort_error_limit: [N*m] largest ``|effort - K_s (q_cmd - q)|`` before an
+            ``effort`` fault; inf = off.
+        fault_persist_s: [s] how long a limit must be exceeded without a break.
+        monitored: (n_act,) bools, joints the monitor checks (those actually commanded);
+            None = all.
+        estimator: settings of the joint state estimator run inside the controller
+            (default :data:`CONTROL_ESTIMATOR`).
+        gain_check: what to do with a commanded joint whose (K, D) have a gain margin below
+            :data:`plag_ros.core.stability.MIN_GAIN_MARGIN` in the sampled loop
+            (:mod:`plag_ros.core.stability`): ``'refuse'`` (ValueError naming the joint, the
+            gains and the bounds), ``'warn'`` (:attr:`PartialImpedanceController.warnings`)
+            or ``'off'``.
+        delay_periods: sample-to-command delay the gain check assumes [periods] (1: a
+            command sent to the driver's controller manager acts in its next cycle).
+        oscillation_reversals: the oscillation monitor's trip count
+            (:class:`plag_ros.core.oscillation.OscillationMonitor`); 0 turns it off.
+        oscillation_window_s: its window [s].
+
+    Raises:
+        ValueError: a field is out of range; the message names it.
+    """
+
+    stiffness: ArrayLike = 0.0
+    damping: ArrayLike = 0.0
+    inertia: ArrayLike = 0.0
+    gravity_compensation: bool = True
+    acceleration_mask: ArrayLike | None = None
+    velocity_mask: ArrayLike | None = None
+    motion_source: MotionSource = 'measured'
+    command_interface: CommandInterface = 'effort'
+    servo_stiffness: ArrayLike | None = None
+    max_position_step: ArrayLike = 0.02
+    effort_scale: float = 1.0
+    rate_hz: float = 200.0
+    stale_periods: float = 3.0
+    ramp_s: float = 1.0
+    fault_action: FaultAction = 'zero'
+    resume_after_fault: bool = True
+    start_enabled: bool = False
+    tracking_error_limit: float = math.inf
+    effort_error_limit: float = math.inf
+    fault_persist_s: float = 0.1
+    monitored: ArrayLike | None = None
+    estimator: EstimatorConfig = CONTROL_ESTIMATOR
+    gain_check: GainCheckMode = 'refuse'
+    delay_periods: float = 1.0
+    oscillation_reversals: int = 8
+    oscillation_window_s: float = 0.8
+
+    def __post_init__(self) -> None:
+        fields = _ARRAY_FIELDS + (('servo_stiffness',) if self.servo_stiffness is not None
+                                  else ())
+        for name in fields:
+            a = _frozen(getattr(self, name), name, (0, 1))
+            object.__setattr__(self, name, a)
+            if (a < 0.0).any():
+                raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {a.tolist()}')
+        for name in fields:
+            if name in ('servo_stiffness', 'max_position_step') and \
+                    (getattr(self, name) <= 0.0).any():
+                raise ValueError(f'ImpedanceConfig.{name} must be > 0, '
+                                 f'got {getattr(self, name).tolist()}')
+        for name in ('acceleration_mask', 'velocity_mask'):
+            w = _frozen_optional(getattr(self, name), name, (2, 3))
+            object.__setattr__(self, name, w)
+            if w is not None and ((w < 0.0) | (w > 1.0)).any():
+                raise ValueError(f'ImpedanceConfig.{name} weights must be in [0, 1]')
+        for name, lo, hi in (('effort_scale', 0.0, 1.0), ('rate_hz', 0.0, math.inf),
+                             ('stale_periods', 1.0, math.inf), ('ramp_s', -1e-300, math.inf)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+                    or not (lo < value <= hi) or not math.isfinite(value):
+                raise ValueError(f'ImpedanceConfig.{name} must be in ({lo:g}, {hi:g}], '
+                                 f'got {value!r}')
+        choices = {'motion_source': ('desired', 'measured'),
+                   'command_interface': ('effort', 'position'),
+                   'fault_action': ('hold', 'zero')}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f'ImpedanceConfig.{name} must be one of {allowed}, '
+                                 f'got {getattr(self, name)!r}')
+        for name in ('gravity_compensation', 'resume_after_fault', 'start_enabled'):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f'ImpedanceConfig.{name} must be a bool')
+        for name in ('tracking_error_limit', 'effort_error_limit', 'fault_persist_s'):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.number)) or math.isnan(value) \
+                    or value < 0.0:
+                raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {value!r}')
+        if self.monitored is not None:
+            object.__setattr__(self, 'monitored', np.array(self.monitored, dtype=bool))
+        if not isinstance(self.estimator, EstimatorConfig):
+            raise TypeError('ImpedanceConfig.estimator must be an EstimatorConfig')
+        if self.gain_check not in ('refuse', 'warn', 'off'):
+            raise ValueError("ImpedanceConfig.gain_check must be one of 'refuse', 'warn', "
+                             f"'off', got {self.gain_check!r}")
+        if not (isinstance(self.delay_periods, (int, float, np.number))
+                and 0.0 <= self.delay_periods < 100.0):
+            raise ValueError(f'ImpedanceConfig.delay_periods must be in [0, 100), got '
+                             f'{self.delay_periods!r}')
+        if isinstance(self.oscillation_reversals, bool) or \
+                not isinstance(self.oscillation_reversals, (int, np.integer)) or \
+                self.oscillation_reversals == 1 or self.oscillation_reversals < 0:
+            raise ValueError('ImpedanceConfig.oscillation_reversals must be 0 (off) or an '
+                             f'integer >= 2, got {self.oscillation_reversals!r}')
+        if not (isinstance(self.oscillation_window_s, (int, float, np.number))
+                and 0.0 < self.oscillation_window_s < math.inf):
+            raise ValueError('ImpedanceConfig.oscillation_window_s must be > 0, got '
+                             f'{self.oscillation_window_s!r}')
+
+    def replace(self, **changes) -> ImpedanceConfig:
+        """A validated copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+def actuation_matrix(model: RobotModel) -> tuple[np.ndarray, np.ndarray]:
+    """Map actuated coordinates to full ones through the mimic joints.
+
+    Returns:
+        G (n, n_act) and offset (n,) with ``q = G q_act + offset``; torques map back as
+        ``tau_act = G^T tau`` (virtual work).
+    """
+    act = np.flatnonzero(model.actuated)
+    column = {int(j): a for a, j in enumerate(act)}
+    G = np.zeros((model.n_joints, act.size))
+    offset = np.zeros(model.n_joints)
+    for j in range(model.n_joints):
+        src = int(model.mimic_source[j])
+        if src < 0:
+            G[j, column[j]] = 1.0
+        else:
+            while model.mimic_source[src] >= 0:  # mimic of a mimic: follow to the actuator
+                src = int(model.mimic_source[src])
+            G[j, column[src]] = model.mimic_multiplier[j]
+            offset[j] = model.mimic_offset[j]
+    return G, offset
+
+
+def propagation_mask(model: RobotModel, paths: Iterable[str | tuple[str, str]], *,
+                     bodies: Iterable[str] | None = None) -> np.ndarray:
+    """Compensation mask from named propagation paths.
+
+    Args:
+        model: the robot.
+        paths: ``'target<-source'`` strings or ``(target, source)`` pairs of joint names;
+            ``'*'`` matches every joint on that side. The path from source joint s into
+            joint k is the torque at k caused by the motion of s (seed 002 eq. 1).
+        bodies: restrict to these bodies (names from ``model.body_names``); None = all.
+
+    Returns:
+        (n, n) mask over (k, s), or (n, B, n) over (k, i, s) when ``bodies`` is given.
+
+    Raises:
+        ValueError: a malformed path or an unknown joint or body name.
+    """
+    n = model.n_joints
+    mask = np.zeros((n, n))
+    for path in paths:
+        if isinstance(path, str):
+            parts = [p.strip() for p in path.split('<-')]
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"propagation path {path!r} is not 'target<-source'")
+        else:
+            parts = list(path)
+            if len(parts) != 2:
+                raise ValueError(f'propagation path {path!r} is not a (target, source) pair')
+        idx = [slice(None) if p == '*' else int(model.joint_index([p])[0]) for p in parts]
+        mask[idx[0], idx[1]] = 1.0
+    if bodies is None:
+        return mask
+    names = list(bodies)
+    unknown = [b for b in names if b not in model.body_names]
+    if unknown:
+        raise ValueError(f'unknown bodies {unknown}; known: {list(model.body_names)}')
+    select = np.array([b in names for b in model.body_names], dtype=np.float64)
+    return mask[:, None, :] * select[None, :, None]
+
+
+# --- references ----------------------------------------------------------------------------
+
+
+class Reference(Protocol):
+    """Desired trajectory in actuated coordinates, sampled at time since enable."""
+
+    def sample(self, t_s: float, anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                               np.ndarray]:
+        """q_d, qd_d, qdd_d (n_act,) at ``t_s`` [s]; ``anchor`` is q at enable."""
+        ...
+
+
+class HoldReference:
+    """Hold the position the arm had when the controller was enabled."""
+
+    def sample(self, t_s: float, anchor: np.ndarray):
+        zero = np.zeros_like(anchor)
+        return anchor.copy(), zero, zero.copy()
+
+
+@dataclass(frozen=True)
+class SineReference:
+    """``q_d = center + amplitude * sin(2 pi f t)`` per joint (center None = anchor).
+
+    Attributes:
+        amplitude: (n_act,) [rad]; 0 holds that joint.
+        frequency_hz: (n_act,) or scalar [Hz].
+        center: (n_act,) [rad] or None for the position at enable.
+    """
+
+    amplitude: ArrayLike
+    frequency_hz: ArrayLike
+    center: ArrayLike | None = None
+
+    def sample(self, t_s: float, anchor: np.ndarray):
+        a = np.asarray(self.amplitude, dtype=np.float64)
+        w = 2.0 * np.pi * np.asarray(self.frequency_hz, dtype=np.float64)
+        c = anchor if self.center is None else np.asarray(self.center, dtype=np.float64)
+        s, co = np.sin(w * t_s), np.cos(w * t_s)
+        return c + a * s, a * w * co, -a * w * w * s
+
+
+@dataclass(frozen=True)
+class _Point:
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+
+    def sample(self, t_s: float, anchor: np.ndarray):
+        return self.q, self.qd, self.qdd
+
+
+# --- controller ----------------------------------------------------------------------------
+
+
+class Command(NamedTuple):
+    """One controller output.
+
+    Attributes:
+        t_ns: time it was computed for [ns] (controller clock).
+        state: :data:`ControlState` after this cycle.
+        reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
+            'warming_up', or a monitor fault starting 'tracking', 'effort' or
+            'oscillation'.
+        effort: (n_act,) [N*m] for the effort interface, else None.
+        position: (n_act,) [rad] for the position interface, else None.
+        torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
+        compensation: (n_act,) [N*m] selected propagation torque (alpha included).
+        q_desired: (n_act,) [rad] desired position (hold position when holding).
+        alpha: enable ramp factor in [0, 1].
+        saturated: (n_act,) bool, effort or position clipped this cycle.
+    """
+
+    t_ns: int
+    state: str
+    reason: str
+    effort: np.ndarray | None
+    position: np.ndarray | None
+    torque: np.ndarray
+    compensation: np.ndarray
+    q_desired: np.ndarray
+    alpha: float
+    saturated: np.ndarray
+
+
+class PartialImpedanceController:
+    """Partial-impedance law with an estimator, limits, watchdog and enable ramp.
+
+    Feed every ``joint_states`` sample to :meth:`update` (it returns the command for that
+    sample) and call :meth:`tick` from a timer at about the control rate (it returns a hold
+    command when the input went stale). Both return None while nothing may be commanded.
+
+    Args:
+        engine: partial Lagrangian engine of the robot (its model gives joints and limits).
+        config: gains, masks and limits; shapes are checked against the model here.
+        reference: desired trajectory (default: hold the position at enable).
+
+    Raises:
+        ValueError: a per-joint array or mask has the wrong shape for the model, or an
+            acceleration mask diagonal is combined with a target inertia or with
+            ``motion_source='measured'`` (positive acceleration feedback).
+    """
+
+    def __init__(self, engine: PartialLagrangian, config: ImpedanceConfig,
+                 reference: Reference | None = None) -> None:
+        model = engine.model
+        self.engine = engine
+        self.model = model
+        self.config = config
+        self.reference: Reference = HoldReference() if reference is None else reference
+        self._act = np.flatnonzero(model.actuated)
+        self.joint_names = tuple(model.joint_names[j] for j in self._act)
+        """Actuated joints, the order of every (n_act,) array and command."""
+        self._G, self._offset = actuation_matrix(model)
+        self._apply(config)
+        self._estimator = JointStateEstimator(self._act.size, config.estimator)
+        self.reset()
+        # One sample's tables, rewritten by every cycle (read within the cycle only).
+        self._tables = engine.empty_arrays()
+        with torch.inference_mode():  # first calls are slow: pay it here, not in the loop
+            zero = np.zeros(model.n_joints)
+            engine.decompose_arrays(zero, zero, zero, out=self._tables)
+            engine.gravity_torque(zero)
+
+    def reconfigure(self, config: ImpedanceConfig) -> None:
+        """Swap gains, masks and limits in place, keeping the state (enable, estimator).
+
+        Raises:
+            ValueError: as the constructor; or a different estimator config (build a new
+                controller for that). Nothing changes on error.
+        """
+        if config.estimator != self.config.estimator:
+            raise ValueError('the estimator settings cannot change on a running controller')
+        self._apply(config)
+        self._hold_effort: np.ndarray | None = None
+
+    def _apply(self, config: ImpedanceConfig) -> None:
+        model = self.model
+        n, B = model.n_joints, model.n_bodies
+        na = self._act.size
+
+        def per_joint(name: str) -> np.ndarray:
+            a = getattr(config, name)
+            if a.ndim == 0:
+                return np.full(na, float(a))
+            if a.shape != (na,):
+                raise ValueError(f'ImpedanceConfig.{name} needs {na} entries, one per actuated '
+                                 f'joint {list(self.joint_names)}, got {a.shape[0]}')
+            return a.copy()
+
+        K, D, Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
+        table_Ks = servo_gains(model)[0]
+        Ks = table_Ks if config.servo_stiffness is None else per_joint('servo_stiffness')
+        max_step = per_joint('max_position_step')
+
+        def weights(name: str) -> np.ndarray | None:
+            a = getattr(config, name)
+            if a is None or not a.any():
+                return None
+            if a.shape == (n, n):
+                a = np.broadcast_to(a[:, None, :], (n, B, n))
+            elif a.shape != (n, B, n):
+                raise ValueError(f'ImpedanceConfig.{name} must have shape ({n}, {n}) over '
+                                 f'(joint, source) or ({n}, {B}, {n}) over (joint, body, '
+                                 f'source) for {model.name}, got {a.shape}')
+            return np.array(a, dtype=np.float64).reshape(n, B * n)   # (k, i*s), dense
+
+        W_acc, W_vel = weights('acceleration_mask'), weights('velocity_mask')
+        if W_acc is not None:
+            diag = np.diagonal(W_acc.reshape(n, B, n).sum(1)) > 0
+            diag_act = (self._G.T @ diag.astype(float)) > 0
+            if config.motion_source == 'measured' and diag.any():
+                raise ValueError(
+                    'acceleration_mask diagonal (a joint compensating its own acceleration) '
+                    "with motion_source='measured' is positive acceleration feedback; use "
+                    "'desired' or a target inertia")
+            clash = diag_act & (Md > 0)
+            if clash.any():
+                raise ValueError('acceleration_mask diagonal and a target inertia both set '
+                                 f'for {[self.joint_names[a] for a in np.flatnonzero(clash)]}')
+        mon = None if config.monitored is None else np.asarray(config.monitored, dtype=bool)
+        if mon is not None and mon.shape != (na,):
+            raise ValueError(f'ImpedanceConfig.monitored needs {na} entries, got {mon.shape}')
+        monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
+        # The checks come before any state changes: a refused reconfigure changes nothing.
+        warnings = self._servo_warnings(config, Ks, table_Ks, monitored) + \
+            self._check_gains(config, K, D, Ks, monitored)
+        self.config = config
+        self._K, self._D, self._Md, self._Ks, self._max_step = K, D, Md, Ks, max_step
+        self._W_acc, self._W_vel = W_acc, W_vel
+        self._effort_max = config.effort_scale * model.effort_limit[self._act]
+        self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
+        self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
+        self._monitored = monitored
+        self.warnings: list[str] = warnings
+        """What the configuration's checks found and let pass (a K_s off the motor table,
+        gains below the margin with ``gain_check='warn'``): a node logs them at start."""
+        self._oscillation: OscillationMonitor | None = None
+        if config.oscillation_reversals:
+            limit = model.velocity_limit[self._act]
+            speed = np.where(np.isfinite(limit) & (limit > 0), 0.1 * limit, 0.5)
+            self._oscillation = OscillationMonitor(self.joint_names, speed,
+                                                   config.oscillation_window_s,
+                                                   config.oscillation_reversals)
+
+    def _servo_warnings(self, config: ImpedanceConfig, Ks: np.ndarray, table: np.ndarray,
+                        monitored: np.ndarray) -> list[str]:
+        """A configured K_s off the servo model's by more than the tolerance (position
+        interface, commanded joints)."""
+        if config.command_interface != 'position' or config.servo_stiffness is None:
+            return []
+        off = np.abs(Ks / table - 1.0) > SERVO_STIFFNESS_TOLERANCE
+        return [f'{self.joint_names[a]}: servo_stiffness {Ks[a]:g} N*m/rad is '
+                f"{Ks[a] / table[a]:.2f} x the motor table's {table[a]:.3g} (P gain 800): "
+                "the law's torque is scaled by the ratio, and its stability margin with it; "
+                'set it from an identification of the servo, or leave it unset'
+                for a in np.flatnonzero(off & monitored)]
+
+    def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
+                     Ks: np.ndarray, monitored: np.ndarray) -> list[str]:
+        """The gain check of ``config.gain_check`` (see :mod:`plag_ros.core.stability`).
+
+        Raises:
+            ValueError: ``'refuse'`` and a commanded joint below the required margin.
+        """
+        if config.gain_check == 'off':
+            return []
+        loops = stability.joint_loops(
+            self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
+            delay_periods=config.delay_periods, engine=self.engine)
+        failing = stability.check_gains(loops, self.joint_names, K, D, config.estimator,
+                                        only=monitored & ((K > 0) | (D > 0)))
+        if not failing:
+            return []
+        est = config.estimator
+        where = (f'({config.command_interface} interface at {config.rate_hz:g} Hz, '
+                 f'{config.delay_periods:g} period delay; estimator order {est.order}, '
+                 f'{est.cutoff_hz:g} Hz, {est.velocity_source} velocity)')
+        messages = [f'{check.message(stability.MIN_GAIN_MARGIN)} {where}'
+                    for check in failing]
+        if config.gain_check == 'refuse':
+            raise ValueError('gains outside the verified stable region (gain_check '
+                             "'refuse'; 'warn' to run them anyway): " + '; '.join(messages))
+        return messages
+
+    # ------------------------------------------------------------------ state machine
+    def reset(self) -> None:
+        """Back to 'waiting': forget the state, estimator, hold position and enable."""
+        self._estimator.reset()
+        self._enabled = False
+        self._fault = ''
+        self._last_valid_ns: int | None = None
+        self._q: np.ndarray | None = None        # last valid raw position (n_act,)
+        self._q_hold: np.ndarray | None = None
+        self._hold_effort = None
+        self._last_position: np.ndarray | None = None
+        self._last_command: np.ndarray | None = None  # last position sent, any state
+        self._over_since: dict[str, int] = {}
+        self._recent: collections.deque[np.ndarray] = collections.deque(
+            maxlen=max(2, round(_MONITOR_WINDOW_S * self.config.rate_hz)))
+        self._latched = False
+        self._ramp_start_ns = 0
+        self._t0_ns = 0
+        self._anchor: np.ndarray | None = None
+        self._now_ns = 0
+
+    @property
+    def state(self) -> ControlState:
+        """Current :data:`ControlState`."""
+        if self._q is None:
+            return 'waiting'
+        if self._fault:
+            return 'fault'
+        if not self._enabled:
+            return 'disabled'
+        return 'ramping' if self._alpha(None) < 1.0 else 'enabled'
+
+    @property
+    def fault(self) -> str:
+        """Active fault reason ('' when none)."""
+        return self._fault
+
+    @property
+    def latched(self) -> bool:
+        """Whether the fault is a latched monitor fault (only disable clears it)."""
+        return self._latched
+
+    def relatch_hold(self) -> None:
+        """While disabled and someone else commands the servos, re-estimate the set point
+        in force as ``q + G^T g(q) / K_s`` from the latest state, so that enabling starts
+        from what the servos were holding (position interface; no-op otherwise)."""
+        if self._q is None or self._enabled or self._fault or \
+                self.config.command_interface != 'position':
+            return
+        self._last_command = None
+        self._last_command = self._latch_hold().copy()
+
+    def hold(self, now_ns: int) -> Command | None:
+        """The hold command now (None before the first valid state)."""
+        self._now_ns = now_ns
+        return None if self._q is None else self._hold(now_ns)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether enable was requested (the law runs when also no fault)."""
+        return self._enabled
+
+    @property
+    def estimator(self) -> JointStateEstimator:
+        """The controller's joint state estimator (for its counters)."""
+        return self._estimator
+
+    @property
+    def servo_stiffness(self) -> np.ndarray:
+        """(n_act,) the servo stiffness K_s in use [N*m/rad] (the configured one, else the
+        motor table's)."""
+        return self._Ks.copy()
+
+    @property
+    def measured_q(self) -> np.ndarray | None:
+        """Last valid measured position (n_act,) [rad], None before the first."""
+        return None if self._q is None else self._q.copy()
+
+    def set_enabled(self, enable: bool, now_ns: int) -> tuple[bool, str]:
+        """Request enable (ramp from alpha = 0) or disable (hold). Returns (success, message)."""
+        if not enable:
+            if self._enabled:
+                self._enabled = False
+                if not self._fault:
+                    self._latch_hold()
+            if self._latched:        # a monitor fault ends with disable (already holding)
+                self._latched = False
+                self._fault = ''
+            return True, 'disabled'
+        if self._q is None:
+            return False, 'no valid joint state yet'
+        if self._enabled:
+            return True, 'already enabled'
+        if self._latched:
+            return False, f'fault {self._fault}: disable first'
+        self._enabled = True
+        self._start(now_ns, new_reference=True)
+        if self._fault:
+            return True, f'enabled; waiting for fault to clear ({self._fault})'
+        return True, f'enabled; ramping over {self.config.ramp_s:g} s'
+
+    def set_reference(self, reference: Reference | None = None, *, q: ArrayLike | None = None,
+                      qd: ArrayLike | None = None, qdd: ArrayLike | None = None) -> None:
+        """Replace the desired trajectory, or set a constant point (q, qd, qdd) (n_act,)."""
+        if reference is None:
+            na = self._act.size
+
+            def vec(x, name):
+                a = np.zeros(na) if x is None else np.asarray(x, dtype=np.float64)
+                if a.shape != (na,) or not np.isfinite(a).all():
+                    raise ValueError(f'reference {name} must be {na} finite values')
+                return a
+
+            reference = _Point(vec(q, 'q'), vec(qd, 'qd'), vec(qdd, 'qdd'))
+        self.reference = reference
+
+    def _start(self, now_ns: int, *, new_reference: bool) -> None:
+        self._ramp_start_ns = now_ns
+        self._recent.clear()          # the hold set point is in force, not older commands
+        if self._oscillation is not None:
+            self._oscillation.reset()
+        if new_reference:
+            self._t0_ns = now_ns
+            self._anchor = self._valid_q().copy()
+            self._last_position = None
+
+    def _alpha(self, now_ns: int | None) -> float:
+        if self.config.ramp_s <= 0.0:
+            return 1.0
+        now = self._now_ns if now_ns is None else now_ns
+        return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self.config.ramp_s))
+
+    def _valid_q(self) -> np.ndarray:
+        """The last valid measured position; callers run only after the first one."""
+        if self._q is None:
+            raise RuntimeError('ImpedanceController: no valid joint state yet')
+        return self._q
+
+    def _latch_hold(self) -> np.ndarray:
+        """Latch the hold set point: the last position command in force (position
+        interface), else ``q + G^T g(q) / K_s`` (what the sagging servo needs to stay at q),
+        else the measured q (effort interface). Returns the new set point (n_act,)."""
+        if self.config.command_interface == 'position' and self._last_command is not None:
+            q_hold = self._last_command.copy()
+        elif self.config.command_interface == 'position':
+            q = self._valid_q()
+            q_full = self._G @ q + self._offset
+            with torch.inference_mode():
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+            q_hold = np.clip(q + (self._G.T @ g) / self._Ks, self._lower, self._upper)
+        else:
+            q_hold = self._valid_q().copy()
+        self._q_hold = q_hold
+        self._hold_effort = None
+        self._last_position = None
+        return q_hold
+
+    def _set_fault(self, reason: str) -> None:
+        if not self._fault and self._enabled:
+            self._latch_hold()  # disabled: already latched at disable or first state
+        self._fault = reason
+
+    def _clear_fault(self, now_ns: int) -> None:
+        if not self._fault or self._latched:
+            return
+        self._fault = ''
+        if self._enabled:
+            if self.config.resume_after_fault:
+                self._start(now_ns, new_reference=False)
+            else:
+                self._enabled = False
+
+    # ------------------------------------------------------------------ cycle
+    def update(self, now_ns: int, q: ArrayLike, qd: ArrayLike | None = None, *,
+               stamp_ns: int | None = None, effort: ArrayLike | None = None
+               ) -> Command | None:
+        """Take one joint state sample and return the command for it.
+
+        Args:
+            now_ns: controller clock [ns] (receive time; the watchdog runs on it).
+            q: (n_act,) measured positions of the actuated joints [rad].
+            qd: (n_act,) measured velocities (used with the estimator's
+                ``velocity_source='measured'``).
+            stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``).
+            effort: (n_act,) measured effort [N*m] for the effort monitor (None: off).
+
+        Returns:
+            The command, or None before the first valid state.
+        """
+        self._now_ns = now_ns
+        na = self._act.size
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != (na,):
+            raise ValueError(f'q must have {na} entries ({list(self.joint_names)}), '
+                             f'got shape {q.shape}')
+        if not np.isfinite(q).all() or (qd is not None and not np.isfinite(qd).all()):
+            if self._q is None:
+                return None
+            self._set_fault('nan')
+            return self._hold(now_ns)
+        rejected = sum(self._estimator.rejected.values())
+        sample = self._estimator.update(now_ns if stamp_ns is None else int(stamp_ns), q, qd)
+        if sum(self._estimator.rejected.values()) > rejected:
+            return None  # a rejected sample is skipped; the watchdog sees if they persist
+        self._last_valid_ns = now_ns  # fresh input, even while the estimator warms up
+        if sample is None:
+            if self._q is None:
+                return None
+            self._q = q.copy()
+            self._set_fault('warming_up')
+            return self._hold(now_ns)
+        first = self._q is None
+        self._q = q.copy()
+        if first:
+            self._latch_hold()
+            if self.config.start_enabled:
+                self.set_enabled(True, now_ns)
+        self._clear_fault(now_ns)
+        if not self._enabled or self._fault:
+            return self._hold(now_ns)
+        if self._monitor(now_ns, q, effort, sample.qd):
+            return self._hold(now_ns)
+        command = self._law(now_ns, q, sample.qd, sample.qdd)
+        if self._oscillation is not None:
+            reason = self._oscillation.update(now_ns, sample.qd, command.torque,
+                                              command.saturated)
+            if reason:
+                # Latched like the servo monitor's faults: an unstable loop must not
+                # re-ramp by itself into the same oscillation.
+                self._set_fault(reason)
+                self._latched = True
+                return self._hold(now_ns)
+        return command
+
+    def _monitor(self, now_ns: int, q: np.ndarray, effort: ArrayLike | None,
+                 qd: np.ndarray) -> bool:
+        """Check the command in force against the measurement; True on a new fault.
+
+        The effort check skips joints moving faster than ``_EFFORT_CHECK_QD``: the motor's
+        back-EMF damping (unknown here) then adds to the servo torque."""
+        cfg = self.config
+        if cfg.command_interface != 'position' or not self._recent:
+            self._over_since.clear()
+            return False
+        # The measurement may predate the newest command (DDS hops, the driver's cycle, a
+        # busy machine): a joint passes when any command of the last _MONITOR_WINDOW_S
+        # explains it. A servo without gain is explained by none.
+        recent = np.array(self._recent)                          # (k, n_act)
+        errors = recent - q
+        error = np.where(self._monitored, np.abs(errors).min(0), 0.0)
+        checks = {'tracking': (error, cfg.tracking_error_limit, 'rad')}
+        if effort is not None and math.isfinite(cfg.effort_error_limit):
+            effort = np.asarray(effort, dtype=np.float64)
+            predicted = np.clip(self._Ks * errors, -self._effort_max, self._effort_max)
+            slow = np.abs(qd) < _EFFORT_CHECK_QD
+            mismatch = np.where(self._monitored & slow,
+                                np.abs(effort - predicted).min(0), 0.0)
+            if np.isfinite(mismatch).all():
+                checks['effort'] = (mismatch, cfg.effort_error_limit, 'N*m')
+        persist_ns = int(cfg.fault_persist_s * 1e9)
+        for kind, (value, limit, unit) in checks.items():
+            worst = int(np.argmax(value))
+            if value[worst] <= limit:
+                self._over_since.pop(kind, None)
+                continue
+            since = self._over_since.setdefault(kind, now_ns)
+            if now_ns - since >= persist_ns:
+                what = ('|q_cmd - q|' if kind == 'tracking' else
+                        '|effort - K_s (q_cmd - q)|')
+                self._set_fault(f'{kind}: {self.joint_names[worst]} {what} = '
+                                f'{value[worst]:.3g} {unit} > {limit:g} for '
+                                f'{cfg.fault_persist_s:g} s (servo gain lost, e.g. the driver '
+                                'deactivated and wrote P=5, or a blocked joint)')
+                self._latched = True
+                self._over_since.clear()
+                self._recent.clear()
+                return True
+        return False
+
+    def tick(self, now_ns: int) -> Command | None:
+        """Watchdog: a hold command when the last valid state is too old, else None."""
+        self._now_ns = now_ns
+        if self._q is None or self._last_valid_ns is None:
+            return None
+        if now_ns - self._last_valid_ns > self._stale_ns:
+            if self._fault != 'stale':
+                self._set_fault('stale')
+                self._estimator.reset()  # no derivative across the gap
+            return self._hold(now_ns)
+        return None
+
+    def _hold(self, now_ns: int) -> Command:
+        na = self._act.size
+        q_hold = self._q_hold
+        if q_hold is None:
+            raise RuntimeError('ImpedanceController: hold requested before a set point latched')
+        zero = np.zeros(na)
+        effort: np.ndarray | None = None
+        position: np.ndarray | None = None
+        if self.config.command_interface == 'position':
+            position = q_hold.copy()
+            self._last_command = position.copy()
+        elif self.config.fault_action == 'hold':
+            if self._hold_effort is None:
+                q_full = self._G @ q_hold + self._offset
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+                self._hold_effort = np.clip(self._G.T @ g, -self._effort_max, self._effort_max)
+            effort = self._hold_effort.copy()
+        else:
+            effort = zero.copy()
+        reason = self._fault or 'disabled'
+        return Command(now_ns, self.state, reason, effort, position,
+                       zero if effort is None else effort.copy(), zero.copy(), q_hold.copy(),
+                       0.0, np.zeros(na, dtype=bool))
+
+    def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
+        cfg, G = self.config, self._G
+        alpha = self._alpha(now_ns)
+        if self._anchor is None:
+            raise RuntimeError('ImpedanceController: control law before the first enable')
+        q_d, qd_d, qdd_d = (np.asarray(x, dtype=np.float64) for x in
+                            self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor))
+        # 1. One decomposition at the measured configuration with the chosen motion.
+        q_full = G @ q + self._offset
+        if cfg.motion_source == 'desired':
+            qd_full, qdd_full = G @ qd_d, G @ qdd_d
+        else:
+            qd_full, qdd_full = G @ qd, G @ qdd
+        with torch.inference_mode():
+            out = self.engine.decompose_arrays(q_full, qd_full, qdd_full, out=self._tables)
+        n = q_full.size
+        comp_full = np.zeros(n)
+        if self._W_acc is not None:
+            comp_full += np.einsum('kj,kj->k', out['acceleration'].reshape(n, -1), self._W_acc)
+        if self._W_vel is not None:
+            comp_full += np.einsum('kj,kj->k', out['velocity'].reshape(n, -1), self._W_vel)
+        g_full = out['gravity'].sum(-1) if cfg.gravity_compensation else None
+        # 2. Impedance in actuated coordinates; gravity is not ramped.
+        compensation = alpha * (G.T @ comp_full)
+        tau = alpha * (self._K * (q_d - q) + self._D * (qd_d - qd)) + compensation
+        if (self._Md > 0).any():
+            M = G.T @ self.engine.mass_matrix(q_full).cpu().numpy() @ G
+            m = np.diag(M)
+            on = self._Md > 0
+            tau += alpha * on * (m * qdd_d + (m - self._Md) * (qdd - qdd_d))
+        if g_full is not None:
+            tau += G.T @ g_full
+        # 3. Limits.
+        clipped = np.clip(tau, -self._effort_max, self._effort_max)
+        saturated = clipped != tau
+        effort = position = None
+        if cfg.command_interface == 'effort':
+            effort = clipped
+        else:
+            target = np.clip(q + clipped / self._Ks, self._lower, self._upper)
+            # Step limit from the command in force (the hold set point after enable), not
+            # from the sagged measurement.
+            previous = self._last_position if self._last_position is not None else (
+                self._last_command if self._last_command is not None else q)
+            position = np.clip(target, previous - self._max_step, previous + self._max_step)
+            saturated |= position != q + clipped / self._Ks
+            self._last_position = position
+            self._last_command = position.copy()
+            self._recent.append(position.copy())
+        return Command(now_ns, self.state, '', effort, position, clipped, compensation, q_d,
+                       alpha, saturated)

@@ -1,0 +1,162 @@
+"""Thin rclpy nodes over the plag_ros library, and the shutdown idiom they share."""
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes stays cheap
+    from rclpy.node import Node
+
+__all__ = ['dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
+
+SPIN_POLL_S = 0.1
+"""Longest executor wait [s]: the spin loop looks at the context and Ctrl-C this often."""
+SHUTDOWN_DEADLINE_S = 4.0
+"""After the first Ctrl-C, a shutdown still under way this long [s] is a bug: every thread's
+stack goes to stderr and the process exits with 1 (``faulthandler``), inside launch's 5 s
+before it escalates to SIGTERM, instead of hanging until SIGKILL."""
+
+
+class _QuietInterrupts:
+    """Python's SIGINT and SIGTERM handler while a node runs: count; raise
+    ``KeyboardInterrupt`` once while ``raise_once`` is set.
+
+    rclpy's own handlers are not installed (``SignalHandlerOptions.NO``): in C they shut the
+    context down from a thread of their own, which then ran beside the node's teardown. A
+    CI run caught a dynamics node stuck for good in ``Publisher.destroy`` (Kilted, Fast DDS)
+    right after such a shutdown, SIGTERM included. Here a signal is only counted, the spin
+    loop sees the count within ``SPIN_POLL_S``, and the main thread alone destroys the node
+    and then shuts the context down. ``raise_once`` is set while the node is built (seconds
+    of model loading that a Ctrl-C must cut short) and cleared before raising: a second
+    Ctrl-C (``ros2 launch`` in a terminal delivers two) never lands in ``destroy_node()``.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.raise_once = False
+
+    def __call__(self, signum, frame) -> None:
+        self.count += 1
+        if self.count == 1:
+            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
+        if self.raise_once:
+            self.raise_once = False
+            raise KeyboardInterrupt
+
+
+def _quiet_signals() -> _QuietInterrupts | None:
+    """Install (or keep, with its count) the counting handler for SIGINT and SIGTERM; None
+    off the main thread (Python handles signals there only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    if not isinstance(handler, _QuietInterrupts):
+        handler = _QuietInterrupts()
+        signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return handler
+
+
+def _exit_at_once(signum, frame) -> None:
+    os._exit(0)     # nothing started yet: nothing to clean up, no traceback
+
+
+def _console(module: str) -> None:
+    """A console script: a SIGINT handler first, then the seconds-long import, then run.
+
+    A Ctrl-C while torch, scipy and numba load (about 4 s) ends the process at once with
+    exit code 0 instead of a traceback out of some import (and instead of finishing the
+    import first, which would outlast launch's 5 s before it escalates to SIGTERM).
+    :func:`spin_node` replaces the handler before ``rclpy.init``.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _exit_at_once)
+    importlib.import_module(f'{__name__}.{module}').main()
+
+
+def dynamics_main() -> None:
+    """Console script ``dynamics_node``."""
+    _console('dynamics_node')
+
+
+def sim_main() -> None:
+    """Console script ``sim_node``."""
+    _console('sim_node')
+
+
+def impedance_main() -> None:
+    """Console script ``impedance_node``."""
+    _console('impedance_node')
+
+
+def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> None:
+    """Init rclpy, spin the node ``factory()`` builds, and always shut down cleanly.
+
+    The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
+    external shutdown end the spin quietly, and the node is destroyed before the context.
+
+    Shutdown is quiet, ordered and complete however it is asked for:
+
+    * In the main thread, :class:`_QuietInterrupts` handles SIGINT and SIGTERM and rclpy
+      installs none of its own: a signal is counted, the spin loop (a wait of at most
+      ``SPIN_POLL_S``, where ``rclpy.spin`` waits without end) sees it, and this thread
+      alone destroys the node and then shuts the context down. Nothing tears the context
+      down beside the teardown. A signal while the node is being built ends the build
+      with ``KeyboardInterrupt``; no later one can land in ``destroy_node()`` when
+      ``ros2 launch`` in a terminal delivers Ctrl-C twice. The process exits with 0.
+    * A shutdown still under way ``SHUTDOWN_DEADLINE_S`` after the first signal is a bug:
+      every thread's stack goes to stderr and the process exits with 1.
+    * An external ``rclpy.shutdown`` ends the spin too; an exception from a callback while
+      the context is valid and no signal came is a bug and propagates. One after a signal
+      or a shutdown (a publish or an entity creation that raced it) ends the spin quietly.
+    """
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+    from rclpy.signals import SignalHandlerOptions
+
+    from plag_ros.ros import rclpy_compat
+
+    interrupts = _quiet_signals()
+
+    def interrupted() -> bool:
+        return interrupts is not None and interrupts.count > 0
+
+    rclpy.init(args=args, signal_handler_options=(
+        SignalHandlerOptions.NO if interrupts is not None else SignalHandlerOptions.ALL))
+    node: Node | None = None
+    try:
+        if not interrupted():       # a signal before init: do not start at all
+            if interrupts is not None:
+                interrupts.raise_once = True
+            node = factory()
+            if interrupts is not None:
+                interrupts.raise_once = False    # from here the loop below sees a signal
+            executor = rclpy.get_global_executor()
+            executor.add_node(node)
+            try:
+                while rclpy.ok() and not interrupted():
+                    executor.spin_once(timeout_sec=SPIN_POLL_S)
+            finally:
+                executor.remove_node(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        if rclpy.ok() and not interrupted():
+            raise
+    finally:
+        if interrupts is not None:
+            interrupts.raise_once = False
+        if node is not None:
+            node.destroy_node()
+        rclpy_compat.try_shutdown()
+        if interrupts is not None:
+            # Interpreter finalization resets a Python-function handler to SIG_DFL, and a
+            # late second Ctrl-C would then kill the process (exit -2); SIG_IGN stays.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        faulthandler.cancel_dump_traceback_later()   # shut down in time: the caller goes on

@@ -34,9 +34,10 @@ from plag_ros.io.bag import (
     read_joint_states,
     typestore_for,
 )
-from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
+from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.output_bag import write_joint_state_bag
 
 os.environ['ROS_DOMAIN_ID'] = '21'
 

@@ -169,7 +169,7 @@ def test_analysis_reports_and_leaves_out_implausible_samples(crane):
 def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
     from plag_ros.apps.analyze import analyze_bag
     from plag_ros.core.analysis import AnalysisOptions
-    from plag_ros.io.bag_writer import write_joint_state_bag
+    from plag_ros.ros.output_bag import write_joint_state_bag
 
     N = 600
     t = np.arange(N, dtype=np.int64) * PERIOD_NS + 10**9

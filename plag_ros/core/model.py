@@ -4,20 +4,25 @@ A :class:`RobotModel` is built once from a URDF (a file path or the XML text pub
 ``robot_description``) and then frozen. It holds flat, index-based arrays in the spirit of
 Pinocchio's ``Model``: one entry per moving joint (the generalized coordinates) and one per
 *body*. Body ``i < n`` is the child link of moving joint ``i`` with every link hanging from it
-by fixed joints lumped in (seed 000: each body owns one partial Lagrangian ``L_i``); payloads
-added at run time are extra bodies, i.e. extra columns of the partial torque table (seed 000,
-"extension" and "reconstruction").
+by fixed joints lumped in (Kusaka and Tanaka 2022 [PL]: each body owns one partial Lagrangian
+``L_i``); payloads added at run time are extra bodies, i.e. extra columns of the partial
+torque table ([PL], "extension" and "reconstruction").
 
 Frames: every moving joint ``j`` has a *joint frame* fixed in its parent body at
 ``T_parent_joint[j]``; the child body frame equals the joint frame rotated by ``q_j`` about
 (or translated by ``q_j`` along) ``joint_axis[j]``. Body inertial figures are expressed in the
 child body frame (the frame of the joint's URDF child link), about the body's centre of mass.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +36,16 @@ _REJECTED_JOINT_TYPES = ('floating', 'planar')
 
 
 def default_urdf_path() -> Path:
-    """Path of the bundled CRANE-X7 URDF (installed share dir, or the source tree)."""
-    here = Path(__file__).resolve().parent
-    candidates = [here.parents[1] / 'urdf' / 'crane_x7.urdf']
-    try:  # installed with colcon: share/plag_ros/urdf
-        from ament_index_python.packages import get_package_share_directory
-        candidates.append(Path(get_package_share_directory('plag_ros')) / 'urdf' /
-                          'crane_x7.urdf')
-    except Exception:  # noqa: BLE001 - ament index absent or package not installed
-        pass
+    """Path of the bundled CRANE-X7 URDF: the source tree, or an installed share directory.
+
+    An install (colcon or pip) puts it in ``<prefix>/share/plag_ros/urdf``; the prefixes
+    are those of ``AMENT_PREFIX_PATH`` (what ``ament_index_python`` searches, read here
+    without importing ROS) and the interpreter's own.
+    """
+    name = Path('share') / 'plag_ros' / 'urdf' / 'crane_x7.urdf'
+    prefixes = [p for p in os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep) if p]
+    candidates = [Path(__file__).resolve().parents[2] / 'urdf' / 'crane_x7.urdf',
+                  *(Path(prefix) / name for prefix in [*prefixes, sys.prefix])]
     for path in candidates:
         if path.is_file():
             return path
@@ -152,7 +158,7 @@ class RobotModel:
             (-1: fixed to the root); T_joint_link: (L, 4, 4) link frame in that joint's child
             frame (root frame for -1).
         gravity: (3,) gravitational acceleration in the root frame [m/s^2], default
-            (0, 0, -9.81); seed 000's examples use 9.8 (``from_urdf(..., gravity=...)``).
+            (0, 0, -9.81); [PL]'s examples use 9.8 (``from_urdf(..., gravity=...)``).
     """
 
     name: str
@@ -426,7 +432,7 @@ class RobotModel:
 
         Joints and bodies are matched by name; figures are compared exactly (a change in
         the last bit counts), so a model rebuilt from the same URDF shows no change.
-        Seed 000's reconstruction (a joint turned into a slider, a link length changed)
+        [PL]'s reconstruction (a joint turned into a slider, a link length changed)
         shows as changed joints; its extension (a link appended) as added joints and bodies.
         """
         joints = {name: k for k, name in enumerate(self.joint_names)}

@@ -13,7 +13,8 @@ checked byte for byte against it in the constant parts (frame, names, counts) an
 stamps and float64 arrays are read as strided views. Messages that fit no group are
 decoded one by one with the ``rosbags`` typestore.
 
-Writing lives in :mod:`plag_ros.io.bag_writer` (``BagWriter``, ``write_joint_state_bag``).
+Writing lives in :mod:`plag_ros.io.bag_writer` (``BagWriter``); JointState bags from arrays
+are :func:`plag_ros.ros.output_bag.write_joint_state_bag` (it builds messages).
 A recording cut short by a crash is salvaged by :func:`open_bag`
 (:mod:`plag_ros.io.bag_recovery`): a truncated mcap up to its last whole chunk, a .db3 without
 metadata.yaml with its WAL; :func:`recovery_of` and ``JointStates.recovery`` say how much

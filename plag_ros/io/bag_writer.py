@@ -24,7 +24,6 @@ import sqlite3
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -36,17 +35,14 @@ from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
 from plag_ros.io.bag import (
-    JOINT_STATE_TYPE,
     OutputExistsError,
     TopicError,
     open_bag,
     qos_profile,
-    typestore_for,
 )
 from plag_ros.io.bag_recovery import zstd_module as _zstd
-from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate
 
-__all__ = ['ROSBAGS_TESTED', 'BagWriter', 'write_joint_state_bag']
+__all__ = ['ROSBAGS_TESTED', 'BagWriter']
 
 _MCAP_INTERNALS = ('chunk', 'chunks', 'bio', 'compressor', 'compression', 'channel_stats',
                    'message_start_time', 'message_end_time')
@@ -115,7 +111,9 @@ class BagWriter:
         typestore: typestore giving the message definitions (default Kilted, the message
             definitions of the installed rclpy packages).
         compression: MCAP chunk compression, ``'none'``, ``'lz4'`` (fast) or ``'zstd'``
-            (level 1, smaller); ignored for sqlite3.
+            (level 1, smaller); ignored for sqlite3. Both replace the rosbags McapWriter's
+            compressor (its internals, as the fast path): outside :data:`ROSBAGS_TESTED`
+            ``'zstd'`` is rosbags' own and ``'lz4'`` falls back to it.
         flush_period: crash safety [s]. None (default): the storage's own buffering (mcap
             chunks of 1 MiB, one sqlite3 transaction), fastest, and a crash loses the
             whole sqlite3 bag or the open mcap chunk. A number: at least this often, in
@@ -146,7 +144,17 @@ class BagWriter:
             # rosbags alike; the bag metadata stays uncompressed.
             self._writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
         self._writer.open()
-        if storage == 'mcap' and compression != 'none':
+        self._connections: dict[str, object] = {}
+        problem = _mcap_internals_problem(self._writer) if storage == 'mcap' else None
+        self._fast = storage == 'mcap' and problem is None
+        if problem:
+            # Without the internals the compressor is rosbags' own (its zstd): no lz4.
+            lz4_note = '; lz4 needs them: chunks are zstd-compressed' \
+                if compression == 'lz4' else ''
+            _warn_once(f'plag_ros.io.bag_writer: {problem}; MCAP is written through the '
+                       f'public rosbags API only (slower bulk writes){lz4_note}')
+            compression = 'zstd' if compression == 'lz4' else compression
+        if self._fast and compression != 'none':
             mcap: Any = self._writer.storage
             if compression == 'lz4':
                 import lz4.frame
@@ -158,15 +166,8 @@ class BagWriter:
                 mcap.compression = 'zstd'
                 mcap.compressor = lambda data: zstd.compress(data, 1)
         self.compression = compression if storage == 'mcap' else 'none'
-        self._connections: dict[str, object] = {}
-        self._fast = False
-        if storage == 'mcap':
-            problem = _mcap_internals_problem(self._writer)
-            self._fast = problem is None
-            if problem:
-                _warn_once(f'plag_ros.io.bag_writer: '
-                       f'{problem}; MCAP is written through the public '
-                           'rosbags API only (slower bulk writes)')
+        """The MCAP chunk compression in use: the one asked for, except ``'lz4'`` on a
+        ``rosbags`` outside :data:`ROSBAGS_TESTED`, which gets rosbags' own ``'zstd'``."""
         if flush_period is not None and not flush_period > 0.0:
             raise ValueError(f'flush_period must be > 0 s or None, got {flush_period}')
         self.flush_period = flush_period
@@ -177,6 +178,12 @@ class BagWriter:
         self.flushes = 0
         if flush_period is not None and storage == 'sqlite3':
             self._sqlite_wal()
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether bulk writes append to the open MCAP chunk directly (the ``rosbags``
+        versions in :data:`ROSBAGS_TESTED`); False: message by message, public API only."""
+        return self._fast
 
     def _sqlite_wal(self) -> None:
         """Switch the sqlite3 storage to a WAL journal (rosbag2's 'resilient' preset does
@@ -445,38 +452,3 @@ def _close_mcap_chunk(storage) -> None:
     write_uint64(rec, chunk.bio.tell())
     storage.chunks.append(rec)
     storage.chunk = PendingChunk(2**63 - 1, 0, BytesIO(), defaultdict(list))
-
-
-def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[str],
-                          q: np.ndarray, qd: np.ndarray | None = None,
-                          effort: np.ndarray | None = None, *,
-                          topic: str = '/joint_states', storage: str = 'mcap',
-                          distro: str = 'jazzy', receive_ns: np.ndarray | None = None,
-                          frame_id: str = '', compression: str = 'none') -> Path:
-    """Write JointState samples to a new bag (for tests, benchmarks and demos).
-
-    Args:
-        path: bag directory to create.
-        t_ns: (N,) int64 header stamps [ns].
-        names: (m,) joint names, the column order of the arrays (any order).
-        q: (N, m) positions; qd, effort: (N, m) or None (empty fields).
-        topic: topic name; storage: 'mcap' or 'sqlite3'; distro: typestore of the
-            message definitions written into the bag ('humble', 'jazzy', 'kilted').
-        receive_ns: (N,) bag receive times [ns] (default ``t_ns``).
-        frame_id: header frame.
-        compression: MCAP chunk compression ('none', 'lz4', 'zstd').
-    """
-    from plag_ros.ros.messages import joint_state
-
-    t_ns = np.asarray(t_ns, dtype=np.int64)
-    arrays = {'position': q, 'velocity': qd, 'effort': effort}
-    template = CdrTemplate(joint_state(
-        names, *(None if x is None else np.zeros(len(names)) for x in arrays.values()),
-        t_ns=TEMPLATE_NS, frame_id=frame_id))
-    rows = template.fill(t_ns, {k: v for k, v in arrays.items() if v is not None})
-    with BagWriter(path, storage=storage, typestore=typestore_for(distro),
-                   compression=compression) as writer:
-        conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))
-        writer.write_rows(conn, t_ns if receive_ns is None else
-                          np.asarray(receive_ns, dtype=np.int64), rows)
-    return Path(path)

@@ -14,7 +14,7 @@ Python call per message.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,15 +22,15 @@ import numpy as np
 
 from plag_ros.core.analysis import Analysis, AnalysisOptions
 from plag_ros.core.model import RobotModel
-from plag_ros.io.bag import JOINT_STATE_TYPE, JointStates, qos_profile
+from plag_ros.io.bag import JOINT_STATE_TYPE, JointStates, qos_profile, typestore_for
 from plag_ros.io.bag_writer import BagWriter
-from plag_ros.io.cdr import CdrTemplate, cdr_encode
+from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.ros import topics
 
 if TYPE_CHECKING:
     from plag_ros.ros.messages import DecompositionMessages
 
-__all__ = ['write_bag']
+__all__ = ['write_bag', 'write_joint_state_bag']
 
 Rows = slice | np.ndarray
 """Samples of an :class:`Analysis` to fill messages from: a block or an index array."""
@@ -195,3 +195,36 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
             writer.write(c_diag, t, data)
     return out
 
+
+def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[str],
+                          q: np.ndarray, qd: np.ndarray | None = None,
+                          effort: np.ndarray | None = None, *,
+                          topic: str = '/joint_states', storage: str = 'mcap',
+                          distro: str = 'jazzy', receive_ns: np.ndarray | None = None,
+                          frame_id: str = '', compression: str = 'none') -> Path:
+    """Write JointState samples to a new bag (for tests, benchmarks and demos).
+
+    Args:
+        path: bag directory to create.
+        t_ns: (N,) int64 header stamps [ns].
+        names: (m,) joint names, the column order of the arrays (any order).
+        q: (N, m) positions; qd, effort: (N, m) or None (empty fields).
+        topic: topic name; storage: 'mcap' or 'sqlite3'; distro: typestore of the
+            message definitions written into the bag ('humble', 'jazzy', 'kilted').
+        receive_ns: (N,) bag receive times [ns] (default ``t_ns``).
+        frame_id: header frame.
+        compression: MCAP chunk compression ('none', 'lz4', 'zstd').
+    """
+    from plag_ros.ros.messages import joint_state  # message packages only when called
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    arrays = {'position': q, 'velocity': qd, 'effort': effort}
+    template = CdrTemplate(joint_state(
+        names, *(None if x is None else np.zeros(len(names)) for x in arrays.values()),
+        t_ns=TEMPLATE_NS, frame_id=frame_id))
+    rows = template.fill(t_ns, {k: v for k, v in arrays.items() if v is not None})
+    with BagWriter(path, storage=storage, typestore=typestore_for(distro),
+                   compression=compression) as writer:
+        conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))
+        writer.write_rows(conn, t_ns if receive_ns is None else
+                          np.asarray(receive_ns, dtype=np.int64), rows)
+    return Path(path)

@@ -20,7 +20,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from friction_rule import expected_friction
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
-from rclpy.serialization import deserialize_message
 from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node, wait_until
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -458,8 +457,8 @@ def test_model_sources_and_invalid_parameters(model):
     context, node = _in_process_node({'robot_description_source': 'parameter',
                                       'robot_description': model.urdf_xml})
     try:
-        assert node._model_source == 'parameter'
-        assert node._model.joint_names == model.joint_names
+        assert node.model_source == 'parameter'
+        assert node.model.joint_names == model.joint_names
     finally:
         node.destroy_node()
         context.try_shutdown()
@@ -467,17 +466,17 @@ def test_model_sources_and_invalid_parameters(model):
     context, node = _in_process_node({'robot_description_source': 'topic',
                                       'robot_description_timeout': 0.2})
     try:
-        assert node._model is None
+        assert node.model is None
         executor = rclpy.executors.SingleThreadedExecutor(context=context)
         executor.add_node(node)
 
         def loaded() -> bool:
             executor.spin_once(timeout_sec=0.05)
-            return node._model is not None
+            return node.model is not None
 
         wait_until(loaded, 10.0, 'the fallback model after the 0.2 s topic timeout', poll_s=0)
-        assert node._model_source.startswith('fallback:')
-        assert node._model.joint_names == model.joint_names
+        assert node.model_source.startswith('fallback:')
+        assert node.model.joint_names == model.joint_names
         executor.shutdown()
     finally:
         node.destroy_node()
@@ -509,27 +508,47 @@ def test_receive_stamps_for_unstamped_publishers(model):
     The node's clock is replaced by one the test sets before each message (arrivals exactly
     5 ms apart), so the result does not depend on how fast this machine runs the loop.
     """
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
     context, node = _in_process_node({'robot_description_source': 'file',
                                       'stamp_source': 'receive'})
     clock = _ManualClock()
+    # rclpy has no public way to give a node a clock of the caller's own: the arrival
+    # times must be exact, whatever this machine's speed.
     node._clock = clock
+    topic = '/in_process/plag_dynamics/joint_states'
+    listener = rclpy.create_node('plag_test_listener', context=context)
+    outputs: list[JointState] = []
+    listener.create_subscription(JointState, topic, outputs.append, 50)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(listener)
     try:
+        # one context, one participant: the node sees the listener's reader at once
+        RosClient.wait_for(lambda: node.count_subscribers(topic) > 0, 10.0, 'the listener')
         sent = _trajectory(model, _driver_names(model), t0_ns=0, count=10)
         arrivals = [1_700_000_000_000_000_000 + k * PERIOD_NS for k in range(len(sent))]
         for msg, arrival in zip(sent, arrivals, strict=True):
             msg.header.stamp = msgs.ns_to_stamp(0)
             clock.t_ns = arrival
-            node._on_joint_state(msg)
+            node.on_joint_state(msg)
         # 10 samples, the first output at the fifth (five-point stencil): 6 outputs.
-        assert node._window.published == 10 - 4 and sum(node.rejected.values()) == 0
-        state = deserialize_message(node._messages.joint_state, JointState)
-        assert msgs.stamp_to_ns(state.header.stamp) == arrivals[-1]
+        assert node.counters()['published'] == 10 - 4 and sum(node.rejected.values()) == 0
+
+        def received() -> bool:
+            executor.spin_once(timeout_sec=0.05)
+            return len(outputs) >= 10 - 4
+
+        wait_until(received, 10.0, 'the six outputs', poll_s=0)
+        assert [msgs.stamp_to_ns(m.header.stamp) for m in outputs] == arrivals[4:]
     finally:
+        executor.shutdown()
+        listener.destroy_node()
         node.destroy_node()
         context.try_shutdown()
 
 
-def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
+def test_a_failing_callback_is_reported_and_the_input_goes_on(model, monkeypatch):
     """On the input thread a callback that raises is logged, counted and shown as ERROR."""
     import gc
 
@@ -544,28 +563,24 @@ def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
         publisher = feeder.create_publisher(JointState, '/in_process/joint_states', 10)
         RosClient.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0, 'the node')
         sent = iter(_trajectory(model, _driver_names(model), t0_ns=10**12, count=20))
-        update = node._estimator.update
 
         def fail(*args, **kwargs):
             raise RuntimeError('estimator bug')
 
-        node._estimator.update = fail
+        monkeypatch.setattr(JointStateEstimator, 'update', fail)
         for msg in [next(sent) for _ in range(3)]:
             publisher.publish(msg)
-        RosClient.wait_for(lambda: node._input.errors == 3, 10.0, 'three callback errors')
-        node._estimator.update = update
+        RosClient.wait_for(lambda: node.callback_errors == 3, 10.0, 'three callback errors')
+        monkeypatch.undo()
         publish_at_rate(publisher, sent, RATE_HZ)
         # 17 good messages after the failures; the first output at the fifth: 13.
-        wait_until(lambda: node._window.published == 17 - 4, 10.0, 'outputs after it')
-        reports = []
-        node._pub_diag.publish = reports.append
-        node._publish_diagnostics()
-        status = reports[0].status[0]
+        wait_until(lambda: node.counters()['published'] == 17 - 4, 10.0, 'outputs after it')
+        status = node.publish_diagnostics().status[0]
         values = {kv.key: kv.value for kv in status.values}
         assert status.level == msgs.DiagnosticLevel.ERROR and 'raised 3 times' in status.message
         assert values['callback_errors'] == '3'
-        node._publish_diagnostics()   # no new errors: back to the usual level
-        assert reports[1].status[0].level != msgs.DiagnosticLevel.ERROR
+        # no new errors: back to the usual level
+        assert node.publish_diagnostics().status[0].level != msgs.DiagnosticLevel.ERROR
     finally:
         feeder.destroy_node()
         node.destroy_node()
@@ -574,18 +589,20 @@ def test_a_failing_callback_is_reported_and_the_input_goes_on(model):
         gc.unfreeze()
 
 
-def test_low_latency_falls_back_to_the_executor_where_rclpy_differs(model, monkeypatch,
-                                                                     capfd):
-    """low_latency on an rclpy whose private wait-set API is not the checked one: the node
-    says so at start-up and serves joint_states on the executor, and still decomposes."""
+def test_low_latency_needs_no_private_rclpy_api(model, monkeypatch, capfd):
+    """low_latency on an rclpy whose private wait-set API is not the checked one: the
+    shipped path is public, so joint_states is still served on its own thread, and the
+    node decomposes."""
     import gc
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from plag_ros.ros.nodes import dynamics_node
+    from plag_ros.ros import input_thread, rclpy_compat
 
-    monkeypatch.setattr(dynamics_node, 'private_wait_set_problem',
+    monkeypatch.setattr(rclpy_compat, 'private_wait_set_problem',
+                        lambda: '_rclpy.WaitSet.wait differs')
+    monkeypatch.setattr(input_thread, 'private_wait_set_problem',
                         lambda: '_rclpy.WaitSet.wait differs')
     switch_interval = sys.getswitchinterval()
     context, node = _in_process_node({'robot_description_source': 'file',
@@ -599,7 +616,7 @@ def test_low_latency_falls_back_to_the_executor_where_rclpy_differs(model, monke
     for each in (node, listener):
         executor.add_node(each)
     try:
-        assert sys.getswitchinterval() == switch_interval   # no low-latency tuning either
+        assert sys.getswitchinterval() < switch_interval   # the low-latency tuning is on
         publisher = feeder.create_publisher(JointState, '/in_process/joint_states', 50)
         RosClient.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0, 'the node')
         for msg in _trajectory(model, _driver_names(model), t0_ns=10**12, count=20):
@@ -610,9 +627,8 @@ def test_low_latency_falls_back_to_the_executor_where_rclpy_differs(model, monke
             executor.spin_once(timeout_sec=0.05)
         assert len(outputs) == 16    # 20 samples, the first output at the fifth
         log = capfd.readouterr().err
-        assert 'joint_states stays on the executor' in log
-        assert '_rclpy.WaitSet.wait differs' in log
-        assert 'on its own thread' not in log
+        assert 'on its own thread' in log
+        assert 'private wait set' not in log and 'differs' not in log
     finally:
         executor.shutdown()
         for each in (feeder, listener, node):

@@ -28,9 +28,10 @@ from std_srvs.srv import SetBool
 
 from plag_ros.core.control import actuation_matrix
 from plag_ros.core.dynamics import PartialLagrangian
+from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
-from plag_ros.ros.nodes.impedance_node import PARAMETERS, ImpedanceNode
+from plag_ros.ros.nodes.impedance_node import ImpedanceNode
 
 NODE = '/plag_impedance'
 RATE_HZ = 200.0
@@ -258,9 +259,10 @@ def test_yaml_declares_every_parameter_with_its_default():
                 yield f'{prefix}{key}', value
 
     flat = dict(flatten(params))
-    assert set(flat) == set(PARAMETERS)
+    defaults = {opt.name: opt.default for opt in IMPEDANCE_OPTIONS}
+    assert set(flat) == set(defaults)
     for name, value in flat.items():
-        assert value == PARAMETERS[name][0], name
+        assert value == defaults[name], name
 
 
 def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
@@ -310,29 +312,27 @@ def test_implausible_joint_state_makes_the_controller_hold(model):
     try:
         node = ImpedanceNode(context=context)
         try:
-            published = []
-            node._publish = lambda command, now: published.append(command)
             names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
             k = model.joint_index(names)
             q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
             zero = np.zeros(len(names))                # impedance.yaml: measured velocity
             t0 = 10**12
             for i in range(8):                       # past the estimator's warm-up
-                node._on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
+                node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
             assert node.controller.fault != 'nan'
-            hold = published[-1].position.copy()     # disabled: the hold set point
+            hold = node.last_command.position.copy()     # disabled: the hold set point
             bad = q0.copy()
             bad[3] = 1e300
-            node._on_joint_state(msgs.joint_state(names, bad, zero, t_ns=t0 + 8 * 5_000_000))
+            node.on_joint_state(msgs.joint_state(names, bad, zero, t_ns=t0 + 8 * 5_000_000))
             assert node.rejected['position_out_of_range'] == 1
             assert node.controller.fault == 'nan'
-            assert np.isfinite(published[-1].position).all()
-            np.testing.assert_array_equal(published[-1].position, hold)
+            assert np.isfinite(node.last_command.position).all()
+            np.testing.assert_array_equal(node.last_command.position, hold)
             jump = q0.copy()
             jump[0] += 0.5                             # 0.5 rad in 5 ms: impossible
-            node._on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
+            node.on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
             assert node.rejected['position_jump'] == 1
-            np.testing.assert_array_equal(published[-1].position, hold)
+            np.testing.assert_array_equal(node.last_command.position, hold)
         finally:
             node.destroy_node()
     finally:

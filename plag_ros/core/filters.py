@@ -1,9 +1,9 @@
 """Joint state estimation: five-point derivative followed by a Butterworth low-pass.
 
-The CRANE-X7 experiment of seed 002 (section 3) obtains angular velocity and acceleration
-by "calculating the derivatives using a five-point formula" and then "applying a low-pass
-filter". This module implements that estimator twice, over the same stencil and the same
-filter design, for the two places the package needs it:
+The CRANE-X7 experiment of Gunji, Kusaka and Tanaka 2025 [MPF] (section 3) obtains angular
+velocity and acceleration by "calculating the derivatives using a five-point formula" and
+then "applying a low-pass filter". This module implements that estimator twice, over the
+same stencil and the same filter design, for the two places the package needs it:
 
 * :class:`JointStateEstimator`, causal and streaming, for the live dynamics node: one
   ``joint_states`` sample in, filtered ``q, qd, qdd`` for all joints out.
@@ -46,6 +46,10 @@ No ROS import here: the live node and the offline bag analyzer call the same cod
 Size (over ~600 lines): the causal and the zero-phase estimators share the stencil, the
 filter design and the input validation, and the tests hold each against the other: they
 stay together so that they change together.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 
 from __future__ import annotations

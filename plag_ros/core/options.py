@@ -20,12 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ['Kind', 'Option', 'build', 'option', 'options']
+__all__ = ['Kind', 'Option', 'build', 'group', 'inline', 'option', 'options']
 
 Kind = Literal['bool', 'int', 'float', 'str', 'floats', 'strs']
 """Value kinds an option can have (they map one to one onto ROS parameter types)."""
 
 _META = 'plag_option'
+_GROUP = 'plag_group'
 
 
 def option(default: Any, doc: str, *, low: float | None = None, high: float | None = None,
@@ -45,6 +46,35 @@ def option(default: Any, doc: str, *, low: float | None = None, high: float | No
         items = list(default)
         return dataclasses.field(default_factory=lambda: list(items), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def group(default: Any, *, read_only: bool | None = None,
+          exclude: Sequence[str] = ()) -> Any:
+    """A dataclass field holding nested settings: a settings dataclass or an instance.
+
+    Its options get the field name as prefix, as those of any nested settings do. Here
+    the outer settings may also say which inner options are none of theirs (``exclude``:
+    a value they set themselves, or one their users never change) and override the inner
+    fields' ``read_only`` flag (``read_only``: a group only read at start).
+    """
+    factory = default if isinstance(default, type) else (lambda: default)
+    return dataclasses.field(default_factory=factory, metadata={
+        _GROUP: {'read_only': read_only, 'exclude': tuple(exclude)}})
+
+
+def inline(default: Any, *, read_only: bool | None = None,
+           exclude: Sequence[str] = ()) -> Any:
+    """Like :func:`group`, but the inner options keep their own names (no prefix): for a
+    settings class whose fields are options of the outer one under their plain names (a
+    node whose parameters predate the nesting)."""
+    factory = default if isinstance(default, type) else (lambda: default)
+    return dataclasses.field(default_factory=factory, metadata={
+        _GROUP: {'read_only': read_only, 'exclude': tuple(exclude), 'inline': True}})
+
+
+def _nested_prefix(field: dataclasses.Field, prefix: str) -> str:
+    return prefix if field.metadata.get(_GROUP, {}).get('inline') else \
+        f'{prefix}{field.name}.'
 
 
 @dataclass(frozen=True)
@@ -111,9 +141,11 @@ def options(settings: Any, prefix: str = '', *, exclude: Sequence[str] = (),
         if field.name in exclude:
             continue
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            own = field.metadata.get(_GROUP, {})
             inner = [e.split('.', 1)[1] for e in exclude if e.startswith(field.name + '.')]
-            out += options(value, f'{prefix}{field.name}.', exclude=inner,
-                           read_only=read_only)
+            inner += own.get('exclude', ())
+            out += options(value, _nested_prefix(field, prefix), exclude=inner,
+                           read_only=own.get('read_only') if read_only is None else read_only)
             continue
         meta = field.metadata.get(_META)
         if meta is None:
@@ -130,10 +162,13 @@ def options(settings: Any, prefix: str = '', *, exclude: Sequence[str] = (),
 def _convert(opt: Option, value: Any) -> Any:
     if opt.kind == 'bool':
         return bool(value)
-    if opt.kind == 'int':
-        return int(value)
-    if opt.kind == 'float':
-        return float(value)
+    if opt.kind in ('int', 'float'):
+        number = int(value) if opt.kind == 'int' else float(value)
+        # The range a ROS descriptor enforces, enforced for every other caller too.
+        if opt.low is not None and opt.high is not None and \
+                not opt.low <= number <= opt.high:
+            raise ValueError(f'must be in [{opt.low:g}, {opt.high:g}], got {number!r}')
+        return number
     if opt.kind == 'str':
         value = str(value)
         if opt.choices is not None and value not in opt.choices:
@@ -150,7 +185,8 @@ def build(cls: type, values: Mapping[str, Any], prefix: str = '', *,
 
     ``base`` (default ``cls()``) supplies the values of fields that are not options or
     not in ``values``. Values are converted to the option's kind; a string outside its
-    ``Literal`` raises here, every other check is the dataclass's own ``__post_init__``.
+    ``Literal`` or a number outside the option's range raises here, every other check is
+    the dataclass's own ``__post_init__``.
 
     Raises:
         ValueError, TypeError: a value the settings refuse; the message names it.
@@ -161,8 +197,8 @@ def build(cls: type, values: Mapping[str, Any], prefix: str = '', *,
     for field in dataclasses.fields(cls):
         current = getattr(base, field.name)
         if dataclasses.is_dataclass(current) and not isinstance(current, type):
-            changes[field.name] = build(type(current), values, f'{prefix}{field.name}.',
-                                        base=current)
+            changes[field.name] = build(type(current), values,
+                                        _nested_prefix(field, prefix), base=current)
             continue
         name = prefix + field.name
         meta = field.metadata.get(_META)

@@ -6,7 +6,7 @@ The simulator integrates the rigid-body dynamics the partial Lagrangian engine i
 
 with ``M`` and ``C qd + g`` from :meth:`PartialLagrangian.mass_matrix_and_bias` (one
 kinematics pass per step) and the URDF joint damping and Coulomb friction (the Rayleigh
-dissipation term of seed 000).
+dissipation term of Kusaka and Tanaka 2022 [PL]).
 
 Choices (and why):
 
@@ -52,23 +52,20 @@ linear system, re-identify the pieces coordinate-wise, repeat (one or two iterat
 started); Gauss-Seidel sweeps are the guaranteed fallback (the problem is the minimisation of a
 strictly convex function with separable non-smooth terms).
 
-Servo emulation (position mode): ``tau = clip(Kp (q_cmd - q) - Kd qd, stall_torque)``. The
-ROS 2 CRANE-X7 driver writes Dynamixel position P gain 800 (I = D = 0) to the arm on
-activation and P = 5 on deactivation (rt-net/crane_x7_ros crane_x7_control/src/
-crane_x7_hardware.cpp). For joints in the CRANE-X7 motor table (:mod:`plag_ros.core.motors`)
-the stiffness and the saturation come from that table (``Kp = P / 128 * stall_torque / 885
-/ (2 pi / 4096)``: 18.9 N*m/rad for the XM430-W350, 48.8 for the tilt's XM540-W270;
-saturation at the 12 V stall torque 4.1 / 10.6 N*m); other robots fall back to the same
-formula on the URDF effort limits. :meth:`Simulator.set_p_gain` changes P live (the
-driver's P = 5 on deactivation).
-
-With D = 0 the damping is the motor's back-EMF under voltage (PWM) drive: torque falls from
-stall at zero speed to zero at the no-load speed, which the URDF velocity limit matches
-(46 rpm = 4.82 rad/s), so ``Kd = stall_torque / velocity_limit ~ 0.85 N*m*s/rad`` (XM430).
-These are plausible, not identified, figures; both are configurable.
+Servo emulation (position mode): ``tau = clip(Kp (q_cmd - q) - Kd qd, saturation)``, with
+the servo model of :mod:`plag_ros.core.motors` (the one the controller and the stability
+analysis use): ``Kp`` the position-loop stiffness at the driver's P gain, ``Kd`` the
+back-EMF damping, the saturation the stall torque (:func:`plag_ros.core.motors.servo_gains`,
+:func:`plag_ros.core.motors.servo_saturation`). :meth:`Simulator.set_p_gain` changes P live
+(the driver's P = 5 on deactivation). These are plausible, not identified, figures; both
+gains are configurable.
 
 Size (over ~600 lines): one simulator. The servo model, the joint stops, stick-slip
 friction and the integrator act together in every step and are tested together.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
 """
 from __future__ import annotations
 
@@ -83,60 +80,18 @@ import torch
 from plag_ros.core import motors
 from plag_ros.core.dynamics import PartialLagrangian
 from plag_ros.core.model import RobotModel
+from plag_ros.core.motors import servo_gains, servo_saturation
+from plag_ros.core.options import option
 
 __all__ = [
-    'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION', 'DYNAMIXEL_P_GAIN',
+    'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION',
     'Measurement', 'SimState', 'Simulator', 'SimulatorConfig', 'mechanical_energy',
-    'servo_gains', 'servo_saturation',
 ]
 
-DEFAULT_POSITION_RESOLUTION = 2.0 * math.pi / 4096.0
+DEFAULT_POSITION_RESOLUTION = motors.PULSE_RAD
 """Dynamixel encoder step [rad] (4096 pulses per revolution)."""
 DEFAULT_VELOCITY_RESOLUTION = 0.02398
 """Dynamixel velocity step [rad/s] (0.229 rev/min per LSB)."""
-DYNAMIXEL_P_GAIN = 800.0
-"""Position P gain the ROS 2 CRANE-X7 driver writes to every arm servo (register units)."""
-_PWM_FULL_SCALE = 885.0  # Dynamixel X-series PWM limit register at 100 % duty
-
-
-def servo_saturation(model: RobotModel) -> np.ndarray:
-    """(m,) motor torque limit [N*m] of the actuated joints: the motor table's stall torque
-    for CRANE-X7 joints (:mod:`plag_ros.core.motors`), else the URDF effort limit."""
-    act = np.flatnonzero(model.actuated)
-    names = [model.joint_names[j] for j in act]
-    if motors.known(names):
-        return motors.stall_torque(names)
-    return model.effort_limit[act].copy()
-
-
-def servo_gains(model: RobotModel, p_gain: float = DYNAMIXEL_P_GAIN
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Servo stiffness and damping of the actuated joints from a Dynamixel P gain.
-
-    ``Kp = p_gain / 128 * stall_torque / 885 / (2 pi / 4096)`` and
-    ``Kd = stall_torque / velocity_limit`` (back-EMF; see the module docstring), with the
-    stall torque of :func:`servo_saturation` (motor table, else URDF effort limit).
-
-    These are rotary-servo figures; for prismatic joints give ``kp`` and ``kd`` yourself.
-
-    Args:
-        model: the robot; its actuated joints need finite effort and velocity limits.
-        p_gain: Dynamixel position P gain register value.
-
-    Returns:
-        kp [N*m/rad], kd [N*m*s/rad]: (m,) for the actuated joints in model order.
-
-    Raises:
-        ValueError: an actuated joint without finite positive effort or velocity limit.
-    """
-    act = np.flatnonzero(model.actuated)
-    effort, velocity = servo_saturation(model), model.velocity_limit[act]
-    bad = [model.joint_names[j] for j, e, v in zip(act, effort, velocity)
-           if not (np.isfinite(e) and e > 0.0 and np.isfinite(v) and v > 0.0)]
-    if bad:
-        raise ValueError(f'joints {bad} lack finite effort/velocity limits: give kp and kd')
-    kp = p_gain / 128.0 * effort / _PWM_FULL_SCALE / DEFAULT_POSITION_RESOLUTION
-    return kp, effort / velocity
 
 
 @dataclass(frozen=True)
@@ -163,14 +118,20 @@ class SimulatorConfig:
     """
 
     dt: float = 1e-3
-    friction: bool = True
-    joint_limits: bool = True
-    effort_saturation: bool = True
+    # The simulator node's parameters of the same names (read only: its set-up is fixed).
+    friction: bool = option(True, 'apply the URDF joint damping and Coulomb friction',
+                            read_only=True)
+    joint_limits: bool = option(True, 'stop the joints at the URDF position limits',
+                                read_only=True)
+    effort_saturation: bool = option(True, 'clip motor torques at the URDF effort limits',
+                                     read_only=True)
     kp: float | Sequence[float] | None = None
     kd: float | Sequence[float] | None = None
-    p_gain: float = DYNAMIXEL_P_GAIN
-    quantize_position: bool = False
-    quantize_velocity: bool = False
+    p_gain: float = motors.DRIVER_P_GAIN
+    quantize_position: bool = option(False, 'publish positions in encoder steps (2 pi / 4096)',
+                                     read_only=True)
+    quantize_velocity: bool = option(False, 'publish velocities in Dynamixel steps (0.02398 '
+                                     'rad/s)', read_only=True)
     position_resolution: float = DEFAULT_POSITION_RESOLUTION
     velocity_resolution: float = DEFAULT_VELOCITY_RESOLUTION
     skip_rest: bool = True
@@ -237,7 +198,7 @@ def mechanical_energy(engine: PartialLagrangian, q, qd) -> tuple[float, float]:
     """Kinetic and potential energy of one configuration.
 
     ``K = 1/2 qd . M(q) qd`` with the engine's mass matrix and ``P = -sum_i m_i g . c_i``
-    over the bodies' world COMs (the sum of the partial potentials ``P_i`` of seed 000;
+    over the bodies' world COMs (the sum of the partial potentials ``P_i`` of [PL];
     zero at the root origin height). Equal to ``sum_i (L_i + P_i)`` and ``sum_i P_i`` of
     :meth:`PartialLagrangian.lagrangians`, an order of magnitude cheaper.
 

@@ -34,9 +34,11 @@ from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.task import Future
 
+from plag_ros.core.impedance_settings import SWITCH_METHODS
+
 __all__ = ['METHODS', 'ControllerSwitch', 'call', 'read_joints', 'sleep', 'switch_command']
 
-METHODS = ('controller_manager', 'sim', 'none')
+METHODS = SWITCH_METHODS     # the switch.method values, defined with the parameter
 
 
 def switch_command(activate: str, deactivate: str, manager: str = '/controller_manager'

@@ -1,0 +1,179 @@
+"""Taking the arm from the driver's controller for ``plag_impedance``, and giving it back.
+
+The impedance node commands the arm only while it holds it. On the forward path it
+switches our controller in (:class:`~plag_ros.ros.controller_switch.ControllerSwitch`) and
+back after a hold; on the trajectory path it starts and stops streaming to the driver's
+own controller. Before the first enable it checks that ``command.joints`` match the target
+controller's ``joints`` parameter. The bookkeeping (who holds the arm, when to give it
+back, a driver taken as gone) is the ROS-free
+:class:`~plag_ros.core.arm_ownership.ArmOwnership`; this module adds the service calls.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import cast
+
+from rcl_interfaces.srv import GetParameters
+from rclpy.client import Client
+from rclpy.node import Node
+
+from plag_ros.core.arm_ownership import ArmOwnership
+from plag_ros.core.control import PartialImpedanceController
+from plag_ros.core.impedance_settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
+from plag_ros.ros.controller_switch import ControllerSwitch, read_joints, switch_command
+
+__all__ = ['JOINT_CHECK_TRIES', 'ArmHandover']
+
+JOINT_CHECK_TRIES = 30
+"""Attempts, one a second, to read the target controller's ``joints`` parameter."""
+
+
+class ArmHandover:
+    """The switch, the joint check and the ownership state of one impedance node.
+
+    Args:
+        node: the node; it owns the clients and the joint check timer.
+        settings: the node's settings (command path, switch, hold and loss times).
+        command_names: ``command.joints``, validated.
+        callback_group: a reentrant group for the service clients and the coroutine timer.
+
+    Attributes:
+        own: who holds the arm (read by the node for every command).
+        switch: the controller switch of the forward path, else None.
+        joint_check: ``'unchecked'``, ``'ok'`` or the mismatch.
+    """
+
+    def __init__(self, node: Node, settings: ImpedanceSettings, command_names: list[str],
+                 callback_group) -> None:
+        self.node, self.kind, self.command_names = node, settings.command_kind, command_names
+        self.controller = settings.target_controller
+        self.switch: ControllerSwitch | None = None
+        if self.kind == 'forward':
+            sw = settings.switch
+            self.switch = ControllerSwitch(
+                node, sw.method, controller=self.controller, fallback=sw.fallback,
+                manager=sw.controller_manager, sim_node=sw.sim_node, timeout_s=sw.timeout_s,
+                callback_group=callback_group)
+            if self.switch.error:
+                # Not an error until someone enables: ~/enable then refuses with this reason.
+                node.get_logger().warning(self.switch.error)
+        self.own = ArmOwnership(self.kind, settings.switch.method if self.switch else None,
+                                settings.switch.hold_s, settings.input_loss_s,
+                                last_input=time.monotonic())
+        self.joint_check = 'unchecked'
+        self._tries = 0
+        self._joints_client: Client | None = None if self.kind == 'effort' else node.create_client(
+            GetParameters, f'/{self.controller}/get_parameters', callback_group=callback_group)
+        # rclpy's annotation (Kilted's) admits only plain callbacks, but every executor
+        # awaits coroutine timer callbacks (rclpy/executors.py, await_or_execute).
+        self._timer = node.create_timer(1.0, cast('Callable[[], None]', self._check_joints),
+                                        callback_group=callback_group)
+
+    @property
+    def log(self):
+        return self.node.get_logger()
+
+    async def _check_joints(self) -> None:
+        """Compare command.joints with the controller's ``joints`` parameter (once)."""
+        self._tries += 1
+        done = self._joints_client is None or self.joint_check != 'unchecked'
+        if done or self._tries > JOINT_CHECK_TRIES:
+            self._timer.cancel()
+            if not done:
+                self.log.warning(f'could not read /{self.controller} joints parameter in '
+                                 f'{JOINT_CHECK_TRIES} s; joint list not checked')
+            return
+        joints = await read_joints(self.node, self._joints_client, 2.0)
+        if joints is None or self.joint_check != 'unchecked':
+            return
+        self._timer.cancel()
+        wanted, forward = self.command_names, self.kind == 'forward'
+        if joints == wanted if forward else sorted(joints) == sorted(wanted):
+            self.joint_check = 'ok'
+            self.log.info(f'/{self.controller} joints match command.joints')
+        else:
+            self.joint_check = (f'command.joints {wanted} do not match /{self.controller} '
+                                f'joints {joints}' + (' (forward commands go index by index: '
+                                                      'same order)' if forward else ''))
+            self.log.error(self.joint_check)
+
+    def blocker(self, subscribers: int, topic: str) -> str:
+        """Why an enable must be refused now ('' when it may go ahead), given the number of
+        ``subscribers`` to the command ``topic``."""
+        if subscribers == 0:
+            return (f'nothing subscribes to {topic}: is the controller loaded and the driver '
+                    'running? (refused)')
+        if self.joint_check not in ('ok', 'unchecked'):
+            return f'{self.joint_check} (refused)'
+        if self.own.switching:
+            return 'a controller switch is under way (refused)'
+        return ''
+
+    async def _call(self, release: bool) -> tuple[bool, str]:
+        if self.switch is None:
+            raise RuntimeError('no controller switch on this command path')
+        self.own.switching = True
+        try:
+            return await (self.switch.release() if release else self.switch.activate())
+        finally:
+            self.own.switching = False
+
+    async def take(self) -> tuple[bool, str]:
+        """Take the arm for an enable: switch in where needed. Returns (ok, message)."""
+        message = ''
+        if self.switch is not None and not self.own.switched:
+            ok, message = await self._call(release=False)
+            if not ok:
+                return False, message
+        self.own.taken()
+        return True, message
+
+    async def release(self) -> None:
+        """Give the arm back after the hold (switch the fallback controller back in)."""
+        own = self.own
+        if self.kind == 'trajectory' and own.switched:
+            own.switched = False
+            self.log.info(f'stopped streaming; {TRAJECTORY_CONTROLLER} holds the last point')
+            return
+        if self.switch is None or not own.switched or own.switching:
+            return
+        ok, message = await self._call(release=True)
+        if ok:
+            own.switched = False
+            self.log.info(message)
+        else:
+            self.log.error(f'{message}; our controller keeps holding the arm')
+
+    async def reset_after_outage(self) -> None:
+        """Back to the fallback after a driver outage, whatever state it left: the release
+        fails harmlessly when a restarted driver never had our switch (a STRICT activation
+        of a controller still active would fail instead)."""
+        if self.switch is not None:
+            _, message = await self._call(release=True)
+            self.log.info(f'after the driver outage: {message}')
+
+    def watch(self, ctl: PartialImpedanceController) -> bool:
+        """The timer's part: notice a silent driver, schedule the hand-back after a
+        disable or a latched fault of ``ctl``. True when the hand-back is due now."""
+        own, now = self.own, time.monotonic()
+        if own.input_lost(now):
+            # (A SIGKILLed driver keeps its DDS publisher for the lease duration: the
+            # outage, not the graph, says it is gone.)
+            self.log.warning(
+                f'no joint_states for {own.input_loss_s:g} s: taking the driver as gone; '
+                'holding. A restarted driver brings its controllers back without our '
+                'switch, so we switch again before any command when joint_states returns')
+        if own.switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
+            own.schedule_release(now)
+        return own.release_due(now) and (not ctl.enabled or ctl.latched)
+
+    def abandoned(self) -> bool:
+        """At shutdown without a context: log the command that gives the arm back. True
+        when there is nothing more to do."""
+        if self.own.switched and self.node.context.ok():
+            return False
+        if self.own.switched and self.switch is not None:
+            back = switch_command(self.switch.fallback, self.switch.controller)
+            self.log.error(f'context gone before switching back: run `{back}`')
+        return True

@@ -1,0 +1,176 @@
+"""The settings behind the impedance node's parameters (no ROS needed).
+
+Every parameter of ``plag_impedance`` is one option of :class:`ImpedanceSettings`: these
+tests hold the options to their contract (documented, valid defaults, refused bad values
+naming the parameter), config/impedance.yaml to the options it sets, and the conversion
+into the controller's settings to values written out here.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from plag_ros.core import motors
+from plag_ros.core.control import HoldReference, SineReference
+from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS, ImpedanceSettings
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.options import build
+
+YAML = Path(__file__).resolve().parents[1] / 'config' / 'impedance.yaml'
+DEFAULTS = {opt.name: opt.default for opt in IMPEDANCE_OPTIONS}
+RANGED = [opt for opt in IMPEDANCE_OPTIONS if opt.low is not None]
+CHOICES = [opt for opt in IMPEDANCE_OPTIONS if opt.choices is not None]
+
+
+@pytest.fixture(scope='module')
+def model() -> RobotModel:
+    return RobotModel.from_urdf(default_urdf_path())
+
+
+def yaml_parameters() -> dict[str, object]:
+    params = yaml.safe_load(YAML.read_text())['plag_impedance']['ros__parameters']
+
+    def flatten(d, prefix=''):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flatten(value, f'{prefix}{key}.')
+            else:
+                yield f'{prefix}{key}', value
+
+    return dict(flatten(params))
+
+
+def test_names_are_unique_and_the_filter_rate_is_no_parameter():
+    names = [opt.name for opt in IMPEDANCE_OPTIONS]
+    assert len(names) == len(set(names))
+    assert 'rate_hz' in names and 'filter.rate_hz' not in names
+
+
+@pytest.mark.parametrize('opt', IMPEDANCE_OPTIONS, ids=lambda opt: opt.name)
+def test_every_option_is_described_and_its_default_validates(opt):
+    assert opt.doc.strip(), opt.name
+    if opt.low is not None:
+        assert opt.low <= opt.default <= opt.high
+    if opt.choices is not None:
+        assert opt.default in opt.choices
+    assert ImpedanceSettings.from_values({opt.name: opt.default}) == ImpedanceSettings()
+
+
+def test_building_the_defaults_gives_the_defaults(model):
+    assert build(ImpedanceSettings, DEFAULTS) == ImpedanceSettings()
+    assert ImpedanceSettings.from_values(DEFAULTS) == ImpedanceSettings()
+    ImpedanceSettings().controller_config(model)
+
+
+@pytest.mark.parametrize('opt', CHOICES, ids=lambda opt: opt.name)
+def test_a_wrong_choice_is_refused_naming_the_parameter(opt):
+    with pytest.raises(ValueError, match=rf'parameter {re.escape(opt.name)}: must be one of'):
+        ImpedanceSettings.from_values({opt.name: 'sideways'})
+
+
+@pytest.mark.parametrize('opt', RANGED, ids=lambda opt: opt.name)
+def test_a_value_out_of_range_is_refused_naming_the_parameter(opt):
+    for bad in (opt.low - 1, opt.high + 1):
+        with pytest.raises(ValueError, match=rf'parameter {re.escape(opt.name)}: must be in'):
+            ImpedanceSettings.from_values({opt.name: bad})
+
+
+def test_the_yaml_sets_known_options_only_and_builds():
+    flat = yaml_parameters()
+    assert set(flat) <= set(DEFAULTS), sorted(set(flat) - set(DEFAULTS))
+    assert ImpedanceSettings.from_values(flat) == ImpedanceSettings()
+
+
+def test_read_only_flags():
+    """What may change while the node runs; written out, not derived from the options."""
+    runtime = {'switch.hold_s', 'fault.tracking_error', 'fault.effort_error',
+               'fault.persist_s', 'stale_periods', 'input_loss_s', 'ramp_s', 'fault_action',
+               'resume_after_fault', 'gravity_compensation', 'stiffness', 'damping',
+               'inertia', 'servo_stiffness', 'max_position_step', 'effort_scale',
+               'motion_source', 'compensate.acceleration', 'compensate.velocity',
+               'compensate.bodies', 'reference.mode', 'reference.amplitude',
+               'reference.frequency_hz', 'gain_check', 'delay_periods',
+               'oscillation.reversals', 'oscillation.window_s', 'state_rate_hz'}
+    assert {opt.name for opt in IMPEDANCE_OPTIONS if not opt.read_only} == runtime
+
+
+def test_controller_config_of_the_defaults(model):
+    config = ImpedanceSettings().controller_config(model)
+    np.testing.assert_array_equal(config.stiffness, [10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0,
+                                                     1.0])
+    assert float(config.inertia) == 0.0 and float(config.max_position_step) == 0.02
+    np.testing.assert_allclose(config.servo_stiffness, [18.88, 48.8] + [18.88] * 6)
+    assert config.tracking_error_limit == 0.3 and config.effort_error_limit == 1.5
+    assert config.command_interface == 'position' and config.motion_source == 'measured'
+    # The 7 arm joints are commanded and monitored, the gripper finger is not.
+    assert config.monitored.tolist() == [True] * 7 + [False]
+    assert (config.estimator.cutoff_hz, config.estimator.order) == (10.0, 2)
+    assert config.estimator.velocity_source == 'measured'
+    assert config.estimator.rate_hz == 200.0
+    # One path selected: the elbow's acceleration and velocity into the shoulder tilt.
+    tilt, elbow = model.joint_index(['crane_x7_shoulder_revolute_part_tilt_joint',
+                                     'crane_x7_upper_arm_revolute_part_rotate_joint'])
+    for mask in (config.acceleration_mask, config.velocity_mask):
+        assert np.flatnonzero(mask).tolist() == [tilt * model.n_joints + elbow]
+
+
+def test_a_limit_of_zero_or_less_turns_a_fault_check_off(model):
+    s = ImpedanceSettings.from_values({'fault.tracking_error': 0.0,
+                                       'fault.effort_error': -1.0})
+    config = s.controller_config(model)
+    assert math.isinf(config.tracking_error_limit) and math.isinf(config.effort_error_limit)
+
+
+def test_the_filter_follows_rate_hz():
+    assert ImpedanceSettings.from_values({'rate_hz': 1000.0}).filter.rate_hz == 1000.0
+    # 150 Hz is above half of the default 200 Hz: admitted together with the higher rate.
+    s = ImpedanceSettings.from_values({'rate_hz': 1000.0, 'filter.cutoff_hz': 150.0})
+    assert (s.filter.rate_hz, s.filter.cutoff_hz) == (1000.0, 150.0)
+    with pytest.raises(ValueError, match='cutoff_hz'):
+        ImpedanceSettings.from_values({'filter.cutoff_hz': 150.0})
+
+
+def test_per_joint_errors_name_the_parameter(model):
+    with pytest.raises(ValueError, match='damping: empty per-joint list'):
+        ImpedanceSettings.from_values({'damping': []})
+    with pytest.raises(ValueError, match='stiffness must be >= 0'):
+        ImpedanceSettings.from_values({'stiffness': [-1.0]}).controller_config(model)
+    with pytest.raises(ValueError, match=r'compensate\.velocity: .*nope'):
+        ImpedanceSettings.from_values(
+            {'compensate.velocity': ['nope<-*']}).controller_config(model)
+    with pytest.raises(ValueError, match=r'command\.joints'):
+        ImpedanceSettings.from_values(
+            {'command.joints': ['crane_x7_wrist_joint'] * 2}).command_joints(model)
+
+
+def test_reference_trajectory():
+    assert isinstance(ImpedanceSettings().reference_trajectory(8), HoldReference)
+    sine = ImpedanceSettings.from_values({
+        'reference.mode': 'sine', 'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0, 0, 0, 0],
+        'reference.frequency_hz': [0.5]}).reference_trajectory(8)
+    assert isinstance(sine, SineReference)
+    with pytest.raises(ValueError, match='reference.frequency_hz'):
+        ImpedanceSettings.from_values({'reference.mode': 'sine',
+                                       'reference.frequency_hz': [-1.0]}
+                                      ).reference_trajectory(8)
+    with pytest.raises(ValueError, match='reference.amplitude'):
+        ImpedanceSettings.from_values({'reference.mode': 'sine',
+                                       'reference.amplitude': [0.1, 0.2]}
+                                      ).reference_trajectory(8)
+
+
+def test_command_path_defaults():
+    s = ImpedanceSettings()
+    assert (s.command_kind, s.command_topic, s.target_controller) == (
+        'forward', '/plag_arm_position_controller/commands', 'plag_arm_position_controller')
+    t = ImpedanceSettings.from_values({'command.type': 'trajectory'})
+    assert (t.command_kind, t.command_topic, t.target_controller) == (
+        'trajectory', '/crane_x7_arm_controller/joint_trajectory', 'crane_x7_arm_controller')
+    e = ImpedanceSettings.from_values({'command_interface': 'effort'})
+    assert (e.command_kind, e.command_topic) == ('effort', 'effort_controller/commands')
+    assert s.command.joints == list(motors.ARM_JOINTS)

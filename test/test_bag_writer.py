@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import warnings
 from importlib.metadata import version
 from pathlib import Path
@@ -62,13 +63,16 @@ def _read_back(path: Path) -> tuple[list, list, int]:
 
 
 def _force_fallback(monkeypatch, reason: str = 'forced by the test') -> None:
+    # private: the fallback is reached only on another rosbags; the test fakes its check
     monkeypatch.setattr(bagmod, '_warned', set())
     monkeypatch.setattr(bagmod, '_mcap_internals_problem', lambda writer: reason)
 
 
 def test_installed_rosbags_is_in_the_pinned_tested_range():
     low, high = bagmod.ROSBAGS_TESTED
-    assert low <= bagmod._rosbags_version() < high, version('rosbags')
+    installed = tuple(int(re.match(r'\d*', part).group() or 0)
+                      for part in version('rosbags').split('.')[:3])
+    assert low <= installed < high, version('rosbags')
     req = (Path(__file__).resolve().parents[1] / 'requirements' / 'libraries.txt').read_text()
     pin = re.search(r'^rosbags\s*>=\s*([\d.]+)\s*,\s*<\s*([\d.]+)\s*$', req, re.M)
     assert pin, 'requirements/libraries.txt must pin rosbags to a range'
@@ -79,11 +83,11 @@ def test_installed_rosbags_is_in_the_pinned_tested_range():
 @pytest.mark.parametrize('compression', ['none', 'lz4', 'zstd'])
 def test_fast_path_and_fallback_write_the_same_bag(tmp_path, monkeypatch, compression):
     fast = _write(tmp_path / 'fast', compression=compression)
-    assert fast._fast, 'the installed rosbags should take the fast path'
+    assert fast.fast_path, 'the installed rosbags should take the fast path'
     _force_fallback(monkeypatch)
     with pytest.warns(RuntimeWarning, match='forced by the test'):
         slow = _write(tmp_path / 'slow', compression=compression)
-    assert not slow._fast
+    assert not slow.fast_path
     conns_fast, msgs_fast, n_fast = _read_back(tmp_path / 'fast')
     conns_slow, msgs_slow, n_slow = _read_back(tmp_path / 'slow')
     assert conns_fast == conns_slow
@@ -92,6 +96,37 @@ def test_fast_path_and_fallback_write_the_same_bag(tmp_path, monkeypatch, compre
     t_ns, rows = _rows(6000)
     got = [(t, raw) for topic, t, raw in msgs_fast if topic == '/joint_states']
     assert got == [(int(t), r.tobytes()) for t, r in zip(t_ns, rows)]
+
+
+def _chunk_compressions(path: Path) -> set[str]:
+    """The compression field of every Chunk record in the bag's .mcap file (MCAP
+    specification: opcode 0x06; start, end and size u64, crc u32, then the string)."""
+    data = next(path.glob('*.mcap')).read_bytes()
+    pos, found = 8, set()                     # past the leading magic
+    while data[pos] != 0x02:                  # up to the Footer record
+        opcode, length = data[pos], struct.unpack_from('<Q', data, pos + 1)[0]
+        if opcode == 0x06:
+            size = struct.unpack_from('<I', data, pos + 9 + 28)[0]
+            found.add(data[pos + 9 + 32:pos + 9 + 32 + size].decode())
+        pos += 9 + length
+    return found
+
+
+@pytest.mark.parametrize('compression, fallback', [('lz4', 'zstd'), ('zstd', 'zstd')])
+def test_fallback_compresses_with_rosbags_own_compressor(tmp_path, monkeypatch, compression,
+                                                         fallback):
+    """The compressor is replaced through the same internals as the fast path: the
+    fallback leaves rosbags' own (zstd) in place, lz4 included, and says so."""
+    fast = _write(tmp_path / 'fast', compression=compression)
+    assert (fast.compression, _chunk_compressions(tmp_path / 'fast')) == \
+        (compression, {compression})
+    _force_fallback(monkeypatch)
+    match = 'lz4 needs them' if compression == 'lz4' else 'public rosbags API only'
+    with pytest.warns(RuntimeWarning, match=match):
+        slow = _write(tmp_path / 'slow', compression=compression)
+    assert (slow.compression, _chunk_compressions(tmp_path / 'slow')) == \
+        (fallback, {fallback})
+    assert _read_back(tmp_path / 'slow') == _read_back(tmp_path / 'fast')
 
 
 def test_fallback_warns_once_and_never_raises(tmp_path, monkeypatch):
@@ -104,21 +139,23 @@ def test_fallback_warns_once_and_never_raises(tmp_path, monkeypatch):
 
 
 def test_other_rosbags_version_falls_back(tmp_path, monkeypatch):
+    # private: fakes the installed version and clears the warn-once record
     monkeypatch.setattr(bagmod, '_warned', set())
     monkeypatch.setattr(bagmod, '_rosbags_version', lambda: (0, 13, 0))
     with pytest.warns(RuntimeWarning, match=r'rosbags 0\.13\.0 is outside the tested range'):
         writer = _write(tmp_path / 'bag', count=500)
-    assert not writer._fast
+    assert not writer.fast_path
     assert _read_back(tmp_path / 'bag')[2] == 550
 
 
 def test_missing_internal_falls_back(tmp_path, monkeypatch):
+    # private: fakes a rosbags that lacks one of the McapWriter internals the writer needs
     monkeypatch.setattr(bagmod, '_warned', set())
     monkeypatch.setattr(bagmod, '_MCAP_INTERNALS',
                         bagmod._MCAP_INTERNALS + ('attribute_of_another_version',))
     with pytest.warns(RuntimeWarning, match='attribute_of_another_version'):
         writer = _write(tmp_path / 'bag', count=500)
-    assert not writer._fast
+    assert not writer.fast_path
     assert _read_back(tmp_path / 'bag')[2] == 550
 
 
@@ -131,7 +168,7 @@ def test_flush_writes_a_salvageable_chunk_on_both_paths(tmp_path, monkeypatch, f
         warnings.simplefilter('ignore', RuntimeWarning)
         writer = BagWriter(tmp_path / 'bag', typestore=STORE, flush_period=3600.0,
                            fsync=True)
-    assert writer._fast == fast
+    assert writer.fast_path == fast
     conn = writer.add_topic('/joint_states', JOINT_STATE_TYPE)
     writer.write_rows(conn, t_ns[:200], rows[:200])
     writer.flush()

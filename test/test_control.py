@@ -1,9 +1,14 @@
 """Partial-impedance controller: the law against independent oracles, every safety rule,
-and closed-loop behaviour on a simulated CRANE-X7 (seed 002, section 4).
+and closed-loop behaviour on a simulated CRANE-X7 (Gunji, Kusaka and Tanaka 2025 [MPF],
+section 4).
 
 The closed-loop tests run the controller at 200 Hz against the simulated CRANE-X7
 (:class:`plag_ros.core.simulation.Simulator`, 1 kHz, Dynamixel-like servo in position mode).
 Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ from plag_ros.core.control import (
 from plag_ros.core.dynamics import PartialLagrangian
 from plag_ros.core.filters import EstimatorConfig
 from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.simulation import Simulator, SimulatorConfig, servo_gains
+from plag_ros.core.motors import servo_gains
+from plag_ros.core.simulation import Simulator, SimulatorConfig
 
 torch.set_num_threads(1)
 
@@ -454,7 +460,7 @@ def test_hold_reference_is_default(engine):
 
 
 def test_three_link_study_writes_the_papers_figures(tmp_path):
-    """examples/three_link_study.py: Figures 10-14 and the seed 002 observations."""
+    """examples/three_link_study.py: Figures 10-14 and the [MPF] observations."""
     import importlib.util
     import json
 

@@ -3,24 +3,33 @@
 ROS_DOMAIN_ID 15 is this module's. The publisher is a test client spun by an executor in
 another context; the subscribing node is spun by an executor too, which must leave the
 input thread's subscription alone (each message is delivered once, in the input thread).
+The tests run on both ways of serving it: the public executor (the default) and the
+opt-in private wait set.
 """
 from __future__ import annotations
 
+import gc
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import rclpy
+import yaml
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.serialization import serialize_message
-from ros_helpers import RELIABLE, RosClient
+from ros_helpers import RELIABLE, RosClient, wait_until
 from std_msgs.msg import Int64
 
+from plag_ros.ros import input_thread
 from plag_ros.ros.input_thread import InputThread
 
 DOMAIN_ID = 15
 COUNT = 200
+CONFIG = Path(__file__).resolve().parents[1] / 'config' / 'crane_x7.yaml'
+WAYS = pytest.mark.parametrize('private', [False, True], ids=['public', 'private_wait_set'])
 
 
 @pytest.fixture()
@@ -60,12 +69,21 @@ def _publish(client: RosClient, values, raw_topic: str = 'numbers',
         time.sleep(0.001)
 
 
-def test_every_message_once_in_order_on_the_input_thread(graph):
+def _subscriber_nodes(node, topic: str) -> list[str]:
+    return sorted(info.node_name for info in node.get_subscriptions_info_by_topic(topic))
+
+
+@WAYS
+def test_every_message_once_in_order_on_the_input_thread(graph, private):
     client, node = graph
     got: list[tuple[str, int]] = []
     inputs = InputThread(node, Int64, 'numbers',
                          lambda msg: got.append((threading.current_thread().name, msg.data)),
-                         RELIABLE)
+                         RELIABLE, private_wait_set=private)
+    assert inputs.private_wait_set is private
+    # The public way subscribes from its helper node, the private one from the node itself.
+    owner = 'plag_test_input_sub' if private else 'plag_test_input_sub_input'
+    wait_until(lambda: owner in _subscriber_nodes(node, '/numbers'), 10.0, owner)
     # A witness the executor does serve, on the same topic: once it has every message the
     # executor has been through the rounds in which it would have run the input thread's
     # subscription too (both are ready together), so a duplicate would be in `got` by then.
@@ -81,12 +99,13 @@ def test_every_message_once_in_order_on_the_input_thread(graph):
     assert {name for name, _ in got} == {'plag_test_input_sub:/numbers'}
     inputs.destroy()
     inputs.destroy()   # idempotent
-    assert not inputs._thread.is_alive()
+    assert not inputs.alive
     client.wait_for(lambda: client.node.count_subscribers('/numbers') == 1, 10.0,
                     'the subscription to leave the graph (the witness stays)')
 
 
-def test_raw_delivery_and_failing_callback(graph):
+@WAYS
+def test_raw_delivery_and_failing_callback(graph, private):
     """raw=True gives the CDR bytes; a callback that raises is counted and the input goes on."""
     client, node = graph
     got: list[bytes] = []
@@ -97,7 +116,8 @@ def test_raw_delivery_and_failing_callback(graph):
             raise RuntimeError('odd message')
         got.append(raw)
 
-    inputs = InputThread(node, Int64, 'numbers', callback, RELIABLE, raw=True)
+    inputs = InputThread(node, Int64, 'numbers', callback, RELIABLE, raw=True,
+                         private_wait_set=private)
     try:
         _publish(client, range(20))
         client.wait_for(lambda: len(got) >= 20, 20.0, '20 numbers')
@@ -107,18 +127,20 @@ def test_raw_delivery_and_failing_callback(graph):
         inputs.destroy()
 
 
-def test_context_shutdown_ends_the_thread():
+@WAYS
+def test_context_shutdown_ends_the_thread(private):
     """Shutting the context down without destroy() ends the thread quietly."""
     context = Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)
     node = rclpy.create_node('plag_test_input_shutdown', context=context)
-    inputs = InputThread(node, Int64, 'numbers', lambda msg: None, RELIABLE)
+    inputs = InputThread(node, Int64, 'numbers', lambda msg: None, RELIABLE,
+                         private_wait_set=private)
     context.shutdown()
-    inputs._thread.join(5.0)
-    assert not inputs._thread.is_alive()
+    wait_until(lambda: not inputs.alive, 5.0, 'the input thread to end')
 
 
-def test_shutdown_under_a_publishing_callback_is_quiet():
+@WAYS
+def test_shutdown_under_a_publishing_callback_is_quiet(private):
     """Ctrl-C shuts the context down while the callback publishes: not an error.
 
     rclpy's SIGINT handler shuts the context down from its own thread; the callback's
@@ -142,16 +164,78 @@ def test_shutdown_under_a_publishing_callback_is_quiet():
             raised.append(err)
             raise
 
-    inputs = InputThread(node, Int64, 'race', callback, RELIABLE)
+    inputs = InputThread(node, Int64, 'race', callback, RELIABLE, private_wait_set=private)
     try:
         _publish(client, [1], raw_topic='race')
         client.wait_for(entered.is_set, 20.0, 'the callback to run')
         context.shutdown()
         shut.set()
-        inputs._thread.join(5.0)
-        assert not inputs._thread.is_alive()
+        wait_until(lambda: not inputs.alive, 5.0, 'the input thread to end')
         assert raised, 'the publish after shutdown did not fail: the test shows nothing'
         assert inputs.errors == 0
     finally:
         shut.set()
         client.close()
+
+
+def test_private_wait_set_falls_back_to_the_public_executor_where_rclpy_differs(
+        graph, monkeypatch, capfd):
+    """Asked for the private wait set on an rclpy whose extension is not the checked one,
+    the input thread says why and serves the subscription the public way."""
+    client, node = graph
+    monkeypatch.setattr(input_thread, 'private_wait_set_problem',
+                        lambda: '_rclpy.WaitSet.wait differs')
+    got: list[int] = []
+    inputs = InputThread(node, Int64, 'numbers', lambda msg: got.append(msg.data), RELIABLE,
+                         private_wait_set=True)
+    try:
+        assert not inputs.private_wait_set
+        _publish(client, range(20))
+        client.wait_for(lambda: len(got) >= 20, 20.0, '20 numbers')
+        assert got == list(range(20))
+        log = capfd.readouterr().err
+        assert 'the private wait set is not used' in log
+        assert '_rclpy.WaitSet.wait differs' in log
+    finally:
+        inputs.destroy()
+
+
+def _flat(parameters: dict, prefix: str = '') -> dict:
+    """Nested ``ros__parameters`` as dotted names ('filter': {'order': 3} -> 'filter.order')."""
+    out = {}
+    for key, value in parameters.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f'{prefix}{key}.'))
+        else:
+            out[f'{prefix}{key}'] = value
+    return out
+
+
+def test_shipped_config_serves_joint_states_the_public_way():
+    """config/crane_x7.yaml turns low_latency on; what it turns on is the public input
+    thread: joint_states is subscribed by the helper node of the public executor, not by a
+    private wait set on the dynamics node itself."""
+    from rclpy.parameter import Parameter
+
+    from plag_ros.ros.nodes.dynamics_node import DynamicsNode
+
+    shipped = _flat(yaml.safe_load(CONFIG.read_text())['plag_dynamics']['ros__parameters'])
+    assert shipped['low_latency'] is True     # else this test shows nothing
+    shipped['robot_description_source'] = 'file'   # no robot_description publisher here
+    switch_interval = sys.getswitchinterval()
+    context = Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    node = None
+    try:
+        node = DynamicsNode(context=context, namespace='/shipped', parameter_overrides=[
+            Parameter(name, value=value) for name, value in shipped.items()])
+        wait_until(lambda: _subscriber_nodes(node, '/shipped/joint_states'), 10.0,
+                   'the joint_states subscription')
+        assert _subscriber_nodes(node, '/shipped/joint_states') == \
+            [f'{node.get_name()}_input']
+    finally:
+        if node is not None:
+            node.destroy_node()
+        context.try_shutdown()
+        sys.setswitchinterval(switch_interval)   # low_latency's process-wide tuning
+        gc.unfreeze()

@@ -15,14 +15,13 @@ import robots
 import torch
 
 from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.motors import servo_gains, servo_saturation
 from plag_ros.core.simulation import (
     DEFAULT_POSITION_RESOLUTION,
     DEFAULT_VELOCITY_RESOLUTION,
     Simulator,
     SimulatorConfig,
     mechanical_energy,
-    servo_gains,
-    servo_saturation,
 )
 
 FREE = SimulatorConfig(friction=False, joint_limits=False)

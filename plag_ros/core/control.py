@@ -1,10 +1,10 @@
 """Partial-impedance control: joint impedance plus selected motion propagation torques.
 
-Seed 002 (section 4, the partial impedance after eq. 17) proposes impedance control on
-*partial* torques: rather than one impedance for the whole arm, pick which motion
-propagation paths to cancel (the torque a fast wrist motion propagates into the shoulder,
-say) and leave the others compliant. With the partial Lagrangian decomposition of
-:mod:`plag_ros.core.dynamics` (seed 002 eq. 1 and 10),
+Gunji, Kusaka and Tanaka 2025 [MPF] (section 4, the partial impedance after eq. 17) propose
+impedance control on *partial* torques: rather than one impedance for the whole arm, pick
+which motion propagation paths to cancel (the torque a fast wrist motion propagates into
+the shoulder, say) and leave the others compliant. With the partial Lagrangian decomposition of
+:mod:`plag_ros.core.dynamics` ([MPF] eq. 1 and 10),
 
     acceleration[k, i, s] = M_i[k, s] qdd_s
     velocity[k, i, s]     = 1/2 d partial[k, i] / d qd_s * qd_s
@@ -70,6 +70,10 @@ torque at the latched position (``'hold'``): the state is not trusted, so no fee
 
 Size (over ~600 lines): the law, its limits, the hold, the watchdog and the gain-loss
 monitor update one state per cycle and are tested as one state machine.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
@@ -88,8 +92,8 @@ from plag_ros.core import stability
 from plag_ros.core.dynamics import PartialLagrangian
 from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
 from plag_ros.core.model import RobotModel
+from plag_ros.core.motors import servo_gains
 from plag_ros.core.oscillation import OscillationMonitor
-from plag_ros.core.simulation import servo_gains
 
 __all__ = [
     'CONTROL_ESTIMATOR',
@@ -168,7 +172,7 @@ class ImpedanceConfig:
         motion_source: ``'desired'`` or ``'measured'`` motion in the decomposition.
         command_interface: ``'effort'`` or ``'position'``.
         servo_stiffness: K_s [N*m/rad] > 0 of the servos' position loop (position only);
-            None takes the servo model's (:func:`plag_ros.core.simulation.servo_gains`: the
+            None takes the servo model's (:func:`plag_ros.core.motors.servo_gains`: the
             CRANE-X7 motor table, :mod:`plag_ros.core.motors`). A value further than
             :data:`SERVO_STIFFNESS_TOLERANCE` from the table is reported in
             :attr:`PartialImpedanceController.warnings`.
@@ -329,7 +333,7 @@ def propagation_mask(model: RobotModel, paths: Iterable[str | tuple[str, str]], 
         model: the robot.
         paths: ``'target<-source'`` strings or ``(target, source)`` pairs of joint names;
             ``'*'`` matches every joint on that side. The path from source joint s into
-            joint k is the torque at k caused by the motion of s (seed 002 eq. 1).
+            joint k is the torque at k caused by the motion of s ([MPF] eq. 1).
         bodies: restrict to these bodies (names from ``model.body_names``); None = all.
 
     Returns:

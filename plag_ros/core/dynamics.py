@@ -1,10 +1,10 @@
 """Partial Lagrangian engine: joint torques split by body and by motion source.
 
-For body ``i`` with partial Lagrangian ``L_i = K_i - P_i`` (seed 000 eq. 6) and the operator
-``D_k = d/dt d/dqd_k - d/dq_k``, the partial torque ``partial[k, i] = D_k L_i`` is the torque
-at joint ``k`` caused by the motion of body ``i``; summed over bodies it is the joint torque
-(== RNEA). Seed 002 (eq. 1 and 10) splits each partial torque by the joint whose motion
-propagates it:
+For body ``i`` with partial Lagrangian ``L_i = K_i - P_i`` (Kusaka and Tanaka 2022 [PL],
+eq. 6) and the operator ``D_k = d/dt d/dqd_k - d/dq_k``, the partial torque
+``partial[k, i] = D_k L_i`` is the torque at joint ``k`` caused by the motion of body ``i``;
+summed over bodies it is the joint torque (== RNEA). Gunji, Kusaka and Tanaka 2025 [MPF]
+(eq. 1 and 10) split each partial torque by the joint whose motion propagates it:
 
     acceleration[k, i, s] = M_i[k, s] qdd_s
     velocity[k, i, s]     = 1/2 d partial[k, i]/d qd_s * qd_s    (Euler: the parts of a
@@ -29,11 +29,24 @@ Two implementations agree to rounding:
       gravity[k, i]           = -S_k . I_i a_g
 
   for joints ``k, s`` on the path from the root to body ``i`` (zero elsewhere; for a tree
-  this is the block sparsity of seed 001's partial torque tensor). The velocity formula is
-  the symmetric quadratic form of the Coriolis/centrifugal terms differentiated by ``qd_s``:
-  kinematics is computed once per sample and every body and source in one vectorised pass,
-  O(n^2 B) per sample. For float64 on the CPU the same formulas run as one compiled loop
-  per sample (:mod:`plag_ros.core.kernel`); the torch form serves float32, GPUs and autograd.
+  this is the block sparsity of the partial torque tensor of Kusaka and Tanaka 2025 [PTT]).
+  The velocity formula is the symmetric quadratic form of the Coriolis/centrifugal terms
+  differentiated by ``qd_s``: kinematics is computed once per sample and every body and
+  source in one vectorised pass, O(n^2 B) per sample. For float64 on the CPU the same
+  formulas run as one compiled loop per sample (:mod:`plag_ros.core.kernel`); the torch
+  form serves float32, GPUs and autograd.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+[PTT] T. Kusaka, T. Tanaka, "Partial Torque Tensor and Its Building Block Representation
+for Dynamics of Branching Structures Using Computational Graph", Robotics 2025, 14(3), 31,
+doi:10.3390/robotics14030031.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
@@ -75,8 +88,8 @@ class Decomposition:
         acceleration: (..., n, B, n) ``M_i[k, s] * qdd_s``.
         velocity: (..., n, B, n) ``1/2 d partial[k, i] / d qd_s * qd_s``.
         gravity: (..., n, B) ``d P_i / d q_k``.
-        friction: (..., n) viscous + Coulomb joint friction (Rayleigh dissipation, seed
-            000), reported apart from the Lagrangian terms.
+        friction: (..., n) viscous + Coulomb joint friction (Rayleigh dissipation, [PL]),
+            reported apart from the Lagrangian terms.
     """
 
     torque: Tensor
@@ -265,14 +278,12 @@ class PartialLagrangian:
         """Uninitialised float64 arrays for ``decompose_arrays(..., out=...)``: torque and
         friction (*batch, n), partial and gravity (*batch, n, B), acceleration and velocity
         (*batch, n, B, n)."""
-        n, B = self.model.n_joints, self.model.n_bodies
-        return {name: np.empty((*batch, *shape)) for name, shape in self._field_shapes(
-            n, B).items()}
+        return {name: np.empty(shape) for name, shape in self._out_shapes(batch).items()}
 
-    @staticmethod
-    def _field_shapes(n: int, B: int) -> dict[str, tuple[int, ...]]:
-        return {'torque': (n,), 'partial': (n, B), 'acceleration': (n, B, n),
-                'velocity': (n, B, n), 'gravity': (n, B), 'friction': (n,)}
+    def _out_shapes(self, batch: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        """Shape of every field for ``batch``: the compiled loop's per-sample shapes."""
+        return {name: (*batch, *shape[1:])
+                for name, shape in self._kernel.output_shapes(1).items()}
 
     def decompose_arrays(self, q: JointValues, qd: JointValues, qdd: JointValues, *,
                          out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -301,7 +312,7 @@ class PartialLagrangian:
             result = self.decompose(q, qd, qdd).numpy()
             if out is None:
                 return result
-            self._check_out_arrays(out, result['torque'].shape[:-1])
+            kernel.check_out_arrays(out, self._out_shapes(result['torque'].shape[:-1]))
             for name in FIELDS:
                 np.copyto(out[name], result[name])
             return out
@@ -329,24 +340,11 @@ class PartialLagrangian:
         if (cached is not None and cached[0] == batch and len(arrays) == len(FIELDS)
                 and all(a is b for a, b in zip(arrays, cached[1], strict=True))):
             return cached[2]
-        self._check_out_arrays(out, batch)
+        kernel.check_out_arrays(out, self._out_shapes(batch))
         N = math.prod(batch)
         views = {name: out[name].reshape(N, *out[name].shape[len(batch):]) for name in FIELDS}
         self._views = (batch, [out[name] for name in FIELDS], views)
         return views
-
-    def _check_out_arrays(self, out: dict[str, np.ndarray], batch: tuple[int, ...]) -> None:
-        """ValueError unless ``out`` holds writeable C-contiguous float64 arrays of the
-        result's shapes for ``batch`` (so reshaping them gives views, never copies)."""
-        for name, shape in self._field_shapes(self.model.n_joints,
-                                              self.model.n_bodies).items():
-            a = out.get(name) if isinstance(out, dict) else None
-            expected = (*batch, *shape)
-            if (not isinstance(a, np.ndarray) or a.shape != expected or a.dtype != np.float64
-                    or not a.flags.c_contiguous or not a.flags.writeable):
-                got = 'missing' if a is None else f'{getattr(a, "shape", type(a).__name__)}'
-                raise ValueError(f'out[{name!r}] must be a writeable C-contiguous float64 '
-                                 f'array of shape {expected}, got {got}')
 
     def _single_sample(self, q: JointValues, qd: JointValues, qdd: JointValues,
                        out: dict[str, np.ndarray] | None = None,
@@ -481,7 +479,7 @@ class PartialLagrangian:
                qd: JointValues, qdd: JointValues) -> Decomposition:
         """Decomposition for this engine's model, reusing the columns of unchanged bodies.
 
-        Seed 000's extension and reconstruction: ``previous`` was computed with
+        [PL]'s extension and reconstruction: ``previous`` was computed with
         ``previous_model`` on the same motion (each joint both models share has the same
         q, qd, qdd; ``q, qd, qdd`` here are in this model's joint order). Columns that
         :meth:`plan_extension` finds unchanged are copied, with their rows and sources
@@ -567,7 +565,7 @@ class PartialLagrangian:
                            qdd: JointValues) -> Decomposition:
         """Same as :meth:`decompose`, by differentiating each ``L_i`` with torch.func.
 
-        Faithful to seeds 000/002 (the Euler-Lagrange operator applied to each partial
+        Faithful to [PL] and [MPF] (the Euler-Lagrange operator applied to each partial
         Lagrangian by automatic differentiation), vmapped over the batch. Slower than the
         closed form; it is the reference the fast path is tested against.
         """

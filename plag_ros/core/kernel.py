@@ -25,8 +25,8 @@ import numpy as np
 if TYPE_CHECKING:
     from plag_ros.core.model import RobotModel
 
-__all__ = ['KernelModel', 'ThreadChoice', 'decompose_into', 'decompose_sample',
-           'decompose_unchecked', 'link_poses', 'mass_matrix_and_bias_into',
+__all__ = ['KernelModel', 'ThreadChoice', 'check_out_arrays', 'decompose_into',
+           'decompose_sample', 'decompose_unchecked', 'link_poses', 'mass_matrix_and_bias_into',
            'parallel_threshold', 'resolve_threads', 'thread_choice']
 
 parallel_threshold = 64
@@ -531,27 +531,33 @@ def decompose_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
     Raises:
         ValueError: an ``out`` array of the wrong shape, dtype or layout.
     """
-    N = q.shape[0]
-    shapes = km.output_shapes(N)
+    shapes = km.output_shapes(q.shape[0])
     if out is None:
         out = {name: np.empty(shape) for name, shape in shapes.items()}
     else:
-        for name, shape in shapes.items():
-            a = out.get(name)
-            if (not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != np.float64
-                    or not a.flags.c_contiguous or not a.flags.writeable):
-                got = 'missing' if a is None else f'{getattr(a, "shape", None)} ' \
-                    f'{getattr(a, "dtype", type(a).__name__)}'
-                raise ValueError(f'out[{name!r}] must be a writeable C-contiguous float64 '
-                                 f'array of shape {shape}, got {got}')
+        check_out_arrays(out, shapes)
     decompose_unchecked(km, q, qd, qdd, out, threads=threads)
     return out
+
+
+def check_out_arrays(out: object, shapes: dict[str, tuple[int, ...]]) -> None:
+    """ValueError unless ``out`` is a dict holding, for every key of ``shapes``, a
+    writeable C-contiguous float64 array of exactly that shape: what the compiled loop may
+    write into (and reshape to views, never copies) without going out of bounds."""
+    for name, shape in shapes.items():
+        a = out.get(name) if isinstance(out, dict) else None
+        if (not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != np.float64
+                or not a.flags.c_contiguous or not a.flags.writeable):
+            got = 'missing' if a is None else f'{getattr(a, "shape", None)} ' \
+                f'{getattr(a, "dtype", type(a).__name__)}'
+            raise ValueError(f'out[{name!r}] must be a writeable C-contiguous float64 '
+                             f'array of shape {shape}, got {got}')
 
 
 def decompose_unchecked(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
                         out: dict[str, np.ndarray], *, threads: int | None = 1) -> None:
     """:func:`decompose_into` without checking ``out``: for callers that checked it once
-    and reuse it (a wrong array here is written out of bounds)."""
+    (:func:`check_out_arrays`) and reuse it (a wrong array here is written out of bounds)."""
     _run(km, q, qd, qdd, True, threads, (out['torque'], out['partial'], out['acceleration'],
                                          out['velocity'], out['gravity'], out['friction'],
                                          _no_mass(q.shape[0])))

@@ -29,18 +29,33 @@ Hence the servo acts, away from saturation, as a spring of stiffness
 P = 5). This is a first-principles figure, not an identification: voltage, temperature,
 friction and the motor's torque-current curve change it. Identify K_s on the arm (README,
 "On the real CRANE-X7") and set ``servo_stiffness`` to the result.
+
+With D = 0 the loop's damping is the motor's back-EMF under PWM drive: the torque falls
+from the stall torque at zero speed to zero at the no-load speed, which the URDF velocity
+limit matches (46 rpm = 4.82 rad/s), so ``c_s = stall_torque / velocity_limit`` (0.85
+N*m*s/rad for the XM430-W350). The motor's torque saturates at its stall torque.
+
+This module is the one servo model: the controller (:mod:`plag_ros.core.control`), the
+stability analysis (:mod:`plag_ros.core.stability`) and the simulator
+(:mod:`plag_ros.core.simulation`) all take K_s, c_s and the saturation from
+:func:`servo_gains` and :func:`servo_saturation`. Joints outside the table (other robots)
+get the same formulas on their URDF effort limit in place of the stall torque.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from plag_ros.core.model import RobotModel
+
 __all__ = ['ARM_JOINTS', 'DRIVER_P_GAIN', 'DRIVER_STOP_P_GAIN', 'GRIPPER_JOINT',
            'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
-           'current_to_effort', 'effort_to_torque', 'known', 'motor_of', 'servo_stiffness',
+           'back_emf_damping', 'current_to_effort', 'effort_to_torque', 'known', 'motor_of',
+           'position_loop_stiffness', 'servo_gains', 'servo_saturation', 'servo_stiffness',
            'stall_torque']
 
 PWM_FULL_SCALE = 885.0
@@ -51,6 +66,25 @@ DRIVER_P_GAIN = 800.0
 """Position P gain the ROS 2 driver writes on activation (crane_x7_hardware.cpp)."""
 DRIVER_STOP_P_GAIN = 5.0
 """Position P gain the ROS 2 driver writes on deactivation and shutdown."""
+
+
+def position_loop_stiffness(stall_torque: float | np.ndarray, p_gain: float = DRIVER_P_GAIN
+                            ) -> float | np.ndarray:
+    """Position-loop stiffness K_s [N*m/rad] of a Dynamixel X servo:
+    ``p_gain / 128 * stall_torque / PWM_FULL_SCALE / PULSE_RAD`` (module docstring).
+
+    Args:
+        stall_torque: [N*m], scalar or per joint.
+        p_gain: Position P Gain register value.
+    """
+    return p_gain / 128.0 * stall_torque / PWM_FULL_SCALE / PULSE_RAD
+
+
+def back_emf_damping(stall_torque: float | np.ndarray, no_load_speed: float | np.ndarray
+                     ) -> float | np.ndarray:
+    """Back-EMF damping c_s [N*m*s/rad] of a PWM-driven motor: ``stall_torque /
+    no_load_speed`` (torque falls linearly from stall at rest to zero at no-load speed)."""
+    return stall_torque / no_load_speed
 
 
 class Motor(NamedTuple):
@@ -71,11 +105,11 @@ class Motor(NamedTuple):
 
     def stiffness_per_p_gain(self) -> float:
         """K_s per unit of the Position P Gain register [N*m/rad]."""
-        return self.stall_torque / 128.0 / PWM_FULL_SCALE / PULSE_RAD
+        return self.stiffness(1.0)
 
     def stiffness(self, p_gain: float = DRIVER_P_GAIN) -> float:
         """Position-loop stiffness K_s [N*m/rad] at ``p_gain`` (register units)."""
-        return p_gain * self.stiffness_per_p_gain()
+        return float(position_loop_stiffness(self.stall_torque, p_gain))
 
 
 MOTORS: dict[str, Motor] = {
@@ -138,3 +172,41 @@ def effort_to_torque(joints: Sequence[str]) -> np.ndarray:
     torque_constant / current_to_effort (0.81 for the XM430-W350, 0.67 for the XM540-W270)."""
     return np.array([motor_of(j).torque_constant / motor_of(j).current_to_effort
                      for j in joints])
+
+
+def servo_saturation(model: RobotModel) -> np.ndarray:
+    """(m,) motor torque limit [N*m] of the model's actuated joints: the table's stall
+    torque for CRANE-X7 joints, else the URDF effort limit."""
+    act = np.flatnonzero(model.actuated)
+    names = [model.joint_names[j] for j in act]
+    if known(names):
+        return stall_torque(names)
+    return model.effort_limit[act].copy()
+
+
+def servo_gains(model: RobotModel, p_gain: float = DRIVER_P_GAIN
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Servo stiffness and damping of the model's actuated joints at a Dynamixel P gain.
+
+    ``Kp`` = :func:`position_loop_stiffness` and ``Kd`` = :func:`back_emf_damping` of the
+    :func:`servo_saturation` torque, the URDF velocity limit standing for the no-load speed.
+    These are rotary-servo figures; for prismatic joints give the gains yourself.
+
+    Args:
+        model: the robot; its actuated joints need finite effort and velocity limits.
+        p_gain: Dynamixel Position P Gain register value.
+
+    Returns:
+        kp [N*m/rad], kd [N*m*s/rad]: (m,) for the actuated joints in model order.
+
+    Raises:
+        ValueError: an actuated joint without finite positive effort or velocity limit.
+    """
+    act = np.flatnonzero(model.actuated)
+    effort, velocity = servo_saturation(model), model.velocity_limit[act]
+    bad = [model.joint_names[j] for j, e, v in zip(act, effort, velocity)
+           if not (np.isfinite(e) and e > 0.0 and np.isfinite(v) and v > 0.0)]
+    if bad:
+        raise ValueError(f'joints {bad} lack finite effort/velocity limits: give kp and kd')
+    return (np.asarray(position_loop_stiffness(effort, p_gain)),
+            np.asarray(back_emf_damping(effort, velocity)))

@@ -48,6 +48,7 @@ from scipy import linalg, signal
 from plag_ros.core.dynamics import PartialLagrangian
 from plag_ros.core.filters import EstimatorConfig, design_lowpass
 from plag_ros.core.model import RobotModel
+from plag_ros.core.motors import servo_gains
 
 __all__ = ['MIN_GAIN_MARGIN', 'GainCheck', 'JointLoop', 'check_gains', 'closed_loop_matrix',
            'damping_bound', 'gain_margin', 'joint_loops', 'smallest_inertia',
@@ -274,9 +275,8 @@ def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
         model: the robot.
         command_interface: ``'effort'`` or ``'position'``.
         rate_hz: control rate [Hz].
-        servo_stiffness: K_s per actuated joint (position path); default the simulator's
-            servo model (:func:`plag_ros.core.simulation.servo_gains`, the motor table for the
-            CRANE-X7).
+        servo_stiffness: K_s per actuated joint (position path); default the servo model's
+            (:func:`plag_ros.core.motors.servo_gains`, the motor table for the CRANE-X7).
         servo_damping: the servo's back-EMF damping (position path); default likewise.
         delay_periods: sample-to-effect delay [periods].
         engine: the model's engine (built if None).
@@ -285,7 +285,6 @@ def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
         The loops, inertia the smallest effective one over seeded poses.
     """
     from plag_ros.core.control import actuation_matrix
-    from plag_ros.core.simulation import servo_gains
 
     G, _ = actuation_matrix(model)
     act = np.flatnonzero(model.actuated)

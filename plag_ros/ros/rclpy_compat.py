@@ -15,12 +15,12 @@ Supported: Humble (rclpy 3.3), Jazzy (7.1) and Kilted (9.1). What differs for th
   Iron on and ``ROS_LOCALHOST_ONLY=1`` on Humble; Jazzy's rcl still honours the old one
   but warns on every process start (``ROS_LOCALHOST_ONLY is deprecated``).
   :func:`localhost_only_environment` gives the one the running release reads.
-* **The private wait-set calls** of :mod:`.input_thread` (``_rclpy.WaitSet`` and
-  ``Subscription.take_message`` from rclpy's C extension, the calls
+* **The private wait-set calls** of :mod:`.input_thread`'s opt-in private way
+  (``_rclpy.WaitSet`` and ``Subscription.take_message`` from rclpy's C extension, the calls
   ``rclpy.wait_for_message`` makes) are not a public API. :func:`private_wait_set_problem`
   checks the running extension's signatures against the ones read in the three branches'
-  sources; the node uses the input thread only when they match, and otherwise serves
-  ``joint_states`` on the public executor path and says why in its log.
+  sources; the input thread takes that way only when they match, and otherwise its public
+  executor way, saying why in the log.
 
 Anything else the package calls exists with the same meaning on all three:
 ``test/test_rclpy_humble_api.py`` checks every rclpy name the package uses against the

@@ -1,13 +1,14 @@
 """Process-wide tuning for a low-latency ``joint_states`` input, in one opt-in place.
 
 A node that declares ``low_latency: true`` (read only, default false) gets three measures,
-each of which reaches beyond the node into the whole Python process or into rclpy's
-internals, which is why none of them is on by default:
+each of which reaches beyond the node into the whole Python process or into its threads,
+which is why none of them is on by default. All three use public APIs only:
 
 1. ``joint_states`` is served by :class:`~plag_ros.ros.input_thread.InputThread`, a thread
-   of its own waiting on a wait set from rclpy's C extension (``WaitSet``/``take_message``,
-   the calls ``rclpy.wait_for_message`` makes; not a documented public API) instead of the
-   executor, whose per-wake-up bookkeeping cost about as much CPU as the decomposition.
+   of its own spinning a public ``SingleThreadedExecutor`` over a helper node that holds
+   only that subscription, instead of the node's executor, whose per-wake-up bookkeeping
+   cost about as much CPU as the decomposition. (InputThread's other way, a private wait
+   set of rclpy's C extension, is a separate opt-in of its own, ``private_wait_set``.)
 2. :func:`lower_switch_interval`: the interpreter's GIL switch interval drops from 5 ms to
    0.2 ms, so an executor callback (parameters, diagnostics) cannot hold the input thread
    off for a whole 200 Hz period.

@@ -44,18 +44,18 @@ def main() -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from plag_ros.apps.bringup import NodeProcess, NodeSpec, isolate
+    from plag_ros.apps.bringup import (
+        SIM_CONTROL_DEMO,
+        NodeProcess,
+        isolate,
+        sim_specs,
+        with_overlay,
+    )
     from plag_ros.ros import messages as msgs
 
     isolate(None)
     log_dir = Path(tempfile.mkdtemp(prefix='plag_soak_'))
-    specs = [NodeSpec('sim_node', 'sim.yaml'),
-             NodeSpec('dynamics_node', 'crane_x7.yaml', {'robot_description_source': 'topic',
-                                                         'robot_description_timeout': 0.0}),
-             NodeSpec('impedance_node', 'impedance.yaml', {
-                 'start_enabled': True, 'reference.mode': 'sine', 'switch.method': 'sim',
-                 'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0],
-                 'reference.frequency_hz': [0.5]})]
+    specs = with_overlay(sim_specs(control=True), SIM_CONTROL_DEMO)   # plag-ros sim --control
     children = [NodeProcess(s.command(), log_dir / f'{s.module}.log', label=s.module)
                 for s in specs]
     rclpy.init()

@@ -15,6 +15,9 @@ robot_state_publisher only). This file adds:
   robot's controllers alone (a machine without controller_manager installed);
 * rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``.
 
+The plag_ros nodes are those of ``robot_setup()`` in plag_ros/ros/node_setups.py, the
+description ``plag-ros run`` (the dynamics node without ``ros2 launch``) reads too.
+
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]``.
 """
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
@@ -25,6 +28,8 @@ from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
+
+from plag_ros.ros.node_setups import PACKAGE, robot_setup
 
 CONTROLLER = 'plag_arm_position_controller'
 CONTROLLER_TYPE = 'position_controllers/JointGroupPositionController'
@@ -42,8 +47,18 @@ def spawner_type_arguments(distro: str) -> list[str]:
     return ['--controller-type', CONTROLLER_TYPE] if distro == 'humble' else []
 
 
+def plag_node(setup, share, control):
+    """The launch_ros Node of one plag_ros.ros.node_setups.NodeSetup."""
+    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
+    if setup.overrides:
+        parameters.append(dict(setup.overrides))
+    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
+                output='screen', parameters=parameters, remappings=list(setup.remappings),
+                condition=IfCondition(control) if setup.control_only else None)
+
+
 def generate_launch_description():
-    share = FindPackageShare('plag_ros')
+    share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
     rviz = LaunchConfiguration('rviz')
     spawn = LaunchConfiguration('spawn_controller')
@@ -60,22 +75,7 @@ def generate_launch_description():
         DeclareLaunchArgument('robot_description_source', default_value='topic',
                               description="dynamics model: 'topic' (the robot's "
                                           "robot_description) or 'file' (bundled URDF)"),
-        Node(
-            package='plag_ros',
-            executable='dynamics_node',
-            name='plag_dynamics',
-            output='screen',
-            parameters=[PathJoinSubstitution([share, 'config', 'crane_x7.yaml']),
-                        {'robot_description_source': description_source}],
-        ),
-        Node(
-            package='plag_ros',
-            executable='impedance_node',
-            name='plag_impedance',
-            output='screen',
-            parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml'])],
-            condition=IfCondition(control),
-        ),
+        *(plag_node(setup, share, control) for setup in robot_setup(description_source)),
         # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
         # present on the humble and jazzy branches alike: positional controller name,
         # -c/--controller-manager, -p/--param-file (loaded into the controller before

@@ -16,8 +16,10 @@
   ``robot_state_publisher/robot_description``, so ``robot_description`` stays the
   simulator's alone.
 
-Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``. Without
-``ros2 launch``: ``plag-ros sim [--control]`` starts the same nodes with the same files.
+The plag_ros nodes are those of ``sim_setup()`` in plag_ros/ros/node_setups.py, the
+description ``plag-ros sim [--control]`` (the same nodes without ``ros2 launch``) reads too.
+
+Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.actions import DeclareLaunchArgument
@@ -27,9 +29,21 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
+from plag_ros.ros.node_setups import PACKAGE, sim_setup
+
+
+def plag_node(setup, share, control):
+    """The launch_ros Node of one plag_ros.ros.node_setups.NodeSetup."""
+    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
+    if setup.overrides:
+        parameters.append(dict(setup.overrides))
+    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
+                output='screen', parameters=parameters, remappings=list(setup.remappings),
+                condition=IfCondition(control) if setup.control_only else None)
+
 
 def generate_launch_description():
-    share = FindPackageShare('plag_ros')
+    share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
     rviz = LaunchConfiguration('rviz')
     return LaunchDescription([
@@ -37,36 +51,7 @@ def generate_launch_description():
                               description='start the partial-impedance controller'),
         DeclareLaunchArgument('rviz', default_value='false',
                               description='start rviz2 with the plag_ros displays'),
-        Node(
-            package='plag_ros',
-            executable='sim_node',
-            name='plag_sim',
-            output='screen',
-            parameters=[PathJoinSubstitution([share, 'config', 'sim.yaml'])],
-        ),
-        Node(
-            package='plag_ros',
-            executable='dynamics_node',
-            name='plag_dynamics',
-            output='screen',
-            # The model is the simulator's, always: wait for its robot_description however
-            # long a cold start takes (0 = no timeout), never fall back to the bundled URDF,
-            # which would silently differ from the simulated robot when sim.yaml names
-            # another urdf_path.
-            parameters=[PathJoinSubstitution([share, 'config', 'crane_x7.yaml']),
-                        {'robot_description_source': 'topic',
-                         'robot_description_timeout': 0.0}],
-        ),
-        Node(
-            package='plag_ros',
-            executable='impedance_node',
-            name='plag_impedance',
-            output='screen',
-            # The simulator emulates the driver's controller manager: switch through it.
-            parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml']),
-                        {'switch.method': 'sim'}],
-            condition=IfCondition(control),
-        ),
+        *(plag_node(setup, share, control) for setup in sim_setup()),
         Node(
             package='robot_state_publisher',
             executable='robot_state_publisher',

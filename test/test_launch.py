@@ -2,10 +2,15 @@
 
 These checks need neither ``launch``/``launch_ros`` nor rviz2 (test_launch_live.py runs the
 launch files under the real launch_ros where it is importable): the launch files are read
-as Python syntax trees: every plag_ros executable they start must be a console script of
-setup.py whose module exists, every parameter file they pass must exist and address the
-node by the name the launch file gives it, every launch configuration must be declared,
-and every parameter they or the YAML files set must be one the node declares. The
+as Python syntax trees. A launch file writes a node out (``Node(package=..., ...)``) or
+builds it from the shared description of plag_ros/ros/node_setups.py (``sim_setup()``,
+``robot_setup(...)``, turned into ``Node`` actions by a helper of the launch file, whose
+syntax tree shows which field of a setup goes where); either way, every plag_ros
+executable started must be a console script of setup.py whose module exists, every
+parameter file passed must exist and address the node by the name it is given, every
+launch configuration must be declared, and every parameter set on top of the files or in
+the YAML files must be one the node declares. ``plag-ros sim``/``plag-ros run`` start the
+same nodes with the same files and overrides as the launch files. The
 declared names come from the real nodes: each is started over DDS (ROS_DOMAIN_ID 13) and
 asked through its ``list_parameters`` service. The rviz config must be YAML whose topics
 are published, with the display's message type, by those running nodes.
@@ -19,11 +24,15 @@ import inspect
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from rcl_interfaces.srv import ListParameters
 from ros_helpers import REPO, RosClient, start_node
+
+from plag_ros.apps.bringup import SIM_CONTROL_DEMO, NodeSpec, robot_specs, sim_specs
+from plag_ros.ros import node_setups
 
 DOMAIN_ID = 13
 LAUNCH_FILES = sorted((REPO / 'launch').glob('*.launch.py'))    # every one, generic checks
@@ -46,8 +55,10 @@ class LaunchNode:
     executable: str
     name: str | None
     files: list[str] = field(default_factory=list)        # string constants ending .yaml/.rviz
-    params: list[str] = field(default_factory=list)       # keys of parameter dict literals
+    params: list[str] = field(default_factory=list)       # names set on top of the files
     condition: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)   # literal values (else source)
+    remappings: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _const(node: ast.AST | None):
@@ -63,12 +74,94 @@ def _call_name(call: ast.Call) -> str:
     return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, 'attr', '')
 
 
+def _literal(node: ast.AST):
+    """A literal's value, else its source text (a launch substitution, say)."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+
+
+class _Resolve(ast.NodeTransformer):
+    """Replaces names by expressions (a helper's arguments by the caller's values)."""
+
+    def __init__(self, names: dict[str, ast.expr]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return self.names.get(node.id, node)
+
+
+def _resolved(node: ast.AST, names: dict[str, ast.expr]) -> str:
+    return ast.unparse(_Resolve(names).visit(ast.parse(ast.unparse(node), mode='eval')))
+
+
+def _setup_nodes(tree: ast.Module, generator: ast.GeneratorExp,
+                 local: dict[str, ast.expr], path: Path) -> list[LaunchNode]:
+    """The nodes of ``*(helper(setup, ...) for setup in node_setups.X(...))``.
+
+    The setups are the shared description's own; what the helper makes of each setup is
+    read from its syntax tree: ``setup.<field>`` in each ``Node`` argument.
+    """
+    imported = {alias.asname or alias.name for n in tree.body
+                if isinstance(n, ast.ImportFrom) and n.module == 'plag_ros.ros.node_setups'
+                for alias in n.names}
+    source = generator.generators[0].iter
+    assert isinstance(source, ast.Call) and _call_name(source) in imported, (
+        f'{path.name}: nodes from {ast.unparse(source)}, not from plag_ros.ros.node_setups')
+    arguments = [_literal(a) if isinstance(a, ast.Constant) else _resolved(a, local)
+                 for a in source.args]
+    setups = getattr(node_setups, _call_name(source))(*arguments)
+    call = generator.elt
+    assert isinstance(call, ast.Call), ast.unparse(call)
+    helper = next(f for f in tree.body
+                  if isinstance(f, ast.FunctionDef) and f.name == _call_name(call))
+    variable = generator.generators[0].target.id
+    params = [a.arg for a in helper.args.args]
+    assert params[0] == variable, f'{path.name}: {helper.name} takes the setup first'
+    at_call = dict(zip(params[1:], (ast.parse(_resolved(a, local), mode='eval').body
+                                    for a in call.args[1:]), strict=True))
+    made, = [n for n in ast.walk(helper) if isinstance(n, ast.Call) and _call_name(n) == 'Node']
+    kw = {k.arg: k.value for k in made.keywords}
+    helper_locals = {t.id: a.value for a in ast.walk(helper) if isinstance(a, ast.Assign)
+                     for t in a.targets if isinstance(t, ast.Name)}
+    source_of = {key: ast.unparse(value) for key, value in kw.items()}
+    parameters = ast.unparse(helper_locals.get(source_of['parameters'], kw['parameters']))
+    appended = ' '.join(ast.unparse(n) for n in ast.walk(helper) if isinstance(n, ast.Call)
+                        and _call_name(n) == 'append')
+    # The helper passes each field of the setup where launch_ros wants it.
+    assert source_of['package'] in ('PACKAGE', repr(node_setups.PACKAGE)), source_of
+    assert source_of['executable'] == f'{variable}.executable', source_of
+    assert source_of['name'] == f'{variable}.name', source_of
+    assert "'config'" in parameters and f'{variable}.params_file' in parameters, parameters
+    assert f'{variable}.overrides' in parameters + appended, (parameters, appended)
+    assert f'{variable}.remappings' in source_of['remappings'], source_of
+    condition = kw['condition']
+    assert isinstance(condition, ast.IfExp) and \
+        ast.unparse(condition.test) == f'{variable}.control_only', source_of['condition']
+    nodes = []
+    for setup in setups:
+        chosen = condition.body if setup.control_only else condition.orelse
+        text = _resolved(chosen, at_call)
+        nodes.append(LaunchNode(
+            node_setups.PACKAGE, setup.executable, setup.name, files=[setup.params_file],
+            params=list(setup.overrides), condition=None if text == 'None' else text,
+            overrides=dict(setup.overrides), remappings=list(setup.remappings)))
+    return nodes
+
+
 def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
     """Nodes, declared launch arguments and used launch configurations of a launch file."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    assert any(isinstance(f, ast.FunctionDef) and f.name == 'generate_launch_description'
-               for f in tree.body), f'{path.name}: no generate_launch_description()'
+    generate = [f for f in tree.body
+                if isinstance(f, ast.FunctionDef) and f.name == 'generate_launch_description']
+    assert generate, f'{path.name}: no generate_launch_description()'
+    local = {t.id: a.value for a in ast.walk(generate[0]) if isinstance(a, ast.Assign)
+             for t in a.targets if isinstance(t, ast.Name)}
     nodes, declared, used = [], set(), set()
+    for starred in (n for n in ast.walk(generate[0]) if isinstance(n, ast.Starred)):
+        if isinstance(starred.value, ast.GeneratorExp):
+            nodes += _setup_nodes(tree, starred.value, local, path)
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
         name = _call_name(call)
         if name == 'DeclareLaunchArgument':
@@ -77,6 +170,8 @@ def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
             used.add(_const(call.args[0]))
         elif name == 'Node':
             kw = {k.arg: k.value for k in call.keywords}
+            if _const(kw['package']) is None:
+                continue                     # a helper's Node: read through its setups above
             node = LaunchNode(_const(kw['package']), _const(kw['executable']),
                               _const(kw.get('name')))
             for key in ('parameters', 'arguments'):
@@ -86,6 +181,10 @@ def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
             for d in ast.walk(kw.get('parameters', ast.List(elts=[]))):
                 if isinstance(d, ast.Dict):
                     node.params += [_const(k) for k in d.keys]
+                    node.overrides.update(
+                        (_const(k), _literal(v)) for k, v in zip(d.keys, d.values, strict=True))
+            if 'remappings' in kw:
+                node.remappings = [tuple(pair) for pair in _literal(kw['remappings'])]
             if 'condition' in kw:
                 node.condition = ast.unparse(kw['condition'])
             nodes.append(node)
@@ -163,6 +262,54 @@ def test_executables_are_console_scripts_with_modules():
             f'{NODE_NAMES[node.executable]!r}')
 
 
+def _defaults(path: Path) -> dict[str, object]:
+    """Launch argument -> its default value, as the source of ``LaunchConfiguration``."""
+    tree = ast.parse(path.read_text())
+    return {f'LaunchConfiguration({_const(call.args[0])!r})': _literal(kw.value)
+            for call in ast.walk(tree) if isinstance(call, ast.Call)
+            and _call_name(call) == 'DeclareLaunchArgument'
+            for kw in call.keywords if kw.arg == 'default_value'}
+
+
+def _launched(path: Path, control: bool) -> list[tuple]:
+    """What ``path`` starts of plag_ros with ``control:=<control>``, launch arguments at
+    their defaults: (executable, node name, parameter files, overrides, remappings)."""
+    defaults = _defaults(path)
+    on = "IfCondition(LaunchConfiguration('control'))"
+    started = []
+    for node in parse_launch(path)[0]:
+        if node.package != 'plag_ros':
+            continue
+        assert node.condition in (None, on), f'{path.name}: {node.condition}'
+        if node.condition is None or control:
+            overrides = {key: defaults.get(value, value) if isinstance(value, str) else value
+                         for key, value in node.overrides.items()}
+            started.append((node.executable, node.name, node.files, overrides,
+                            node.remappings))
+    return started
+
+
+def _spawned(specs: list[NodeSpec]) -> list[tuple]:
+    return [(spec.module, spec.name, [spec.params_file], spec.params,
+             list(spec.remaps.items())) for spec in specs]
+
+
+def test_plag_ros_sim_and_run_start_what_the_launch_files_start():
+    """Same executables, node names, files and overrides, in the same order, as the launch
+    file of the same setup (``plag-ros sim --control``'s demo overlay aside)."""
+    sim, robot = REPO / 'launch' / 'sim.launch.py', REPO / 'launch' / 'crane_x7.launch.py'
+    for control in (False, True):
+        assert _launched(sim, control) == _spawned(sim_specs(control)), control
+        assert _launched(robot, control) == _spawned(robot_specs('topic', control)), control
+    # The simulator's model is waited for without a timeout, with and without ros2 launch.
+    dynamics, = [s for s in sim_specs(False) if s.module == 'dynamics_node']
+    assert dynamics.params['robot_description_timeout'] == 0.0
+    # The real robot's description source is the launch argument's (default 'topic').
+    robot_dynamics, = [n for n in parse_launch(robot)[0] if n.executable == 'dynamics_node']
+    assert robot_dynamics.overrides['robot_description_source'] == \
+        "LaunchConfiguration('robot_description_source')"
+
+
 def test_parameter_and_rviz_files_exist_and_address_the_node():
     for path, node in _plag_nodes():
         assert node.files, f'{path.name}: {node.executable} gets no parameter file'
@@ -237,6 +384,11 @@ def test_every_parameter_set_is_declared_by_the_node(running):
             section = content.get(node.name, content.get('/**'))['ros__parameters']
             unknown = set(_flatten(section)) - declared
             assert not unknown, f'config/{name}: {node.name} does not declare {unknown}'
+    # `plag-ros sim --control`'s overlay on the shared setup, too.
+    by_name = {node.name: node.executable for _, node in _plag_nodes()}
+    for name, params in SIM_CONTROL_DEMO.items():
+        unknown = set(params) - _declared(client, name, nodes[by_name[name]])
+        assert not unknown, f'SIM_CONTROL_DEMO: {name} does not declare {unknown}'
 
 
 def test_rviz_config_names_published_topics(running):

@@ -12,9 +12,11 @@ parameter file (and each override in the launch file) read back over the node's
 ``get_parameters`` service; no WARNING or ERROR from launch itself (launch_ros only WARNs
 about a parameter file that is not there: that must fail, and a test shows it does);
 ``control:=true`` brings up the impedance controller and, on the real robot's launch,
-controller_manager's spawner with the shipped controller file; Ctrl-C ends every process
-with exit code 0, no traceback, no ERROR line and nothing left running, 20 times in a row
-(``PLAG_LAUNCH_SHUTDOWN_REPEAT`` changes the count).
+controller_manager's spawner with the shipped controller file; the plag_ros processes a
+launch starts (executables, node names, parameter files and overrides, read from their
+command lines) are those ``plag-ros sim``/``plag-ros run`` start for the same setup;
+Ctrl-C ends every process with exit code 0, no traceback, no ERROR line and nothing left
+running, 20 times in a row (``PLAG_LAUNCH_SHUTDOWN_REPEAT`` changes the count).
 
 ROS domains 40-46. Marked ``launch`` (``pytest -m launch`` runs only these). Needs
 ``launch`` and ``launch_ros`` importable and this package built with colcon: ``make venv``
@@ -62,6 +64,8 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from ros_helpers import LATCHED, RELIABLE, REPO, RosClient, ros_env, start_node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
+
+from plag_ros.apps.bringup import robot_specs, sim_specs  # noqa: E402
 
 SHUTDOWN_REPEAT = int(os.environ.get('PLAG_LAUNCH_SHUTDOWN_REPEAT', '20'))
 CONTROLLER = 'plag_arm_position_controller'
@@ -228,6 +232,46 @@ def expected_parameters(share: Path, yaml_name: str, node: str,
     return {**_flatten(section), **(overrides or {})}
 
 
+def node_command(argv: list[str]) -> tuple:
+    """What a node command line starts: (executable, node name, parameter files under
+    config/, parameters set on top of them, remappings). Reads launch_ros's command lines
+    (dict parameters in a ``launch_params_*`` file) and ``plag-ros sim``'s (``-p``)."""
+    at = argv.index('--ros-args')
+    executable = re.split(r'[/.]', argv[at - 1])[-1]
+    name, files, overrides, remaps = None, [], {}, []
+    rest = iter(argv[at + 1:])
+    for flag in rest:
+        value = next(rest)
+        if flag == '-r':
+            source, target = value.split(':=', 1)
+            if source == '__node':
+                name = target
+            else:
+                remaps.append((source, target))
+        elif flag == '-p':
+            key, text = value.split(':=', 1)
+            overrides[key] = yaml.safe_load(text)
+        elif flag == '--params-file' and Path(value).name.startswith('launch_params_'):
+            section, = yaml.safe_load(Path(value).read_text()).values()
+            overrides.update(_flatten(section['ros__parameters']))
+        else:
+            assert flag == '--params-file' and Path(value).parent.name == 'config', argv
+            files.append(Path(value).name)
+    return executable, name, files, overrides, remaps
+
+
+def launched_nodes(run: LaunchRun, share: Path) -> list[tuple]:
+    """:func:`node_command` of each running process of a plag_ros executable launch
+    started, in start order (read from /proc/<pid>/cmdline)."""
+    scripts = share.parents[1] / 'lib' / 'plag_ros'
+    found = []
+    for label, pid in run.started().items():
+        if (scripts / re.sub(r'-\d+$', '', label)).is_file():
+            argv = Path(f'/proc/{pid}/cmdline').read_bytes().decode().split('\0')[:-1]
+            found.append(node_command(argv))
+    return found
+
+
 def assert_parameters(client: RosClient, node: str, expected: dict[str, object]) -> None:
     """Every expected parameter, read back from ``node`` over ``get_parameters``."""
     service = client.node.create_client(GetParameters, f'/{node}/get_parameters')
@@ -312,6 +356,9 @@ def test_sim_launch_control_live_rates_parameters_and_clean_ctrl_c(share, tmp_pa
             share, 'impedance.yaml', 'plag_impedance', {'switch.method': 'sim'}))
         run.assert_no_launch_warnings()
         assert re.search(r'\[plag_dynamics\]: model .* from topic', run.output())
+        # `plag-ros sim --control` starts the same (its demo overlay aside).
+        assert launched_nodes(run, share) == [node_command(spec.command())
+                                              for spec in sim_specs(control=True)]
         assert run.ctrl_c() == 0
         run.assert_clean_exit()
         assert set(run.started()) == {'sim_node-1', 'dynamics_node-2', 'impedance_node-3'}
@@ -320,12 +367,26 @@ def test_sim_launch_control_live_rates_parameters_and_clean_ctrl_c(share, tmp_pa
         client.close()
 
 
+MISSPELT_SETUP = """
+
+import dataclasses  # noqa: E402
+
+_shared_sim_setup = sim_setup
+
+
+def sim_setup():
+    return [dataclasses.replace(s, params_file='crane_x7.yml')
+            if s.params_file == 'crane_x7.yaml' else s for s in _shared_sim_setup()]
+"""
+
+
 def test_a_misspelt_parameter_file_fails_the_checks(share, tmp_path):
     """launch_ros only WARNs about a missing parameter file; the checks above must fail."""
     text = (share / 'launch' / 'sim.launch.py').read_text()
-    assert "'crane_x7.yaml'" in text
+    assert 'in sim_setup()' in text     # the nodes come from the shared description
     misspelt = tmp_path / 'sim_misspelt.launch.py'
-    misspelt.write_text(text.replace("'crane_x7.yaml'", "'crane_x7.yml'"))
+    # sim.launch.py with its sim_setup() giving the dynamics node 'crane_x7.yml'.
+    misspelt.write_text(text + MISSPELT_SETUP)
     client = RosClient(41, 'plag_test_launch_misspelt')
     run = LaunchRun(misspelt, [], 41, tmp_path / 'launch.log')
     try:
@@ -391,6 +452,9 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
             share, 'crane_x7.yaml', 'plag_dynamics', {'robot_description_source': 'topic'}))
         assert_parameters(client, 'plag_impedance', expected_parameters(
             share, 'impedance.yaml', 'plag_impedance'))
+        # The robot setup as `plag-ros run` reads it (with the controller it leaves out).
+        assert launched_nodes(run, share) == [node_command(spec.command()) for spec in
+                                              robot_specs('topic', control=True)]
         run.wait_for_output(r'^\[INFO\] \[spawner-\d+\]: process has finished cleanly',
                             START_TIMEOUT_S)
         controllers = share / 'config' / 'crane_x7_controllers.yaml'
@@ -536,7 +600,7 @@ def test_replay_launch_plays_a_bag_into_the_dynamics_node(share, tmp_path):
     import numpy as np
 
     from plag_ros.core.model import RobotModel, default_urdf_path
-    from plag_ros.io.bag_writer import write_joint_state_bag
+    from plag_ros.ros.output_bag import write_joint_state_bag
 
     model = RobotModel.from_urdf(str(default_urdf_path()))
     names = [n for n in model.joint_names

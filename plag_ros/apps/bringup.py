@@ -13,8 +13,10 @@ robot_state_publisher; ``crane_x7_control.launch.py`` alone publishes no
 ``robot_description``, use ``--description-source file`` then; ``crane_x7_bringup`` is a
 ROS 1 package, rt-net/crane_x7_ros master).
 
-Each node runs in its own subprocess, exactly as ``launch/sim.launch.py`` and
-``launch/crane_x7.launch.py`` start them (same modules, same parameter files): the
+Each node runs in its own subprocess, as ``launch/sim.launch.py`` and
+``launch/crane_x7.launch.py`` start it: both read what to run (executables, node names,
+parameter files, overrides) from :mod:`plag_ros.ros.node_setups`; ``plag-ros sim
+--control`` adds its demo settings on top (:data:`SIM_CONTROL_DEMO`). The
 simulator steps at 1 kHz and the dynamics node decomposes at 200 Hz, and in separate
 interpreters they do not share a GIL, so neither's timing depends on the other's Python
 work and a crash in one is reported rather than taking the others down. This process only
@@ -32,13 +34,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ['NodeProcess', 'NodeSpec', 'Summary', 'config_path', 'configure', 'configure_run',
-           'run', 'run_dynamics_only', 'run_sim']
+from plag_ros.ros.node_setups import NodeSetup, robot_setup, running, sim_setup
+
+__all__ = ['SIM_CONTROL_DEMO', 'NodeProcess', 'NodeSpec', 'Summary', 'config_path',
+           'configure', 'configure_run', 'robot_specs', 'run', 'run_dynamics_only', 'run_sim',
+           'sim_specs', 'with_overlay']
 
 DYNAMICS = '/plag_dynamics'
 
@@ -63,16 +68,26 @@ class NodeSpec:
     """One node subprocess: ``python -m plag_ros.ros.nodes.<module> --ros-args ...``.
 
     ``params_file`` is a name under ``config/`` or an absolute path; ``params`` are
-    ``-p name:=value`` overrides (YAML scalars or lists), ``remaps`` ``-r from:=to``.
+    ``-p name:=value`` overrides (YAML scalars or lists), ``remaps`` ``-r from:=to``;
+    ``name`` (``-r __node:=name``) replaces the node's own default name.
     """
 
     module: str
     params_file: str | Path | None = None
     params: dict[str, object] = field(default_factory=dict)
     remaps: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+
+    @classmethod
+    def from_setup(cls, setup: NodeSetup) -> NodeSpec:
+        """The subprocess of one node of a shared setup (:mod:`plag_ros.ros.node_setups`)."""
+        return cls(setup.executable, setup.params_file, dict(setup.overrides),
+                   dict(setup.remappings), setup.name)
 
     def command(self) -> list[str]:
         args = [sys.executable, '-m', f'plag_ros.ros.nodes.{self.module}', '--ros-args']
+        if self.name:
+            args += ['-r', f'__node:={self.name}']
         if self.params_file:
             path = Path(self.params_file)
             args += ['--params-file',
@@ -230,7 +245,8 @@ def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
 
     The elbow swings 0.6 rad at 0.4 Hz, the shoulder tilt 0.3 rad at 0.25 Hz and the
     wrist 0.5 rad at 0.3 Hz, each eased in over the first two seconds: the same spirit as
-    seed 002's experiment (one joint moves, the others feel it).
+    the CRANE-X7 experiment of Gunji, Kusaka and Tanaka 2025 (Robotics 14(5), 54,
+    doi:10.3390/robotics14050054): one joint moves, the others feel it.
     """
     ease = 0.5 - 0.5 * math.cos(math.pi * min(t / 2.0, 1.0))
     q = q0.copy()
@@ -406,9 +422,32 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f'signal {signum}')
 
 
-def _dynamics_spec(args: argparse.Namespace, source: str) -> NodeSpec:
-    params: dict[str, object] = {'robot_description_source': source}
-    return NodeSpec('dynamics_node', 'crane_x7.yaml', params)
+def sim_specs(control: bool) -> list[NodeSpec]:
+    """The simulator setup's nodes, as ``sim.launch.py control:=<control>`` starts them."""
+    return [NodeSpec.from_setup(s) for s in running(sim_setup(), control)]
+
+
+def robot_specs(description_source: str, control: bool = False) -> list[NodeSpec]:
+    """The robot setup's nodes, as ``crane_x7.launch.py`` starts them."""
+    return [NodeSpec.from_setup(s) for s in running(robot_setup(description_source), control)]
+
+
+SIM_CONTROL_DEMO: dict[str, dict[str, object]] = {
+    # Overlay of ``plag-ros sim --control`` on the shared simulator setup, by node name
+    # (sim.launch.py has none): in the simulator the controller may drive at once, enabled,
+    # the elbow swinging 0.4 rad at 0.5 Hz while the shoulder tilt holds with its elbow path
+    # cancelled (on the real arm start_enabled stays false until ~/enable is called).
+    'plag_impedance': {'start_enabled': True, 'reference.mode': 'sine',
+                       'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0],
+                       'reference.frequency_hz': [0.5]},
+}
+
+
+def with_overlay(specs: list[NodeSpec],
+                 overlay: dict[str, dict[str, object]]) -> list[NodeSpec]:
+    """``specs`` with ``overlay[name]`` set on top of the parameters of node ``name``."""
+    return [replace(spec, params={**spec.params, **overlay.get(spec.name or '', {})})
+            for spec in specs]
 
 
 PRIVATE_DOMAINS = range(101, 200)
@@ -483,25 +522,17 @@ def run_sim(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as err:
         print(f'plag-ros: {err}', file=sys.stderr)
         return 2
-    specs = [NodeSpec('sim_node', 'sim.yaml'), _dynamics_spec(args, 'topic')]
-    if args.control:
-        if importlib.util.find_spec('plag_ros.ros.nodes.impedance_node') is None:
-            print('plag-ros: --control needs plag_ros.ros.nodes.impedance_node, which is not '
-                  'installed', file=sys.stderr)
-            return 2
-        # In the simulator the controller may drive at once: enabled, the elbow swinging
-        # 0.4 rad at 0.5 Hz while the shoulder tilt holds with its elbow path cancelled
-        # (on the real arm start_enabled stays false until ~/enable is called).
-        specs.append(NodeSpec('impedance_node', 'impedance.yaml', {
-            'start_enabled': True, 'reference.mode': 'sine', 'switch.method': 'sim',
-            'reference.amplitude': [0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0],
-            'reference.frequency_hz': [0.5]}))
+    if args.control and importlib.util.find_spec('plag_ros.ros.nodes.impedance_node') is None:
+        print('plag-ros: --control needs plag_ros.ros.nodes.impedance_node, which is not '
+              'installed', file=sys.stderr)
+        return 2
+    specs = with_overlay(sim_specs(args.control), SIM_CONTROL_DEMO)
     return _bring_up(specs, args, motion=not args.control and args.motion == 'swing')
 
 
 def run_dynamics_only(args: argparse.Namespace) -> int:
     """``plag-ros run``: the dynamics node joining a running robot's graph."""
-    return _bring_up([_dynamics_spec(args, args.description_source)], args, motion=False)
+    return _bring_up(robot_specs(args.description_source), args, motion=False)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -106,6 +106,12 @@ class RosClient:
         while not self._stop and self.context.ok():
             self.executor.spin_once(timeout_sec=0.05)
 
+    def subscribe(self, msg_type, topic: str, callback: Callable, qos: QoSProfile | int =
+                  RELIABLE, *, raw: bool = False):
+        """``node.create_subscription`` made safely while the executor thread spins."""
+        with self._lock:
+            return self.node.create_subscription(msg_type, topic, callback, qos, raw=raw)
+
     def collect(self, msg_type, topic: str, qos: QoSProfile = RELIABLE) -> list:
         """Subscribe and return the list that received messages are appended to.
 

@@ -156,7 +156,8 @@ def test_names_message(model):
     # language) decodes it with any JSON parser and gets the whole index, nothing more.
     payload = json.loads(msg.data)
     assert msgs.parse_names(msg) == payload
-    # Index order [..., joint k, body i, source s] (DESIGN.md), spelled out here.
+    # Every array indexes [..., joint k, body i, source s] in that order (the engine's
+    # layout: the joint the torque acts on, the body it comes from, the joint moving it).
     joint_body_source = ['joint', 'body', 'source']
     assert payload == {
         'joints': list(model.joint_names),

@@ -113,6 +113,7 @@ def test_kernel_decompose_into_out_and_packed_constants(model):
     engine = PartialLagrangian(model)
     km = kernel.KernelModel.build(model, np.arange(model.n_bodies), (0.0, 0.0, -9.81))
     # the packed vectors hold exactly the named constants
+    # private: the unpacking the compiled loops do; no public reader of the packed vectors
     unpacked = kernel._unpack(km.ints, km.reals)
     names = ('parent', 'axis', 'revolute', 'T_parent_joint', 'body_joint', 'mass', 'com',
              'inertia', 'path', 'path_len', 'gravity', 'damping', 'coulomb')

@@ -19,6 +19,7 @@ def test_installed_rclpy_has_the_checked_wait_set_api():
 
 def _extension(overrides: dict[tuple[str, str], str | None]) -> object:
     """A stand-in for ``_rclpy`` whose methods carry pybind11-style docstrings."""
+    # private: mimics the docstrings of rclpy's private C extension, which plag_ros checks
     classes: dict[str, dict] = {}
     for (cls, method), (args, result) in WAIT_SET_SIGNATURES.items():
         doc = f'{method}(self: rclpy._rclpy_pybind11.{cls}' + ''.join(
@@ -46,6 +47,7 @@ def test_signature_check_passes_the_recorded_signatures_and_names_a_difference()
 
 
 def test_parse_pybind_signature():
+    # private: a docstring as rclpy's private C extension (_rclpy_pybind11) writes it
     assert parse_pybind_signature(
         'take_message(self: rclpy._rclpy_pybind11.Subscription, arg0: object, arg1: bool)'
         ' -> object') == (('object', 'bool'), 'object')

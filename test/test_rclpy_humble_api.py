@@ -35,6 +35,7 @@ _MESSAGE_CLASS_ATTRIBUTES = {'get_fields_and_field_types', 'SLOT_TYPES', 'Reques
 
 
 def _canonical(dotted: str) -> str:
+    # private: rclpy's C extension (rclpy._rclpy) is rclpy's own private API, used by plag_ros
     return 'rclpy._rclpy' + dotted[len(_EXTENSION_ALIAS):] \
         if dotted.startswith(_EXTENSION_ALIAS) else dotted
 
@@ -208,11 +209,12 @@ def test_record_is_humble():
 
 
 def test_humble_has_the_private_wait_set_calls_the_input_thread_checks():
-    """low_latency's private calls exist in Humble's C extension (their argument types are
+    """The input thread's private calls exist in Humble's C extension (their argument types are
     in its wait_set.cpp and subscription.cpp, the same as Jazzy's and Kilted's; the node
     checks them again at start-up, rclpy_compat.private_wait_set_problem)."""
     from plag_ros.ros.rclpy_compat import WAIT_SET_SIGNATURES
 
+    # private: the record's names of rclpy's C extension, the private API under check
     for cls, method in WAIT_SET_SIGNATURES:
         assert method in RCLPY['classes'][f'rclpy._rclpy.{cls}'], (cls, method)
     assert humble_lacks(f'{_EXTENSION_ALIAS}.WaitSet') == ''

@@ -31,9 +31,10 @@ from plag_ros.apps.analyze import analyze_bag
 from plag_ros.core.analysis import AnalysisOptions
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import qos_profile, read_joint_states, typestore_for
-from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
+from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import cdr_encode
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.output_bag import write_joint_state_bag
 
 DOMAIN_ID = 23
 os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
@@ -84,10 +85,8 @@ def _cli(*args):
 def _raw_collector(client, topic, msg_type, qos=None):
     received = []
     qos = qos or QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-    with client._lock:
-        client.node.create_subscription(
-            msg_type, topic, lambda data: received.append((time.perf_counter(), data)), qos,
-            raw=True)
+    client.subscribe(msg_type, topic, lambda data: received.append((time.perf_counter(), data)),
+                     qos, raw=True)
     return received
 
 
@@ -101,9 +100,8 @@ def test_replay_delivers_every_message_in_order_on_time(tmp_path, client, model)
         sent = [bytes(raw) for _, _, raw in reader.messages()]
     received = _raw_collector(client, '/joint_states', JointState)
     clocks = []
-    with client._lock:
-        client.node.create_subscription(Clock, '/clock', lambda m: clocks.append(
-            m.clock.sec * 1_000_000_000 + m.clock.nanosec), 1000)
+    client.subscribe(Clock, '/clock', lambda m: clocks.append(
+        m.clock.sec * 1_000_000_000 + m.clock.nanosec), 1000)
     proc = _cli('replay', path, '--clock', '--wait-subscribers', '1', '--delay', '0.5')
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out

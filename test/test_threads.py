@@ -40,6 +40,7 @@ def test_one_thread_never_enters_the_parallel_loop(model, monkeypatch):
     def refuse(*args):
         raise AssertionError('parallel loop entered')
 
+    # private: whether the parallel loop runs is seen only by replacing its entry point
     monkeypatch.setattr(kernel, '_batch_parallel_call', refuse)
     q, qd, qdd = _states(model, 1000)
     PartialLagrangian(model, threads=1).decompose_arrays(q, qd, qdd)
@@ -77,8 +78,11 @@ def test_choice_follows_the_faster_option_and_retries_rarely():
     assert choice.parallel_share((10, True)) == pytest.approx(0.5)
     # The load arrives: parallel now costs 3.6.
     first = [_drive(choice, 1, serial_s=1.0, parallel_s=3.6) for _ in range(300)]
-    switched = first.index(0)                       # first serial call after the change
-    assert switched <= 300 and sum(first[switched:]) <= 10, (switched, sum(first))
+    # One parallel call at 3.6 lifts its average (gain 0.3) from 0.5 to 1.43, above serial's
+    # 1.0, so the choice turns serial within a few calls and then tries parallel rarely.
+    switched = first.index(0) if 0 in first else len(first)   # first serial call
+    assert switched <= 3, f'still parallel for {switched} calls after the load arrived'
+    assert sum(first[switched:]) <= 10, (switched, sum(first))
     # Calls of another size are measured on their own.
     assert choice.parallel_share((20, True)) is None
 
@@ -90,6 +94,7 @@ def test_automatic_choice_measures_both_options_on_real_calls(model):
     engine = PartialLagrangian(model)
     for _ in range(4):
         engine.decompose_arrays(q, qd, qdd)
-    key = (int(np.log2(256 * engine._kernel.work)), True)
+    work = kernel.KernelModel.build(model, np.arange(model.n_bodies), model.gravity).work
+    key = (int(np.log2(256 * work)), True)
     share = kernel.thread_choice.parallel_share(key)
     assert share is not None and share > 0

@@ -1,6 +1,7 @@
-"""Cost of the decomposition against the number of joints (seed 000 sec. 4, seed 002 Fig. 15).
+"""Cost of the decomposition against the number of joints.
 
-Two measurements:
+The cost comparisons of Kusaka and Tanaka 2022 [PL] (sec. 4) and Gunji, Kusaka and Tanaka
+2025 [MPF] (Fig. 15), in two measurements:
 
 1. **Time per sample** on serial chains of n = 1 .. 30 joints (``test/robots.serial_chain``:
    3D, random axes and inertias, revolute/prismatic/continuous, fixed brackets lumped), in
@@ -18,15 +19,15 @@ Two measurements:
      + ``computeGeneralizedGravity``;
    * ``pinocchio rnea``: joint torques only (the unsplit equivalent).
    Exponents are fitted by least squares on log t = a + p log n over n >= 8 (below that
-   fixed per-call overhead dominates) and printed beside seed 000's term-count claim:
+   fixed per-call overhead dominates) and printed beside [PL]'s term-count claim:
    O(n^4) unsplit vs O(n^3) split.
 
-2. **Term counts** (seed 000 eq. 18-19 and seed 002 Fig. 15), symbolic (sympy) for a planar
+2. **Term counts** ([PL] eq. 18-19 and [MPF] Fig. 15), symbolic (sympy) for a planar
    n-link arm of rods with symbolic m_i, l_i, lg_i, I_i, g, cosines of joint-angle sums kept
    as atoms, every equation expanded into monomials:
    * the number of terms in the unsplit equations ``tau_k = D_k L`` against the split table
      ``tau_ki = D_k L_i`` (n = 1 .. 7), fitted exponents;
-   * seed 002's "reduction rate" for extracting the root joint's acceleration terms from
+   * [MPF]'s "reduction rate" for extracting the root joint's acceleration terms from
      tau_1: y = 1 - (terms of tau_1 with theta_1'') / (terms of tau_1) for n = 1 .. 10,
      fitted to y = A (1 - exp(-lambda n)) and compared with the paper's A = 0.95,
      lambda = 0.44, and the redundancy (terms not needed / terms needed) with its "about 3x
@@ -34,6 +35,14 @@ Two measurements:
 
 Run (about 3 minutes on one core): ``PYTHONPATH=$PWD python bench/bench_cost_curve.py
 [--out bench/cost_curve.png] [--json bench/cost_curve.json] [--quick]``.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
@@ -177,7 +186,7 @@ def planar_lagrangians(n: int):
     lagrangians = []
     for i in range(n):
         arms = [length[k] for k in range(i)] + [lg[i]]
-        # |c_i'|^2 with e(phi_p) . e(phi_q) = cos(phi_p - phi_q) (seed 000's interference)
+        # |c_i'|^2 with e(phi_p) . e(phi_q) = cos(phi_p - phi_q) ([PL]'s interference)
         kinetic = sum(arms[p] * arms[r] * phid[p] * phid[r] * sp.cos(phi[p] - phi[r])
                       for p in range(i + 1) for r in range(i + 1))
         kinetic = m[i] * kinetic / 2 + inertia[i] * phid[i] ** 2 / 2
@@ -199,7 +208,7 @@ def _operator(th, w, a):
 def term_counts(n: int) -> tuple[int, int, int]:
     """Terms of every tau_k = D_k L (unsplit), of every tau_ki = D_k L_i (split), and of
     the largest column sum_k tau_ki (the split's critical path when columns run in
-    parallel, seed 000 eq. 19)."""
+    parallel, [PL] eq. 19)."""
     import sympy as sp
 
     th, w, a, Ls = planar_lagrangians(n)
@@ -274,7 +283,8 @@ def plot(path: Path, timing: dict, symbolic: dict, exponents: dict) -> None:
         cx.loglog(tn, [terms[int(n)][key] for n in tn], 'o-', ms=3, label=label)
     for power, style in ((4, ':'), (3, '--')):
         ref = terms[int(tn[-1])]['unsplit'] * (tn / tn[-1]) ** power
-        cx.loglog(tn, ref, style, color='gray', lw=0.8, label=f'n^{power} (seed 000)')
+        cx.loglog(tn, ref, style, color='gray', lw=0.8,
+                  label=f'n^{power} (Kusaka and Tanaka 2022)')
     exps = symbolic['table_term_exponent_n>=3']
     cx.set_title(f"terms (sympy): n^{exps['unsplit']:.2f} unsplit, "
                  f"n^{exps['split, largest column']:.2f} column")
@@ -289,7 +299,8 @@ def plot(path: Path, timing: dict, symbolic: dict, exponents: dict) -> None:
     fit = symbolic['reduction_fit']
     bx.plot(xs, fit['A'] * (1 - np.exp(-fit['lambda'] * xs)), '-',
             label=f"fit A = {fit['A']:.3f}, lambda = {fit['lambda']:.3f}")
-    bx.plot(xs, 0.95 * (1 - np.exp(-0.44 * xs)), '--', label='seed 002: A = 0.95, lambda = 0.44')
+    bx.plot(xs, 0.95 * (1 - np.exp(-0.44 * xs)), '--',
+            label='Gunji et al. 2025: A = 0.95, lambda = 0.44')
     bx.set_xlabel('DoF n')
     bx.set_ylabel('reduction rate y')
     bx.set_title("terms of tau_1 not needed for theta_1'' terms")
@@ -322,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         'time_per_sample_s': {k: {int(n): v for n, v in pts.items()}
                               for k, pts in timing.items()},
         f'time_exponent_n>={FIT_FROM}': exponents,
-        'seed000_claim': {'unsplit': 4, 'split': 3},
+        'partial_lagrangian_paper_claim': {'unsplit': 4, 'split': 3},
         **symbolic,
         'run_s': time.perf_counter() - t0,
     }

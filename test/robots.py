@@ -80,7 +80,8 @@ def serial_chain(seed: int = 0, n: int = 10) -> str:
 
 
 def two_arm_torso(seed: int = 1, arm_dof: int = 4) -> str:
-    """A branching tree: a torso joint carrying two arms (seed 001's branching systems)."""
+    """A branching tree: a torso joint carrying two arms (the branching systems of
+    Kusaka and Tanaka 2025 [PTT])."""
     rng = np.random.default_rng(seed)
     parts = ['<robot name="two_arm_torso">', '<link name="base"/>',
              f'<link name="torso">{_inertial(rng)}</link>',

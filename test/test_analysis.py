@@ -41,9 +41,10 @@ from plag_ros.core.filters import EstimatorConfig, JointStateEstimator, estimate
 from plag_ros.core.friction import rest_band
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import OutputExistsError, read_joint_states, typestore_for
-from plag_ros.io.bag_writer import BagWriter, write_joint_state_bag
+from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import cdr_encode
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.output_bag import write_joint_state_bag
 
 DOMAIN_ID = 22
 os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
@@ -307,9 +308,10 @@ def test_figures_from_a_child_process_equal_the_inline_ones(analysed, model, tmp
 
 
 def test_own_source_propagation_is_pinocchio_with_one_joint_moving(model):
-    """tau^p_1j(theta_j) (seed 002 figs. 8-9): with only joint j moving and only the links
-    riding on joint j massive, Pinocchio's RNEA at joint 1 without gravity is that link's
-    velocity part (qdd = 0) or acceleration part (qd = 0). Float64, seeded; 1e-10."""
+    """tau^p_1j(theta_j) (Gunji, Kusaka and Tanaka 2025 [MPF], figs. 8-9): with only joint j
+    moving and only the links riding on joint j massive, Pinocchio's RNEA at joint 1
+    without gravity is that link's velocity part (qdd = 0) or acceleration part (qd = 0).
+    Float64, seeded; 1e-10."""
     import pinocchio as pin
 
     oracle = PinOracle(default_urdf_path().read_text(), model)
@@ -340,6 +342,7 @@ def test_own_source_propagation_is_pinocchio_with_one_joint_moving(model):
 
 
 def test_child_process_errors_reach_the_caller():
+    # private: the fork helper behind write_outputs; its error paths have no public trigger
     with pytest.raises(ZeroDivisionError):
         analyze_tool._in_child_process(divmod, 1, 0)
     with pytest.raises(RuntimeError, match='exit code 3'):

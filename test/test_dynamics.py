@@ -142,7 +142,8 @@ def test_zero_pattern_follows_the_tree(robot):
     np.testing.assert_array_equal(acc, on_path.T[:, :, None] & on_path[None, :, :])
     if model.name == 'crane_x7':
         # A serial arm plus two fingers: the arm part of the table is upper triangular and
-        # no finger loads the other finger's joint (seed 001's branch blocks).
+        # no finger loads the other finger's joint (the branch blocks of Kusaka and Tanaka
+        # 2025 [PTT]).
         arm = loaded[:7, :7]
         np.testing.assert_array_equal(arm, np.triu(np.ones((7, 7), bool)))
         assert not loaded[7, 8] and not loaded[8, 7]
@@ -264,7 +265,7 @@ def test_friction_is_viscous_plus_coulomb_and_not_in_torque():
 
 
 # --------------------------------------------------------------------------- closed form
-TABLE2 = dict(l=0.25, lg=0.125, m=0.6, I=5.0e-3)  # seed 002, Table 2
+TABLE2 = dict(l=0.25, lg=0.125, m=0.6, I=5.0e-3)  # Gunji, Kusaka and Tanaka 2025 [MPF], Table 2
 
 
 def planar_two_link_closed_form(q, qd, qdd, l1, lc1, lc2, m1, m2, I1, I2):
@@ -433,6 +434,7 @@ def test_single_sample_arrays_equal_the_general_path(robot, monkeypatch):
     q, qd, qdd = random_states(model, 5, seed=21)
     n = model.n_joints
     expected = [reference.decompose(q[i], qd[i], qdd[i]).numpy() for i in range(5)]
+    # private: the test is about skipping this internal step, so it spies on it
     general = engine._prepare
 
     def no_prepare(**arrays):

@@ -1,12 +1,17 @@
-"""Seed 000's extension and reconstruction: ``PartialLagrangian.extend`` against a full
-recomputation, to RTOL = 1e-10 of the largest entry of each table (float64 rounding).
+"""Extension and reconstruction (Kusaka and Tanaka 2022 [PL]): ``PartialLagrangian.extend``
+against a full recomputation, to RTOL = 1e-10 of the largest entry of each table (float64
+rounding).
 
 The models are small planar arms in the vertical plane (joints about +y, links along +x,
 gravity -z) built from URDF text here, so each test states exactly what changes: a joint
-turned into a slider (seed 000, Fig. 4), a link length, an appended joint and body
+turned into a slider ([PL], Fig. 4), a link length, an appended joint and body
 (n -> n + 1), an appended payload, a removed link, a re-parented joint, inertia, mimic and
 limits. Each test also checks which columns were reused and that the stale previous result
 differs from the new one, so reuse of a changed column cannot pass unnoticed.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ def robot(*links):
 
 
 def arm(n, **changes):
-    """n-link planar arm link1..linkn, each 1 m long (seed 000's 3-link pendulum); keyword
+    """n-link planar arm link1..linkn, each 1 m long ([PL]'s 3-link pendulum); keyword
     ``linkK={...}`` overrides the arguments of :func:`link` for link K."""
     parts = []
     for a in range(1, n + 1):
@@ -113,7 +118,7 @@ def stale_error(previous, full, rows, columns):
 
 # --------------------------------------------------------------------------- reconstruction
 def test_revolute_to_slider_recomputes_the_slider_and_what_it_carries():
-    """Seed 000, Fig. 4: link 2's joint becomes a linear slider along the link."""
+    """[PL], Fig. 4: link 2's joint becomes a linear slider along the link."""
     _, old = arm(3)
     xml, new = arm(3, link2=dict(kind='prismatic', axis='1 0 0'))
     q, qd, qdd = states(new, seed=1)
@@ -172,7 +177,7 @@ def test_mimic_and_limits_are_reported_and_change_no_column():
 
 # --------------------------------------------------------------------------- extension
 def test_appended_joint_and_body_n_to_n_plus_1():
-    """Seed 000's extension i = n + 1: the old columns are reused with a zero row for the
+    """[PL]'s extension i = n + 1: the old columns are reused with a zero row for the
     new joint (it is no ancestor of theirs); only the new body's column is computed."""
     _, old = arm(3)
     xml, new = arm(4)
@@ -274,7 +279,7 @@ def test_mismatched_previous_raises():
 # --------------------------------------------------------------------------- censoring
 @pytest.mark.parametrize('m', [1, 2, 3])
 def test_censoring_upper_left_block_is_the_shorter_arm(m):
-    """Seed 000 section 2.1: "censoring in the middle is equivalent to the equation of
+    """[PL] section 2.1: "censoring in the middle is equivalent to the equation of
     motion for a short robot arm": the upper-left m x m block of the n-link table equals
     the m-link table, and the first m columns have no entries in rows beyond m."""
     n = 5

@@ -1,5 +1,11 @@
-"""Seed 001: double pendulum and branched pendulum against MuJoCo, and the partial torque
-tensor of the branched pendulum read per branch (Table 3) with its structural zeros."""
+"""Kusaka and Tanaka 2025 [PTT]: double pendulum and branched pendulum against MuJoCo, and
+the partial torque tensor of the branched pendulum read per branch (Table 3) with its
+structural zeros.
+
+[PTT] T. Kusaka, T. Tanaka, "Partial Torque Tensor and Its Building Block Representation
+for Dynamics of Branching Structures Using Computational Graph", Robotics 2025, 14(3), 31,
+doi:10.3390/robotics14030031.
+"""
 from __future__ import annotations
 
 import json

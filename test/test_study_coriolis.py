@@ -1,6 +1,11 @@
 """Coriolis matrix in Christoffel form (plag_ros.core.coriolis): C qd against the engine's
 velocity-product torques, Mdot - 2C skew-symmetric, Pinocchio's computeCoriolisMatrix, and
-seed 004's mobile manipulator against the closed forms printed in that post."""
+the mobile manipulator of Heins [L3W] against the closed forms printed in that post.
+
+[L3W] A. Heins, "Implementing Lagrangian Mechanics Three Ways" (manual, automatic and
+symbolic differentiation of a planar mobile manipulator's Lagrangian),
+https://adamheins.com/blog/lagrangian-mechanics-three-ways.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -66,7 +71,7 @@ def test_bad_input_is_refused():
         cor.christoffel(np.array([0.0, np.nan, 0.0]))
 
 
-# ------------------------------------------------------------------ seed 004
+# ------------------------------------------------------------------ [L3W]
 M1, M2, M3 = 3.0, 2.0, 1.0           # the post's parameters
 LX, LY, L2, L3 = 0.1, 0.1, 1.0, 0.5
 I2, I3 = M2 * L2 ** 2 / 12, M3 * L3 ** 2 / 12
@@ -74,7 +79,7 @@ G = 9.8
 
 
 def mobile_manipulator_urdf() -> str:
-    """Seed 004's planar mobile manipulator in the x-y plane (gravity -y): a base sliding
+    """[L3W]'s planar mobile manipulator in the x-y plane (gravity -y): a base sliding
     along x, a two-link arm at (LX, LY) on it, joints about +z, rods with CoM mid-link."""
     def link(name, mass, com, izz):
         return (f'<link name="{name}"><inertial><origin xyz="{com} 0 0"/>'
@@ -137,7 +142,7 @@ def mobile():
     return PartialLagrangian(model)
 
 
-def test_seed_004_mass_matrix_gravity_and_derivatives(mobile):
+def test_mobile_manipulator_mass_matrix_gravity_and_derivatives(mobile):
     cor = Coriolis(mobile)
     rng = np.random.default_rng(40)
     for q in rng.uniform(-2, 2, (6, 3)):
@@ -149,7 +154,7 @@ def test_seed_004_mass_matrix_gravity_and_derivatives(mobile):
         np.testing.assert_allclose(dM.transpose(2, 0, 1), printed_dM(q), rtol=0, atol=1e-12)
 
 
-def test_seed_004_coriolis(mobile):
+def test_mobile_manipulator_coriolis(mobile):
     """The post's C gives the same C qd (and torques); as a matrix it is another
     factorisation, not the Christoffel one, and Mdot - 2 C is not skew for it."""
     cor = Coriolis(mobile)

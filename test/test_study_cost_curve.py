@@ -1,5 +1,15 @@
-"""Seed 002 Fig. 15 and seed 000 sec. 4 term counts (bench/bench_cost_curve.py's symbolic
-part): counted with sympy, checked against a closed-form count and the paper's fit."""
+"""Gunji, Kusaka and Tanaka 2025 [MPF] Fig. 15 and Kusaka and Tanaka 2022 [PL] sec. 4 term
+counts (bench/bench_cost_curve.py's symbolic part): counted with sympy, checked against a
+closed-form count and the paper's fit.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
+"""
 from __future__ import annotations
 
 import importlib.util
@@ -23,7 +33,7 @@ def test_root_acceleration_terms_and_the_papers_reduction_fit(n):
     if n == 1:   # (m lg^2 + I) theta'' + m g lg cos(theta): three terms
         assert total == 3
     y = 1 - with_root_acc / total
-    # seed 002: y = 0.95 (1 - exp(-0.44 x)) fitted on x = 1..10
+    # [MPF]: y = 0.95 (1 - exp(-0.44 x)) fitted on x = 1..10
     assert y == pytest.approx(0.95 * (1 - np.exp(-0.44 * n)), abs=0.02)
 
 

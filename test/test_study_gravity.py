@@ -1,6 +1,11 @@
-"""Gravity is a model option (seed 000 uses g = 9.8): engine, autograd path, extension and
-simulator energy all read ``RobotModel.gravity``; checked against Pinocchio with the same
-gravity vector."""
+"""Gravity is a model option (Kusaka and Tanaka 2022 [PL] use g = 9.8): engine, autograd
+path, extension and simulator energy all read ``RobotModel.gravity``; checked against
+Pinocchio with the same gravity vector.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +49,7 @@ def test_engine_uses_model_gravity_against_pinocchio(compiled):
     np.testing.assert_allclose(auto, tau, rtol=0, atol=1e-10)
 
 
-def test_seed_000_value_scales_the_gravity_torque():
+def test_partial_lagrangian_paper_value_scales_the_gravity_torque():
     xml = serial_chain(4, n=3)
     q = _state(3)[0]
     g981 = PartialLagrangian(RobotModel.from_urdf(xml)).gravity_torque(q).numpy()

@@ -1,9 +1,18 @@
-"""Seed 002's three-link study: the paper's sign convention, Figs. 5-14 and eq. 1's 1/2.
+"""Three-link study of Gunji, Kusaka and Tanaka 2025 [MPF]: signs, Figs. 5-14, eq. 1's 1/2.
 
 The reference is an independent symbolic derivation (sympy) of each link's partial
-Lagrangian with seed 000's postural operator ``e(theta) = (cos, sin)`` in the vertical
-plane (relative angles, counter-clockwise positive, gravity -z), and the operator
+Lagrangian with the postural operator ``e(theta) = (cos, sin)`` of Kusaka and Tanaka 2022
+[PL] in the vertical plane (relative angles, counter-clockwise positive, gravity -z), in
+the paper's sign convention, and the operator
 ``D_k L_i = d/dt dL_i/d qd_k - dL_i/d q_k`` applied symbolically.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 

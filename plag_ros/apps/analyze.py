@@ -7,10 +7,14 @@ products into ``OUT``:
 * ``OUT/bag/``: the output bag that mirrors the live node (:mod:`plag_ros.ros.output_bag`);
 * ``OUT/analysis.npz``: every array with its names (compressed, :mod:`plag_ros.io.npz`);
 * ``OUT/torques.csv``: joint torques and the per-body torques (non-zero partial torques);
-* ``OUT/*.png``: the paper's figures (seed 002 fig. 6-9, 11-14): torque with its
-  acceleration / velocity / gravity parts per joint, motion propagation torques by source
-  joint, and the partial torque table as a heat map over time;
+* ``OUT/*.png``: the figures of Gunji, Kusaka and Tanaka 2025 [MPF] (fig. 6-9, 11-14): torque
+  with its acceleration / velocity / gravity parts per joint, motion propagation torques by
+  source joint, and the partial torque table as a heat map over time;
 * ``OUT/summary.txt``: largest propagation paths and RMS per component.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
@@ -127,7 +131,7 @@ def plot_joint_torques(path: Path, model: RobotModel, analysis: Analysis, *,
                        title: str = 'Joint torque and its acceleration, velocity and gravity '
                                     'parts') -> Path:
     """One panel per joint: torque with its acceleration, velocity, gravity and friction
-    parts over time (seed 002 fig. 6 and 11), decimated to <= 2000 points; returns path."""
+    parts over time ([MPF] fig. 6 and 11), decimated to <= 2000 points; returns path."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -178,7 +182,7 @@ def plot_joint_torques(path: Path, model: RobotModel, analysis: Analysis, *,
 
 
 def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
-    """Figures in the style of seed 002 (fig. 6-9, 11-14), decimated to <= 2000 points."""
+    """Figures in the style of [MPF] (fig. 6-9, 11-14), decimated to <= 2000 points."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -238,7 +242,7 @@ def _save_plots(out: Path, model: RobotModel, analysis: Analysis) -> list[Path]:
     plt.close(fig)
 
     # 4. tau^p_1j(theta_j): link j's load on the base joint from joint j's own motion
-    #    (seed 002 fig. 8-9 and 13-14), for each joint downstream of the base.
+    #    ([MPF] fig. 8-9 and 13-14), for each joint downstream of the base.
     downstream = [j for j in range(1, n) if 0 in model.root_path(j)]
     fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     for ax, part in zip(axes, ('velocity', 'acceleration'), strict=True):

@@ -1,9 +1,14 @@
 """``plag-ros demo``: decompose a CRANE-X7 motion offline and print where the torque comes from.
 
-No ROS needed: a smooth test motion in the spirit of seed 002's experiment (the elbow moves
-alone, then the shoulder joins in) is decomposed by the partial Lagrangian engine, and the
-command prints the RMS of every component per joint and the largest motion propagation
-paths (which joint's velocity or acceleration loads which other joint).
+No ROS needed: a smooth test motion in the spirit of the CRANE-X7 experiment of Gunji, Kusaka
+and Tanaka 2025 [MPF] (the elbow moves alone, then the shoulder joins in) is decomposed by the
+partial Lagrangian engine, and the command prints the RMS of every component per joint and
+the largest motion propagation paths (which joint's velocity or acceleration loads which
+other joint).
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``plag-ros study NAME OUT [options]``: run one seed study (:mod:`plag_ros.core.studies`).
+"""``plag-ros study NAME OUT [options]``: run one paper's study (:mod:`plag_ros.core.studies`).
 
 Each study writes its figures and ``summary.json`` into OUT; the options after OUT are
 the study's own (``plag-ros study NAME OUT --help``).

@@ -4,10 +4,19 @@ A library over arrays, no ROS and no files: :func:`analyze_arrays` takes stamps 
 positions, estimates velocity and acceleration (zero-phase
 :func:`plag_ros.core.filters.estimate_offline` by default; the live node's causal
 :class:`~plag_ros.core.filters.JointStateEstimator` with ``causal=True``) and runs the partial
-Lagrangian decomposition (seed 000 eq. 6, seed 002 eq. 10) in batches with the fast engine.
+Lagrangian decomposition (Kusaka and Tanaka 2022 [PL], eq. 6; Gunji, Kusaka and Tanaka 2025
+[MPF], eq. 10) in batches with the fast engine.
 The products written from an :class:`Analysis` live elsewhere: the output bag that mirrors
 the live node in :mod:`plag_ros.ros.output_bag`, the npz, csv, figures and the
 ``plag-ros analyze`` command in :mod:`plag_ros.apps.analyze`.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
@@ -370,7 +379,7 @@ def structural_pairs(model: RobotModel) -> list[tuple[int, int]]:
 
 
 def own_source_propagation(model: RobotModel, table: np.ndarray, joint: int) -> np.ndarray:
-    """Seed 002's tau^p_kj(theta_j): at ``joint`` k, link j's load from joint j's own motion.
+    """[MPF]'s tau^p_kj(theta_j): at ``joint`` k, link j's load from joint j's own motion.
 
     The paper plots, for the base joint k = 1, the torque that link j puts on joint k
     because joint j itself moves (figs. 8-9 and 13-14): the entry of the velocity or

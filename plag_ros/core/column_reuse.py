@@ -1,4 +1,5 @@
-"""Seed 000's extension and reconstruction: reuse the columns a model change leaves intact.
+"""Extension and reconstruction (Kusaka and Tanaka 2022 [PL]): reuse the columns a model
+change leaves intact.
 
 A body's column of every table (``partial[:, i]``, ``acceleration[:, i, :]``, ...) depends
 only on that body's inertial figures and on the joints of its path to the root: their kind
@@ -6,8 +7,12 @@ only on that body's inertial figures and on the joints of its path to the root: 
 entry of the column is structurally zero. So after a change of the model, a column whose
 body and root path are unchanged can be copied from a previous result of the same motion,
 with its rows and sources moved to the new joint numbering, and only the other columns
-need computing. Seed 000 (section 2.1): "censoring in the middle is equivalent to the
+need computing. [PL] (section 2.1): "censoring in the middle is equivalent to the
 equation of motion for a short robot arm, and it is also easy to add i = n + 1 later".
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
 """
 from __future__ import annotations
 

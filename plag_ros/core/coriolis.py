@@ -5,11 +5,12 @@ the first kind are
 
     Gamma[i, j, k] = 1/2 (dM_ij/dq_k + dM_ik/dq_j - dM_jk/dq_i)
 
-and ``C[i, j] = sum_k Gamma[i, j, k] qd_k`` (seeds 003 and 004; Spong, Hutchinson and
-Vidyasagar, "Robot Modeling and Control", sec. 7.3). This choice among the matrices that
-give the same ``C qd`` is the one for which ``Mdot - 2 C`` is skew-symmetric, the property
-passivity-based controllers rely on. ``C qd`` equals the velocity-product torques of
-:class:`plag_ros.core.dynamics.PartialLagrangian` (the sum of its ``velocity`` parts).
+and ``C[i, j] = sum_k Gamma[i, j, k] qd_k`` (Virgala and Filakovský [VF]; Heins [L3W];
+Spong, Hutchinson and Vidyasagar, "Robot Modeling and Control", sec. 7.3). This choice
+among the matrices that give the same ``C qd`` is the one for which ``Mdot - 2 C`` is
+skew-symmetric, the property passivity-based controllers rely on. ``C qd`` equals the
+velocity-product torques of :class:`plag_ros.core.dynamics.PartialLagrangian` (the sum of
+its ``velocity`` parts).
 
 ``dM/dq`` is obtained by forward-mode differentiation (``torch.func.jacfwd``) of the
 engine's closed-form mass matrix (:func:`plag_ros.core.torch_form.pair_terms`, the same
@@ -20,6 +21,13 @@ Cost O(n) closed-form passes per sample; meant for analysis and control design, 
 Shapes: batch dimensions ``...`` first; n joints (mimic joints are coordinates like any
 other). Units: M [kg m^2 | kg m | kg], dM/dq and Gamma per [rad | m], C [N m s/rad | ...]
 so that ``C qd`` is in [N m | N].
+
+[VF] I. Virgala, F. Filakovský, "Algorithm of Euler-Lagrange method for designing of
+dynamic model".
+
+[L3W] A. Heins, "Implementing Lagrangian Mechanics Three Ways" (manual, automatic and
+symbolic differentiation of a planar mobile manipulator's Lagrangian),
+https://adamheins.com/blog/lagrangian-mechanics-three-ways.
 """
 from __future__ import annotations
 

@@ -1,13 +1,22 @@
 """The closed form of the partial Lagrangian split as torch array operations.
 
-The formulas are those of :mod:`plag_ros.core.dynamics` (see its docstring; seed 000 eq. 6,
-seed 002 eq. 1 and 10), vectorised over a flat batch (N, n) and over every (body, source)
-pair at once. This form serves float32, GPUs and ``torch.func`` (the autograd path builds
-its Lagrangians from :func:`body_frames`); float64 on the CPU runs the compiled loop of
+The formulas are those of :mod:`plag_ros.core.dynamics` (see its docstring; Kusaka and
+Tanaka 2022 [PL], eq. 6; Gunji, Kusaka and Tanaka 2025 [MPF], eq. 1 and 10), vectorised
+over a flat batch (N, n) and over every (body, source) pair at once. This form serves
+float32, GPUs and ``torch.func`` (the autograd path builds its Lagrangians from
+:func:`body_frames`); float64 on the CPU runs the compiled loop of
 :mod:`plag_ros.core.kernel` instead, and the tests hold the two equal to 1e-10.
 
 Frames: spatial vectors in world coordinates, angular part first, taken at the world
 origin. Shapes: N samples, n joints, B bodies, P (body, source) pairs.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""Seed 001: the double pendulum against MuJoCo, the branched pendulum, and its partial
-torque tensor read per branch (Table 3) and as building blocks (Figs. 4 and 7).
+"""Branching studies of Kusaka and Tanaka 2025 [PTT]: double and branched pendulums vs MuJoCo.
 
-Kusaka and Tanaka, "Partial torque tensor and its building block representation for
-dynamics of branching structures using computational graph", Robotics 2025, 14, 31.
+The double pendulum against MuJoCo, the branched pendulum, and its partial torque tensor
+read per branch (Table 3) and as building blocks (Figs. 4 and 7).
+
+[PTT] T. Kusaka, T. Tanaka, "Partial Torque Tensor and Its Building Block Representation
+for Dynamics of Branching Structures Using Computational Graph", Robotics 2025, 14(3), 31,
+doi:10.3390/robotics14030031.
 
 * **Double pendulum in free fall** (section 2.2, Fig. 2): l = 1.0 / 0.8 m, m = 1.0 / 0.8 kg,
   damping 0.1 / 0.1, integrated with RK4 over the engine's M and C qd + g and compared with
@@ -28,7 +31,7 @@ planar motion in the vertical plane with counter-clockwise positive relative ang
 at rest from the horizontal, the branched one from theta_1 = 60 deg, alpha at (-100, 20)
 deg and beta at (80, -30) deg, RK4 with dt = 1 ms on both sides.
 
-Run: ``python examples/seed001_branching.py OUT [--duration 10]``
+Run: ``python examples/branching_partial_torque_tensor.py OUT [--duration 10]``
 (``plag-ros study branching OUT``).
 """
 from __future__ import annotations
@@ -190,7 +193,7 @@ def structure(model: RobotModel) -> np.ndarray:
 
 
 def branch_tables(model: RobotModel, partial: np.ndarray) -> dict[str, np.ndarray]:
-    """Seed 001 Table 3: each branch's serial sub-table (..., 3, 3), rows J1 J2 J3 and
+    """[PTT] Table 3: each branch's serial sub-table (..., 3, 3), rows J1 J2 J3 and
     columns L1 L2 L3 of that branch."""
     out = {}
     for branch, names in BRANCHES.items():
@@ -233,7 +236,8 @@ def double_pendulum(out: Path) -> dict:
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8, loc='lower left')
     axes[0].set_ylabel('height [m]')
-    fig.suptitle('Seed 001 Fig. 2: double pendulum in free fall, ours vs MuJoCo')
+    fig.suptitle('Kusaka and Tanaka 2025, Fig. 2: double pendulum in free fall, ours vs '
+                 'MuJoCo')
     fig.tight_layout()
     fig.savefig(out / 'fig2_double_pendulum.png', dpi=110)
     plt.close(fig)
@@ -297,7 +301,8 @@ def branched(out: Path, duration: float) -> dict:
         ax.set_xlim(-2.7, 2.7)
         ax.set_ylim(-2.7, 2.7)
         ax.grid(True, alpha=0.3)
-    fig.suptitle('Seed 001 Fig. 6: branched pendulum (black link 1, blue alpha, red beta)')
+    fig.suptitle('Kusaka and Tanaka 2025, Fig. 6: branched pendulum (black link 1, blue '
+                 'alpha, red beta)')
     fig.tight_layout()
     fig.savefig(out / 'fig6_branched_pendulum.png', dpi=100)
     plt.close(fig)
@@ -318,8 +323,8 @@ def branched(out: Path, duration: float) -> dict:
                 spine.set_linewidth(2)
             if row == 0:
                 ax.set_title(f'({label}) t = {t[k]:.2f} s', fontsize=9)
-    fig.suptitle('Seed 001 Table 3 / Fig. 7: partial torques [N m] per branch (top alpha, '
-                 'bottom beta); magenta +, cyan -; L1 column shared')
+    fig.suptitle('Kusaka and Tanaka 2025, Table 3 / Fig. 7: partial torques [N m] per branch '
+                 '(top alpha, bottom beta); magenta +, cyan -; L1 column shared')
     fig.tight_layout()
     fig.savefig(out / 'fig7_branch_tables.png', dpi=100)
     plt.close(fig)

@@ -1,12 +1,16 @@
-"""Shared pieces of the seed studies: planar arms as URDF, an integrator, plots, summaries.
+"""Shared pieces of the paper studies: planar arms as URDF, an integrator, plots, summaries.
 
 Planar convention (all studies): the arm moves in the world x-z plane, every joint turns
 about the world **-y** axis, link ``a`` points along its frame's +x, gravity is -z. Seen
 with x to the right and z up, a positive angle is then counter-clockwise and lifts the
-arm, as in the papers' postural operator ``e(theta) = (cos theta, sin theta)`` (seed 000
-section 2.2): the tip of a one-link arm is at ``l e(theta_1)``, of a two-link arm at
-``l_1 e(theta_1) + l_2 e(theta_1 + theta_2)`` (relative angles). About +y a positive angle
-would turn the arm clockwise, mirroring every gravity term.
+arm, as in the papers' postural operator ``e(theta) = (cos theta, sin theta)`` (Kusaka and
+Tanaka 2022 [PL], section 2.2): the tip of a one-link arm is at ``l e(theta_1)``, of a
+two-link arm at ``l_1 e(theta_1) + l_2 e(theta_1 + theta_2)`` (relative angles). About +y a
+positive angle would turn the arm clockwise, mirroring every gravity term.
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ def planar_chain_urdf(lengths: Sequence[float], masses: Sequence[float], *,
         lengths: (n,) link lengths [m]; joint ``a + 1`` sits at ``lengths[a]`` along link a.
         masses: (n,) link masses [kg].
         com: (n,) distance of each link's centre of mass from its joint [m]; None puts a
-            point mass at the link tip (seed 000's pendulums).
+            point mass at the link tip ([PL]'s pendulums).
         inertia: (n,) moment of inertia about the centre of mass, about the joint axis
             [kg*m^2]; None gives :data:`POINT_INERTIA`.
         damping: (n,) URDF joint damping [N*m*s/rad] (the engine reports it as friction).
@@ -81,8 +85,8 @@ def planar_chain_urdf(lengths: Sequence[float], masses: Sequence[float], *,
 def tip_positions(q: np.ndarray, lengths: Sequence[float]) -> np.ndarray:
     """Joint-end positions of a planar chain: (..., n) angles -> (..., n, 2) (x, z) [m].
 
-    ``p_i = sum_{a <= i} l_a e(theta_1 + ... + theta_a)``, the postural operator of seed
-    000 (relative angles, counter-clockwise positive).
+    ``p_i = sum_{a <= i} l_a e(theta_1 + ... + theta_a)``, the postural operator of [PL]
+    (relative angles, counter-clockwise positive).
     """
     phi = np.cumsum(q, axis=-1)
     steps = np.stack([np.cos(phi), np.sin(phi)], axis=-1) * np.asarray(lengths)[:, None]

@@ -1,8 +1,13 @@
-"""Seed 000's section 3 simulations: 1-, 2-, 3-link pendulums (damped and PD), the
-revolute-to-slider reconstruction (Fig. 4) and the 10-DoF damped pendulum (Fig. 5a).
+"""Section 3 simulations of Kusaka and Tanaka 2022 [PL]: pendulums, slider, 10 DoF.
 
-Kusaka and Tanaka, "Partial Lagrangian for efficient extension and reconstruction of
-multi-DoF systems ...", Robotics 2022, 11, 149. Stated there (degrees in, radians inside):
+1-, 2-, 3-link pendulums (damped and PD), the revolute-to-slider reconstruction (Fig. 4)
+and the 10-DoF damped pendulum (Fig. 5a).
+
+[PL] T. Kusaka, T. Tanaka, "Partial Lagrangian for Efficient Extension and Reconstruction
+of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Robotics 2022,
+11(6), 149, doi:10.3390/robotics11060149.
+
+Stated there (degrees in, radians inside):
 
 * 1 link (Fig. 1): m1 = 3, l1 = 2, k1 = 0, "appropriate damping" d1 = 1; PD to 110 deg
   with Kp1 = 200, Kd1 = 50.
@@ -42,7 +47,7 @@ static balance ``Kp (theta_ref - theta) = g(theta)`` solved from the closed-form
 torque; damped runs conserve ``E + dissipated work`` and end hanging straight down; the
 slider settles at 0.1 m; the reconstruction reuses link 1's column (extend()).
 
-Run: ``python examples/seed000_pendulums.py OUT [--damping tip|joint]``
+Run: ``python examples/partial_lagrangian_pendulums.py OUT [--damping tip|joint]``
 (``plag-ros study pendulums OUT``).
 """
 from __future__ import annotations
@@ -64,7 +69,7 @@ __all__ = ['G', 'Arm', 'ARMS', 'PD_RUNS', 'slider_urdf', 'planar_jacobians', 'si
            'gravity_closed_form', 'static_balance', 'main']
 
 G = 9.8
-"""Gravity used by seed 000 (Listing A1) [m/s^2]."""
+"""Gravity used by [PL] (Listing A1) [m/s^2]."""
 
 DT = 2e-3
 """Default RK4 step [s] (``--dt``)."""
@@ -284,7 +289,7 @@ def pd_and_damped(out: Path, n: int, t_end: float, damping: str, dt: float = DT)
                      control=lambda t, q, qd: kp * (ref - q) - kd * qd)
     _angles_figure(out / f'fig{n}_{n}link.png',
                    {'(a) damped oscillation': free, '(b) PD control': pd},
-                   f'Seed 000 Fig. {n}: {n}-link pendulum', refs=ref_deg)
+                   f'Kusaka and Tanaka 2022, Fig. {n}: {n}-link pendulum', refs=ref_deg)
     balance = static_balance(arm, ref_deg, kp)
     return {
         'damped': _damped_summary(engine, arm, free),
@@ -314,7 +319,7 @@ def reconstruction(out: Path, t_end: float, damping: str, dt: float = DT) -> dic
     run, _ = simulate(engine, arm, q0, t_end, damping=damping, extra=1, extra_rhs=pid,
                       dt=dt)
 
-    # seed 000's point: the reconstructed model reuses the first column (link 1's)
+    # [PL]'s point: the reconstructed model reuses the first column (link 1's)
     rng = np.random.default_rng(0)
     q_old = rng.uniform(-1, 1, (3, 3))
     old = PartialLagrangian(old_model).decompose(*q_old)
@@ -351,7 +356,8 @@ def reconstruction(out: Path, t_end: float, damping: str, dt: float = DT) -> dic
     ax2.grid(True, alpha=0.3)
     ax2.legend()
     ax2.set_title('(b) slider under PID, joints 1 and 3 damped')
-    fig.suptitle('Seed 000 Fig. 4: joint 2 reconstructed from revolute to slider')
+    fig.suptitle('Kusaka and Tanaka 2022, Fig. 4: joint 2 reconstructed from revolute to '
+                 'slider')
     fig.tight_layout()
     fig.savefig(out / 'fig4_reconstruction.png', dpi=110)
     plt.close(fig)
@@ -372,7 +378,7 @@ def ten_dof(out: Path, t_end: float, damping: str, dt: float = DT) -> dict:
     engine = _engine(arm_urdf(arm))
     run, _ = simulate(engine, arm, np.zeros(arm.n), t_end, damping=damping, every=10, dt=dt)
     _angles_figure(out / 'fig5a_10dof.png', {'(a) damped oscillation, 10 DoF': run},
-                   'Seed 000 Fig. 5a: 10-DoF damped pendulum')
+                   'Kusaka and Tanaka 2022, Fig. 5a: 10-DoF damped pendulum')
     return _damped_summary(engine, arm, run)
 
 

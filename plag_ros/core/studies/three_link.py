@@ -1,8 +1,12 @@
-"""Seed 002's three-link study (Table 2; Figures 5-9 and 10-14), in the paper's signs.
+"""Three-link study of Gunji, Kusaka and Tanaka 2025 [MPF] (Table 2; Figures 5-9 and 10-14).
 
-Gunji, Kusaka and Tanaka (Robotics 2025, 14, 54), section 3: a planar three-link arm,
-l = 0.25 m, lg = 0.125 m, m = 0.6 kg, I = 5e-3 kg m^2 per link (Table 2), driven by two
-motions and decomposed with the partial Lagrangian engine:
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
+
+Section 3 of [MPF], in the paper's signs: a planar three-link arm, l = 0.25 m, lg = 0.125 m,
+m = 0.6 kg, I = 5e-3 kg m^2 per link (Table 2), driven by two motions and decomposed with
+the partial Lagrangian engine:
 
 * **Simulated input** (Figs. 10-14): only link 3 moves for the first 3 s, then links 2
   and 3 together. Written as ``fig10_motion.png``, ``fig11_joint_torque.png``,
@@ -41,7 +45,7 @@ Also ``fig_partial_impedance.png`` (not in the paper; its section 4 proposal): j
 by a joint impedance while joints 2 and 3 follow the simulated motion on the simulated arm,
 with no propagation compensated and with the 2 -> 1 and 3 -> 1 paths cancelled.
 
-Gravity 9.81 m/s^2 (seed 002 does not state it). Run:
+Gravity 9.81 m/s^2 ([MPF] does not state it). Run:
 ``python examples/three_link_study.py OUT [--duration 6] [--rate 200] [--no-control]``
 (or ``plag-ros study three-link OUT``).
 """
@@ -64,7 +68,7 @@ from plag_ros.core.studies.common import planar_chain_urdf, plot_lines, save_sum
 __all__ = ['LENGTH', 'COM', 'MASS', 'INERTIA', 'three_link_urdf', 'motion',
            'experiment_motion', 'literal_velocity_parts', 'main']
 
-LENGTH, COM, MASS, INERTIA = 0.25, 0.125, 0.6, 5e-3   # seed 002 Table 2, every link
+LENGTH, COM, MASS, INERTIA = 0.25, 0.125, 0.6, 5e-3   # [MPF] Table 2, every link
 COLORS = ('tab:red', 'tab:blue', 'tab:green')           # the paper's line colours
 COUNTS_PER_REV = 4096                                   # 12-bit encoder (CRANE-X7 servos)
 

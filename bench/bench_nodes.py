@@ -198,9 +198,12 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
                     # the node's own stamp -> publish-done p99 over this window
                     node_p99.append(float(diag.get('latency_p99_ms', 'nan')))
 
-    timed = [InputThread(node, JointState, f'{NODE}/joint_states', on_first, qos, raw=True),
+    # The instrument takes the private wait set where this rclpy is the checked one (no
+    # executor of its own to disturb the node); elsewhere it falls back and says so.
+    timed = [InputThread(node, JointState, f'{NODE}/joint_states', on_first, qos, raw=True,
+                         private_wait_set=True),
              InputThread(node, JointState, f'{NODE}/body/{last_body}', on_last, qos,
-                         raw=True)]
+                         raw=True, private_wait_set=True)]
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, qos)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)

@@ -589,24 +589,29 @@ def test_a_failing_callback_is_reported_and_the_input_goes_on(model, monkeypatch
         gc.unfreeze()
 
 
-def test_low_latency_needs_no_private_rclpy_api(model, monkeypatch, capfd):
-    """low_latency on an rclpy whose private wait-set API is not the checked one: the
-    shipped path is public, so joint_states is still served on its own thread, and the
-    node decomposes."""
+@pytest.mark.parametrize('private,rclpy_differs,expect', [
+    (False, True, 'public'),      # the shipped setting needs nothing private of rclpy
+    (True, False, 'private'),     # the opt-in, on the rclpy it was checked against
+    (True, True, 'fallback'),     # the opt-in where rclpy differs: public, with a warning
+])
+def test_low_latency_input_thread_paths(model, monkeypatch, capfd, private, rclpy_differs,
+                                        expect):
+    """low_latency serves joint_states on its own thread through public rclpy API unless
+    private_wait_set asks for rclpy's private wait set, which is only taken on an rclpy
+    whose private API is the checked one; the node decomposes every way."""
     import gc
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from plag_ros.ros import input_thread, rclpy_compat
+    from plag_ros.ros import input_thread
 
-    monkeypatch.setattr(rclpy_compat, 'private_wait_set_problem',
-                        lambda: '_rclpy.WaitSet.wait differs')
-    monkeypatch.setattr(input_thread, 'private_wait_set_problem',
-                        lambda: '_rclpy.WaitSet.wait differs')
+    if rclpy_differs:
+        monkeypatch.setattr(input_thread, 'private_wait_set_problem',
+                            lambda: '_rclpy.WaitSet.wait differs')
     switch_interval = sys.getswitchinterval()
     context, node = _in_process_node({'robot_description_source': 'file',
-                                      'low_latency': True})
+                                      'low_latency': True, 'private_wait_set': private})
     feeder = rclpy.create_node('plag_test_feeder', context=context)
     outputs = []
     listener = rclpy.create_node('plag_test_listener', context=context)
@@ -628,7 +633,8 @@ def test_low_latency_needs_no_private_rclpy_api(model, monkeypatch, capfd):
         assert len(outputs) == 16    # 20 samples, the first output at the fifth
         log = capfd.readouterr().err
         assert 'on its own thread' in log
-        assert 'private wait set' not in log and 'differs' not in log
+        assert ('on its own thread (private wait set)' in log) == (expect == 'private')
+        assert ('_rclpy.WaitSet.wait differs' in log) == (expect == 'fallback')
     finally:
         executor.shutdown()
         for each in (feeder, listener, node):

@@ -24,16 +24,11 @@ from __future__ import annotations
 import gc
 import sys
 
-__all__ = ['LOW_LATENCY_DESCRIPTION', 'SWITCH_INTERVAL_S', 'freeze_startup_objects',
+__all__ = ['SWITCH_INTERVAL_S', 'freeze_startup_objects',
            'lower_switch_interval']
 
 SWITCH_INTERVAL_S = 2e-4
 """GIL switch interval [s] with ``low_latency``; CPython's default is 5e-3."""
-
-LOW_LATENCY_DESCRIPTION = (
-    'opt in to process-wide tuning for latency (plag_ros.ros.tuning): joint_states on a '
-    'thread of its own outside the executor, a 0.2 ms GIL switch interval and gc.freeze() '
-    'after start-up; false: plain rclpy executor, interpreter defaults')
 
 
 def lower_switch_interval(interval_s: float = SWITCH_INTERVAL_S) -> float:

@@ -253,14 +253,17 @@ class DynamicsNode(Node):
             if low_latency:   # a thread and executor of its own, public rclpy API only
                 tuning.lower_switch_interval()
                 self._input = InputThread(self, JointState, 'joint_states',
-                                          self.on_joint_state, self._input_qos)
+                                          self.on_joint_state, self._input_qos,
+                                          private_wait_set=self.settings.private_wait_set)
                 self._sub_state = self._input.subscription
             else:
                 self._sub_state = self.create_subscription(
                     JointState, 'joint_states', self.on_joint_state, self._input_qos)
         self.get_logger().info(f'model {model.name!r} from {source}: {model.n_joints} '
                                f'joints, {model.n_bodies} bodies, frame {self._frame_id!r}'
-                               + (', joint_states on its own thread' if self._input else ''))
+                               + (', joint_states on its own thread' if self._input else '')
+                               + (' (private wait set)' if self._input is not None
+                                  and self._input.private_wait_set else ''))
 
     def _build_model(self, model: RobotModel, source: str) -> None:
         live = live_core.LiveDecomposition(model, self.settings, self._stats, self._decimator)

@@ -72,6 +72,8 @@ computed steps and the process CPU share are reported on ``/diagnostics`` and lo
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
@@ -107,6 +109,15 @@ OPTIONS = sim_options()
 
 def _seconds(stamp) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
+
+
+def _data_to(handler: Callable[[Sequence[float]], object]
+             ) -> Callable[[Float64MultiArray], None]:
+    """A Float64MultiArray callback handing the message's data to ``handler`` (typed, so that
+    every rclpy's stubs accept it)."""
+    def on_message(msg: Float64MultiArray) -> None:
+        handler(msg.data)
+    return on_message
 
 
 class SimNode(Node):
@@ -155,14 +166,14 @@ class SimNode(Node):
         self._pub_description.publish(String(data=self.model.urdf_xml))
         driver = self.driver
         self.create_subscription(Float64MultiArray, 'effort_controller/commands',
-                                 lambda msg: driver.effort_command(msg.data), reliable)
+                                 _data_to(driver.effort_command), reliable)
         self.create_subscription(Float64MultiArray, 'position_controller/commands',
-                                 lambda msg: driver.position_command(msg.data), reliable)
+                                 _data_to(driver.position_command), reliable)
         # The driver's interface: the arm controllers of the emulated controller manager.
         self.create_subscription(JointTrajectory, f'{JTC}/joint_trajectory',
                                  self._on_trajectory, reliable)
         self.create_subscription(Float64MultiArray, f'{FORWARD}/commands',
-                                 lambda msg: driver.forward_command(msg.data), reliable)
+                                 _data_to(driver.forward_command), reliable)
         self._timer = self.create_timer(1.0 / settings.publish_rate_hz, self._on_tick)
         self._report_timer = self.create_timer(settings.report_period, self._report)
         self.add_on_set_parameters_callback(self._on_set_parameters)

@@ -29,6 +29,8 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
+from plag_ros.ros.node_setups import PACKAGE, replay_setup
+
 PLAYERS = ('plag', 'ros2')
 
 
@@ -51,8 +53,18 @@ def _player(context, bag, rate, loop, player):
                            name='bag_player')]
 
 
+def plag_node(setup, share, control):
+    """The launch_ros Node of one plag_ros.ros.node_setups.NodeSetup."""
+    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
+    if setup.overrides:
+        parameters.append(dict(setup.overrides))
+    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
+                output='screen', parameters=parameters, remappings=list(setup.remappings),
+                condition=IfCondition(control) if setup.control_only else None)
+
+
 def generate_launch_description():
-    share = FindPackageShare('plag_ros')
+    share = FindPackageShare(PACKAGE)
     bag = LaunchConfiguration('bag')
     rate = LaunchConfiguration('rate')
     loop = LaunchConfiguration('loop')
@@ -77,24 +89,7 @@ def generate_launch_description():
                               description="dynamics model: 'file' (bundled URDF) or 'topic' "
                                           '(a robot_description published alongside)'),
         OpaqueFunction(function=_player, args=[bag, rate, loop, player]),
-        Node(
-            package='plag_ros',
-            executable='dynamics_node',
-            name='plag_dynamics',
-            output='screen',
-            parameters=[PathJoinSubstitution([share, 'config', 'crane_x7.yaml']),
-                        {'use_sim_time': True,
-                         'robot_description_source': description_source}],
-        ),
-        Node(
-            package='plag_ros',
-            executable='impedance_node',
-            name='plag_impedance',
-            output='screen',
-            parameters=[PathJoinSubstitution([share, 'config', 'impedance.yaml']),
-                        {'use_sim_time': True}],
-            condition=IfCondition(control),
-        ),
+        *(plag_node(setup, share, control) for setup in replay_setup(description_source)),
         Node(
             package='rviz2',
             executable='rviz2',

@@ -1,7 +1,9 @@
-"""Every module path and dotted name of the package that the documentation, the
+"""Every file path and dotted name of the package that the documentation, the
 requirements, the Makefile, the benchmarks and the configuration name still exists.
 
-A ``plag_ros/.../x.py`` path must be a file of the repository; a dotted name
+A path into the repository's own folders (``plag_ros/.../x.py``, ``test/...``,
+``bench/...``, ``examples/...``, ``launch/...``, ``docs/...``, ``config/...``) must be a
+file of the repository; a dotted name
 (``plag_ros.io.bag_writer.ROSBAGS_TESTED``, or ``plag_ros.apps.cli:main``) must be an
 importable module, or an attribute reached from the longest importable module prefix.
 A file move that leaves such a reference behind fails here, naming the file and line.
@@ -20,7 +22,9 @@ SCANNED = ('README.md', 'requirements*.txt', 'requirements/*.txt', 'Makefile', '
 
 # Not part of a longer path or name (``share/plag_ros/...``, ``lib/plag_ros``).
 _START = r'(?<![\w/.-])'
-PATH = re.compile(_START + r'plag_ros/[\w/]*?\w\.py\b')
+# A file of the repository's own folders (not out/, not a share/ of an install).
+PATH = re.compile(_START + r'(?:plag_ros|test|bench|examples|launch|docs|config|urdf)/'
+                  r'[\w/.-]*?\w\.(?:py|yaml|md|png|json|urdf|rviz|npz|txt)\b')
 # A file name is not a dotted name (``plag_ros.rviz``, ``plag_ros.egg-info``).
 DOTTED = re.compile(_START + r'plag_ros(?!\.(?:rviz|yaml|xml|urdf|md|py|egg)\b)'
                     r'(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?(?![-\w])')
@@ -84,7 +88,11 @@ def test_patterns_and_resolution_on_known_cases():
     line = ('see plag_ros/io/npz.py, plag_ros.io.bag_writer.ROSBAGS_TESTED and '
             'plag_ros.apps.cli:main; not share/plag_ros/x.py, plag_ros.egg-info nor '
             'config/plag_ros.rviz or plag_ros.rviz.')
-    assert [m.group() for m in PATH.finditer(line)] == ['plag_ros/io/npz.py']
+    assert [m.group() for m in PATH.finditer(line)] == ['plag_ros/io/npz.py',
+                                                        'config/plag_ros.rviz']
+    assert [m.group() for m in PATH.finditer(
+        'run test/test_x.py and bench/b.py, see docs/layers.md; not out/demo/a.png')] == [
+        'test/test_x.py', 'bench/b.py', 'docs/layers.md']
     assert [m.group() for m in DOTTED.finditer(line)] == [
         'plag_ros.io.bag_writer.ROSBAGS_TESTED', 'plag_ros.apps.cli:main']
     assert resolves('plag_ros.io.bag_writer.ROSBAGS_TESTED')
@@ -96,7 +104,7 @@ def test_patterns_and_resolution_on_known_cases():
 
 
 @pytest.mark.parametrize('path,where', sorted(set(_references(PATH))))
-def test_module_path_exists(path, where):
+def test_file_path_exists(path, where):
     assert (REPO / path).is_file(), f'{where}: {path} is not a file of the repository'
 
 

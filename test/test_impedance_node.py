@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 import rclpy
-import yaml
+from parameter_files import node_parameters
 from rclpy.context import Context
 from rclpy.parameter import Parameter
 from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
@@ -248,17 +248,7 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
 
 
 def test_yaml_declares_every_parameter_with_its_default():
-    data = yaml.safe_load((REPO / 'config' / 'impedance.yaml').read_text())
-    params = data['plag_impedance']['ros__parameters']
-
-    def flatten(d, prefix=''):
-        for key, value in d.items():
-            if isinstance(value, dict):
-                yield from flatten(value, f'{prefix}{key}.')
-            else:
-                yield f'{prefix}{key}', value
-
-    flat = dict(flatten(params))
+    flat = node_parameters('impedance.yaml', 'plag_impedance')
     defaults = {opt.name: opt.default for opt in IMPEDANCE_OPTIONS}
     assert set(flat) == set(defaults)
     for name, value in flat.items():

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+from parameter_files import node_parameters
 
 from plag_ros.core import motors
 from plag_ros.core.control import HoldReference, SineReference
@@ -21,7 +20,6 @@ from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS, ImpedanceSetting
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.options import build
 
-YAML = Path(__file__).resolve().parents[1] / 'config' / 'impedance.yaml'
 DEFAULTS = {opt.name: opt.default for opt in IMPEDANCE_OPTIONS}
 RANGED = [opt for opt in IMPEDANCE_OPTIONS if opt.low is not None]
 CHOICES = [opt for opt in IMPEDANCE_OPTIONS if opt.choices is not None]
@@ -30,19 +28,6 @@ CHOICES = [opt for opt in IMPEDANCE_OPTIONS if opt.choices is not None]
 @pytest.fixture(scope='module')
 def model() -> RobotModel:
     return RobotModel.from_urdf(default_urdf_path())
-
-
-def yaml_parameters() -> dict[str, object]:
-    params = yaml.safe_load(YAML.read_text())['plag_impedance']['ros__parameters']
-
-    def flatten(d, prefix=''):
-        for key, value in d.items():
-            if isinstance(value, dict):
-                yield from flatten(value, f'{prefix}{key}.')
-            else:
-                yield f'{prefix}{key}', value
-
-    return dict(flatten(params))
 
 
 def test_names_are_unique_and_the_filter_rate_is_no_parameter():
@@ -81,7 +66,7 @@ def test_a_value_out_of_range_is_refused_naming_the_parameter(opt):
 
 
 def test_the_yaml_sets_known_options_only_and_builds():
-    flat = yaml_parameters()
+    flat = node_parameters('impedance.yaml', 'plag_impedance')
     assert set(flat) <= set(DEFAULTS), sorted(set(flat) - set(DEFAULTS))
     assert ImpedanceSettings.from_values(flat) == ImpedanceSettings()
 

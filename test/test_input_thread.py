@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import rclpy
-import yaml
+from parameter_files import node_parameters
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.serialization import serialize_message
@@ -200,17 +200,6 @@ def test_private_wait_set_falls_back_to_the_public_executor_where_rclpy_differs(
         inputs.destroy()
 
 
-def _flat(parameters: dict, prefix: str = '') -> dict:
-    """Nested ``ros__parameters`` as dotted names ('filter': {'order': 3} -> 'filter.order')."""
-    out = {}
-    for key, value in parameters.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f'{prefix}{key}.'))
-        else:
-            out[f'{prefix}{key}'] = value
-    return out
-
-
 def test_shipped_config_serves_joint_states_the_public_way():
     """config/crane_x7.yaml turns low_latency on; what it turns on is the public input
     thread: joint_states is subscribed by the helper node of the public executor, not by a
@@ -219,7 +208,7 @@ def test_shipped_config_serves_joint_states_the_public_way():
 
     from plag_ros.ros.nodes.dynamics_node import DynamicsNode
 
-    shipped = _flat(yaml.safe_load(CONFIG.read_text())['plag_dynamics']['ros__parameters'])
+    shipped = node_parameters(CONFIG, 'plag_dynamics')
     assert shipped['low_latency'] is True     # else this test shows nothing
     shipped['robot_description_source'] = 'file'   # no robot_description publisher here
     switch_interval = sys.getswitchinterval()

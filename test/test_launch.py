@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+from parameter_files import flatten
 from rcl_interfaces.srv import ListParameters
 from ros_helpers import REPO, RosClient, start_node
 
@@ -323,16 +324,6 @@ def test_parameter_and_rviz_files_exist_and_address_the_node():
                 assert 'ros__parameters' in content.get(node.name, content.get('/**'))
 
 
-def _flatten(params: dict, prefix: str = '') -> list[str]:
-    names = []
-    for key, value in params.items():
-        if isinstance(value, dict):
-            names += _flatten(value, f'{prefix}{key}.')
-        else:
-            names.append(f'{prefix}{key}')
-    return names
-
-
 @pytest.fixture(scope='module')
 def running(tmp_path_factory):
     """Every plag_ros node of the launch files, running with its parameter file."""
@@ -382,7 +373,7 @@ def test_every_parameter_set_is_declared_by_the_node(running):
         for name in (f for f in node.files if f.endswith('.yaml')):
             content = yaml.safe_load((REPO / 'config' / name).read_text())
             section = content.get(node.name, content.get('/**'))['ros__parameters']
-            unknown = set(_flatten(section)) - declared
+            unknown = set(flatten(section)) - declared
             assert not unknown, f'config/{name}: {node.name} does not declare {unknown}'
     # `plag-ros sim --control`'s overlay on the shared setup, too.
     by_name = {node.name: node.executable for _, node in _plag_nodes()}

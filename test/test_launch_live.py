@@ -60,6 +60,7 @@ from ament_index_python.packages import (  # noqa: E402
     get_package_share_directory,
 )
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from parameter_files import flatten  # noqa: E402
 from rcl_interfaces.srv import GetParameters  # noqa: E402
 from ros_helpers import LATCHED, RELIABLE, REPO, RosClient, ros_env, start_node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
@@ -215,21 +216,11 @@ class LaunchRun:
         assert not lines, f'launch warned: {lines}'
 
 
-def _flatten(params: dict, prefix: str = '') -> dict[str, object]:
-    flat = {}
-    for key, value in params.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f'{prefix}{key}.'))
-        else:
-            flat[f'{prefix}{key}'] = value
-    return flat
-
-
 def expected_parameters(share: Path, yaml_name: str, node: str,
                         overrides: dict[str, object] | None = None) -> dict[str, object]:
     content = yaml.safe_load((share / 'config' / yaml_name).read_text())
     section = content.get(node, content.get('/**'))['ros__parameters']
-    return {**_flatten(section), **(overrides or {})}
+    return {**flatten(section), **(overrides or {})}
 
 
 def node_command(argv: list[str]) -> tuple:
@@ -253,7 +244,7 @@ def node_command(argv: list[str]) -> tuple:
             overrides[key] = yaml.safe_load(text)
         elif flag == '--params-file' and Path(value).name.startswith('launch_params_'):
             section, = yaml.safe_load(Path(value).read_text()).values()
-            overrides.update(_flatten(section['ros__parameters']))
+            overrides.update(flatten(section['ros__parameters']))
         else:
             assert flag == '--params-file' and Path(value).parent.name == 'config', argv
             files.append(Path(value).name)

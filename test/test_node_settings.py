@@ -6,16 +6,12 @@ naming the parameter) and the parameter files in config/ to the options they set
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
+from parameter_files import node_parameters
 
 from plag_ros.core.dynamics_settings import DynamicsSettings, dynamics_options
 from plag_ros.core.options import Option, build
 from plag_ros.core.sim_settings import SimSettings, sim_options
-
-CONFIG = Path(__file__).resolve().parents[1] / 'config'
 
 NODES = {   # settings class, its options, parameter file, node name in that file
     'dynamics': (DynamicsSettings, dynamics_options(), 'crane_x7.yaml', 'plag_dynamics'),
@@ -34,21 +30,6 @@ RUNTIME = {
 }
 
 _KINDS = {'bool': (bool,), 'int': (int,), 'float': (float,), 'str': (str,)}
-
-
-def _flatten(section: dict, prefix: str = '') -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in section.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f'{prefix}{key}.'))
-        else:
-            out[prefix + key] = value
-    return out
-
-
-def _yaml_parameters(file: str, node: str) -> dict[str, object]:
-    content = yaml.safe_load((CONFIG / file).read_text())
-    return _flatten(content[node]['ros__parameters'])
 
 
 def _all_options() -> list[tuple[str, Option]]:
@@ -120,7 +101,7 @@ def test_inconsistent_values_are_refused_naming_the_parameter():
 @pytest.mark.parametrize('node', NODES)
 def test_every_key_of_the_parameter_file_is_an_option(node):
     cls, opts, file, name = NODES[node]
-    values = _yaml_parameters(file, name)
+    values = node_parameters(file, name)
     assert values
     assert set(values) <= {opt.name for opt in opts}
     build(cls, values)    # and the file's values are valid
@@ -128,7 +109,7 @@ def test_every_key_of_the_parameter_file_is_an_option(node):
 
 def test_the_simulator_file_repeats_the_defaults():
     """config/sim.yaml says its values are the node's defaults: it lists them all."""
-    values = _yaml_parameters('sim.yaml', 'plag_sim')
+    values = node_parameters('sim.yaml', 'plag_sim')
     assert values == {opt.name: opt.default for opt in sim_options()}
 
 

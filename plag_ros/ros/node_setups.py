@@ -1,13 +1,14 @@
-"""What each bring-up runs: the plag_ros nodes of the simulator setup and the robot setup.
+"""What each bring-up runs: the plag_ros nodes of the simulator, robot and replay setups.
 
-The one description of these nodes, read by ``launch/sim.launch.py`` and
-``launch/crane_x7.launch.py`` (which turn each :class:`NodeSetup` into a launch_ros
-``Node``) and by ``plag-ros sim`` / ``plag-ros run`` (:mod:`plag_ros.apps.bringup`, which
-turns each into a node subprocess). Per node: the executable (a console script of setup.py
-running ``plag_ros.ros.nodes.<executable>``), the node name, the parameter file under
-``config/``, the parameters set on top of that file (each with the reason it is there) and
-the remappings. A node marked ``control_only`` runs only when the partial-impedance
-controller is asked for (``control:=true``, ``plag-ros sim --control``).
+The one description of these nodes, read by ``launch/sim.launch.py``,
+``launch/crane_x7.launch.py`` and ``launch/replay.launch.py`` (which turn each
+:class:`NodeSetup` into a launch_ros ``Node``) and by ``plag-ros sim`` / ``plag-ros run``
+(:mod:`plag_ros.apps.bringup`, which turns each into a node subprocess). Per node: the
+executable (a console script of setup.py running ``plag_ros.ros.nodes.<executable>``), the
+node name, the parameter file under ``config/``, the parameters set on top of that file
+(each with the reason it is there) and the remappings. A node marked ``control_only`` runs
+only when the partial-impedance controller is asked for (``control:=true``, ``plag-ros
+sim --control``).
 
 What only the launch files start (robot_state_publisher, rviz2, controller_manager's
 spawner) is written in the launch files. Nothing here imports launch or launch_ros.
@@ -17,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ['PACKAGE', 'NodeSetup', 'robot_setup', 'running', 'sim_setup']
+__all__ = ['PACKAGE', 'NodeSetup', 'replay_setup', 'robot_setup', 'running',
+           'sim_setup']
 
 PACKAGE = 'plag_ros'
 
@@ -71,6 +73,18 @@ def robot_setup(description_source: object = 'topic') -> list[NodeSetup]:
     return [
         _dynamics(description_source),
         NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml', control_only=True),
+    ]
+
+
+def replay_setup(description_source: object = 'file') -> list[NodeSetup]:
+    """A recorded bag played with ``/clock``: dynamics node, controller with ``control``,
+    both on the bag's time. The model comes from the bundled URDF by default: a bag of
+    ``/joint_states`` rarely holds the robot's ``robot_description``. The controller's
+    commands reach no robot: it runs to study what it would have sent."""
+    return [
+        _dynamics(description_source, use_sim_time=True),
+        NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml',
+                  {'use_sim_time': True}, control_only=True),
     ]
 
 

@@ -9,6 +9,7 @@ opt-in private wait set.
 from __future__ import annotations
 
 import gc
+import itertools
 import sys
 import threading
 import time
@@ -30,6 +31,18 @@ DOMAIN_ID = 15
 COUNT = 200
 CONFIG = Path(__file__).resolve().parents[1] / 'config' / 'crane_x7.yaml'
 WAYS = pytest.mark.parametrize('private', [False, True], ids=['public', 'private_wait_set'])
+
+
+_TOPICS = itertools.count()
+
+
+@pytest.fixture()
+def topic() -> str:
+    """A topic of this test's own. A test that only shuts its context down leaves its
+    subscription's DDS participant behind until it is garbage collected; on a shared topic
+    a publisher waiting for "one subscriber" could count that one and publish before this
+    test's subscription is matched, and the message would be lost to it."""
+    return f'numbers_{next(_TOPICS)}'
 
 
 @pytest.fixture()
@@ -60,8 +73,7 @@ def graph():
         client.close()
 
 
-def _publish(client: RosClient, values, raw_topic: str = 'numbers',
-             subscribers: int = 1) -> None:
+def _publish(client: RosClient, values, raw_topic: str, subscribers: int = 1) -> None:
     publisher = client.publisher(Int64, raw_topic)
     client.wait_for_subscribers(publisher, subscribers)
     for value in values:
@@ -74,38 +86,38 @@ def _subscriber_nodes(node, topic: str) -> list[str]:
 
 
 @WAYS
-def test_every_message_once_in_order_on_the_input_thread(graph, private):
+def test_every_message_once_in_order_on_the_input_thread(graph, private, topic):
     client, node = graph
     got: list[tuple[str, int]] = []
-    inputs = InputThread(node, Int64, 'numbers',
+    inputs = InputThread(node, Int64, topic,
                          lambda msg: got.append((threading.current_thread().name, msg.data)),
                          RELIABLE, private_wait_set=private)
     assert inputs.private_wait_set is private
     # The public way subscribes from its helper node, the private one from the node itself.
     owner = 'plag_test_input_sub' if private else 'plag_test_input_sub_input'
-    wait_until(lambda: owner in _subscriber_nodes(node, '/numbers'), 10.0, owner)
+    wait_until(lambda: owner in _subscriber_nodes(node, f'/{topic}'), 10.0, owner)
     # A witness the executor does serve, on the same topic: once it has every message the
     # executor has been through the rounds in which it would have run the input thread's
     # subscription too (both are ready together), so a duplicate would be in `got` by then.
     witnessed: list[int] = []
-    node.create_subscription(Int64, 'numbers', lambda msg: witnessed.append(msg.data),
+    node.create_subscription(Int64, topic, lambda msg: witnessed.append(msg.data),
                              RELIABLE)
-    assert inputs.topic_name == '/numbers'
-    _publish(client, range(COUNT), subscribers=2)
+    assert inputs.topic_name == f'/{topic}'
+    _publish(client, range(COUNT), topic, subscribers=2)
     client.wait_for(lambda: len(got) >= COUNT, 20.0, f'{COUNT} numbers')
     client.wait_for(lambda: len(witnessed) >= COUNT, 20.0, f'{COUNT} numbers, executor')
     assert witnessed == list(range(COUNT))
     assert [value for _, value in got] == list(range(COUNT))
-    assert {name for name, _ in got} == {'plag_test_input_sub:/numbers'}
+    assert {name for name, _ in got} == {f'plag_test_input_sub:/{topic}'}
     inputs.destroy()
     inputs.destroy()   # idempotent
     assert not inputs.alive
-    client.wait_for(lambda: client.node.count_subscribers('/numbers') == 1, 10.0,
+    client.wait_for(lambda: client.node.count_subscribers(f'/{topic}') == 1, 10.0,
                     'the subscription to leave the graph (the witness stays)')
 
 
 @WAYS
-def test_raw_delivery_and_failing_callback(graph, private):
+def test_raw_delivery_and_failing_callback(graph, private, topic):
     """raw=True gives the CDR bytes; a callback that raises is counted and the input goes on."""
     client, node = graph
     got: list[bytes] = []
@@ -116,10 +128,10 @@ def test_raw_delivery_and_failing_callback(graph, private):
             raise RuntimeError('odd message')
         got.append(raw)
 
-    inputs = InputThread(node, Int64, 'numbers', callback, RELIABLE, raw=True,
+    inputs = InputThread(node, Int64, topic, callback, RELIABLE, raw=True,
                          private_wait_set=private)
     try:
-        _publish(client, range(20))
+        _publish(client, range(20), topic)
         client.wait_for(lambda: len(got) >= 20, 20.0, '20 numbers')
         assert inputs.errors == 10
         assert got[::2] == [serialize_message(Int64(data=v)) for v in range(0, 20, 2)]
@@ -128,19 +140,19 @@ def test_raw_delivery_and_failing_callback(graph, private):
 
 
 @WAYS
-def test_context_shutdown_ends_the_thread(private):
+def test_context_shutdown_ends_the_thread(private, topic):
     """Shutting the context down without destroy() ends the thread quietly."""
     context = Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)
     node = rclpy.create_node('plag_test_input_shutdown', context=context)
-    inputs = InputThread(node, Int64, 'numbers', lambda msg: None, RELIABLE,
+    inputs = InputThread(node, Int64, topic, lambda msg: None, RELIABLE,
                          private_wait_set=private)
     context.shutdown()
     wait_until(lambda: not inputs.alive, 5.0, 'the input thread to end')
 
 
 @WAYS
-def test_shutdown_under_a_publishing_callback_is_quiet(private):
+def test_shutdown_under_a_publishing_callback_is_quiet(private, topic):
     """Ctrl-C shuts the context down while the callback publishes: not an error.
 
     rclpy's SIGINT handler shuts the context down from its own thread; the callback's
@@ -164,9 +176,9 @@ def test_shutdown_under_a_publishing_callback_is_quiet(private):
             raised.append(err)
             raise
 
-    inputs = InputThread(node, Int64, 'race', callback, RELIABLE, private_wait_set=private)
+    inputs = InputThread(node, Int64, topic, callback, RELIABLE, private_wait_set=private)
     try:
-        _publish(client, [1], raw_topic='race')
+        _publish(client, [1], topic)
         client.wait_for(entered.is_set, 20.0, 'the callback to run')
         context.shutdown()
         shut.set()
@@ -179,18 +191,18 @@ def test_shutdown_under_a_publishing_callback_is_quiet(private):
 
 
 def test_private_wait_set_falls_back_to_the_public_executor_where_rclpy_differs(
-        graph, monkeypatch, capfd):
+        graph, monkeypatch, capfd, topic):
     """Asked for the private wait set on an rclpy whose extension is not the checked one,
     the input thread says why and serves the subscription the public way."""
     client, node = graph
     monkeypatch.setattr(input_thread, 'private_wait_set_problem',
                         lambda: '_rclpy.WaitSet.wait differs')
     got: list[int] = []
-    inputs = InputThread(node, Int64, 'numbers', lambda msg: got.append(msg.data), RELIABLE,
+    inputs = InputThread(node, Int64, topic, lambda msg: got.append(msg.data), RELIABLE,
                          private_wait_set=True)
     try:
         assert not inputs.private_wait_set
-        _publish(client, range(20))
+        _publish(client, range(20), topic)
         client.wait_for(lambda: len(got) >= 20, 20.0, '20 numbers')
         assert got == list(range(20))
         log = capfd.readouterr().err

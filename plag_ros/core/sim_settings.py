@@ -27,7 +27,7 @@ __all__ = ['ARM_CONTROLLERS', 'FORWARD', 'JTC', 'ArmController', 'CommandMode', 
 JTC = 'crane_x7_arm_controller'
 """The driver's JointTrajectoryController (active after the official bring-up)."""
 FORWARD = 'plag_arm_position_controller'
-"""Our forward position controller (JointGroupPositionController)."""
+"""Our forward position controller (a ForwardCommandController on position)."""
 ArmController = Literal['crane_x7_arm_controller', 'plag_arm_position_controller', 'none']
 ARM_CONTROLLERS: tuple[str, ...] = (JTC, FORWARD, 'none')
 CommandMode = Literal['position', 'effort']

@@ -32,12 +32,20 @@ commands`` (in)                     reliable, depth 10            goal positions
                                     DiagnosticArray
 ==================================  ============================  ============================
 
-Emulated controller manager (what is emulated, honestly: the *effect* of
-``controller_manager/switch_controller``, not its service, whose message package has no
-wheel here). The parameter ``active_arm_controller`` names the one arm controller that is
-active: ``crane_x7_arm_controller`` (the driver's JointTrajectoryController, active after
-the official bring-up), ``plag_arm_position_controller`` (our JointGroupPositionController)
-or ``none``. Commands to an inactive controller are ignored and counted
+Emulated controller manager. The parameter ``active_arm_controller`` names the one arm
+controller that is active: ``crane_x7_arm_controller`` (the driver's
+JointTrajectoryController, active after the official bring-up),
+``plag_arm_position_controller`` (our forward_command_controller/ForwardCommandController
+on the position interfaces) or ``none``. Where ``controller_manager_msgs`` can be imported,
+a node named ``controller_manager`` in this process also serves
+``/controller_manager/switch_controller`` and ``/controller_manager/list_controllers``
+with the real manager's rules, checks and messages
+(:mod:`plag_ros.ros.emulated_controller_manager`: STRICT and BEST_EFFORT, the two arm
+controllers claiming the 7 ``<joint>/position`` interfaces, ``joint_state_controller``
+claiming none); a switch there sets ``active_arm_controller`` (the same effect and log
+line), and deactivating ``joint_state_controller`` stops ``joint_states`` until it is
+activated again, as on the robot. Without that package only the parameter switches (one
+info line says so). Commands to an inactive controller are ignored and counted
 (``ignored_inactive``), as the real controller manager runs only active controllers. On
 activation the JTC holds the last value of the position command interface
 (ros2_controllers joint_trajectory_controller ``set_last_command_interface_value_as_state_on
@@ -79,6 +87,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -97,12 +106,22 @@ from plag_ros.core.sim_settings import (
 )
 from plag_ros.core.simulation import Simulator
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.emulated_controller_manager import (
+    JOINT_STATE_BROADCASTER,
+    EmulatedControllerManager,
+    SwitchOutcome,
+    controller_manager_node,
+    crane_x7_controllers,
+)
 from plag_ros.ros.parameters import declare_options, option_values
 
-__all__ = ['ARM_CONTROLLERS', 'FORWARD', 'JTC', 'NODE_NAME', 'OPTIONS', 'REJECTION_REASONS',
-           'SimNode', 'main']
+__all__ = ['ARM_CONTROLLERS', 'ARM_CONTROLLER_TYPES', 'FORWARD', 'JTC', 'NODE_NAME', 'OPTIONS',
+           'REJECTION_REASONS', 'SimNode', 'controller_manager_stand_in', 'main']
 
 NODE_NAME = 'plag_sim'
+ARM_CONTROLLER_TYPES = {JTC: 'joint_trajectory_controller/JointTrajectoryController',
+                        FORWARD: 'forward_command_controller/ForwardCommandController'}
+"""The plugin type of each arm controller, as ListControllers reports it."""
 OPTIONS = sim_options()
 """The node's parameters; their defaults match config/sim.yaml."""
 
@@ -156,6 +175,11 @@ class SimNode(Node):
         self.command_names = self.driver.command_names
         self.state_names = self.driver.state_names
         self.arm_joints = self.driver.arm_joints
+        # The emulated controller manager's view: which controllers exist and what they
+        # claim; whether they are active comes from the driver and `broadcasting`.
+        self.controller_manager = EmulatedControllerManager(crane_x7_controllers(
+            list(ARM_CONTROLLER_TYPES.items()), self.arm_joints, self.state_names))
+        self.broadcasting = True     # joint_state_controller active: joint_states flow
 
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -208,6 +232,31 @@ class SimNode(Node):
         self.settings = new
         return SetParametersResult(successful=True)
 
+    def active_controllers(self) -> frozenset[str]:
+        """The controllers the emulated controller manager reports active now."""
+        active = {JOINT_STATE_BROADCASTER} if self.broadcasting else set()
+        if self.driver.active in ARM_CONTROLLER_TYPES:
+            active.add(self.driver.active)
+        return frozenset(active)
+
+    def apply_switch(self, outcome: SwitchOutcome) -> None:
+        """Make an accepted SwitchController request happen in the simulator.
+
+        The arm controller changes through the ``active_arm_controller`` parameter, so the
+        service and the parameter path have one effect and one log line. A restart of the
+        active arm controller (deactivated and activated in one request) passes through
+        ``none``, which drops a running trajectory as the real reactivation does.
+        """
+        self.broadcasting = JOINT_STATE_BROADCASTER in outcome.active
+        arm = next((name for name in ARM_CONTROLLER_TYPES if name in outcome.active), 'none')
+        restart = arm == self.driver.active and arm in outcome.deactivated
+        if restart:
+            self.driver.switch('none')
+        if arm != self.driver.active:
+            result = self.set_parameters([Parameter('active_arm_controller', value=arm)])[0]
+            if not result.successful:
+                self.get_logger().error(f'switch to {arm} failed: {result.reason}')
+
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         points = [(_seconds(p.time_from_start), p.positions) for p in msg.points]
         self.driver.trajectory(msg.joint_names, points, _seconds(msg.header.stamp))
@@ -216,6 +265,8 @@ class SimNode(Node):
         self.driver.tick()
         if not self.context.ok():
             return  # shutting down (signal) while stepping: the publisher is gone
+        if not self.broadcasting:
+            return  # joint_state_controller deactivated through the controller manager
         names, q, qd, effort = self.driver.joint_state()
         self._pub_state.publish(msgs.joint_state(names, q, qd, effort,
                                                  t_ns=self.get_clock().now().nanoseconds))
@@ -231,25 +282,48 @@ class SimNode(Node):
 
 
 def controller_stand_ins(sim: SimNode) -> list[Node]:
-    """Nodes named like the two arm controllers, carrying their ``joints`` parameter.
+    """Nodes named like the two arm controllers, carrying their parameters.
 
-    Only the parameter is emulated (so a client's GetParameters on
-    ``/<controller>/get_parameters`` reads it, as on the real controller manager, where each
-    controller is a node); the topics live on the simulator node itself.
+    Only the parameters are emulated (so a client's GetParameters on
+    ``/<controller>/get_parameters`` reads them, as on the real controller manager, where
+    each controller is a node); the topics live on the simulator node itself. Each has
+    ``joints``; the forward controller also ``interface_name`` (``position``), the JTC its
+    ``command_interfaces`` and ``state_interfaces`` (``[position]``, the driver's file). Like
+    a real controller node (controller_interface_base.hpp: undeclared parameters allowed),
+    a parameter it does not have reads as not set instead of failing the whole request.
     """
+    extra: dict[str, dict[str, object]] = {
+        JTC: {'command_interfaces': ['position'], 'state_interfaces': ['position']},
+        FORWARD: {'interface_name': 'position'}}
     nodes = []
     for name in (JTC, FORWARD):
         # Not the process's global arguments: a launch file's `-r __node:=plag_sim` would
         # rename these too, and two nodes would answer /plag_sim/get_parameters.
-        node = Node(name, context=sim.context, use_global_arguments=False)
+        node = Node(name, context=sim.context, use_global_arguments=False,
+                    allow_undeclared_parameters=True)
         node.declare_parameter('joints', list(sim.arm_joints))
+        for parameter, value in extra[name].items():
+            node.declare_parameter(parameter, value)
         nodes.append(node)
     return nodes
 
 
+def controller_manager_stand_in(sim: SimNode) -> Node | None:
+    """The ``controller_manager`` node serving switch_controller and list_controllers for
+    ``sim``, or None (logged once, at info) without controller_manager_msgs."""
+    node = controller_manager_node(
+        sim.controller_manager, context=sim.context, active=sim.active_controllers,
+        apply=sim.apply_switch, update_rate_hz=round(sim.settings.publish_rate_hz))
+    if node is None:
+        sim.get_logger().info(
+            'controller_manager_msgs cannot be imported: no /controller_manager services; '
+            'the active_arm_controller parameter switches the arm controllers')
+    return node
+
+
 def main(args: list[str] | None = None) -> None:
-    """Console script ``sim_node``: spin :class:`SimNode` (and the controller stand-ins)
-    until shutdown."""
+    """Console script ``sim_node``: spin :class:`SimNode`, the controller stand-ins and,
+    where it can be served, the emulated controller manager until shutdown."""
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
@@ -260,6 +334,9 @@ def main(args: list[str] | None = None) -> None:
     try:
         sim = SimNode()
         nodes = [sim, *controller_stand_ins(sim)]
+        manager = controller_manager_stand_in(sim)
+        if manager is not None:
+            nodes.append(manager)
         executor = SingleThreadedExecutor()
         for node in nodes:
             executor.add_node(node)

@@ -8,11 +8,14 @@ robot_state_publisher only). This file adds:
 * ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml): the live decomposition;
 * ``plag_impedance`` (impedance_node, config/impedance.yaml) when ``control:=true``;
 * with ``control:=true`` (and ``spawn_controller:=true``, the default) controller_manager's
-  ``spawner``: it loads ``plag_arm_position_controller`` (config/crane_x7_controllers.yaml,
-  a position_controllers/JointGroupPositionController on the 7 arm joints) into the robot's
-  ``/controller_manager`` and configures it INACTIVE; enabling plag_impedance switches the
-  arm from ``crane_x7_arm_controller`` to it. ``spawn_controller:=false`` leaves the
-  robot's controllers alone (a machine without controller_manager installed);
+  ``spawner``: it loads ``plag_arm_position_controller`` (``controllers_file``, by default
+  config/crane_x7_controllers.yaml: a forward_command_controller/ForwardCommandController on
+  the position interfaces of the 7 arm joints) into the robot's ``/controller_manager`` and
+  configures it INACTIVE; enabling plag_impedance switches the arm from
+  ``crane_x7_arm_controller`` to it. The file is checked first (a missing, unreadable or
+  incomplete file ends the launch with the reason), and plag_impedance compares the loaded
+  controller with it. ``spawn_controller:=false`` leaves the robot's controllers alone (a
+  machine without controller_manager installed);
 * rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``.
 
 The plag_ros nodes are those of ``robot_setup()`` in plag_ros/ros/node_setups.py, the
@@ -23,28 +26,14 @@ Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]``.
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
+from plag_ros.ros.controller_file import CONTROLLER, read_controller_file, spawner_type_arguments
 from plag_ros.ros.node_setups import PACKAGE, robot_setup
-
-CONTROLLER = 'plag_arm_position_controller'
-CONTROLLER_TYPE = 'position_controllers/JointGroupPositionController'
-
-
-def spawner_type_arguments(distro: str) -> list[str]:
-    """Extra spawner flags naming the controller type, for the ROS distribution ``distro``.
-
-    The controller manager must know a controller's type before it loads it. The spawner
-    reads it from ``--param-file`` on jazzy and later, and on humble only since
-    ros2_control 2.46.0 (2024-12, backport #1894); older humble releases take it from
-    ``-t/--controller-type``, which jazzy's spawner no longer accepts. So: the flag on
-    humble (harmless on new releases, which set the same value again), nothing elsewhere.
-    """
-    return ['--controller-type', CONTROLLER_TYPE] if distro == 'humble' else []
 
 
 def plag_node(setup, share, control):
@@ -57,12 +46,30 @@ def plag_node(setup, share, control):
                 condition=IfCondition(control) if setup.control_only else None)
 
 
+def _is_true(value: str) -> bool:
+    return value.lower() in ('true', '1')
+
+
+def check_controller_file(context) -> list:
+    """Before the spawner runs: the controller file must be there, readable and complete.
+
+    The spawner passes only the path, and the controller manager reads the file in its own
+    process when it creates the controller: a bad file would fail there, later, with a
+    message in the robot's log. Raising here ends the launch with the reason instead.
+    """
+    if _is_true(LaunchConfiguration('control').perform(context)) and \
+            _is_true(LaunchConfiguration('spawn_controller').perform(context)):
+        read_controller_file(LaunchConfiguration('controllers_file').perform(context))
+    return []
+
+
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
     rviz = LaunchConfiguration('rviz')
     spawn = LaunchConfiguration('spawn_controller')
     description_source = LaunchConfiguration('robot_description_source')
+    controllers_file = LaunchConfiguration('controllers_file')
     return LaunchDescription([
         DeclareLaunchArgument('control', default_value='false',
                               description='start the partial-impedance controller'),
@@ -75,7 +82,15 @@ def generate_launch_description():
         DeclareLaunchArgument('robot_description_source', default_value='topic',
                               description="dynamics model: 'topic' (the robot's "
                                           "robot_description) or 'file' (bundled URDF)"),
-        *(plag_node(setup, share, control) for setup in robot_setup(description_source)),
+        DeclareLaunchArgument('controllers_file',
+                              default_value=PathJoinSubstitution(
+                                  [share, 'config', 'crane_x7_controllers.yaml']),
+                              description=f'ros2_control parameter file of {CONTROLLER}; it '
+                                          'must exist on the machine running the controller '
+                                          'manager'),
+        OpaqueFunction(function=check_controller_file),
+        *(plag_node(setup, share, control)
+          for setup in robot_setup(description_source, controllers_file)),
         # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
         # present on the humble and jazzy branches alike: positional controller name,
         # -c/--controller-manager, -p/--param-file (loaded into the controller before
@@ -86,8 +101,7 @@ def generate_launch_description():
             package='controller_manager',
             executable='spawner',
             arguments=[CONTROLLER, '--controller-manager', '/controller_manager',
-                       '--param-file',
-                       PathJoinSubstitution([share, 'config', 'crane_x7_controllers.yaml']),
+                       '--param-file', controllers_file,
                        '--inactive', *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
             output='screen',
             # (PythonExpression, not AndSubstitution: Humble's launch has no AndSubstitution)

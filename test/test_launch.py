@@ -34,6 +34,7 @@ from ros_helpers import REPO, RosClient, start_node
 
 from plag_ros.apps.bringup import SIM_CONTROL_DEMO, NodeSpec, robot_specs, sim_specs
 from plag_ros.ros import node_setups
+from plag_ros.ros.controller_file import CONTROLLER, read_controller_file
 
 DOMAIN_ID = 13
 LAUNCH_FILES = sorted((REPO / 'launch').glob('*.launch.py'))    # every one, generic checks
@@ -236,15 +237,24 @@ def test_launch_files_exist_and_parse():
     # control:=true loads our position controller, inactive, with the shipped file.
     spawner, = [n for n in real_nodes if n.package == 'controller_manager']
     assert spawner.executable == 'spawner' and 'control' in spawner.condition
-    assert spawner.files == ['crane_x7_controllers.yaml']
-    assert (REPO / 'config' / 'crane_x7_controllers.yaml').is_file()
     tree = ast.parse((REPO / 'launch' / 'crane_x7.launch.py').read_text())
+    # ... from the controllers_file argument, whose default is the shipped file
+    spawner_call, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
+                     _call_name(c) == 'Node' and _const(c.keywords[0].value) ==
+                     'controller_manager']
+    assert 'controllers_file' in ast.unparse(spawner_call)
+    argument, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
+                 _call_name(c) == 'DeclareLaunchArgument' and
+                 _const(c.args[0]) == 'controllers_file']
+    assert 'crane_x7_controllers.yaml' in _strings(argument)
+    assert (REPO / 'config' / 'crane_x7_controllers.yaml').is_file()
     strings = set(_strings(tree))
     assert {'--inactive', '--param-file', '--controller-manager', '/controller_manager'} <= \
         strings
     controller = yaml.safe_load((REPO / 'config' / 'crane_x7_controllers.yaml').read_text())
-    assert any(isinstance(n, ast.Assign) and _const(n.value) in controller
-               for n in tree.body), 'the spawned controller is not in the shipped file'
+    assert 'CONTROLLER' in ast.unparse(spawner_call)    # plag_ros.ros.controller_file's
+    assert read_controller_file(REPO / 'config' / 'crane_x7_controllers.yaml').joints == \
+        tuple(controller[CONTROLLER]['ros__parameters']['joints'])
 
 
 def test_executables_are_console_scripts_with_modules():
@@ -301,7 +311,11 @@ def test_plag_ros_sim_and_run_start_what_the_launch_files_start():
     sim, robot = REPO / 'launch' / 'sim.launch.py', REPO / 'launch' / 'crane_x7.launch.py'
     for control in (False, True):
         assert _launched(sim, control) == _spawned(sim_specs(control)), control
-        assert _launched(robot, control) == _spawned(robot_specs('topic', control)), control
+        # (the launch hands its controllers_file argument, the shipped file by default, to
+        # the controller, which checks the loaded controller against it)
+        shipped = "PathJoinSubstitution([share, 'config', 'crane_x7_controllers.yaml'])"
+        assert _launched(robot, control) == _spawned(
+            robot_specs('topic', control, controller_file=shipped)), control
     # The simulator's model is waited for without a timeout, with and without ros2 launch.
     dynamics, = [s for s in sim_specs(False) if s.module == 'dynamics_node']
     assert dynamics.params['robot_description_timeout'] == 0.0

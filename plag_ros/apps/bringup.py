@@ -427,9 +427,12 @@ def sim_specs(control: bool) -> list[NodeSpec]:
     return [NodeSpec.from_setup(s) for s in running(sim_setup(), control)]
 
 
-def robot_specs(description_source: str, control: bool = False) -> list[NodeSpec]:
-    """The robot setup's nodes, as ``crane_x7.launch.py`` starts them."""
-    return [NodeSpec.from_setup(s) for s in running(robot_setup(description_source), control)]
+def robot_specs(description_source: str, control: bool = False, controller_file: str = ''
+                ) -> list[NodeSpec]:
+    """The robot setup's nodes, as ``crane_x7.launch.py`` starts them (it passes the
+    ``controller_file`` it spawns our controller with)."""
+    return [NodeSpec.from_setup(s) for s in
+            running(robot_setup(description_source, controller_file), control)]
 
 
 SIM_CONTROL_DEMO: dict[str, dict[str, object]] = {

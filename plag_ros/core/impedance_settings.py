@@ -51,7 +51,7 @@ __all__ = ['FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
            'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings']
 
 FORWARD_CONTROLLER = 'plag_arm_position_controller'
-"""Our JointGroupPositionController (config/crane_x7_controllers.yaml), switched in."""
+"""Our forward position controller (config/crane_x7_controllers.yaml), switched in."""
 TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
 """The driver's joint trajectory controller: the trajectory path's target, the fallback."""
 
@@ -98,6 +98,10 @@ class CommandSettings:
     time_from_start: float = option(
         0.0, 'trajectory: time_from_start of the point [s]; 0 = a step in the next JTC update',
         low=0.0, high=10.0, read_only=True)
+    controller_file: str = option(
+        '', 'forward: the ros2_control parameter file the controller was spawned with; the '
+        "loaded controller's joints and interface_name are checked against it (a controller "
+        "already loaded keeps its old parameters); '' = check joints only", read_only=True)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from rclpy.node import Node
 from plag_ros.core.arm_ownership import ArmOwnership
 from plag_ros.core.control import PartialImpedanceController
 from plag_ros.core.impedance_settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
-from plag_ros.ros.controller_switch import ControllerSwitch, read_joints, switch_command
+from plag_ros.ros.controller_file import ControllerFileError, differences, read_controller_file
+from plag_ros.ros.controller_switch import ControllerSwitch, read_parameters, switch_command
 
 __all__ = ['JOINT_CHECK_TRIES', 'ArmHandover']
 
@@ -62,6 +63,14 @@ class ArmHandover:
                                 settings.switch.hold_s, settings.input_loss_s,
                                 last_input=time.monotonic())
         self.joint_check = 'unchecked'
+        self._file = None
+        if self.kind == 'forward' and settings.command.controller_file:
+            try:
+                self._file = read_controller_file(settings.command.controller_file,
+                                                  self.controller)
+            except ControllerFileError as err:
+                self.joint_check = f'{err} (command.controller_file)'
+                node.get_logger().error(self.joint_check)
         self._tries = 0
         self._joints_client: Client | None = None if self.kind == 'effort' else node.create_client(
             GetParameters, f'/{self.controller}/get_parameters', callback_group=callback_group)
@@ -75,7 +84,8 @@ class ArmHandover:
         return self.node.get_logger()
 
     async def _check_joints(self) -> None:
-        """Compare command.joints with the controller's ``joints`` parameter (once)."""
+        """Compare command.joints with the controller's ``joints`` parameter, and its
+        parameters with ``command.controller_file`` where given (once)."""
         self._tries += 1
         done = self._joints_client is None or self.joint_check != 'unchecked'
         if done or self._tries > JOINT_CHECK_TRIES:
@@ -84,14 +94,30 @@ class ArmHandover:
                 self.log.warning(f'could not read /{self.controller} joints parameter in '
                                  f'{JOINT_CHECK_TRIES} s; joint list not checked')
             return
-        joints = await read_joints(self.node, self._joints_client, 2.0)
-        if joints is None or self.joint_check != 'unchecked':
+        # (one request: a node that lacks any of the names answers none of them; the JTC
+        # has no interface_name)
+        names = ['joints', 'interface_name'] if self._file is not None else ['joints']
+        loaded = await read_parameters(self.node, self._joints_client, names, 2.0)
+        if loaded is None or not isinstance(loaded['joints'], list) \
+                or self.joint_check != 'unchecked':
             return
         self._timer.cancel()
-        wanted, forward = self.command_names, self.kind == 'forward'
-        if joints == wanted if forward else sorted(joints) == sorted(wanted):
+        joints, wanted, forward = loaded['joints'], self.command_names, self.kind == 'forward'
+        file = self._file
+        stale = differences(file, loaded) if file is not None else []
+        if file is not None and stale:
+            # The spawner skips a controller that is already loaded: the file never reached
+            # the running one (ros2_control spawner.py, "Controller already loaded").
+            self.joint_check = (
+                f'/{self.controller} runs with other parameters than {file.path}: '
+                f'{"; ".join(stale)}. It was loaded before, and the spawner does not load an '
+                f'already loaded controller again: switch it off, `ros2 control '
+                f'unload_controller {self.controller}`, then launch again')
+            self.log.error(self.joint_check)
+        elif joints == wanted if forward else sorted(joints) == sorted(wanted):
             self.joint_check = 'ok'
-            self.log.info(f'/{self.controller} joints match command.joints')
+            self.log.info(f'/{self.controller} joints match command.joints' +
+                          (f' and {file.path}' if file is not None else ''))
         else:
             self.joint_check = (f'command.joints {wanted} do not match /{self.controller} '
                                 f'joints {joints}' + (' (forward commands go index by index: '

@@ -4,7 +4,8 @@ The official bring-up (rt-net/crane_x7_ros ``crane_x7_control/launch/crane_x7_co
 activates ``crane_x7_arm_controller`` (a JointTrajectoryController) on the 7 arm joints. The
 controller manager refuses a second active controller claiming the same position command
 interfaces, so streaming to our ``plag_arm_position_controller`` (a
-``position_controllers/JointGroupPositionController``, config/crane_x7_controllers.yaml)
+``forward_command_controller/ForwardCommandController`` on the position interface,
+config/crane_x7_controllers.yaml)
 needs ``controller_manager/switch_controller`` (controller_manager_msgs/srv/SwitchController:
 ``activate_controllers``, ``deactivate_controllers``, ``strictness`` STRICT = 2,
 ``activate_asap``, ``timeout``; ros-controls/ros2_control controller_manager_msgs). When the
@@ -26,6 +27,7 @@ Three targets:
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
@@ -35,8 +37,10 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from plag_ros.core.impedance_settings import SWITCH_METHODS
+from plag_ros.ros.emulated_controller_manager import STRICT
 
-__all__ = ['METHODS', 'ControllerSwitch', 'call', 'read_joints', 'sleep', 'switch_command']
+__all__ = ['METHODS', 'STRICT', 'ControllerSwitch', 'call', 'read_parameters', 'sleep',
+           'switch_command', 'switch_request_fields']
 
 METHODS = SWITCH_METHODS     # the switch.method values, defined with the parameter
 
@@ -53,6 +57,19 @@ def switch_command(activate: str, deactivate: str, manager: str = '/controller_m
         else f' -c {manager}'
     return (f'ros2 control switch_controllers --deactivate {deactivate} --activate {activate} '
             f'--strict{manager_arg}')
+
+
+def switch_request_fields(activate: str, deactivate: str, timeout_s: float) -> dict[str, object]:
+    """The SwitchController request, field by field: one STRICT switch, at once.
+
+    Only fields present on Humble, Jazzy and Kilted alike (Humble also has the deprecated
+    ``start_controllers``/``stop_controllers``/``start_asap``, which are left at their
+    defaults; test/data/ros2_control_upstream.yaml records each release's definition).
+    ``timeout`` is a builtin_interfaces/Duration given as ``(sec, nanosec)``.
+    """
+    return {'activate_controllers': [activate], 'deactivate_controllers': [deactivate],
+            'strictness': STRICT, 'activate_asap': True,
+            'timeout': (int(timeout_s), int(round(timeout_s % 1.0 * 1e9)))}
 
 
 async def sleep(node: Node, seconds: float, callback_group=None) -> None:
@@ -159,11 +176,10 @@ class ControllerSwitch:
             return False, f'switch {what}: {client.srv_name} not discovered (yet)'
         if self.method == 'controller_manager':
             request = self._srv.Request()
-            request.activate_controllers = [on]
-            request.deactivate_controllers = [off]
-            request.strictness = self._srv.Request.STRICT
-            request.activate_asap = True
-            request.timeout.sec = int(self.timeout_s)
+            fields = switch_request_fields(on, off, self.timeout_s)
+            request.timeout.sec, request.timeout.nanosec = cast(tuple, fields.pop('timeout'))
+            for name, value in fields.items():
+                setattr(request, name, value)
             response = await call(self.node, client, request, self.timeout_s)
             if response is None:
                 return False, (f'switch {what}: no answer from {client.srv_name} within '
@@ -183,13 +199,19 @@ class ControllerSwitch:
         return True, f'switched {what} (simulator)'
 
 
-async def read_joints(node: Node, client, timeout_s: float) -> list[str] | None:
-    """The ``joints`` parameter through ``client`` (rcl_interfaces GetParameters), None when
-    it cannot be read."""
-    response = await call(node, client, GetParameters.Request(names=['joints']), timeout_s)
-    if response is None or not response.values:
+async def read_parameters(node: Node, client, names: list[str], timeout_s: float
+                          ) -> dict[str, object] | None:
+    """Parameters ``names`` of another node through ``client`` (rcl_interfaces
+    GetParameters): name -> Python value (a list for an array, None for one the node does
+    not have); None when the node cannot be asked."""
+    response = await call(node, client, GetParameters.Request(names=names), timeout_s)
+    if response is None or len(response.values) != len(names):
         return None
-    value = response.values[0]
-    if value.type != ParameterType.PARAMETER_STRING_ARRAY:
-        return None
-    return list(value.string_array_value)
+    values: dict[str, object] = {}
+    for name, value in zip(names, response.values, strict=True):
+        kind = value.type
+        values[name] = (list(value.string_array_value)
+                        if kind == ParameterType.PARAMETER_STRING_ARRAY
+                        else value.string_value if kind == ParameterType.PARAMETER_STRING
+                        else None)
+    return values

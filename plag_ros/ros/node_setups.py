@@ -64,15 +64,20 @@ def sim_setup() -> list[NodeSetup]:
     ]
 
 
-def robot_setup(description_source: object = 'topic') -> list[NodeSetup]:
+def robot_setup(description_source: object = 'topic', controller_file: object = ''
+                ) -> list[NodeSetup]:
     """The real CRANE-X7: dynamics node (model from ``description_source``: 'topic', the
     robot's robot_description, or 'file', the bundled URDF), controller with ``control``.
 
     The controller keeps its file's ``switch.method``: the robot's controller_manager.
+    ``controller_file``, where given, is the ros2_control parameter file our controller was
+    spawned with: the controller checks the loaded controller against it.
     """
+    impedance = {'command.controller_file': controller_file} if controller_file else {}
     return [
         _dynamics(description_source),
-        NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml', control_only=True),
+        NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml', impedance,
+                  control_only=True),
     ]
 
 

@@ -1,0 +1,113 @@
+"""Our arm controller's ros2_control parameter file, read and checked before it is used.
+
+``crane_x7.launch.py control:=true`` hands ``config/crane_x7_controllers.yaml`` (or the file
+named by its ``controllers_file`` argument) to controller_manager's spawner. The spawner
+passes only the file's *path* to the controller manager, which opens it in its own process
+(ros-controls/ros2_control ``controller_manager.cpp``, humble around L2694-2712), and a
+controller that is already loaded is skipped without reading the file again. So the file is
+checked here, where the launch runs, and plag_impedance compares the loaded controller's
+parameters with it (:func:`differences`).
+
+The controller type is ``forward_command_controller/ForwardCommandController`` with
+``interface_name: position``: ros2_controllers ships it on Humble, Jazzy and Kilted and keeps
+it on master, where ``position_controllers/JointGroupPositionController`` (the same
+controller with the interface fixed to position) was removed (ros2_controllers #2016).
+No rclpy here: plain YAML.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+__all__ = ['CONTROLLER', 'CONTROLLER_TYPE', 'ControllerFile', 'ControllerFileError',
+           'differences', 'read_controller_file', 'spawner_type_arguments']
+
+CONTROLLER = 'plag_arm_position_controller'
+CONTROLLER_TYPE = 'forward_command_controller/ForwardCommandController'
+INTERFACE = 'position'     # the only command interface the CRANE-X7's hardware exports
+
+
+class ControllerFileError(ValueError):
+    """The controller file cannot be used; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class ControllerFile:
+    """What the file sets for our controller.
+
+    Attributes:
+        path: the file.
+        type: the controller type (``<controller>.ros__parameters.type``).
+        joints: the commanded joints, in the order of the command's values.
+        interface_name: the command interface (``position``).
+    """
+
+    path: Path
+    type: str
+    joints: tuple[str, ...]
+    interface_name: str
+
+
+def read_controller_file(path: str | os.PathLike, controller: str = CONTROLLER
+                         ) -> ControllerFile:
+    """Read ``controller``'s section of the ros2_control parameter file ``path``.
+
+    Raises:
+        ControllerFileError: the file is missing, unreadable, not YAML, or lacks the
+            controller's ``type``, ``joints`` (unique names) or ``interface_name: position``.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ControllerFileError(f'controller file {path} does not exist') from None
+    except OSError as err:   # a directory, no permission
+        raise ControllerFileError(f'controller file {path} cannot be read: {err}') from None
+    try:
+        content = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ControllerFileError(f'controller file {path} is not valid YAML: {err}') from None
+    section = content.get(controller) if isinstance(content, Mapping) else None
+    parameters = section.get('ros__parameters') if isinstance(section, Mapping) else None
+    if not isinstance(parameters, Mapping):
+        raise ControllerFileError(f'controller file {path} has no {controller}: '
+                                  'ros__parameters: section')
+    where = f'{path}: {controller}.ros__parameters'
+    kind, joints, interface = (parameters.get(k) for k in ('type', 'joints', 'interface_name'))
+    if not isinstance(kind, str) or not kind:
+        raise ControllerFileError(f'{where}.type is missing (the spawner reads the type '
+                                  f'from here; {CONTROLLER_TYPE})')
+    if (not isinstance(joints, Sequence) or isinstance(joints, str) or not joints
+            or not all(isinstance(j, str) and j for j in joints)):
+        raise ControllerFileError(f'{where}.joints must be a non-empty list of joint names')
+    if len(set(joints)) != len(joints):
+        raise ControllerFileError(f'{where}.joints names a joint twice: {list(joints)}')
+    if interface != INTERFACE:
+        raise ControllerFileError(f'{where}.interface_name must be {INTERFACE!r} (the '
+                                  f'CRANE-X7 exports position commands only), got {interface!r}')
+    return ControllerFile(path, kind, tuple(joints), interface)
+
+
+def differences(expected: ControllerFile, loaded: Mapping[str, object]) -> list[str]:
+    """Where the loaded controller's parameters (name -> value, as read from its
+    ``get_parameters``; None for one it does not have) differ from the file's."""
+    wanted = {'joints': list(expected.joints), 'interface_name': expected.interface_name}
+    return [f'{name} is {loaded.get(name)!r}, the file says {value!r}'
+            for name, value in wanted.items() if loaded.get(name) != value]
+
+
+def spawner_type_arguments(distro: str) -> list[str]:
+    """Extra spawner flags naming the controller type, for the ROS distribution ``distro``.
+
+    The controller manager must know a controller's type before it loads it. The spawner
+    reads it from ``--param-file`` on jazzy and later, and on humble since ros2_control
+    2.43.0 (controller_manager CHANGELOG, backport #1680); older humble releases take it
+    from ``-t/--controller-type``, which jazzy's spawner no longer accepts (removed in
+    4.15.0, #1639). So: the flag on humble (newer humble releases apply the file's type
+    after it), nothing elsewhere.
+    """
+    return ['--controller-type', CONTROLLER_TYPE] if distro == 'humble' else []

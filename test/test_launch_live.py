@@ -27,12 +27,9 @@ with ``PLAG_REQUIRE_LAUNCH=1`` (CI, after setup.sh) that is a failure instead.
 """
 from __future__ import annotations
 
-import filecmp
 import os
 import re
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -57,16 +54,17 @@ import rclpy.parameter  # noqa: E402
 from ament_index_python.packages import (  # noqa: E402
     PackageNotFoundError,
     get_package_prefix,
-    get_package_share_directory,
 )
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
 from parameter_files import flatten  # noqa: E402
 from rcl_interfaces.srv import GetParameters  # noqa: E402
-from ros_helpers import LATCHED, RELIABLE, REPO, RosClient, ros_env, start_node  # noqa: E402
+from ros_helpers import LATCHED, RELIABLE, RosClient, start_node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from plag_ros.apps.bringup import robot_specs, sim_specs  # noqa: E402
+from plag_ros.ros.controller_file import CONTROLLER_TYPE  # noqa: E402
 
 SHUTDOWN_REPEAT = int(os.environ.get('PLAG_LAUNCH_SHUTDOWN_REPEAT', '20'))
 CONTROLLER = 'plag_arm_position_controller'
@@ -81,139 +79,11 @@ ARM_JOINTS = ['crane_x7_shoulder_fixed_part_pan_joint',
 # each node's output within 0.9-1.1 x the joint_states rate it was fed in the same window.
 INPUT_TOLERANCE = (0.5, 1.1)
 OUTPUT_TOLERANCE = (0.9, 1.1)
-START_TIMEOUT_S = 120.0            # cold start on a loaded 2-core machine
-
-# `ros2 launch FILE ARGS`, in Python (ros2launch does the same with more options).
-RUNNER = """
-import sys
-import launch
-from launch.actions import IncludeLaunchDescription
-from launch.launch_description_sources import PythonLaunchDescriptionSource
-arguments = [tuple(a.split(':=', 1)) for a in sys.argv[2:]]
-service = launch.LaunchService(argv=sys.argv[2:], noninteractive=True)
-service.include_launch_description(launch.LaunchDescription([IncludeLaunchDescription(
-    PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=arguments)]))
-sys.exit(service.run())
-"""
-
 
 @pytest.fixture(scope='module')
 def share() -> Path:
     """The colcon install's share/plag_ros, which must hold this checkout's files."""
-    try:
-        path = Path(get_package_share_directory('plag_ros'))
-    except PackageNotFoundError:
-        pytest.fail(f'launch_ros is importable but plag_ros is not in the ament index: {ENABLE}')
-    for sub, pattern in (('launch', '*.launch.py'), ('config', '*.yaml')):
-        for mine in (REPO / sub).glob(pattern):
-            installed = path / sub / mine.name
-            assert installed.is_file() and filecmp.cmp(mine, installed, shallow=False), (
-                f'{installed} is missing or differs from {mine}: the colcon install is stale; '
-                f'source ../shared/tools/real_launch/setup.sh again (it rebuilds)')
-    return path
-
-
-def _child_env(domain_id: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """ros_env without this checkout on PYTHONPATH: the nodes run the installed package."""
-    env = ros_env(domain_id, extra)
-    env['PYTHONPATH'] = os.pathsep.join(
-        p for p in env['PYTHONPATH'].split(os.pathsep)
-        if p and Path(p).resolve() != REPO.resolve())
-    return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != 'Z'
-
-
-class LaunchRun:
-    """One ``ros2 launch``-like run of ``path`` with ``args`` in a session of its own."""
-
-    def __init__(self, path: Path, args: list[str], domain_id: int, log: Path,
-                 env: dict[str, str] | None = None) -> None:
-        self.path, self.log = path, log
-        self._file = open(log, 'w')  # noqa: SIM115 - closed in wait()
-        self.process = subprocess.Popen(
-            [sys.executable, '-c', RUNNER, str(path), *args], stdout=self._file,
-            stderr=subprocess.STDOUT, env=env or _child_env(domain_id), cwd=log.parent,
-            start_new_session=True)
-        self.rc: int | None = None
-
-    def output(self) -> str:
-        return self.log.read_text(errors='replace')
-
-    def started(self) -> dict[str, int]:
-        """Process label -> pid of every process launch started."""
-        return {name: int(pid) for name, pid in re.findall(
-            r'^\[INFO\] \[(\S+)\]: process started with pid \[(\d+)\]', self.output(), re.M)}
-
-    def wait_for_output(self, pattern: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(pattern, self.output(), re.M):
-                return
-            assert self.process.poll() is None, (
-                f'launch ended ({self.process.returncode}) before {pattern!r}:\n'
-                f'{self.output()[-4000:]}')
-            time.sleep(0.05)
-        raise AssertionError(f'no {pattern!r} within {timeout} s:\n{self.output()[-4000:]}')
-
-    def wait(self, timeout: float) -> int:
-        try:
-            self.rc = self.process.wait(timeout)
-        finally:
-            self._file.close()
-        return self.rc
-
-    def ctrl_c(self, timeout: float = 60.0) -> int:
-        """SIGINT to the process group (a terminal's Ctrl-C) and wait for launch to end."""
-        os.killpg(self.process.pid, signal.SIGINT)
-        return self.wait(timeout)
-
-    def kill(self) -> None:
-        """Last resort in a finally: nothing of this run may outlive the test."""
-        if self.process.poll() is None or self._group_alive():
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait(10.0)
-        self._file.close()
-
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.process.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def assert_clean_exit(self) -> None:
-        """Exit 0, every process finished cleanly, no traceback/ERROR, nothing left."""
-        out = self.output()
-        started = self.started()
-        assert started, f'launch started nothing:\n{out[-4000:]}'
-        assert self.rc == 0, f'launch exit code {self.rc}:\n{out[-4000:]}'
-        for bad in ('Traceback', '[ERROR]', 'ERROR', 'RCLError', 'Failed to publish',
-                    'process has died', 'KeyboardInterrupt'):
-            assert bad not in out, f'{bad!r} in the launch output:\n{out[-6000:]}'
-        finished = {name: int(pid) for name, pid in re.findall(
-            r'^\[INFO\] \[(\S+)\]: process has finished cleanly \[pid (\d+)\]', out, re.M)}
-        assert finished == started, f'started {started}, finished cleanly {finished}'
-        left = [pid for pid in (self.process.pid, *started.values()) if _alive(pid)]
-        deadline = time.monotonic() + 5.0      # the kernel reaps asynchronously
-        while (left or self._group_alive()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-            left = [pid for pid in left if _alive(pid)]
-        assert not left and not self._group_alive(), f'still running after launch: {left}'
-
-    def assert_no_launch_warnings(self) -> None:
-        """launch's own WARNING/ERROR lines (a missing parameter file is only a WARNING)."""
-        lines = re.findall(r'^\[(?:WARNING|ERROR)\].*$', self.output(), re.M)
-        assert not lines, f'launch warned: {lines}'
+    return installed_share(ENABLE)
 
 
 def expected_parameters(share: Path, yaml_name: str, node: str,
@@ -425,7 +295,7 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
     robot = start_node('sim_node', domain_id=42, log_dir=tmp_path)
     argv_file = tmp_path / 'spawner_argv.txt'
     prefix = _stand_in_controller_manager(tmp_path / 'cm_prefix', argv_file)
-    env = _child_env(42)
+    env = child_env(42)
     # First on the path, so it also shadows a real controller_manager, whose spawner would
     # wait for a controller manager that is not running here.
     env['AMENT_PREFIX_PATH'] = os.pathsep.join([str(prefix), env['AMENT_PREFIX_PATH']])
@@ -442,13 +312,14 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
         assert_parameters(client, 'plag_dynamics', expected_parameters(
             share, 'crane_x7.yaml', 'plag_dynamics', {'robot_description_source': 'topic'}))
         assert_parameters(client, 'plag_impedance', expected_parameters(
-            share, 'impedance.yaml', 'plag_impedance'))
+            share, 'impedance.yaml', 'plag_impedance',
+            {'command.controller_file': str(share / 'config' / 'crane_x7_controllers.yaml')}))
         # The robot setup as `plag-ros run` reads it (with the controller it leaves out).
+        controllers = share / 'config' / 'crane_x7_controllers.yaml'
         assert launched_nodes(run, share) == [node_command(spec.command()) for spec in
-                                              robot_specs('topic', control=True)]
+                                              robot_specs('topic', True, str(controllers))]
         run.wait_for_output(r'^\[INFO\] \[spawner-\d+\]: process has finished cleanly',
                             START_TIMEOUT_S)
-        controllers = share / 'config' / 'crane_x7_controllers.yaml'
         assert argv_file.read_text().split('\n')[:6] == [
             CONTROLLER, '--controller-manager', '/controller_manager', '--param-file',
             str(controllers), '--inactive']
@@ -479,7 +350,8 @@ def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
         context = LaunchContext()
         for entity in description.entities:
             if isinstance(entity, DeclareLaunchArgument):
-                context.launch_configurations[entity.name] = entity.default_value[0].text
+                context.launch_configurations[entity.name] = ''.join(
+                    part.perform(context) for part in entity.default_value)
         context.launch_configurations.update(control=control, spawn_controller=spawn)
         spawners = [e for e in description.entities if isinstance(e, Node)
                     and e.node_package == 'controller_manager']
@@ -488,7 +360,7 @@ def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
 
 
 def test_spawner_names_the_controller_type_on_humble_only(share):
-    """Humble's spawner before ros2_control 2.46 needs -t; jazzy's has no such flag."""
+    """Humble's spawner before ros2_control 2.43 needs -t; jazzy's has no such flag."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -497,17 +369,21 @@ def test_spawner_names_the_controller_type_on_humble_only(share):
     launch_file = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launch_file)
     controllers = yaml.safe_load((share / 'config' / 'crane_x7_controllers.yaml').read_text())
-    assert launch_file.CONTROLLER_TYPE == \
-        controllers[CONTROLLER]['ros__parameters']['type'] == \
-        controllers['controller_manager']['ros__parameters'][CONTROLLER]['type']
+    # The type sits in the controller's own section, where the spawner reads it; the file
+    # has no controller_manager section (the robot's controller manager never reads it).
+    assert CONTROLLER_TYPE == controllers[CONTROLLER]['ros__parameters']['type']
+    assert set(controllers) == {CONTROLLER}
     assert launch_file.spawner_type_arguments('humble') == [
-        '--controller-type', launch_file.CONTROLLER_TYPE]
+        '--controller-type', CONTROLLER_TYPE]
     for distro in ('jazzy', 'kilted', 'rolling', ''):
         assert launch_file.spawner_type_arguments(distro) == [], distro
 
 
 def test_the_real_spawner_takes_the_flags_the_launch_passes():
     spawner = _real_controller_manager()
+    if spawner is None and os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
+        pytest.fail('PLAG_REQUIRE_ROS2_CONTROL=1 but controller_manager is not installed: '
+                    'source ../shared/tools/robot_state_publisher/setup.sh')
     if spawner is None:
         pytest.skip('controller_manager (ros2_control) is not installed: the real spawner '
                     'cannot be run here; install ros-<distro>-controller-manager')
@@ -519,7 +395,7 @@ def test_the_real_spawner_takes_the_flags_the_launch_passes():
 
 # ------------------------------------------------------------------------- replay.launch.py
 def test_replay_launch_with_player_ros2_and_no_ros2_fails_clearly(share, tmp_path):
-    env = _child_env(45)
+    env = child_env(45)
     env['PATH'] = os.pathsep.join(p for p in env['PATH'].split(os.pathsep)
                                   if not (Path(p) / 'ros2').exists())
     run = LaunchRun(share / 'launch' / 'replay.launch.py',

@@ -111,3 +111,27 @@ def test_file_path_exists(path, where):
 @pytest.mark.parametrize('dotted,where', sorted(set(_references(DOTTED))))
 def test_dotted_name_resolves(dotted, where):
     assert resolves(dotted), f'{where}: {dotted} is neither a module nor an attribute of one'
+
+
+# The command-line package behind each `ros2 <verb>` (ros2cli's verbs live in packages of
+# their own; `ros2 control` in ros2controlcli).
+VERB_PACKAGES = {'launch': 'ros2launch', 'run': 'ros2run', 'service': 'ros2service',
+                 'topic': 'ros2topic', 'param': 'ros2param', 'bag': 'ros2bag',
+                 'control': 'ros2controlcli', 'node': 'ros2node'}
+
+
+def readme_ros2_verbs(text: str) -> set[str]:
+    """The verbs of every ``ros2 VERB`` command in ``text`` (inline code or a code line)."""
+    return set(re.findall(r'(?:`|^\s*)ros2 ([a-z0-9_]+)\b', text, re.M))
+
+
+def test_package_xml_names_the_command_line_of_every_readme_command():
+    verbs = readme_ros2_verbs((REPO / 'README.md').read_text())
+    assert {'launch', 'control', 'service', 'topic'} <= verbs, verbs
+    assert readme_ros2_verbs('run `ros2 foo bar` and\n    ros2 baz') == {'foo', 'baz'}
+    depends = set(re.findall(r'<exec_depend>([^<]+)</exec_depend>',
+                             (REPO / 'package.xml').read_text()))
+    unknown = verbs - set(VERB_PACKAGES)
+    assert not unknown, f'add the package of `ros2 {unknown}` to VERB_PACKAGES'
+    missing = {VERB_PACKAGES[v] for v in verbs} - depends
+    assert not missing, f'package.xml lacks <exec_depend> on {sorted(missing)}'

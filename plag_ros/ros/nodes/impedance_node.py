@@ -352,8 +352,15 @@ class ImpedanceNode(Node):
         deadline = time.monotonic() + self.own.hold_s
         while time.monotonic() < deadline and self.context.ok():
             executor.spin_once(timeout_sec=0.01)
+        # The timer schedules the same hand-back after the same hold: when it has started
+        # it, release() would return at once, and the node must not exit before that
+        # switch is answered (and logged).
+        deadline = time.monotonic() + timeout_s
+        while self.own.switching and time.monotonic() < deadline and self.context.ok():
+            executor.spin_once(timeout_sec=0.01)
         task = executor.create_task(self.handover.release)
-        executor.spin_until_future_complete(task, timeout_sec=timeout_s)
+        executor.spin_until_future_complete(task, timeout_sec=max(deadline - time.monotonic(),
+                                                                  0.1))
 
 
 def main(args: list[str] | None = None) -> None:

@@ -30,11 +30,12 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import yaml
 from ros_helpers import REPO, RosClient, ros_env
 
-__all__ = ['ARM', 'DRIVER_CONTROLLERS', 'MockCraneX7', 'executable', 'missing_tools',
-           'mock_urdf']
+__all__ = ['ARM', 'DRIVER_CONTROLLERS', 'ENABLE', 'MockCraneX7', 'executable', 'missing_tools',
+           'mock_urdf', 'require_real_stack']
 
 ARM = ['crane_x7_shoulder_fixed_part_pan_joint', 'crane_x7_shoulder_revolute_part_tilt_joint',
        'crane_x7_upper_arm_revolute_part_twist_joint',
@@ -44,6 +45,10 @@ HARDWARE_JOINTS = [*ARM, 'crane_x7_gripper_finger_a_joint']
 DRIVER_CONTROLLERS = REPO / 'test' / 'data' / 'crane_x7_driver_controllers.yaml'
 MANAGER = '/controller_manager'
 START_TIMEOUT_S = 90.0
+ENABLE = ('source ../shared/tools/real_launch/setup.sh and '
+          '../shared/tools/robot_state_publisher/setup.sh after `make venv` (on a ROS 2 '
+          'install: ros-<distro>-ros2-control, -ros2-controllers, -robot-state-publisher)')
+"""How to get the real stack, for the skip and failure messages."""
 
 
 def executable(package: str, name: str) -> Path | None:
@@ -69,6 +74,24 @@ def missing_tools() -> str:
     except ImportError:
         missing.append('controller_manager_msgs (Python)')
     return ', '.join(missing)
+
+
+def require_real_stack(need_launch: bool = True) -> None:
+    """At a test module's top: skip it where the real stack (and, with ``need_launch``, launch
+    and launch_ros) is missing; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` (CI) fail instead."""
+    missing = missing_tools()
+    if need_launch:
+        try:
+            import launch  # noqa: F401, I001 - the ROS package, not launch/
+            import launch_ros  # noqa: F401
+        except ImportError:
+            missing = ', '.join(filter(None, [missing, 'launch/launch_ros']))
+    if not missing:
+        return
+    why = f'the real ros2_control stack is missing ({missing}): {ENABLE}'
+    if os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
+        pytest.fail(f'PLAG_REQUIRE_ROS2_CONTROL=1 but {why}', pytrace=False)
+    pytest.skip(why, allow_module_level=True)
 
 
 def mock_urdf(initial: dict[str, float] | None = None) -> str:
@@ -176,8 +199,9 @@ class MockCraneX7:
         ``list_controllers`` service."""
         from controller_manager_msgs.srv import ListControllers
 
+        # (a query: asked again when a restarted manager has not matched the client yet)
         response = client.call(ListControllers, f'{MANAGER}/list_controllers',
-                               ListControllers.Request())
+                               ListControllers.Request(), timeout=5.0, tries=4)
         return {c.name: c.state for c in response.controller}
 
     def close(self) -> None:

@@ -149,14 +149,28 @@ class RosClient:
         with self._lock:
             return self.node.create_publisher(msg_type, topic, qos)
 
-    def call(self, srv_type, name: str, request, timeout: float = 15.0):
-        """Call service ``name`` and return its response (AssertionError on a timeout)."""
+    def call(self, srv_type, name: str, request, timeout: float = 15.0, tries: int = 1):
+        """Call service ``name`` and return its response (AssertionError on a timeout).
+
+        ``tries`` > 1 sends the request again after each ``timeout``: only for requests that
+        change nothing (a query). A request sent while the server has not matched this new
+        client yet is lost, and a server killed a moment ago still counts as ready until
+        its DDS lease ends.
+        """
         with self._lock:
             cli = self.node.create_client(srv_type, name)
         assert cli.wait_for_service(timeout_sec=30.0), name
-        future = cli.call_async(request)
-        self.wait_for(future.done, timeout, f'{name} response')
-        return future.result()
+        for attempt in range(1, tries + 1):
+            future = cli.call_async(request)
+            try:
+                self.wait_for(future.done, timeout, f'{name} response')
+            except AssertionError:
+                cli.remove_pending_request(future)
+                if attempt == tries:
+                    raise
+                continue
+            return future.result()
+        raise AssertionError('tries must be at least 1')
 
     def set_double_parameter(self, node: str, name: str, value: float) -> None:
         """Set the double parameter ``name`` of the running node ``node`` ('/plag_sim')."""

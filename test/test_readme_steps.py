@@ -18,29 +18,16 @@ stack is absent, and fails instead with ``PLAG_REQUIRE_ROS2_CONTROL=1``.
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
 
 import pytest
-from ros2_control_rig import MockCraneX7, missing_tools
+from ros2_control_rig import MockCraneX7, require_real_stack
 from ros_helpers import REPO
 
 pytestmark = pytest.mark.ros2_control
-_missing = missing_tools()
-try:
-    import launch  # noqa: F401, I001 - the ROS package, not launch/
-    import launch_ros  # noqa: F401
-except ImportError:
-    _missing += ', launch/launch_ros'
-if _missing:
-    _why = (f'the real ros2_control stack is missing ({_missing.strip(", ")}): source '
-            '../shared/tools/real_launch/setup.sh and '
-            '../shared/tools/robot_state_publisher/setup.sh after `make venv`')
-    if os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
-        pytest.fail(f'PLAG_REQUIRE_ROS2_CONTROL=1 but {_why}', pytrace=False)
-    pytest.skip(_why, allow_module_level=True)
+require_real_stack()
 
 from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
 
@@ -126,6 +113,9 @@ def check(step: str, out: str) -> None:
     elif step.startswith('ros2 topic hz /joint_states'):
         rates = [float(r) for r in re.findall(r'average rate: ([\d.]+)', out)]
         assert rates and 150.0 < rates[-1] < 220.0, out
+    elif step.startswith('ros2 topic echo') and step.endswith('/plag_impedance/state'):
+        assert re.search(r'\\"state\\": \\"(ramping|enabled)\\"|"state": "(ramping|enabled)"',
+                         out), out
     elif 'enable std_srvs/srv/SetBool' in step:
         assert 'success=True' in out, out
     elif step.startswith('ros2 control switch_controllers'):

@@ -28,29 +28,15 @@ Skips where they are absent; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` (CI) that is a
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import numpy as np
 import pytest
 import yaml
-from ros2_control_rig import ARM, MockCraneX7, missing_tools
+from ros2_control_rig import ARM, ENABLE, MockCraneX7, require_real_stack
 
-ENABLE = ('source ../shared/tools/real_launch/setup.sh and '
-          '../shared/tools/robot_state_publisher/setup.sh after `make venv` (on a ROS 2 '
-          'install: ros-<distro>-ros2-control, -ros2-controllers, -robot-state-publisher)')
 pytestmark = pytest.mark.ros2_control
-_missing = missing_tools()
-try:
-    import launch  # noqa: F401, I001 - the ROS package, not launch/
-    import launch_ros  # noqa: F401
-except ImportError:
-    _missing += ', launch/launch_ros'
-if _missing:
-    _why = f'the real ros2_control stack is missing ({_missing.strip(", ")}): {ENABLE}'
-    if os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
-        pytest.fail(f'PLAG_REQUIRE_ROS2_CONTROL=1 but {_why}', pytrace=False)
-    pytest.skip(_why, allow_module_level=True)
+require_real_stack()
 
 from builtin_interfaces.msg import Duration  # noqa: E402
 from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
@@ -74,6 +60,7 @@ JTC = 'crane_x7_arm_controller'
 POSE = np.array([0.3, -0.4, 0.2, -1.0, 0.5, -0.6, 0.7])
 EXACT = 1e-9          # rad: the mock's state is the command, bit for bit (float64)
 MAX_STEP = 0.02       # rad: max_position_step of config/impedance.yaml
+GLITCH = 'plag_test_glitch'   # frame_id of the joint states the test makes up
 SWITCH_IN = f'switched {JTC} -> {CONTROLLER}'
 SWITCH_BACK = f'switched {CONTROLLER} -> {JTC}'
 
@@ -90,7 +77,11 @@ class Session:
         self.domain, self.tmp = domain, tmp_path
         self.robot = MockCraneX7(domain, tmp_path / 'robot')
         self.client = RosClient(domain, 'plag_test_ros2_control')
-        self.joint_states = self.client.collect(JointState, '/joint_states')
+        # (the joint states the arm published: not the test's own glitch samples)
+        self.joint_states: list = []
+        self.client.subscribe(JointState, '/joint_states', lambda msg: None if (
+            msg.header.frame_id == GLITCH) else self.joint_states.append((0, msg)))
+        self._glitch = self.client.publisher(JointState, '/joint_states')
         self.commands = self.client.collect(Float64MultiArray, f'/{CONTROLLER}/commands')
         self.state = self.client.collect(String, f'{NODE}/state', LATCHED)
         self._reference = self.client.publisher(JointState, f'{NODE}/reference')
@@ -157,6 +148,20 @@ class Session:
         finger = msg.position[list(msg.name).index('crane_x7_gripper_finger_a_joint')]
         self._reference.publish(JointState(name=[*ARM, 'crane_x7_gripper_finger_a_joint'],
                                            position=[*pose.tolist(), finger]))
+
+    def glitch(self, joint: str, offset: float) -> None:
+        """One joint state like the newest one but with ``joint`` ``offset`` [rad] away and a
+        stamp 2.5 ms later: what a servo that slipped or lost its gain reports. (The mock
+        holds every command exactly, so only a wrong measurement trips the monitor.)"""
+        msg = self.joint_states[-1][1]
+        stamp = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec + 2_500_000
+        position = list(msg.position)
+        position[list(msg.name).index(joint)] += offset
+        glitch = JointState(name=list(msg.name), position=position,
+                            velocity=list(msg.velocity), effort=list(msg.effort))
+        glitch.header.frame_id = GLITCH
+        glitch.header.stamp.sec, glitch.header.stamp.nanosec = divmod(stamp, 10**9)
+        self._glitch.publish(glitch)
 
     def still_at(self, pose: np.ndarray, seconds: float = 1.0) -> float:
         """The largest distance from ``pose`` of every joint state over ``seconds``."""
@@ -274,12 +279,19 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         assert np.abs(held - last).max() < 2e-3
         assert s.still_at(held) < EXACT, 'the JTC moved the arm after the switch back'
 
-        # A latched fault: a tracking limit the first step of a new set point exceeds.
+        # A latched fault: the wrist reports 3 mrad off every command (a slipped servo),
+        # beyond a 1 mrad tracking limit. Sent until seen: a made-up sample whose stamp is
+        # older than one the node has taken is rejected as out of order.
         assert s.enable(True).success
         s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled again', 20.0)
         s.set_parameters(NODE, fault__tracking_error=1e-3, fault__persist_s=0.0)
-        s.reference(target + np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1]))
-        s.wait_state(lambda st: st['reason'].startswith('tracking'), 'a latched fault')
+
+        def faulted() -> bool:
+            if s.node_state().get('reason', '').startswith('tracking'):
+                return True
+            s.glitch(ARM[6], 3e-3)
+            return False
+        s.client.wait_for(faulted, 30.0, 'a latched tracking fault')
         s.wait_state(lambda st: not st['switched'], 'switched back after the fault', 20.0)
         assert s.controllers()[JTC] == 'active'
         held = np.array(s.commands[-1][1].data)

@@ -23,23 +23,15 @@ what is missing; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` that is a failure instead.
 """
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
-from ros2_control_rig import ARM, MockCraneX7, missing_tools
+from ros2_control_rig import ARM, MockCraneX7, require_real_stack
 from ros_helpers import REPO, RosClient, start_node
 from sensor_msgs.msg import JointState
 
 pytestmark = pytest.mark.ros2_control
-
-_MISSING = missing_tools()
-if _MISSING:
-    _WHY = (f'the real ros2_control stack is missing ({_MISSING}): run `make venv`, then '
-            '`source ../shared/tools/robot_state_publisher/setup.sh` from the project root')
-    if os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
-        pytest.fail(f'PLAG_REQUIRE_ROS2_CONTROL=1 but {_WHY}', pytrace=False)
-    pytest.skip(_WHY, allow_module_level=True)
+require_real_stack(need_launch=False)
 
 from controller_manager_msgs.srv import ListControllers, SwitchController  # noqa: E402
 

@@ -46,20 +46,15 @@ def plag_node(setup, share, control):
                 condition=IfCondition(control) if setup.control_only else None)
 
 
-def _is_true(value: str) -> bool:
-    return value.lower() in ('true', '1')
-
-
 def check_controller_file(context) -> list:
-    """Before the spawner runs: the controller file must be there, readable and complete.
+    """Before the spawner runs (and under its condition): the controller file must be
+    there, readable and complete.
 
     The spawner passes only the path, and the controller manager reads the file in its own
     process when it creates the controller: a bad file would fail there, later, with a
     message in the robot's log. Raising here ends the launch with the reason instead.
     """
-    if _is_true(LaunchConfiguration('control').perform(context)) and \
-            _is_true(LaunchConfiguration('spawn_controller').perform(context)):
-        read_controller_file(LaunchConfiguration('controllers_file').perform(context))
+    read_controller_file(LaunchConfiguration('controllers_file').perform(context))
     return []
 
 
@@ -70,6 +65,11 @@ def generate_launch_description():
     spawn = LaunchConfiguration('spawn_controller')
     description_source = LaunchConfiguration('robot_description_source')
     controllers_file = LaunchConfiguration('controllers_file')
+    # control:=true and spawn_controller:=true. (PythonExpression, not AndSubstitution:
+    # Humble's launch has no AndSubstitution)
+    spawning = IfCondition(PythonExpression(
+        ["'", control, "'.lower() in ('true', '1') and '", spawn,
+         "'.lower() in ('true', '1')"]))
     return LaunchDescription([
         DeclareLaunchArgument('control', default_value='false',
                               description='start the partial-impedance controller'),
@@ -88,7 +88,7 @@ def generate_launch_description():
                               description=f'ros2_control parameter file of {CONTROLLER}; it '
                                           'must exist on the machine running the controller '
                                           'manager'),
-        OpaqueFunction(function=check_controller_file),
+        OpaqueFunction(function=check_controller_file, condition=spawning),
         *(plag_node(setup, share, control)
           for setup in robot_setup(description_source, controllers_file)),
         # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
@@ -104,10 +104,7 @@ def generate_launch_description():
                        '--param-file', controllers_file,
                        '--inactive', *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
             output='screen',
-            # (PythonExpression, not AndSubstitution: Humble's launch has no AndSubstitution)
-            condition=IfCondition(PythonExpression(
-                ["'", control, "'.lower() in ('true', '1') and '", spawn,
-                 "'.lower() in ('true', '1')"])),
+            condition=spawning,
         ),
         Node(
             package='rviz2',

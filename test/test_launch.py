@@ -236,8 +236,18 @@ def test_launch_files_exist_and_parse():
     assert 'sim_node' not in {n.executable for n in real_nodes}   # the robot is real
     # control:=true loads our position controller, inactive, with the shipped file.
     spawner, = [n for n in real_nodes if n.package == 'controller_manager']
-    assert spawner.executable == 'spawner' and 'control' in spawner.condition
     tree = ast.parse((REPO / 'launch' / 'crane_x7.launch.py').read_text())
+    # (a condition given by name is the expression assigned to that name)
+    assigned = {t.id: ast.unparse(a.value) for a in ast.walk(tree) if isinstance(a, ast.Assign)
+                for t in a.targets if isinstance(t, ast.Name)}
+    spawn_condition = assigned.get(spawner.condition, spawner.condition)
+    assert spawner.executable == 'spawner' and 'control' in spawn_condition
+    assert 'spawn' in spawn_condition.replace('spawner', '')
+    # The file check runs exactly when the spawner does.
+    check, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
+              _call_name(c) == 'OpaqueFunction']
+    assert {k.arg: ast.unparse(k.value) for k in check.keywords} == {
+        'function': 'check_controller_file', 'condition': spawner.condition}
     # ... from the controllers_file argument, whose default is the shipped file
     spawner_call, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
                      _call_name(c) == 'Node' and _const(c.keywords[0].value) ==

@@ -339,7 +339,7 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
 def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
     """control:=false (default): the robot's controllers are left alone."""
     from launch import LaunchContext  # noqa: I001 - the ROS package, not launch/
-    from launch.actions import DeclareLaunchArgument
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
     from launch.launch_description_sources import PythonLaunchDescriptionSource
     from launch_ros.actions import Node
 
@@ -357,6 +357,9 @@ def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
                     and e.node_package == 'controller_manager']
         assert len(spawners) == 1
         assert spawners[0].condition.evaluate(context) is expected, (control, spawn)
+        # the controller file is checked exactly when the spawner runs
+        check, = [e for e in description.entities if isinstance(e, OpaqueFunction)]
+        assert check.condition.evaluate(context) is expected, (control, spawn)
 
 
 def test_spawner_names_the_controller_type_on_humble_only(share):

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from ros_helpers import REPO
 
+from plag_ros.core import sim_settings
+from plag_ros.core.impedance_settings import FORWARD_CONTROLLER
 from plag_ros.ros.controller_file import (
     CONTROLLER,
     CONTROLLER_TYPE,
@@ -69,6 +71,8 @@ def test_our_controller_type_loads_on_every_release_and_the_next(release):
     assert forward['message'] == 'std_msgs/msg/Float64MultiArray'
     shipped = read_controller_file(REPO / 'config' / 'crane_x7_controllers.yaml')
     assert shipped.type == CONTROLLER_TYPE and shipped.interface_name == 'position'
+    # One controller name for the launch file, the controller and the simulator.
+    assert CONTROLLER == FORWARD_CONTROLLER == sim_settings.FORWARD
 
 
 @pytest.mark.parametrize('release', RELEASES)

@@ -26,6 +26,8 @@ import yaml
 __all__ = ['CONTROLLER', 'CONTROLLER_TYPE', 'ControllerFile', 'ControllerFileError',
            'differences', 'read_controller_file', 'spawner_type_arguments']
 
+# The name core.impedance_settings.FORWARD_CONTROLLER gives too (a test holds them equal);
+# not imported from there: that module pulls in torch, and launch files import this one.
 CONTROLLER = 'plag_arm_position_controller'
 CONTROLLER_TYPE = 'forward_command_controller/ForwardCommandController'
 INTERFACE = 'position'     # the only command interface the CRANE-X7's hardware exports

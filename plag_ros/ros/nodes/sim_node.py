@@ -106,6 +106,7 @@ from plag_ros.core.sim_settings import (
 )
 from plag_ros.core.simulation import Simulator
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.controller_file import CONTROLLER_TYPE
 from plag_ros.ros.emulated_controller_manager import (
     JOINT_STATE_BROADCASTER,
     EmulatedControllerManager,
@@ -120,7 +121,7 @@ __all__ = ['ARM_CONTROLLERS', 'ARM_CONTROLLER_TYPES', 'FORWARD', 'JTC', 'NODE_NA
 
 NODE_NAME = 'plag_sim'
 ARM_CONTROLLER_TYPES = {JTC: 'joint_trajectory_controller/JointTrajectoryController',
-                        FORWARD: 'forward_command_controller/ForwardCommandController'}
+                        FORWARD: CONTROLLER_TYPE}
 """The plugin type of each arm controller, as ListControllers reports it."""
 OPTIONS = sim_options()
 """The node's parameters; their defaults match config/sim.yaml."""

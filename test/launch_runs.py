@@ -140,8 +140,6 @@ class LaunchRun:
         assert not lines, f'launch warned: {lines}'
 
 
-
-
 def installed_share(enable: str) -> Path:
     """The colcon install's share/plag_ros, which must hold this checkout's files (``enable``
     says how to get it)."""

@@ -174,13 +174,20 @@ class RosClient:
 
     def set_double_parameter(self, node: str, name: str, value: float) -> None:
         """Set the double parameter ``name`` of the running node ``node`` ('/plag_sim')."""
-        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-        from rcl_interfaces.srv import SetParameters
+        self.set_parameters(node, {name: float(value)})
 
-        request = SetParameters.Request(parameters=[Parameter(name=name, value=ParameterValue(
-            type=ParameterType.PARAMETER_DOUBLE, double_value=float(value)))])
-        result = self.call(SetParameters, f'{node}/set_parameters', request).results[0]
-        assert result.successful, f'{node} refused {name} = {value}: {result.reason}'
+    def set_parameters(self, node: str, values: Mapping[str, object]) -> None:
+        """Set parameters of the running node ``node``, each typed from its Python value
+        (rclpy's ``Parameter``: bool, float, str, ...), in one request."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        request = SetParameters.Request(parameters=[
+            Parameter(name, value=value).to_parameter_msg() for name, value in values.items()])
+        results = self.call(SetParameters, f'{node}/set_parameters', request).results
+        refused = [f'{name} = {value}: {r.reason}' for (name, value), r in
+                   zip(values.items(), results, strict=True) if not r.successful]
+        assert not refused, f'{node} refused {refused}'
 
     @staticmethod
     def wait_for(predicate: Callable[[], bool], timeout: float, what: str = '') -> None:

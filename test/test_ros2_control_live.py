@@ -40,8 +40,6 @@ require_real_stack()
 
 from builtin_interfaces.msg import Duration  # noqa: E402
 from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue  # noqa: E402
-from rcl_interfaces.srv import SetParameters  # noqa: E402
 from ros_helpers import LATCHED, RosClient, start_node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
@@ -126,19 +124,6 @@ class Session:
     def enable(self, on: bool) -> SetBool.Response:
         return self.client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=on))
 
-    def set_parameters(self, node: str, **values) -> None:
-        """Set bool/double/string parameters of a running node."""
-        def value(v) -> ParameterValue:
-            if isinstance(v, bool):
-                return ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=v)
-            if isinstance(v, float):
-                return ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=v)
-            return ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=v)
-        request = SetParameters.Request(parameters=[
-            Parameter(name=k.replace('__', '.'), value=value(v)) for k, v in values.items()])
-        results = self.client.call(SetParameters, f'{node}/set_parameters', request).results
-        assert all(r.successful for r in results), [r.reason for r in results]
-
     def reference(self, pose: np.ndarray) -> None:
         """A new set point for the 7 arm joints (finger a stays where it is)."""
         # (one publisher for the session, made before our node starts: a publisher made
@@ -222,7 +207,7 @@ def tune_for_the_mock(s: Session) -> None:
     restarts the estimate, ``filter.gap_periods`` being fixed at start: the node then shows
     ``warming_up`` for a few samples, so the tests wait for "ours and enabled", not for the
     end of the ramp.)"""
-    s.set_parameters(NODE, gravity_compensation=False, stale_periods=100.0)
+    s.client.set_parameters(NODE, {'gravity_compensation': False, 'stale_periods': 100.0})
 
 
 def switch_count(run: LaunchRun, text: str) -> int:
@@ -284,7 +269,8 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         # older than one the node has taken is rejected as out of order.
         assert s.enable(True).success
         s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled again', 20.0)
-        s.set_parameters(NODE, fault__tracking_error=1e-3, fault__persist_s=0.0)
+        s.client.set_parameters(NODE, {'fault.tracking_error': 1e-3,
+                                        'fault.persist_s': 0.0})
 
         def faulted() -> bool:
             if s.node_state().get('reason', '').startswith('tracking'):
@@ -297,7 +283,7 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         held = np.array(s.commands[-1][1].data)
         assert s.still_at(held) < EXACT, 'the JTC moved the arm after the fault'
         assert s.enable(False).success           # clears the latch
-        s.set_parameters(NODE, fault__tracking_error=0.3, fault__persist_s=0.1)
+        s.client.set_parameters(NODE, {'fault.tracking_error': 0.3, 'fault.persist_s': 0.1})
 
         # Ctrl-C while enabled: hold, switch back, exit 0.
         assert s.enable(True).success

@@ -48,6 +48,7 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Task
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
@@ -122,6 +123,7 @@ class ImpedanceNode(Node):
         self._layout = msgs.array_layout((len(self._command_names),), ['joint'])
         self.handover = ArmHandover(self, s, self._command_names, self._async_group)
         self.own = self.handover.own
+        self._release_task: Task | None = None   # the timer's hand-back, once scheduled
         # start_enabled with a switch: enable through the same path as ~/enable (switch
         # first) at the first valid state, not inside the controller.
         self._auto_enable = config.start_enabled and self.own.switch_method not in (None, 'none')
@@ -270,7 +272,7 @@ class ImpedanceNode(Node):
         if self.handover.watch(ctl):
             if self.executor is None:    # timers only fire from an executor spinning the node
                 raise RuntimeError(f'{self.get_name()}: timer fired without an executor')
-            self.executor.create_task(self.handover.release)
+            self._release_task = self.executor.create_task(self.handover.release)
 
     def _driver_back(self, now: int) -> None:
         """joint_states is back after the driver was gone: hold, disabled, until switched
@@ -352,10 +354,14 @@ class ImpedanceNode(Node):
         deadline = time.monotonic() + self.own.hold_s
         while time.monotonic() < deadline and self.context.ok():
             executor.spin_once(timeout_sec=0.01)
-        # The timer schedules the same hand-back after the same hold: when it has started
-        # it, release() would return at once, and the node must not exit before that
-        # switch is answered (and logged).
+        # The timer schedules the same hand-back after the same hold. When it has created
+        # that task (started or not yet), release() below would return at once, and the
+        # node must not exit before that switch is answered (and logged): wait for the
+        # timer's task, then for any switch still under way (an enable's).
         deadline = time.monotonic() + timeout_s
+        pending = self._release_task
+        if pending is not None and not pending.done() and self.context.ok():
+            executor.spin_until_future_complete(pending, timeout_sec=timeout_s)
         while self.own.switching and time.monotonic() < deadline and self.context.ok():
             executor.spin_once(timeout_sec=0.01)
         task = executor.create_task(self.handover.release)

@@ -77,6 +77,8 @@ class Session:
         self.client = RosClient(domain, 'plag_test_ros2_control')
         # (the joint states the arm published: not the test's own glitch samples)
         self.joint_states: list = []
+        # (index into joint_states, arm pose) at each enable(True)
+        self.enables: list[tuple[int, np.ndarray]] = []
         self.client.subscribe(JointState, '/joint_states', lambda msg: None if (
             msg.header.frame_id == GLITCH) else self.joint_states.append((0, msg)))
         self._glitch = self.client.publisher(JointState, '/joint_states')
@@ -122,6 +124,8 @@ class Session:
                              f'the JTC moving the arm to {pose}')
 
     def enable(self, on: bool) -> SetBool.Response:
+        if on:
+            self.enables.append((len(self.joint_states), self.arm()))
         return self.client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=on))
 
     def reference(self, pose: np.ndarray) -> None:
@@ -192,12 +196,41 @@ def wait_loaded(s: Session, run: LaunchRun) -> None:
                  START_TIMEOUT_S)
 
 
-def max_state_step(s: Session) -> float:
-    """The largest change of an arm joint between consecutive joint states [rad]."""
+def unexplained_moves(s: Session, since: int) -> float:
+    """How far the arm went, at worst, from every command we sent [rad].
+
+    Over the joint states from index ``since`` on (the arm still, before our node
+    commands), each one that moved from the one before is compared with the nearest of our
+    commands. The mock takes a command bit for bit, so a move our commands explain is
+    within EXACT; a jump at a switch (a controller starting from a stale or zero command,
+    the JTC replaying an old goal) is not.
+
+    One kind of move is explained otherwise. Each enable starts at the hold set point
+    q + g(q)/K_s (on the robot the servo's command under the sag; the mock does not sag,
+    so it moves there), and the first commands after a switch may be gone before the
+    test's subscription matched our publisher. So after each ``enable(True)``, until the
+    arm reaches a command we saw, a state anywhere between the pose at the call and its
+    hold set point counts as explained.
+
+    Steps between consecutive states are not bounded here: when our node is stalled a
+    moment it answers the queued samples at once, and the controller manager takes only
+    the newest of those commands in its next cycle."""
     names = list(s.joint_states[0][1].name)
     index = [names.index(j) for j in ARM]
     q = np.array([[m.position[i] for i in index] for _, m in s.joint_states])
-    return float(np.abs(np.diff(q, axis=0)).max())
+    rows = since + 1 + np.flatnonzero(np.abs(np.diff(q[since:], axis=0)).max(1) > EXACT)
+    commands = np.array([m.data for _, m in s.commands])
+    distance = np.concatenate([np.abs(q[chunk, None, :] - commands[None, :, :]).max(2).min(1)
+                               for chunk in np.array_split(rows, 1 + len(rows) // 256)])
+    explained = distance < EXACT
+    for start, pose in s.enables:
+        low = np.minimum(pose, hold_set_point(pose)) - 1e-3
+        high = np.maximum(pose, hold_set_point(pose)) + 1e-3
+        for k in np.flatnonzero(rows >= start):
+            if explained[k]:
+                break          # the arm reached a command we saw: the approach is over
+            explained[k] = np.all((q[rows[k]] >= low) & (q[rows[k]] <= high))
+    return float(np.where(explained, 0.0, distance).max(initial=0.0))
 
 
 def tune_for_the_mock(s: Session) -> None:
@@ -219,6 +252,7 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
     """The whole forward path against the real controller manager, twice over a relaunch."""
     s = session
     s.move_with_jtc(POSE)
+    since = len(s.joint_states)
     run = s.launch()
     try:
         wait_loaded(s, run)
@@ -246,7 +280,7 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         seen = np.array([m.data for _, m in s.commands[first:]])
         assert np.all(np.abs(seen[0] - POSE) <= np.abs(hold - POSE) + 1e-3), seen[0] - POSE
         assert np.abs(np.diff(seen, axis=0)).max() <= MAX_STEP + 1e-12
-        assert max_state_step(s) <= 2 * MAX_STEP
+        assert unexplained_moves(s, since) < EXACT
         # The commands reach the command interfaces: a set point moves the arm there.
         target = POSE + np.array([0.1, 0.0, 0.0, -0.1, 0.0, 0.0, 0.0])
         s.reference(target)
@@ -292,9 +326,13 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         run.assert_clean_exit()
         assert s.controllers()[JTC] == 'active' and s.controllers()[CONTROLLER] == 'inactive'
         assert s.still_at(np.array(s.commands[-1][1].data)) < EXACT
-        assert switch_count(run, SWITCH_IN) == 3 and switch_count(run, SWITCH_BACK) == 3
-        # Through three switches each way, no joint ever moved more than a command step.
-        assert max_state_step(s) <= 2 * MAX_STEP
+        assert switch_count(run, SWITCH_IN) == 3 and switch_count(run, SWITCH_BACK) == 3, \
+            run.output()[-3000:]
+        # Through three switches each way the arm went only where our commands took it.
+        # (Each enable starts at a hold set point re-estimated from the state as
+        # q + g(q)/K_s while the JTC held the arm: on the robot that is the JTC's command
+        # under the sag; the mock does not sag, so it moves by g/K_s, up to 0.07 rad here.)
+        assert unexplained_moves(s, since) < EXACT
     finally:
         run.kill()
 

@@ -154,10 +154,16 @@ def test_safety_rules_over_dds(model, tmp_path):
 
 
 def test_closed_loop_with_sim_node(model, tmp_path):
-    """sim_node + impedance_node in position mode: the elbow swings, the tilt holds."""
+    """sim_node + impedance_node in position mode: the elbow swings, the tilt holds.
+
+    The window is two periods of the 0.5 Hz sine, and the stale limit is 0.5 s: on this
+    shared 2-core machine a stall of 25 ms (the shipped limit) makes the node hold and
+    re-ramp, and a run of them can eat most of one period. The watchdog has its own tests
+    above; here the node's states during the window are printed with the figures."""
     client = RosClient(32)
     joint_states = client.collect(JointState, 'joint_states')
     compensation = client.collect(JointState, f'{NODE}/compensation')
+    states = client.collect(String, f'{NODE}/state')
     commands = client.collect(Float64MultiArray, '/plag_arm_position_controller/commands')
     q0 = '[' + ', '.join(str(x) for x in Q0) + ']'
     sim = start_node('sim_node', domain_id=32, log_dir=tmp_path,
@@ -167,13 +173,15 @@ def test_closed_loop_with_sim_node(model, tmp_path):
     ctl = start_node('impedance_node', domain_id=32, log_dir=tmp_path,
                      params_file=REPO / 'config' / 'impedance.yaml',
                      params={'start_enabled': True, 'ramp_s': 0.2, 'reference.mode': 'sine',
-                             'switch.method': 'sim',
+                             'switch.method': 'sim', 'stale_periods': 100.0,
                              'reference.amplitude': amplitude,
                              'reference.frequency_hz': '[0.5]'})
     try:
         client.wait_for(lambda: len(commands) > 200, 60.0, 'position commands')
-        start = len(joint_states)
-        client.wait_for(lambda: len(joint_states) - start > 400, 30.0, '2 s of joint states')
+        start, first_state = len(joint_states), len(states)
+        client.wait_for(lambda: len(joint_states) - start > 800, 60.0, '4 s of joint states')
+        seen = sorted({(s['state'], s['reason']) for s in
+                       (json.loads(m.data) for _, m in states[first_state:])})
         order = None
         q = []
         for _, msg in joint_states[start:]:
@@ -187,8 +195,8 @@ def test_closed_loop_with_sim_node(model, tmp_path):
         comp = np.array([np.array(m.effort) for _, m in compensation[-200:]])
         print(f'\n[sim_node + impedance_node, position] elbow swing {elbow_swing:.3f} rad, '
               f'tilt max deviation {tilt_dev:.4f} rad, tilt compensation up to '
-              f'{np.abs(comp[:, TILT]).max():.3f} N*m')
-        assert elbow_swing > 0.1
+              f'{np.abs(comp[:, TILT]).max():.3f} N*m; node states {seen}')
+        assert elbow_swing > 0.1, seen
         assert tilt_dev < 0.05
         assert np.abs(comp[:, TILT]).max() > 0.01           # the selected path is active
         assert np.abs(np.delete(comp, TILT, axis=1)).max() == 0.0   # and nothing else

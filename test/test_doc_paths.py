@@ -135,3 +135,13 @@ def test_package_xml_names_the_command_line_of_every_readme_command():
     assert not unknown, f'add the package of `ros2 {unknown}` to VERB_PACKAGES'
     missing = {VERB_PACKAGES[v] for v in verbs} - depends
     assert not missing, f'package.xml lacks <exec_depend> on {sorted(missing)}'
+
+
+def test_workspace_paths_in_the_readme_exist():
+    """The install commands name files in a colcon workspace (``src/plag_ros/...``): each
+    must be a file of this repository (a '/txt' for '.txt' once broke the pip command)."""
+    text = (REPO / 'README.md').read_text()
+    named = re.findall(r'src/plag_ros/([\w./-]*\w)', text)
+    assert len(named) >= 4, named
+    missing = sorted({p for p in named if not (REPO / p).is_file()})
+    assert not missing, f'README names workspace files that do not exist: {missing}'

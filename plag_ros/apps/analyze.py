@@ -59,7 +59,8 @@ from plag_ros.io.bag import (
 from plag_ros.io.npz import save_npz
 from plag_ros.ros.output_bag import write_bag
 
-__all__ = ['analyze_bag', 'configure', 'run', 'summary_text', 'write_outputs']
+__all__ = ['analyze_bag', 'configure', 'run', 'summary_row', 'summary_text',
+           'write_outputs']
 
 _MAX_PLOT_POINTS = 2000
 _FIGURES_PROCESS_SAMPLES = 50_000
@@ -298,6 +299,39 @@ def summary_text(model: RobotModel, analysis: Analysis, js: JointStates, *, mode
     return '\n'.join(lines) + '\n'
 
 
+def summary_row(model: RobotModel, analysis: Analysis, js: JointStates, *,
+                top_paths: int = 10) -> dict[str, object]:
+    """The figures of :func:`summary_text` as one flat row (the many-bag fleet report).
+
+    Keys: ``samples``, ``duration_s``, ``rate_hz``, ``decomposed``, ``rejected`` and
+    ``rejected_<reason>`` per plausibility reason, ``recovered`` and
+    ``recovered_with_loss``, ``rms_<component>[<joint>]`` [N*m or N] for torque,
+    acceleration, velocity, gravity and friction, and the largest propagation paths as
+    ``path<i>_rms`` [N*m], ``path<i>_part``, ``path<i>_source``, ``path<i>_joint``
+    (i = 1 .. ``top_paths``). Unrounded: the summary prints the same values rounded.
+    """
+    duration = (js.t_ns[-1] - js.t_ns[0]) * 1e-9 if len(js.t_ns) > 1 else 0.0
+    rejected = analysis.rejected()
+    row: dict[str, object] = {
+        'samples': len(js.t_ns), 'duration_s': float(duration),
+        'rate_hz': float((len(js.t_ns) - 1) / duration) if duration else 0.0,
+        'decomposed': len(analysis.t_ns), 'rejected': sum(rejected.values()),
+        **{f'rejected_{reason}': count for reason, count in rejected.items()},
+        'recovered': js.recovery is not None,
+        'recovered_with_loss': js.recovery is not None and js.recovery.lossy,
+    }
+    for component, values in component_series(analysis).items():
+        for name, value in zip(model.joint_names, _rms(values)):
+            row[f'rms_{component}[{name}]'] = float(value)
+    paths = propagation_paths(analysis, top=top_paths)
+    for i in range(top_paths):
+        value, part, k, source = paths[i] if i < len(paths) else (math.nan, '', -1, -1)
+        row.update({f'path{i + 1}_rms': value, f'path{i + 1}_part': part,
+                    f'path{i + 1}_source': model.joint_names[source] if source >= 0 else '',
+                    f'path{i + 1}_joint': model.joint_names[k] if k >= 0 else ''})
+    return row
+
+
 def decomposition_table(model: RobotModel, analysis: Analysis) -> list[str]:
     """RMS of every component per joint, then the largest propagation paths and the
     largest partial torques that other bodies cause (lines of text)."""
@@ -463,7 +497,8 @@ class BagAnalysis(NamedTuple):
 def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = None,
                 topic: str | None = None, stamp: StampSource = 'header', force: bool = False,
                 options: AnalysisOptions | None = None,
-                timings: dict[str, float] | None = None) -> BagAnalysis:
+                timings: dict[str, float] | None = None,
+                row: dict[str, object] | None = None) -> BagAnalysis:
     """Read, estimate, decompose and write every product of one bag.
 
     A bag cut short by a crash is salvaged (:func:`plag_ros.io.bag.open_bag`): what was
@@ -479,6 +514,7 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
         options: analysis options.
         timings: filled with seconds per stage (read, estimate, decompose, write: the
             wall time of all products; write_<product> each, overlapping).
+        row: filled with :func:`summary_row` (the many-bag report's row).
 
     Raises:
         BagError: see :func:`plag_ros.io.bag.read_joint_states`; OutputExistsError when
@@ -504,13 +540,16 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     t0 = time.perf_counter()
     analysis = decompose_states(model, js.t_ns, index, q, qd, qdd, chunk=options.chunk,
                                 progress=options.progress, input_codes=codes,
-                                estimator=options.estimator, effort=js.effort)
+                                estimator=options.estimator, effort=js.effort,
+                                threads=options.threads)
     timings['decompose'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     prepare_output(out, force=force)
     written = write_outputs(out, model, analysis, js, source=bag, options=options,
                             timings=timings)
     timings['write'] = time.perf_counter() - t0
+    if row is not None:
+        row.update(summary_row(model, analysis, js))
     return BagAnalysis(analysis, written, js.recovery)
 
 
@@ -529,11 +568,24 @@ def _check_rate(js: JointStates, config: EstimatorConfig) -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``plag-ros analyze``."""
-    parser.add_argument('bag', type=Path, help='rosbag2 bag directory, .mcap or .db3 file')
+    parser.add_argument('bag', type=Path, nargs='+',
+                        help='rosbag2 bag directory, .mcap or .db3 file; several, a directory '
+                             'holding bags or a glob: each bag into OUT/<bag name>/ on Dask, '
+                             'with the fleet report in OUT (plag_ros.apps.fleet)')
     parser.add_argument('-o', '--output', type=Path, required=True,
                         help='output directory (bag/, analysis.npz, torques.csv, *.png, '
-                             'summary.txt)')
-    parser.add_argument('--force', action='store_true', help='overwrite the output directory')
+                             'summary.txt; with many bags: one such directory per bag, '
+                             'fleet.csv, fleet.parquet, fleet_*.png)')
+    parser.add_argument('--force', action='store_true',
+                        help='overwrite the output directory (many bags: redo the bags whose '
+                             'outputs are complete and match their input)')
+    parser.add_argument('--workers', type=int, default=None,
+                        help='many bags: worker processes of the local Dask cluster (default: '
+                             'one per core), or the workers to wait for on --scheduler')
+    parser.add_argument('--scheduler', default=None,
+                        help='many bags: address of a running Dask scheduler, e.g. '
+                             'tcp://host:8786 (default: $DASK_SCHEDULER_ADDRESS, else a local '
+                             'cluster)')
     parser.add_argument('--topic', help='JointState topic (default /joint_states or the only '
                                         'one)')
     parser.add_argument('--stamp', choices=('header', 'receive'), default='header',
@@ -581,8 +633,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``plag-ros analyze``; returns the exit status: 0, 2 on a bag or output error, 3
-    (``EXIT_RECOVERED_WITH_LOSS``) when the bag was cut short and salvaged up to the cut."""
+    (``EXIT_RECOVERED_WITH_LOSS``) when the bag was cut short and salvaged up to the cut.
+    With many bags: 2 when any bag failed, else 3 when any was salvaged with loss, else 0."""
+    from plag_ros.apps import fleet
+
     try:
+        single = len(args.bag) == 1 and not fleet.names_many(args.bag[0])
+        bags = [args.bag[0]] if single else fleet.find_bags(args.bag)
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
         estimator = EstimatorConfig(cutoff_hz=args.cutoff_hz, order=args.order,
                                     rate_hz=args.rate_hz,
@@ -596,8 +653,18 @@ def run(args: argparse.Namespace) -> int:
             compression=args.compression,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)
+        if not single:
+            outcomes = fleet.analyze_bags(bags, args.output, options, urdf=args.urdf,
+                                          topic=args.topic, stamp=args.stamp, force=args.force,
+                                          scheduler=args.scheduler, workers=args.workers,
+                                          progress=not args.no_progress)
+            counts = {s: sum(o.status == s for o in outcomes)
+                      for s in ('analysed', 'salvaged', 'skipped', 'failed')}
+            print(f'{len(outcomes)} bags: ' + ', '.join(f'{v} {k}' for k, v in counts.items())
+                  + f'; report in {args.output / "fleet.csv"}')
+            return fleet.exit_status(outcomes)
         timings: dict[str, float] = {}
-        _, written, recovery = analyze_bag(args.bag, args.output, model=model,
+        _, written, recovery = analyze_bag(bags[0], args.output, model=model,
                                            topic=args.topic, stamp=args.stamp,
                                            force=args.force, options=options, timings=timings)
     except (BagError, ValueError, FileNotFoundError) as err:

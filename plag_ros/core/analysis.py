@@ -79,6 +79,9 @@ class AnalysisOptions:
         plausibility: limits on the input (:mod:`plag_ros.core.plausibility`): samples the arm
             cannot produce are left out of the estimate and reported, never dropped
             silently (:attr:`Analysis.input_codes`).
+        threads: threads of the compiled engine (None: measured per batch size,
+            :class:`plag_ros.core.kernel.ThreadChoice`; an int caps them). A many-bag run
+            sets it so that worker processes times threads stay within the cores.
     """
 
     causal: bool = False
@@ -99,6 +102,7 @@ class AnalysisOptions:
     products: frozenset[str] = frozenset({'bag', 'npz', 'csv', 'plots', 'summary'})
     progress: bool | None = None
     plausibility: PlausibilityConfig = field(default_factory=PlausibilityConfig)
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.chunk < 1:
@@ -274,7 +278,7 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
                      progress: bool | None = None, engine=None,
                      input_codes: np.ndarray | None = None,
                      estimator: EstimatorConfig | None = None,
-                     effort: np.ndarray | None = None) -> Analysis:
+                     effort: np.ndarray | None = None, threads: int | None = None) -> Analysis:
     """Decompose estimated samples: in one call with the compiled float64 engine, else
     (float32, GPU engines) in batches of ``chunk`` with an optional progress bar.
 
@@ -288,12 +292,13 @@ def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: 
             (:mod:`plag_ros.core.friction`) with its band; None keeps the model's friction.
         effort: (N, n) input efforts in model order (NaN where absent), for the stick
             reaction; None: joints at rest are unresolved.
+        threads: threads of the engine made here (ignored with ``engine``).
     """
     import torch
 
     from plag_ros.core.dynamics import PartialLagrangian
 
-    engine = engine or PartialLagrangian(model, dtype=torch.float64)
+    engine = engine or PartialLagrangian(model, dtype=torch.float64, threads=threads)
     if engine.compiled:
         # ~4 us per sample: the whole recording in one call, written straight into the
         # arrays the analysis keeps (no second copy of 1.4 GB per 10 minutes)

@@ -301,3 +301,17 @@ def test_bags_of_the_same_name_get_distinct_outputs(tmp_path):
     (tmp_path / 'other.db3').write_bytes(b'')
     bags = fleet.find_bags([tmp_path / 'other.db3', f'{tmp_path}/s*/trial'])
     assert fleet._names(bags) == ['other', 's1__trial', 's2__trial']
+    # single-file bags side by side in a directory: each its own bag
+    (tmp_path / 'files').mkdir()
+    for name in ('run1.mcap', 'run2.db3'):
+        (tmp_path / 'files' / name).write_bytes(b'')
+    assert [b.name for b in fleet.find_bags([tmp_path / 'files'])] == ['run1.mcap',
+                                                                        'run2.db3']
+    (tmp_path / 'files' / 'run1.db3').write_bytes(b'')
+    with pytest.raises(BagError, match='share an output directory'):
+        fleet._names(fleet.find_bags([tmp_path / 'files']))
+    # a recording cut before its metadata.yaml: rosbag2's file names make it one bag
+    (tmp_path / 'cut').mkdir()
+    for name in ('cut_0.mcap', 'cut_1.mcap'):
+        (tmp_path / 'cut' / name).write_bytes(b'')
+    assert fleet.find_bags([tmp_path / 'cut']) == [tmp_path / 'cut']

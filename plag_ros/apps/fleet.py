@@ -58,14 +58,19 @@ _PRODUCT_FILES = {'npz': 'analysis.npz', 'csv': 'torques.csv', 'summary': 'summa
 
 
 def is_bag(path: Path) -> bool:
-    """A bag directory (metadata.yaml, or storage files of a recording cut short) or a
-    single storage file."""
+    """A single storage file, or a bag directory: one with metadata.yaml, or (a recording
+    cut short before writing it) one whose storage files are named after the directory as
+    rosbag2 names them (``<dir>.mcap``, ``<dir>_0.mcap``, ...). A directory of storage
+    files named otherwise holds single-file bags."""
     if path.is_file():
         return path.suffix in BAG_SUFFIXES
     if not path.is_dir():
         return False
-    return (path / 'metadata.yaml').is_file() or any(
-        child.is_file() and child.suffix in BAG_SUFFIXES for child in path.iterdir())
+    if (path / 'metadata.yaml').is_file():
+        return True
+    storage = [c.stem for c in path.iterdir() if c.is_file() and c.suffix in BAG_SUFFIXES]
+    return bool(storage) and all(stem == path.name or stem.startswith(path.name + '_')
+                                 for stem in storage)
 
 
 def names_many(path: str | Path) -> bool:
@@ -119,8 +124,13 @@ def _names(bags: Sequence[Path]) -> list[str]:
     if len(set(names)) == len(names):
         return names
     root = Path(os.path.commonpath([str(b.resolve().parent) for b in bags]))
-    return ['__'.join(b.resolve().relative_to(root).with_suffix('').parts) if
-            names.count(n) > 1 else n for b, n in zip(bags, names)]
+    names = ['__'.join((*b.resolve().relative_to(root).parts[:-1], n)) if names.count(n) > 1
+             else n for b, n in zip(bags, names)]
+    twins = sorted({n for n in names if names.count(n) > 1})
+    if twins:
+        raise BagError(f'bags that would share an output directory: {twins} (a .mcap and a '
+                       '.db3 of the same name side by side?); rename one or pass them apart')
+    return names
 
 
 def fingerprint(bag: Path, chunk: int = 1 << 20) -> str:

@@ -22,7 +22,8 @@ Also, for the batch of 10 000 written into reused arrays:
     into freshly allocated memory, and ``decompose`` as a multiple of each.
 Options: ``--quick`` for fewer repeats, ``--threads N`` for torch intra-op threads,
 ``--no-autograd`` to skip the slow reference path, ``--threads-sweep`` for one thread
-against two and the automatic choice over models and batch sizes, ``--sweep`` for the
+against two and the automatic choice over models and batch sizes (``--load``: with one core
+kept busy by another process), ``--sweep`` for the
 scaling sweep over serial chains (n = 2 ... 30) with fitted exponents, ours and
 Pinocchio's (the timing code of bench/bench_cost_curve.py).
 """
@@ -86,9 +87,11 @@ def main() -> None:
                              'batch size')
     parser.add_argument('--sweep', action='store_true',
                         help='only: serial chains n = 2 ... 30, time per sample and exponents')
+    parser.add_argument('--load', action='store_true',
+                        help='with --threads-sweep: one core kept busy by another process')
     args = parser.parse_args()
     if args.threads_sweep:
-        threads_sweep(args.quick)
+        threads_sweep(args.quick, args.load)
         return
     if args.sweep:
         scaling_sweep(args.quick)
@@ -221,28 +224,64 @@ def floors(engine, oracle, model, states, N, batch_out) -> None:
           f'fresh-memory floor (goal <= 2), {ours / copy:4.1f}x the copy floor')
 
 
-def threads_sweep(quick: bool) -> None:
-    """decompose on 1 thread, on all, and automatic, per model and batch size."""
-    print(f'numba threads available: {kernel._max_threads}')
-    for name, xml in (('CRANE-X7', default_urdf_path().read_text()),
-                      ('chain 15', serial_chain(3, n=15)), ('chain 30', serial_chain(3, n=30))):
-        model = RobotModel.from_urdf(xml)
-        engines = {t: PartialLagrangian(model, threads=t) for t in (1, 2, None)}
-        for N in (64, 256, 1024, 10_000):
-            if name == 'chain 30' and N > 1024:
-                continue
-            q, qd, qdd = (np.random.default_rng(N).uniform(-1, 1, (N, model.n_joints))
-                          for _ in range(3))
-            per = {}
-            for t, engine in engines.items():
-                out = engine.empty_arrays((N,))
-                for _ in range(8):      # the automatic choice measures both first
-                    engine.decompose_arrays(q, qd, qdd, out=out)
-                per[t] = median_time_s(lambda e=engine, o=out, x=(q, qd, qdd): e.decompose_arrays(
-                    *x, out=o), 9 if quick else 25) / N * 1e6
-            print(f'{name:9s} N {N:6d}: 1 thread {per[1]:7.2f}  2 threads {per[2]:7.2f} '
-                  f'({per[2] / per[1]:4.2f}x)  automatic {per[None]:7.2f} us/sample '
-                  f'({per[None] / per[1]:4.2f}x of one thread)')
+def threads_sweep(quick: bool, load: bool = False) -> None:
+    """decompose on 1 thread, on 2, and automatic (the default), per model and batch size,
+    the three engines called in turn in each round (a load change hits all three): medians
+    per sample, and the automatic choice's mean time (its throughput) over one thread's;
+    then one
+    call on a fresh class of 120 000 samples (a 10-minute recording: the analysis's call).
+    ``load``: a busy process on one core throughout (another job on the machine)."""
+    import subprocess
+
+    busy = subprocess.Popen([sys.executable, '-c', 'while True: pass']) if load else None
+    try:
+        print(f'numba threads available: {kernel._max_threads}; '
+              f'{"one core kept busy by another process" if load else "quiet machine"}')
+        models = [('CRANE-X7', default_urdf_path().read_text())] + [
+            (f'chain {n}', serial_chain(3, n=n)) for n in (7, 10, 15)]
+        rounds = 9 if quick else 25
+        for name, xml in models:
+            model = RobotModel.from_urdf(xml)
+            engines = {t: PartialLagrangian(model, threads=t) for t in (1, 2, None)}
+            for N in (64, 128, 256, 1024, 4096):
+                q, qd, qdd = (np.random.default_rng(N).uniform(-1, 1, (N, model.n_joints))
+                              for _ in range(3))
+                outs = {t: e.empty_arrays((N,)) for t, e in engines.items()}
+                times: dict = {t: [] for t in engines}
+                order = list(engines)
+                for r in range(8 + rounds):     # 8 rounds for the automatic choice to learn
+                    # each engine after each other in turn: numba's workers spin a while
+                    # after a parallel call and slow whatever runs next
+                    for t in order[r % 3:] + order[:r % 3]:
+                        t0 = time.perf_counter()
+                        engines[t].decompose_arrays(q, qd, qdd, out=outs[t])
+                        if r >= 8:
+                            times[t].append(time.perf_counter() - t0)
+                per = {t: statistics.median(v) / N * 1e6 for t, v in times.items()}
+                mean = {t: statistics.fmean(v) / N * 1e6 for t, v in times.items()}
+                print(f'{name:9s} N {N:6d}: 1 thread {per[1]:7.2f}  2 threads {per[2]:7.2f} '
+                      f'({per[2] / per[1]:4.2f}x)  automatic {per[None]:7.2f} us/sample '
+                      f'({per[None] / per[1]:4.2f}x of one thread; mean '
+                      f'{mean[None] / mean[1]:4.2f}x)', flush=True)
+        # One call of a recording's length on a class never seen: what analyze does.
+        model = RobotModel.from_urdf(serial_chain(3, n=10))
+        N = 120_000
+        q, qd, qdd = (np.random.default_rng(1).uniform(-1, 1, (N, model.n_joints))
+                      for _ in range(3))
+        per = {}
+        for t in (1, None, 1, None):
+            kernel.thread_choice = kernel.ThreadChoice()    # a fresh process's choice
+            engine = PartialLagrangian(model, threads=t)
+            out = engine.empty_arrays((N,))
+            t0 = time.perf_counter()
+            engine.decompose_arrays(q, qd, qdd, out=out)
+            per.setdefault(t, []).append((time.perf_counter() - t0) / N * 1e6)
+        one, auto = min(per[1]), min(per[None])
+        print(f'chain 10  one call of N {N}, fresh choice: 1 thread {one:.2f}  automatic '
+              f'{auto:.2f} us/sample ({auto / one:4.2f}x of one thread; best of 2)')
+    finally:
+        if busy is not None:
+            busy.kill()
 
 
 def scaling_sweep(quick: bool) -> None:

@@ -397,66 +397,134 @@ _max_threads: int = getattr(numba.config, 'NUMBA_NUM_THREADS')  # noqa: B009 - u
 
 
 class ThreadChoice:
-    """Serial or parallel for a batch, chosen by measuring both, so the choice never
-    stays slower than one thread.
+    """Serial or parallel for a batch, chosen by measuring both, so that the automatic
+    choice does not lose to one thread.
 
-    On an idle machine two threads halve the time of every batch from 64 samples on, for
-    the CRANE-X7 and a 30-joint chain alike (bench/bench_dynamics.py ``--threads-sweep``).
-    With another process busy on a core they can be 1.2-3.6x *slower* than one (numba
-    splits the batch in equal blocks, and the block on the busy core finishes last): the
-    loss depends on the machine's load, not on the model or the batch. So the choice is
-    measured: per size class (log2 of samples x per-sample work, and whether the tables are
-    wanted or only M and the bias), the time per unit of work
-    of the option in use is kept as an average, each call takes the faster, and the slower
-    one is measured afresh after 2, 4, 8 ... 256 calls (reset to 2 when it wins), which
-    keeps its figure current at a cost of under 1 % of the calls once settled.
+    On an idle machine two threads halve a batch's time. With another process busy on a
+    core they are slower, and not evenly: most calls may still take half the time while
+    some wait a scheduler slice for the busy core and take 4-20x as long (numba splits the
+    batch in equal blocks; the block on the busy core finishes last). The loss depends on
+    the machine's load, not on the model, so the choice is measured, per size class (log2
+    of samples x per-sample work, and whether the tables are wanted or only M and the
+    bias):
+
+    * serial is measured first (one thread is the safe default), and a call expected to
+      take under :attr:`MIN_PARALLEL_S` (5 ms) on one thread stays there: a slice lost to
+      a busy core costs about that much, 2-20x such a call (measured here), against a gain
+      of at most half of it on an idle machine;
+    * each option's figure is the *mean* of its last :attr:`WINDOW` calls (seconds per work
+      unit): the throughput a caller gets, stalls included, which a median would hide;
+    * parallel is used only when its figure beats serial's by :attr:`MARGIN` (10 %);
+    * the option not in use is measured afresh on :attr:`BURST` consecutive calls after
+      4, 8, 16 ... 512 calls: doubling while it keeps losing, or when it wins a burst and
+      loses within :attr:`WINDOW` calls (lucky calls); back to 4 when the option in use
+      gets slower. Once settled under 1 % of the calls go to the slower option.
+
+    :func:`_run` also measures both on the first large batch of a class, on two slices of
+    it, before running the rest (an analysis decomposes a whole recording in one call).
     """
 
-    GAIN = 0.3
-    MAX_INTERVAL = 256
+    MARGIN = 0.9
+    MIN_PARALLEL_S = 0.005
+    WINDOW = 4
+    BURST = 2
+    FIRST_INTERVAL = 4
+    MAX_INTERVAL = 512
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # size class -> [seconds per work unit serial, parallel (nan: unmeasured),
-        #                calls until the slower is tried again, current interval]
-        self._classes: dict[tuple[int, bool], list[float]] = {}
+        self._classes: dict[tuple[int, bool], _ClassFigures] = {}
 
-    def pick(self, size_class: tuple[int, bool]) -> bool:
-        """Whether to run this call in parallel."""
+    def _figures(self, size_class: tuple[int, bool]) -> _ClassFigures:
+        return self._classes.setdefault(size_class, _ClassFigures(self.FIRST_INTERVAL))
+
+    def unmeasured(self, size_class: tuple[int, bool]) -> bool:
+        """Whether an option of this class has no figure yet."""
         with self._lock:
-            entry = self._classes.setdefault(size_class, [math.nan, math.nan, 0.0, 2.0])
-            serial, parallel = entry[0], entry[1]
-            if math.isnan(serial) or math.isnan(parallel):
-                return math.isnan(parallel)        # measure parallel first, then serial
-            faster_parallel = parallel < serial
-            entry[2] -= 1
-            if entry[2] > 0:
-                return faster_parallel
-            return not faster_parallel             # try the slower one again
+            figures = self._classes.get(size_class)
+            return figures is None or not (figures.serial and figures.parallel)
+
+    def serial_only(self, size_class: tuple[int, bool], units: float) -> bool:
+        """Whether a call of ``units`` work units is measured to be too short for parallel:
+        it then runs on one thread untimed (no bookkeeping on calls that cannot switch)."""
+        f = self._classes.get(size_class)
+        return f is not None and len(f.serial) >= self.WINDOW and \
+            _mean(f.serial) * units < self.MIN_PARALLEL_S
+
+    def pick(self, size_class: tuple[int, bool], units: float) -> bool:
+        """Whether to run this call of ``units`` work units in parallel."""
+        with self._lock:
+            f = self._figures(size_class)
+            if not f.serial:
+                return False                       # serial first, then parallel
+            if _mean(f.serial) * units < self.MIN_PARALLEL_S:
+                return False                       # too short to risk a lost slice
+            if not f.parallel:
+                return True
+            if f.probing:
+                return not f.in_use_parallel       # the rest of a retry burst
+            f.countdown -= 1
+            if f.countdown > 0:
+                return f.in_use_parallel
+            f.probing = self.BURST                 # the other option, measured afresh
+            return not f.in_use_parallel
 
     def record(self, size_class: tuple[int, bool], parallel: bool,
                seconds_per_unit: float) -> None:
         with self._lock:
-            entry = self._classes[size_class]
-            slot = 1 if parallel else 0
-            old = entry[slot]
-            retry = entry[2] <= 0 and not math.isnan(entry[1 - slot])
-            # A retry is a fresh look (its old figure may be a cold first call); the option
-            # in use is averaged.
-            entry[slot] = seconds_per_unit if math.isnan(old) or retry else \
-                old + self.GAIN * (seconds_per_unit - old)
-            if retry:
-                # back off when the slower option lost again
-                lost = entry[slot] >= entry[1 - slot]
-                entry[3] = min(2 * entry[3], self.MAX_INTERVAL) if lost else 2.0
-                entry[2] = entry[3]
+            f = self._figures(size_class)
+            times = f.parallel if parallel else f.serial
+            probe = f.probing > 0 and parallel != f.in_use_parallel
+            if probe and f.probing == self.BURST:
+                times.clear()                      # a fresh look, not an old figure
+            times.append(seconds_per_unit)
+            del times[:-self.WINDOW]
+            if probe:
+                f.probing -= 1
+                if f.probing:
+                    return                         # decide at the end of the burst
+            if not (f.serial and f.parallel):
+                return
+            faster_parallel = _mean(f.parallel) < self.MARGIN * _mean(f.serial)
+            changed = faster_parallel != f.in_use_parallel
+            if probe and changed:
+                f.trial = self.WINDOW              # the new choice has to hold
+            elif probe or (changed and f.trial > 0):
+                # the other option lost again, or won a burst and lost right after
+                f.interval = min(2 * f.interval, self.MAX_INTERVAL)
+                f.trial = 0
+            elif changed:
+                f.interval = self.FIRST_INTERVAL  # the option in use got slower: look again
+            else:
+                f.trial = max(0, f.trial - 1)
+            if probe or changed:
+                f.countdown = f.interval
+            f.in_use_parallel = faster_parallel
 
     def parallel_share(self, size_class: tuple[int, bool]) -> float | None:
         """Measured parallel / serial time of a size class (None before both ran)."""
-        entry = self._classes.get(size_class)
-        if entry is None or math.isnan(entry[0]) or math.isnan(entry[1]):
-            return None
-        return entry[1] / entry[0]
+        with self._lock:
+            f = self._classes.get(size_class)
+            if f is None or not (f.serial and f.parallel):
+                return None
+            return _mean(f.parallel) / _mean(f.serial)
+
+
+class _ClassFigures:
+    """One size class's measurements (seconds per work unit, newest last)."""
+
+    def __init__(self, interval: int) -> None:
+        self.serial: list[float] = []
+        self.parallel: list[float] = []
+        self.in_use_parallel = False
+        self.interval = interval
+        self.countdown = interval
+        self.probing = 0          # calls left in a burst of the option not in use
+        self.trial = 0            # calls a choice made by a burst has yet to hold
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 thread_choice = ThreadChoice()
@@ -481,31 +549,59 @@ def _run(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, tables
     """``threads``: None measures serial against parallel (:class:`ThreadChoice`); an int
     caps the threads (1: serial)."""
     N = q.shape[0]
-    args = (q, qd, qdd, km.ints, km.reals, tables)
     cap = _max_threads if threads is None else min(threads, _max_threads)
     if N < parallel_threshold or cap <= 1:
-        _batch_call(*args, 0, N, *outputs)
+        _batch_call(q, qd, qdd, km.ints, km.reals, tables, 0, N, *outputs)
         return
-    size_class: tuple[int, bool] | None = None
-    if threads is None:
-        size_class = (int(math.log2(N * km.work)), tables)
-        if not thread_choice.pick(size_class):
-            t0 = time.perf_counter()
-            _batch_call(*args, 0, N, *outputs)
-            thread_choice.record(size_class, False, (time.perf_counter() - t0) / N / km.work)
-            return
+    if threads is not None:
+        _rows(km, q, qd, qdd, tables, outputs, 0, N, cap)
+        return
+    size_class = (int(math.log2(N * km.work)), tables)
+    if thread_choice.serial_only(size_class, N * km.work):
+        _batch_call(q, qd, qdd, km.ints, km.reals, tables, 0, N, *outputs)
+        return
+    start = 0
+    if N >= _PROBE_SLICES * parallel_threshold and thread_choice.unmeasured(size_class):
+        # The first large batch of its class: serial on one slice, parallel on the next
+        # when a slice is long enough to risk it, then the rest with the faster (a
+        # recording is often decomposed in one call).
+        size = N // _PROBE_SLICES
+        for parallel in (False, True):
+            elapsed = _rows(km, q, qd, qdd, tables, outputs, start, start + size,
+                            cap if parallel else 1)
+            thread_choice.record(size_class, parallel, elapsed / size / km.work)
+            start += size
+            if elapsed < ThreadChoice.MIN_PARALLEL_S:
+                break
+    parallel = thread_choice.pick(size_class, (N - start) * km.work)
+    elapsed = _rows(km, q, qd, qdd, tables, outputs, start, N, cap if parallel else 1)
+    thread_choice.record(size_class, parallel, elapsed / (N - start) / km.work)
+
+
+_PROBE_SLICES = 16
+"""A batch of at least this many times ``parallel_threshold`` samples measures both options
+on a 1/16 slice each when its class has no figures yet."""
+
+
+def _rows(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, tables: bool,
+          outputs: tuple[np.ndarray, ...], start: int, stop: int, threads: int) -> float:
+    """Rows ``start:stop`` on ``threads`` threads (1: serial); returns the seconds taken."""
+    if threads <= 1:
+        t0 = time.perf_counter()
+        _batch_call(q, qd, qdd, km.ints, km.reals, tables, start, stop, *outputs)
+        return time.perf_counter() - t0
+    part = slice(start, stop)
     with _pool_lock:
         previous = numba.get_num_threads()
-        numba.set_num_threads(cap)
+        numba.set_num_threads(threads)
         try:
             t0 = time.perf_counter()
             # a few blocks per thread so an uneven thread still finishes together
-            _batch_parallel_call(*args, min(N, 4 * cap), *outputs)
-            elapsed = time.perf_counter() - t0
+            _batch_parallel_call(q[part], qd[part], qdd[part], km.ints, km.reals, tables,
+                                 min(stop - start, 4 * threads), *(o[part] for o in outputs))
+            return time.perf_counter() - t0
         finally:
             numba.set_num_threads(previous)
-    if size_class is not None:
-        thread_choice.record(size_class, True, elapsed / N / km.work)
 
 
 def decompose_into(km: KernelModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray, *,

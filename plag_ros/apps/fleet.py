@@ -12,8 +12,11 @@ or an existing cluster through ``--scheduler ADDRESS`` or Dask's own
 Cores: worker processes x engine threads never exceed the cores a host has. A local
 cluster of ``W`` workers on ``C`` cores gives each bag's engine ``max(1, C // W)`` threads
 (the default ``W = C`` gives one each); on a cluster each worker's share is its host's
-cores divided by the worker threads on that host. (The output writers of one bag overlap
-for a moment in threads of their own: deflate and file writes, not the engine.)
+cores divided by the worker threads on that host. A worker with two cores or more also
+writes a bag's csv and figures in a child process while the rest is written, as a
+single-bag run does (the local cluster's workers are started non-daemonic for that; a
+daemonic worker writes them itself). The output writers overlap for a moment in threads
+of their own: deflate and file writes, not the engine.
 
 Outputs and reruns: ``OUT/<bag name>/fleet.json`` is written last, with the SHA-256 of
 the bag's files, the settings that shape the outputs and the bag's report row. A rerun
@@ -31,6 +34,7 @@ import dataclasses
 import glob
 import hashlib
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -241,8 +245,13 @@ def run_bag(job: BagJob) -> BagOutcome:
         if record is not None:
             return BagOutcome(job.name, job.bag, 'skipped', int(record['exit_code']),
                               record['row'], time.perf_counter() - t0)
-        options = dataclasses.replace(job.options, threads=_worker_threads(job),
-                                      figures_process=False, progress=False)
+        threads = _worker_threads(job)
+        # The csv and figures go to a child process, as in a single-bag run, only where
+        # this worker has a core for it and may start one (a daemonic worker may not).
+        child = None if (threads or usable_cores()) >= 2 and \
+            not multiprocessing.current_process().daemon else False
+        options = dataclasses.replace(job.options, threads=threads, figures_process=child,
+                                      progress=False)
         model = _model(job.urdf)
         figures: dict[str, object] = {}
         result = analyze_bag(job.bag, job.out, model=model, topic=job.topic, stamp=job.stamp,
@@ -313,8 +322,12 @@ class _Cluster:
             n = workers or usable_cores()
             # processes, one bag at a time each: the engine's loop and the writers hold the
             # GIL for long stretches; no dashboard (it needs bokeh, and nobody watches it)
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=40)
+            # non-daemonic workers: a worker with two cores writes a bag's csv and figures
+            # in a child process while its engine finishes, as a single-bag run does
+            with dask.config.set({'distributed.worker.daemon': False}):
+                self.cluster = LocalCluster(n_workers=n, threads_per_worker=1,
+                                            processes=True, dashboard_address=None,
+                                            silence_logs=40)
             self.client = Client(self.cluster)
             self.where = f'a local cluster of {n} worker process{"es" if n > 1 else ""}'
 

@@ -315,3 +315,26 @@ def test_bags_of_the_same_name_get_distinct_outputs(tmp_path):
     for name in ('cut_0.mcap', 'cut_1.mcap'):
         (tmp_path / 'cut' / name).write_bytes(b'')
     assert fleet.find_bags([tmp_path / 'cut']) == [tmp_path / 'cut']
+
+
+def test_rerun_with_every_product_skips_until_an_output_is_gone(bags, tmp_path):
+    """With the default products (figures and the output bag included) a rerun skips the
+    bag; a file of its outputs removed, or cut short, makes it redo that bag."""
+    out = tmp_path / 'out'
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, '-m', 'plag_ros.apps.cli', 'analyze',
+                               str(bags / 'trial_a'), str(bags / 'trial_b'), '-o', str(out),
+                               '--workers', '1', '--no-progress'],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert '2 bags: 2 analysed' in run()
+    assert (out / 'trial_a' / 'propagation.png').exists() and (out / 'trial_a' / 'bag').is_dir()
+    assert '2 bags: 0 analysed, 0 salvaged, 2 skipped' in run()
+    (out / 'trial_a' / 'propagation.png').unlink()
+    with open(out / 'trial_b' / 'torques.csv', 'r+b') as f:
+        f.truncate(100)
+    assert '2 bags: 2 analysed, 0 salvaged, 0 skipped' in run()
+    assert (out / 'trial_a' / 'propagation.png').exists()

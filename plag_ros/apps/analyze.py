@@ -494,6 +494,12 @@ class BagAnalysis(NamedTuple):
     recovery: RecoveryReport | None
 
 
+def refuse_output_in_bag(out: Path, bag: Path) -> None:
+    """Raise BagError when the output directory ``out`` is the bag or lies inside it."""
+    if out.resolve() == bag.resolve() or bag.resolve() in out.resolve().parents:
+        raise BagError(f'output {out} would overwrite the input bag {bag}')
+
+
 def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = None,
                 topic: str | None = None, stamp: StampSource = 'header', force: bool = False,
                 options: AnalysisOptions | None = None,
@@ -524,8 +530,7 @@ def analyze_bag(bag: str | Path, out: str | Path, *, model: RobotModel | None = 
     timings = {} if timings is None else timings
     out = Path(out)
     bag = Path(bag)
-    if out.resolve() == bag.resolve() or bag.resolve() in out.resolve().parents:
-        raise BagError(f'output {out} would overwrite the input bag {bag}')
+    refuse_output_in_bag(out, bag)
     if out.exists() and not force:
         prepare_output(out, force=False)
     model = model or RobotModel.from_urdf(default_urdf_path())

@@ -19,8 +19,9 @@ daemonic worker writes them itself). The output writers overlap for a moment in 
 of their own: deflate and file writes, not the engine.
 
 Outputs and reruns: ``OUT/<bag name>/fleet.json`` is written last, with the SHA-256 of
-the bag's files, the settings that shape the outputs and the bag's report row. A rerun
-skips a bag whose record matches its input and settings and whose products all exist;
+the bag's files, the settings that shape the outputs, the bag's report row and the size
+of every file the run wrote. A rerun skips a bag whose record matches its input and
+settings and whose files are all there with those sizes;
 ``--force`` redoes every bag. A bag that failed leaves no record and is tried again.
 
 Exit status of the run: 0 when every bag was analysed whole, 3
@@ -44,6 +45,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from plag_ros.apps.analyze import analyze_bag, refuse_output_in_bag
 from plag_ros.core.analysis import AnalysisOptions
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import EXIT_RECOVERED_WITH_LOSS, BagError, StampSource
@@ -57,8 +59,6 @@ EXIT_FAILED = 2
 RECORD = 'fleet.json'
 """The record written last into each bag's output directory."""
 BAG_SUFFIXES = ('.mcap', '.db3')
-_PRODUCT_FILES = {'npz': 'analysis.npz', 'csv': 'torques.csv', 'summary': 'summary.txt',
-                  'bag': 'bag', 'plots': 'torques.png'}
 
 
 def is_bag(path: Path) -> bool:
@@ -217,28 +217,39 @@ def _worker_threads(job: BagJob) -> int | None:
     return job.threads.get(address, job.options.threads)
 
 
+def _files(out: Path) -> dict[str, int]:
+    """Every file a run wrote into ``out`` (relative path -> bytes), the record aside."""
+    return {p.relative_to(out).as_posix(): p.stat().st_size for p in sorted(out.rglob('*'))
+            if p.is_file() and not p.name.startswith(RECORD)}
+
+
 def _complete(job: BagJob, digest: str) -> dict[str, Any] | None:
-    """The record of a finished earlier run of this job, when its input, settings and
-    products still match; None otherwise."""
+    """The record of a finished earlier run of this job, when its input and settings still
+    match and every file it wrote is there with its size; None otherwise."""
     try:
         record = json.loads((job.out / RECORD).read_text())
     except (OSError, ValueError):
         return None
     if record.get('input_sha256') != digest or record.get('settings') != job.settings():
         return None
-    products = job.options.products
-    if not all((job.out / _PRODUCT_FILES[p]).exists() for p in products if p in _PRODUCT_FILES):
+    files = record.get('files') or {}
+    present = _files(job.out) if files else {}
+    if not files or any(present.get(name) != size for name, size in files.items()):
         return None
     return record
+
+
+def _failed(job: BagJob, message: str, seconds: float = 0.0) -> BagOutcome:
+    """The outcome of a bag that could not be analysed: its identity and the error."""
+    return BagOutcome(job.name, job.bag, 'failed', EXIT_FAILED,
+                      {'bag': job.name, 'source': str(job.bag), 'status': 'failed',
+                       'exit_code': EXIT_FAILED, 'error': message}, seconds, message)
 
 
 def run_bag(job: BagJob) -> BagOutcome:
     """Analyse one bag into ``job.out`` (the worker's task). Never raises: a bag that
     cannot be analysed comes back as a 'failed' outcome with the error."""
-    from plag_ros.apps.analyze import analyze_bag
-
     t0 = time.perf_counter()
-    identity = {'bag': job.name, 'source': str(job.bag)}
     try:
         digest = fingerprint(job.bag)
         record = None if job.force else _complete(job, digest)
@@ -259,9 +270,10 @@ def run_bag(job: BagJob) -> BagOutcome:
         recovery = result.recovery
         status = 'salvaged' if recovery is not None else 'analysed'
         code = EXIT_RECOVERED_WITH_LOSS if recovery is not None and recovery.lossy else 0
-        row = {**identity, 'status': status, 'exit_code': code, 'error': '', **figures}
+        row = {'bag': job.name, 'source': str(job.bag), 'status': status, 'exit_code': code,
+               'error': '', **figures}
         record = {'input_sha256': digest, 'settings': job.settings(), 'exit_code': code,
-                  'status': status, 'row': row}
+                  'status': status, 'row': row, 'files': _files(job.out)}
         partial = job.out / (RECORD + '.part')
         partial.write_text(json.dumps(record, indent=1))
         partial.replace(job.out / RECORD)
@@ -270,9 +282,7 @@ def run_bag(job: BagJob) -> BagOutcome:
         message = f'{type(err).__name__}: {err}'
     except Exception as err:  # noqa: BLE001 - one bag's bug must not end the others
         message = f'{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}'
-    row = {**identity, 'status': 'failed', 'exit_code': EXIT_FAILED, 'error': message}
-    return BagOutcome(job.name, job.bag, 'failed', EXIT_FAILED, row,
-                      time.perf_counter() - t0, message)
+    return _failed(job, message, time.perf_counter() - t0)
 
 
 def usable_cores() -> int:
@@ -348,11 +358,9 @@ def analyze_bags(bags: Sequence[Path], out: Path, options: AnalysisOptions, *,
     """
     from plag_ros.apps.fleet_report import write_fleet_report
 
-    out.mkdir(parents=True, exist_ok=True)
     for bag in bags:
-        resolved = bag.resolve()
-        if resolved == out.resolve() or resolved in out.resolve().parents:
-            raise BagError(f'output {out} would overwrite the input bag {bag}')
+        refuse_output_in_bag(out, bag)
+    out.mkdir(parents=True, exist_ok=True)
     names = _names(bags)
     cluster = _Cluster(scheduler, workers)
     try:
@@ -373,11 +381,7 @@ def analyze_bags(bags: Sequence[Path], out: Path, options: AnalysisOptions, *,
             try:
                 outcome = future.result()
             except Exception as err:  # noqa: BLE001 - a worker died under this bag
-                message = f'{type(err).__name__}: {err}'
-                outcome = BagOutcome(jobs[i].name, bags[i], 'failed', EXIT_FAILED,
-                                     {'bag': jobs[i].name, 'source': str(jobs[i].bag),
-                                      'status': 'failed', 'exit_code': EXIT_FAILED,
-                                      'error': message}, 0.0, message)
+                outcome = _failed(jobs[i], f'{type(err).__name__}: {err}')
             outcomes[i] = outcome
             bar.update(1)
             if outcome.status == 'failed':

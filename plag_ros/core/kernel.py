@@ -448,8 +448,11 @@ class ThreadChoice:
         """Whether a call of ``units`` work units is measured to be too short for parallel:
         it then runs on one thread untimed (no bookkeeping on calls that cannot switch)."""
         f = self._classes.get(size_class)
-        return f is not None and len(f.serial) >= self.WINDOW and \
-            _mean(f.serial) * units < self.MIN_PARALLEL_S
+        return f is not None and len(f.serial) >= self.WINDOW and self._too_short(f, units)
+
+    def _too_short(self, f: _ClassFigures, units: float) -> bool:
+        """Whether one thread is expected to take under MIN_PARALLEL_S for ``units``."""
+        return _mean(f.serial) * units < self.MIN_PARALLEL_S
 
     def pick(self, size_class: tuple[int, bool], units: float) -> bool:
         """Whether to run this call of ``units`` work units in parallel."""
@@ -457,7 +460,7 @@ class ThreadChoice:
             f = self._figures(size_class)
             if not f.serial:
                 return False                       # serial first, then parallel
-            if _mean(f.serial) * units < self.MIN_PARALLEL_S:
+            if self._too_short(f, units):
                 return False                       # too short to risk a lost slice
             if not f.parallel:
                 return True

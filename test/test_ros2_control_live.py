@@ -224,8 +224,8 @@ def unexplained_moves(s: Session, since: int) -> float:
                                for chunk in np.array_split(rows, 1 + len(rows) // 256)])
     explained = distance < EXACT
     for start, pose in s.enables:
-        low = np.minimum(pose, hold_set_point(pose)) - 1e-3
-        high = np.maximum(pose, hold_set_point(pose)) + 1e-3
+        hold = hold_set_point(pose)          # (builds the model: once per enable)
+        low, high = np.minimum(pose, hold) - 1e-3, np.maximum(pose, hold) + 1e-3
         for k in np.flatnonzero(rows >= start):
             if explained[k]:
                 break          # the arm reached a command we saw: the approach is over

@@ -48,9 +48,10 @@ def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
     assert any(float(m.group(3)) > 0 for m in lines), report
     assert any(float(m.group(2)) > 0 for m in lines if m.group(2) != '-'), report
     # The simulator's input is clean (the node subscribes to joint_states once it has the
-    # simulator's robot_description). The simulator stamps on publish, so on an overloaded
-    # machine two catch-up ticks may come closer than the estimator accepts: that, and
-    # only that, may be rejected.
+    # simulator's robot_description). The simulator stamps each state with its tick's
+    # start (test_sim_node checks that a stall cannot squeeze the stamps), but on an
+    # overloaded machine the timer's catch-up tick may start closer to the last one than
+    # the estimator accepts: that, and only that, may be rejected.
     for m in lines:
         reasons = dict(r.rsplit(' ', 1) for r in (m.group(7) or '').split(', ') if r)
         assert set(reasons) <= {'stamp_too_close'}, report

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import time
 
 import pytest
 from ros2_control_rig import MockCraneX7, require_real_stack
@@ -76,16 +77,20 @@ def test_every_ros2_command_of_the_steps_runs(tmp_path):
                                capture_output=True, timeout=60)
                 shown.append(f'$ {step}\n(launched; see {run.log})')
                 continue
-            hz = argv[:3] == ['ros2', 'topic', 'hz']
-            try:
-                done = subprocess.run(argv, env=env, capture_output=True, text=True,
-                                      timeout=8 if hz else 60)
-                out, code = done.stdout + done.stderr, done.returncode
-            except subprocess.TimeoutExpired as err:
-                assert hz, f'{step} did not end'
-                out = (err.stdout or b'').decode() + (err.stderr or b'').decode()
-                code = 0
+            out, code = run_command(argv, env)
             shown.append(f'$ {step}\n{out}')
+            for _ in range(3):
+                # README step 4: a gap in /joint_states (this 2-core machine stalls for
+                # 0.3 s at times) shows as a fault that clears by itself; the user echoes
+                # again. The node must have logged that fault, and must recover.
+                fault = input_gap_fault(step, out)
+                if not fault:
+                    break
+                assert any(f'state fault ({fault})' in r.log.read_text(errors='replace')
+                           for r in runs), f'{fault} shown but not logged by the node'
+                time.sleep(1.0)
+                out, code = run_command(argv, env)
+                shown.append(f'$ {step}\n(again after the self-clearing {fault})\n{out}')
             assert code == 0, f'{step} failed ({code}):\n{out}'
             check(step, out)
     finally:
@@ -96,6 +101,33 @@ def test_every_ros2_command_of_the_steps_runs(tmp_path):
             run.kill()
         subprocess.run(['ros2', 'daemon', 'stop'], env=env, capture_output=True, timeout=60)
         robot.close()
+
+
+def run_command(argv: list[str], env: dict[str, str]) -> tuple[str, int]:
+    """Run one README command: its output and exit code (``ros2 topic hz`` for 8 s)."""
+    hz = argv[:3] == ['ros2', 'topic', 'hz']
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True,
+                              timeout=8 if hz else 60)
+        return done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as err:
+        assert hz, f'{shlex.join(argv)} did not end'
+        return (err.stdout or b'').decode() + (err.stderr or b'').decode(), 0
+
+
+STATE = re.compile(r'\\?"state\\?": \\?"(\w+)\\?", \\?"reason\\?": \\?"(\w*)')
+"""The state and reason fields of ``~/state`` as ``ros2 topic echo`` prints them."""
+
+
+def input_gap_fault(step: str, out: str) -> str:
+    """The reason when ``out`` is the state echo showing a fault that README step 4 says
+    clears by itself (``stale``, then ``warming_up``: a gap in the joint states); else ''."""
+    if not (step.startswith('ros2 topic echo') and step.endswith('/plag_impedance/state')):
+        return ''
+    found = STATE.search(out)
+    if found and found[1] == 'fault' and found[2] in ('stale', 'warming_up'):
+        return found[2]
+    return ''
 
 
 _seen: dict[str, int] = {}
@@ -114,8 +146,8 @@ def check(step: str, out: str) -> None:
         rates = [float(r) for r in re.findall(r'average rate: ([\d.]+)', out)]
         assert rates and 150.0 < rates[-1] < 220.0, out
     elif step.startswith('ros2 topic echo') and step.endswith('/plag_impedance/state'):
-        assert re.search(r'\\"state\\": \\"(ramping|enabled)\\"|"state": "(ramping|enabled)"',
-                         out), out
+        found = STATE.search(out)
+        assert found and found[1] in ('ramping', 'enabled'), out
     elif 'enable std_srvs/srv/SetBool' in step:
         assert 'success=True' in out, out
     elif step.startswith('ros2 control switch_controllers'):

@@ -188,3 +188,58 @@ def test_inconsistent_parameters_are_refused_at_start(override, message):
                     parameter_overrides=[Parameter(override[0], value=override[1])])
     finally:
         context.try_shutdown()
+
+
+def test_a_stall_before_publishing_does_not_squeeze_the_stamps():
+    """Each joint state is stamped with the instant its simulated state represents.
+
+    The driver's steps bring the state up to the tick's start; a stall after stepping
+    (a busy machine, here a 40 ms sleep every fifth tick) must not move the stamp. Stamped
+    on publish, the state after the stall would carry up to ``max_steps_per_tick`` steps of
+    motion in one 5 ms stamp interval: the plausibility gate downstream saw that as a
+    position jump. Checked per message: simulated time advanced <= stamp interval + 1 ms
+    (the clock pairing's bound).
+    """
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+
+    from plag_ros.ros.nodes.sim_node import SimNode
+
+    context = Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID + 50)
+    try:
+        sim = SimNode(context=context)
+        ticks: list[float] = []          # simulated time after each tick's steps [s]
+        tick = sim.driver.tick
+
+        def stalling_tick(now: float | None = None) -> None:
+            tick(now)
+            ticks.append(sim.driver.sim.state.t)
+            if len(ticks) % 5 == 0:
+                time.sleep(0.040)        # stepped, not yet published
+
+        sim.driver.tick = stalling_tick
+        listener = rclpy.create_node('stamp_listener', context=context)
+        stamps: list[int] = []
+        listener.create_subscription(
+            JointState, 'joint_states',
+            lambda m: stamps.append(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec), 1000)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(sim)
+        executor.add_node(listener)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.01)
+        for _ in range(50):              # deliver what is still in flight
+            executor.spin_once(timeout_sec=0.01)
+    finally:
+        context.try_shutdown()
+    n = min(len(stamps), len(ticks))
+    assert n > 100, (len(stamps), len(ticks))
+    advanced = np.diff(ticks[:n])
+    interval = np.diff(stamps[:n]) * 1e-9
+    assert (advanced > 0.0).sum() > 0.5 * n          # the robot's time did move on
+    worst = int(np.argmax(advanced - interval))
+    assert (advanced <= interval + 1e-3).all(), \
+        f'message {worst + 1}: {advanced[worst] * 1e3:.1f} ms simulated in a ' \
+        f'{interval[worst] * 1e3:.1f} ms stamp interval'

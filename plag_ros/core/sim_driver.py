@@ -194,9 +194,14 @@ class DriverEmulation:
         self._trajectory = None
 
     # ------------------------------------------------------------------ physics
-    def tick(self) -> None:
-        """One publish tick: stale effort, the trajectory, then the physics steps due."""
-        now = time.monotonic()
+    def tick(self, now: float | None = None) -> None:
+        """One publish tick: stale effort, the trajectory, then the physics steps due.
+
+        Args:
+            now: ``time.monotonic()`` of the tick's start [s] (None: read it here). The
+                steps bring the simulated state up to this instant.
+        """
+        now = time.monotonic() if now is None else now
         if (self.sim.mode == 'effort' and self._effort_stamp is not None
                 and self.effort_timeout > 0.0
                 and now - self._effort_stamp > self.effort_timeout):

@@ -72,7 +72,10 @@ steps of ``1 / physics_rate_hz`` as wall time has advanced (at most
 ``max_steps_per_tick``, and no more than fit in 80 % of the tick period; time beyond that
 is dropped and counted as ``overrun_steps``, so a busy machine slows the simulated robot
 down instead of piling up work or thinning out joint_states), then publishes one joint
-state stamped with the node clock. A robot at exact rest (stuck by friction or stops,
+state stamped with the node clock at the tick's start, the instant the stepped state
+represents (as ros2_control's joint_state_broadcaster stamps with its control cycle's time,
+not the publish time: a stall between stepping and publishing must not squeeze the state's
+motion into a shorter stamp interval). A robot at exact rest (stuck by friction or stops,
 command unchanged) costs next to nothing: such steps have the same inputs as the last one
 and are skipped (``SimulatorConfig.skip_rest``). The achieved physics rate, the rate of
 computed steps and the process CPU share are reported on ``/diagnostics`` and logged every
@@ -80,6 +83,7 @@ computed steps and the process CPU share are reported on ``/diagnostics`` and lo
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -262,15 +266,26 @@ class SimNode(Node):
         points = [(_seconds(p.time_from_start), p.positions) for p in msg.points]
         self.driver.trajectory(msg.joint_names, points, _seconds(msg.header.stamp))
 
+    def _clock_pair(self) -> tuple[int, float]:
+        """The node clock [ns] and ``time.monotonic()`` [s] read at one instant (within 1 ms
+        unless the machine stalls three times in a row)."""
+        for _ in range(3):
+            before = time.monotonic()
+            t_ns = self.get_clock().now().nanoseconds
+            after = time.monotonic()
+            if after - before < 1e-3:
+                break
+        return t_ns, 0.5 * (before + after)
+
     def _on_tick(self) -> None:
-        self.driver.tick()
+        t_ns, now = self._clock_pair()
+        self.driver.tick(now)
         if not self.context.ok():
             return  # shutting down (signal) while stepping: the publisher is gone
         if not self.broadcasting:
             return  # joint_state_controller deactivated through the controller manager
         names, q, qd, effort = self.driver.joint_state()
-        self._pub_state.publish(msgs.joint_state(names, q, qd, effort,
-                                                 t_ns=self.get_clock().now().nanoseconds))
+        self._pub_state.publish(msgs.joint_state(names, q, qd, effort, t_ns=t_ns))
         self.driver.counters['published'] += 1
 
     def _report(self) -> None:

@@ -24,9 +24,11 @@ and this process receives ``~/joint_states`` (the first output of a sample) and 
   (n, B, n) decomposition, the estimator and 15 messages per sample).
 
 Usage: ``python bench/bench_nodes.py [--duration 10] [--rates 200 500 1000] [--repeat N]
-[--save L.npz]`` (``--repeat``: N interleaved runs per rate and their median and spread, as
-one run on a shared machine is one sample; ``--save``: every latency in arrival order, to
-see when the slow samples came).
+[--save L.npz] [--versus NAME:=VALUE]`` (``--repeat``: N interleaved runs per rate and their
+median and spread, as one run on a shared machine is one sample; ``--save``: every latency
+in arrival order, to see when the slow samples came; ``--versus``: each run also with that
+parameter, interleaved, and the ratio of the medians, e.g. ``publish_components:=false``
+for what the per-component topics cost).
 Targets: nothing dropped at 500 Hz, p99 <= 3 ms, under half a core at 200 Hz.
 """
 from __future__ import annotations
@@ -303,6 +305,9 @@ def main() -> int:
                              'spread per rate: one run on a shared machine is one sample')
     parser.add_argument('--save', type=Path, default=None, metavar='NPZ',
                         help='save every latency [ns] per rate, in arrival order')
+    parser.add_argument('--versus', default=None, metavar='NAME:=VALUE',
+                        help='also run each rate with this parameter (interleaved) and print '
+                             'the ratio of the medians')
     parser.add_argument('--feed', type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.feed is not None:
@@ -315,15 +320,32 @@ def main() -> int:
     header = (f"{'rate':>6} {'sent':>6} {'out':>6} {'drop':>5} {'p50':>7} {'p99':>7} "
               f"{'max':>7} {'last p50':>9} {'last p99':>9} {'cpu':>6} {'ms cpu/sample':>13}")
     print(header + '   (latency ms from input stamp; cpu in cores)')
-    rows = []
+    rows: list[dict] = []
     for repeat in range(args.repeat):
         for rate in args.rates:
-            f = bench_rate(rate, args.duration, log_dir, args.param)
-            f['repeat'] = repeat
-            rows.append(f)
-            _print_row(f)
-    if args.repeat > 1:
-        _print_summary(rows, args.rates)
+            variants = [('base', args.param)]
+            if args.versus:
+                variants.append((args.versus, [*args.param, args.versus]))
+            for name, params in variants:
+                f = bench_rate(rate, args.duration, log_dir, params)
+                f['repeat'], f['variant'] = repeat, name
+                rows.append(f)
+                print(f'[{name}] ', end='')
+                _print_row(f)
+    if args.repeat > 1 or args.versus:
+        for name in dict.fromkeys(r['variant'] for r in rows):
+            print(f'[{name}] ', end='')
+            _print_summary([r for r in rows if r['variant'] == name], args.rates)
+    if args.versus:
+        def median(rate: float, variant: str, key: str) -> float:
+            return float(np.median([r[key] for r in rows
+                                    if r['rate_hz'] == rate and r['variant'] == variant]))
+
+        for rate in args.rates:
+            ratios = ', '.join(
+                f'{key} {median(rate, "base", key) / median(rate, args.versus, key):.2f}x'
+                for key in ('cpu_cores', 'p50_ms', 'p99_ms'))
+            print(f'{rate:6.0f} Hz  medians base / {args.versus}: {ratios}', flush=True)
     if args.save is not None:
         suffix = (lambda r: f"_{r['repeat']}") if args.repeat > 1 else (lambda r: '')
         np.savez(args.save, **{f"{kind}_{r['rate_hz']:.0f}{suffix(r)}": r[f'{kind}_ns']

@@ -184,6 +184,8 @@ def test_output_bag_holds_every_node_topic(analysed, model):
     expected.update({f'{NODE}/{name}': 'std_msgs/msg/Float64MultiArray' for name in ARRAYS})
     expected.update({f'{NODE}/body/{b}': 'sensor_msgs/msg/JointState'
                      for b in model.body_names})
+    expected.update({f'{NODE}/component/{c}': 'sensor_msgs/msg/JointState'
+                     for c in ('acceleration', 'velocity', 'gravity', 'friction')})
     assert types == expected
     # The input joint states byte for byte, with their receive times.
     with Reader(root / 'bag') as reader:
@@ -228,6 +230,21 @@ def test_output_bag_holds_every_node_topic(analysed, model):
                                           analysis.partial[vis[j]][:, i])
     names_msg = deserialize_message(bag[f'{NODE}/names'][0][1], String)
     assert msgs.parse_names(names_msg)['bodies'] == list(model.body_names)
+    # per-joint components every sample, as the node publishes them: by joint name, the
+    # acceleration, velocity and gravity parts add up to the joint torque
+    parts = {'acceleration': analysis.acceleration.sum(axis=(2, 3)),
+             'velocity': analysis.velocity.sum(axis=(2, 3)),
+             'gravity': analysis.gravity.sum(axis=2), 'friction': analysis.friction}
+    for name, value in parts.items():
+        rows = bag[f'{NODE}/component/{name}']
+        assert len(rows) == m and [ts for ts, _ in rows] == receive[:m].tolist()
+        for k in (0, m // 2, m - 1):
+            msg = deserialize_message(rows[k][1], JointState)
+            assert msgs.stamp_to_ns(msg.header.stamp) == analysis.t_ns[k]
+            assert list(msg.name) == list(model.joint_names)
+            np.testing.assert_allclose(np.array(msg.effort), value[k], rtol=0, atol=1e-12)
+    rigid = sum(parts[c] for c in ('acceleration', 'velocity', 'gravity'))
+    np.testing.assert_allclose(rigid, analysis.torque, rtol=0, atol=1e-9)
 
 
 def test_markers_and_image_follow_the_node(analysed, model):

@@ -38,6 +38,7 @@ RATE_HZ = 200.0
 PERIOD_NS = 5_000_000
 ARRAYS = ('partial', 'acceleration', 'velocity', 'gravity', 'friction')
 TOL = 1e-9
+COMPONENTS = ('acceleration', 'velocity', 'gravity', 'friction')   # ~/component/<name>
 
 
 @pytest.fixture(scope='module')
@@ -63,6 +64,8 @@ def graph(model, tmp_path_factory, request):
     out['diagnostics'] = client.collect(DiagnosticArray, '/diagnostics')
     out['bodies'] = {body: client.collect(JointState, f'{NODE}/body/{body}')
                      for body in model.body_names}
+    out['components'] = {name: client.collect(JointState, f'{NODE}/component/{name}')
+                         for name in COMPONENTS}
     node = start_node('dynamics_node', domain_id=DOMAIN_ID,
                       log_dir=tmp_path_factory.mktemp('dynamics_node'),
                       params_file=REPO / 'config' / 'crane_x7.yaml',
@@ -167,7 +170,7 @@ def _latest_counts(out) -> dict[str, str]:
 
 def _clear(out) -> None:
     for key, value in out.items():
-        if key == 'bodies':
+        if key in ('bodies', 'components'):
             for lst in value.values():
                 lst.clear()
         elif key != 'names':
@@ -201,10 +204,11 @@ def _stream(graph, model, sent: list[JointState], expected: list[tuple[int, dict
     try:
         wait_until(lambda: all(_has_last(out, name, expected[-1])
                                for name in ('joint_states', *ARRAYS))
-                   and all(b for b in out['bodies'].values()),
+                   and all(b for b in out['bodies'].values())
+                   and all(len(c) == len(expected) for c in out['components'].values()),
                    30.0, "the last sample's output on every topic")
     except AssertionError as err:
-        counts = {k: len(v) for k, v in out.items() if k != 'bodies'}
+        counts = {k: len(v) for k, v in out.items() if k not in ('bodies', 'components')}
         raise AssertionError(f'{err}: got {counts}\n{node.output()[-3000:]}') from err
 
 
@@ -230,6 +234,29 @@ def _check_outputs(model, out, expected) -> None:
             assert values.shape == shapes[name] and labels == msgs.ARRAY_LABELS[name]
             assert np.isfinite(values).all()
             np.testing.assert_allclose(values, want[name], rtol=0, atol=TOL, err_msg=name)
+    # Per-component states, every sample, read by joint name as a plotting tool does: the
+    # acceleration, velocity and gravity parts add up to the joint torque of ~/joint_states
+    # of the same stamp, joint by joint; each part and the friction are the library's.
+    torque_by_stamp = {msgs.stamp_to_ns(m.header.stamp): dict(zip(m.name, m.effort))
+                       for _, m in out['joint_states']}
+    for name in COMPONENTS:
+        assert len(out['components'][name]) == len(expected), name
+    for index, (t_ns, want) in enumerate(expected):
+        parts = {}
+        for name in COMPONENTS:
+            msg = out['components'][name][index][1]
+            assert msgs.stamp_to_ns(msg.header.stamp) == t_ns, name
+            assert msg.header.frame_id == model.root_link and not msg.position, name
+            parts[name] = dict(zip(msg.name, msg.effort, strict=True))
+            assert sorted(parts[name]) == sorted(model.joint_names), name
+        library = {'acceleration': want['acceleration'].sum(axis=(1, 2)),
+                   'velocity': want['velocity'].sum(axis=(1, 2)),
+                   'gravity': want['gravity'].sum(axis=1), 'friction': want['friction']}
+        for k, joint in enumerate(model.joint_names):
+            rigid = sum(parts[name][joint] for name in ('acceleration', 'velocity', 'gravity'))
+            assert abs(rigid - torque_by_stamp[t_ns][joint]) <= TOL, (joint, t_ns)
+            for name in COMPONENTS:
+                assert abs(parts[name][joint] - library[name][k]) <= TOL, (name, joint)
     # Per-body states come at the visualization rate (rviz2), each equal to its column of
     # the partial table of the sample with the same stamp.
     by_stamp = dict(expected)

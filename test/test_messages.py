@@ -319,3 +319,10 @@ def test_decomposition_messages_are_the_builders_messages(model):
                                                                                 labels))
         bodies = msgs.body_joint_states(names, out['partial'], t_ns=t_ns, frame_id='world')
         assert live.bodies == [cdr_encode(m) for m in bodies]
+        parts = {'acceleration': out['acceleration'].sum(axis=(1, 2)),
+                 'velocity': out['velocity'].sum(axis=(1, 2)),
+                 'gravity': out['gravity'].sum(axis=1), 'friction': out['friction']}
+        assert set(live.components) == set(parts)
+        for name, value in parts.items():
+            assert live.components[name] == cdr_encode(msgs.joint_state(
+                names, effort=value, t_ns=t_ns, frame_id='world')), name

@@ -63,6 +63,8 @@ class AnalysisOptions:
         marker_scale: arrow length per unit torque [m/(N*m)]; image_cell, image_limit:
             heat map cell size [px] and saturation [N*m] (0: auto per image).
         publish_bodies: write ``~/body/<body>`` topics.
+        publish_components: write ``~/component/<name>`` topics (per-joint components as
+            JointState, every sample).
         frame_id: frame of stamped outputs (empty: the URDF root link).
         storage: output bag storage, 'mcap' or 'sqlite3'.
         compression: MCAP chunk compression of the output bag, 'lz4' (default: about 4x
@@ -93,6 +95,7 @@ class AnalysisOptions:
     image_cell: int = 16
     image_limit: float = 0.0
     publish_bodies: bool = True
+    publish_components: bool = True
     frame_id: str = ''
     storage: str = 'mcap'
     compression: str = 'lz4'

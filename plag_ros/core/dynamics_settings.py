@@ -93,6 +93,9 @@ class DynamicsSettings:
                                 'per image', low=0.0, high=1e6)
     publish_bodies: bool = option(True, 'publish ~/body/<body> (one JointState per body, at '
                                   'the visualization rate)')
+    publish_components: bool = option(
+        True, 'publish ~/component/<name> (acceleration, velocity, gravity, friction: '
+        'per-joint JointState, every sample, for plots by joint name)', read_only=True)
     diagnostics_period: float = option(1.0, 'period of /diagnostics [s]', low=0.05,
                                        high=3600.0, read_only=True)
     input_depth: int = option(

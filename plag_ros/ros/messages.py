@@ -53,6 +53,7 @@ from plag_ros.ros import topics
 __all__ = [
     'ARRAY_LABELS',
     'COMPONENTS',
+    'joint_component',
     'DecompositionMessages',
     'DiagnosticLevel',
     'JointStateError',
@@ -336,17 +337,22 @@ class DecompositionMessages:
         frame_id: header frame of the stamped messages.
         arrays: decomposition arrays to carry as Float64MultiArray (keys of
             :data:`ARRAY_LABELS`).
+        components: per-joint components to carry as JointState (names of
+            :data:`plag_ros.ros.topics.COMPONENT_TOPICS`).
 
     Attributes (after :meth:`fill`):
         joint_state: CDR of the filtered q, qd and the torque (effort), model joint order.
         arrays: name -> CDR of the Float64MultiArray with its labelled layout.
         bodies: (B,) CDR of the JointState carrying ``partial[:, i]`` in effort.
-        templates: 'joint_state', each array name and 'body' (every ``~/body/<body>``)
-            -> template.
+        components: name -> CDR of the JointState carrying that component's (n,) per-joint
+            torque (:func:`marker_components`) in effort, stamped like the joint state.
+        templates: 'joint_state', each array name and 'effort' (the JointState of every
+            ``~/body/<body>`` and ``~/component/<name>``) -> template.
     """
 
     def __init__(self, model: RobotModel, *, frame_id: str,
-                 arrays: Sequence[str] = topics.ARRAY_TOPICS) -> None:
+                 arrays: Sequence[str] = topics.ARRAY_TOPICS,
+                 components: Sequence[str] = topics.COMPONENT_TOPICS) -> None:
         n, B = model.n_joints, model.n_bodies
         shapes = {'partial': (n, B), 'acceleration': (n, B, n), 'velocity': (n, B, n),
                   'gravity': (n, B), 'friction': (n,), 'torque': (n,)}
@@ -358,18 +364,25 @@ class DecompositionMessages:
             layout = array_layout(shapes[name], ARRAY_LABELS[name])
             self.templates[name] = CdrTemplate(float64_multi_array(np.zeros(shapes[name]),
                                                                    layout=layout))
-        # every body's JointState has the same names and frame: one template serves all
-        self.templates['body'] = CdrTemplate(body_joint_states(
+        # every body's and component's JointState has the same names and frame, and only
+        # effort: one template serves all
+        self.templates['effort'] = CdrTemplate(body_joint_states(
             names, np.zeros((n, 1)), t_ns=TEMPLATE_NS, frame_id=frame_id)[0])
+        unknown = set(components) - set(topics.COMPONENT_TOPICS)
+        if unknown:
+            raise ValueError(f'unknown components {sorted(unknown)}; known: '
+                             f'{topics.COMPONENT_TOPICS}')
         self._array_names = tuple(arrays)
+        self._component_names = tuple(components)
         self._state_slots = self.templates['joint_state'].slots(
             ['position', 'velocity', 'effort'])
         self._data_slots = {name: self.templates[name].slots(['data']) for name in arrays}
-        self._effort_slots = self.templates['body'].slots(['effort'])
+        self._effort_slots = self.templates['effort'].slots(['effort'])
         self._n_bodies = B
         self.joint_state = b''
         self.arrays: dict[str, bytes] = {}
         self.bodies: list[bytes] = []
+        self.components: dict[str, bytes] = {}
 
     def fill(self, t_ns: int, q: np.ndarray, qd: np.ndarray,
              decomposition: Mapping[str, np.ndarray], *, bodies: bool = True) -> None:
@@ -396,14 +409,19 @@ class DecompositionMessages:
 
     def fill_arrays(self, decomposition: Mapping[str, np.ndarray], *, bodies: bool,
                     t_ns: int) -> None:
-        """Serialize :attr:`arrays` (and :attr:`bodies`, stamped ``t_ns``) of one sample."""
+        """Serialize :attr:`arrays`, :attr:`components` (and :attr:`bodies`), stamped
+        ``t_ns``, of one sample."""
         self.arrays = {name: self.templates[name].fill_one(0, self._data_slots[name],
                                                            decomposition[name])
                        for name in self._array_names}
+        effort = self.templates['effort']
+        self.components = {
+            name: effort.fill_one(t_ns, self._effort_slots,
+                                  joint_component(name, decomposition[name]))
+            for name in self._component_names}
         if bodies:
             columns = decomposition['partial'].T
-            body = self.templates['body']
-            self.bodies = [body.fill_one(t_ns, self._effort_slots, columns[i])
+            self.bodies = [effort.fill_one(t_ns, self._effort_slots, columns[i])
                            for i in range(self._n_bodies)]
 
 
@@ -497,16 +515,23 @@ def parse_names(msg: String) -> dict:
 # --- markers ------------------------------------------------------------------------------
 
 
+_SUMMED_AXES = {'torque': (), 'acceleration': (-1, -2), 'velocity': (-1, -2),
+                'gravity': (-1,), 'friction': ()}
+"""Axes of each decomposition array summed into its per-joint component (body, source)."""
+
+
+def joint_component(name: str, values: np.ndarray) -> np.ndarray:
+    """The (..., n) per-joint value of component ``name`` of :data:`COMPONENTS` from its
+    decomposition array ``values`` (e.g. acceleration (..., n, B, n) summed over bodies and
+    sources), any leading batch dims."""
+    axes = _SUMMED_AXES[name]
+    return values.sum(axis=axes) if axes else values
+
+
 def marker_components(decomposition: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The per-joint values of :data:`COMPONENTS`, (..., n) each, from decomposition arrays
     with any leading batch dims (``Decomposition.numpy()`` of one sample or of many)."""
-    return {
-        'torque': decomposition['torque'],
-        'acceleration': decomposition['acceleration'].sum(axis=(-1, -2)),
-        'velocity': decomposition['velocity'].sum(axis=(-1, -2)),
-        'gravity': decomposition['gravity'].sum(axis=-1),
-        'friction': decomposition['friction'],
-    }
+    return {name: joint_component(name, decomposition[name]) for name in COMPONENTS}
 
 
 class MarkerBuilder:

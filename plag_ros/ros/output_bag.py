@@ -2,8 +2,8 @@
 
 :func:`write_bag` writes an mcap (lz4 chunk compression) or sqlite3 bag with the input joint
 states and the node's outputs (:mod:`plag_ros.ros.topics`: same types, names, layouts and
-rates: the state and array topics at the full input rate, per-body states, markers and image
-at ``visualization_rate_hz`` as the node gates them, ``~/names`` once, latched;
+rates: the state, array and component topics at the full input rate, per-body states,
+markers and image at ``visualization_rate_hz`` as the node gates them, ``~/names`` once, latched;
 ``/diagnostics`` once per second of bag time with offline counters), header-stamped with the
 input stamps and recorded at the input receive times, for rviz2 or Foxglove.
 
@@ -56,9 +56,11 @@ class _TopicWriter:
         self.topic, self.msgtype, self.template, self.fill = topic, msgtype, template, fill
 
 
-def _output_topics(model: RobotModel, analysis: Analysis,
-                   live: DecompositionMessages) -> list[_TopicWriter]:
+def _output_topics(model: RobotModel, analysis: Analysis, live: DecompositionMessages,
+                   options: AnalysisOptions) -> list[_TopicWriter]:
     """The node's per-sample topics in its publishing order, each with its bulk filler."""
+    from plag_ros.ros.messages import joint_component
+
     def state(rows: Rows) -> Mapping[str, np.ndarray]:
         return {'position': analysis.q[rows], 'velocity': analysis.qd[rows],
                 'effort': analysis.torque[rows]}
@@ -69,11 +71,19 @@ def _output_topics(model: RobotModel, analysis: Analysis,
             return {'data': values.reshape(len(values), -1)}
         return fill
 
+    def component(name: str) -> Callable[[Rows], Mapping[str, np.ndarray]]:
+        return lambda rows: {'effort': joint_component(name, getattr(analysis, name)[rows])}
+
     writers = [_TopicWriter(topics.node_topic(topics.STATE_TOPIC), JOINT_STATE_TYPE,
                             live.templates['joint_state'], state)]
     for name in topics.ARRAY_TOPICS:
         writers.append(_TopicWriter(topics.node_topic(name), topics.OUTPUT_TYPES[name],
                                     live.templates[name], array(name)))
+    if options.publish_components:
+        for name in topics.COMPONENT_TOPICS:
+            writers.append(_TopicWriter(topics.node_topic(topics.COMPONENT_PREFIX + name),
+                                        JOINT_STATE_TYPE, live.templates['effort'],
+                                        component(name)))
     return writers
 
 
@@ -86,7 +96,7 @@ def _body_topics(model: RobotModel, analysis: Analysis, live: DecompositionMessa
     if not options.publish_bodies:
         return []
     return [_TopicWriter(topics.node_topic(topics.BODY_PREFIX + body), JOINT_STATE_TYPE,
-                         live.templates['body'], column(i))
+                         live.templates['effort'], column(i))
             for i, body in enumerate(model.body_names)]
 
 
@@ -141,7 +151,7 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
             writer.write(conn, int(receive[0]), cdr_encode(msgs.names_message(model)))
         # 3. Per-sample topics, in blocks so the bytes of one block stay in cache.
         live = msgs.DecompositionMessages(model, frame_id=frame, arrays=topics.ARRAY_TOPICS)
-        writers = _output_topics(model, analysis, live)
+        writers = _output_topics(model, analysis, live, options)
         conns = [writer.add_topic(t.topic, t.msgtype) for t in writers]
         block = 4096
         for a in range(0, len(analysis.t_ns), block):

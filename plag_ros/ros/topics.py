@@ -10,6 +10,8 @@ from __future__ import annotations
 __all__ = [
     'ARRAY_TOPICS',
     'BODY_PREFIX',
+    'COMPONENT_PREFIX',
+    'COMPONENT_TOPICS',
     'DYNAMICS_NODE_NAME',
     'IMAGE_TOPIC',
     'MARKERS_TOPIC',
@@ -32,6 +34,15 @@ the node publishes them."""
 BODY_PREFIX = 'body/'
 """``~/body/<link>``: one column of the partial table per body, ``sensor_msgs/JointState``."""
 
+COMPONENT_PREFIX = 'component/'
+COMPONENT_TOPICS = ('acceleration', 'velocity', 'gravity', 'friction')
+"""``~/component/<name>``: one per-joint torque component, ``sensor_msgs/JointState`` with
+the joint names and the component in ``effort``, every sample: the acceleration,
+velocity-product and gravity parts (summed over bodies and sources; the three add up to the
+effort of ``~/joint_states``) and the joint friction (not part of that torque). PlotJuggler
+and Foxglove split a JointState by joint name, where a Float64MultiArray is unnamed
+indices."""
+
 MARKERS_TOPIC = 'markers'
 IMAGE_TOPIC = 'partial_image'
 NAMES_TOPIC = 'names'
@@ -43,7 +54,8 @@ OUTPUT_TYPES: dict[str, str] = {
     IMAGE_TOPIC: 'sensor_msgs/msg/Image',
     NAMES_TOPIC: 'std_msgs/msg/String',
 }
-"""Message type of every fixed output topic (``~/body/<link>`` are JointState too)."""
+"""Message type of every fixed output topic (``~/body/<link>`` and ``~/component/<name>``
+are JointState too)."""
 
 
 def node_topic(name: str, node: str = DYNAMICS_NODE_NAME) -> str:

@@ -15,6 +15,8 @@ topic (relative)            type                               content
 ``~/velocity``              std_msgs/Float64MultiArray         (joint, body, source)
 ``~/gravity``               std_msgs/Float64MultiArray         (joint, body)
 ``~/friction``              std_msgs/Float64MultiArray         (joint,) friction (*)
+``~/component/<name>``      sensor_msgs/JointState             acceleration, velocity, gravity
+                                                               or friction per joint (effort)
 ``~/body/<body>``           sensor_msgs/JointState             partial[:, body] in effort
 ``~/names``                 std_msgs/String (latched)          JSON index of every array
 ``~/markers``               visualization_msgs/MarkerArray     arrows per component and joint
@@ -22,8 +24,9 @@ topic (relative)            type                               content
 ``/diagnostics``            diagnostic_msgs/DiagnosticArray    rates, latency, rejected counts
 ==========================  =================================  ===============================
 
-Each accepted sample publishes every array right after ``~/joint_states`` (which carries
-the stamp). Per-body states, markers and image (rviz2) come at most
+Each accepted sample publishes every array and component right after ``~/joint_states``
+(which carries the stamp); the acceleration, velocity and gravity components add up to its
+effort. Per-body states, markers and image (rviz2) come at most
 ``visualization_rate_hz``; ``output_rate_hz`` decimates all outputs, not the estimator.
 (*) At rest: the stick reaction from the measured effort, or 0 without one
 (:mod:`plag_ros.core.friction`). The model comes from ``robot_description_source``
@@ -121,6 +124,10 @@ class DynamicsNode(Node):
         self._pub_arrays = {name: self._quiet_publisher(Float64MultiArray, f'~/{name}',
                                                         reliable)
                             for name in ARRAY_TOPICS}
+        self._pub_components = {
+            name: self._quiet_publisher(JointState, f'~/{topics.COMPONENT_PREFIX}{name}',
+                                        reliable)
+            for name in (topics.COMPONENT_TOPICS if s.publish_components else ())}
         self._pub_names = self.create_publisher(String, f'~/{topics.NAMES_TOPIC}', latched)
         # (rclpy's entities are generic from Kilted on only: plain annotations)
         self._pub_bodies: dict[str, Publisher] = {}
@@ -271,7 +278,8 @@ class DynamicsNode(Node):
         self._reader = msgs.JointStateReader(model)
         self._frame_id = self.settings.frame_id or model.root_link
         self._messages = msgs.DecompositionMessages(model, frame_id=self._frame_id,
-                                                    arrays=ARRAY_TOPICS)
+                                                    arrays=ARRAY_TOPICS,
+                                                    components=tuple(self._pub_components))
         reliable = QoSProfile(depth=self.settings.output_depth,
                               reliability=ReliabilityPolicy.RELIABLE)
         for body in model.body_names:
@@ -342,6 +350,8 @@ class DynamicsNode(Node):
         live.fill_arrays(out, bodies=bodies, t_ns=t_ns)
         for name, publisher in self._pub_arrays.items():
             publisher.publish(live.arrays[name])
+        for name, publisher in self._pub_components.items():
+            publisher.publish(live.components[name])
         if bodies:
             # Per-body columns are for rviz2 (the whole table is on ~/partial every
             # sample): at the visualization rate they cost 9 publishes per 20 Hz, not per

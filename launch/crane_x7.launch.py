@@ -16,20 +16,34 @@ robot_state_publisher only). This file adds:
   incomplete file ends the launch with the reason), and plag_impedance compares the loaded
   controller with it. ``spawn_controller:=false`` leaves the robot's controllers alone (a
   machine without controller_manager installed);
-* rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``.
+* rviz2 (node ``plag_rviz``) with config/plag_ros.rviz when ``rviz:=true``. Its arm and
+  Effort arrows need ``/tf`` and ``robot_description``, which MoveIt's ``demo.launch.py``
+  provides (its robot_state_publisher) and ``crane_x7_control.launch.py`` alone does on Jazzy
+  (crane_x7_ros #212) but not on Humble. Five seconds after start, with ``rviz:=true``, the
+  launch looks for publishers of both and says at once when there are none;
+* robot_state_publisher on the robot's ``/joint_states`` with the bundled URDF when
+  ``robot_state_publisher:=true``: for a bring-up without one.
 
 The plag_ros nodes are those of ``robot_setup()`` in plag_ros/ros/node_setups.py, the
 description ``plag-ros run`` (the dynamics node without ``ros2 launch``) reads too.
 
-Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]``.
+Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]
+[robot_state_publisher:=true]``.
 """
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, TimerAction
 from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
+from launch.substitutions import (
+    Command,
+    LaunchConfiguration,
+    PathJoinSubstitution,
+    PythonExpression,
+)
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.ros_adapters import get_ros_node
 from launch_ros.substitutions import FindPackageShare
 
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file, spawner_type_arguments
@@ -58,6 +72,27 @@ def check_controller_file(context) -> list:
     return []
 
 
+def start_graph_view(context) -> list:
+    """launch_ros's own node (humble 25a207c, jazzy 62c56e5), created at start so that
+    discovery has run by the time check_view_inputs looks at the graph."""
+    get_ros_node(context)
+    return []
+
+
+def check_view_inputs(context) -> list:
+    """With rviz:=true, a few seconds in: say so when nothing publishes /tf or the robot
+    description (rviz2 would show no arm and no Effort arrows, without a word)."""
+    node = get_ros_node(context)
+    missing = [topic for topic in ('/tf', '/robot_description')
+               if not node.count_publishers(topic)]
+    if not missing:
+        return [LogInfo(msg='rviz2 inputs: /tf and /robot_description are published')]
+    return [LogInfo(msg=f'rviz2 will show no arm and no Effort arrows: nothing publishes '
+                        f'{" or ".join(missing)}. Start the robot with crane_x7_examples '
+                        f'demo.launch.py (MoveIt runs robot_state_publisher), or add '
+                        f'robot_state_publisher:=true')]
+
+
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
@@ -65,6 +100,7 @@ def generate_launch_description():
     spawn = LaunchConfiguration('spawn_controller')
     description_source = LaunchConfiguration('robot_description_source')
     controllers_file = LaunchConfiguration('controllers_file')
+    state_publisher = LaunchConfiguration('robot_state_publisher')
     # control:=true and spawn_controller:=true. (PythonExpression, not AndSubstitution:
     # Humble's launch has no AndSubstitution)
     spawning = IfCondition(PythonExpression(
@@ -88,6 +124,10 @@ def generate_launch_description():
                               description=f'ros2_control parameter file of {CONTROLLER}; it '
                                           'must exist on the machine running the controller '
                                           'manager'),
+        DeclareLaunchArgument('robot_state_publisher', default_value='false',
+                              description='run robot_state_publisher with the bundled URDF '
+                                          "on the robot's /joint_states (when its bring-up "
+                                          'has none)'),
         OpaqueFunction(function=check_controller_file, condition=spawning),
         *(plag_node(setup, share, control)
           for setup in robot_setup(description_source, controllers_file)),
@@ -107,10 +147,23 @@ def generate_launch_description():
             condition=spawning,
         ),
         Node(
+            package='robot_state_publisher',
+            executable='robot_state_publisher',
+            name='robot_state_publisher',
+            parameters=[{'robot_description': ParameterValue(
+                Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
+                value_type=str)}],
+            output='screen',
+            condition=IfCondition(state_publisher),
+        ),
+        Node(
             package='rviz2',
             executable='rviz2',
             name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
             arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
             condition=IfCondition(rviz),
         ),
+        OpaqueFunction(function=start_graph_view, condition=IfCondition(rviz)),
+        TimerAction(period=5.0, actions=[OpaqueFunction(function=check_view_inputs)],
+                    condition=IfCondition(rviz)),
     ])

@@ -9,32 +9,46 @@ dynamics node subscribes before the first message; or ``player:=ros2``: ``ros2 b
 --clock`` (ros2cli and rosbag2 needed: without a ``ros2`` executable on PATH the launch
 stops at once with an error that says so, instead of running without the bag).
 The robot's ``robot_description`` is usually not in the bag, so the model comes from the
-bundled URDF (``robot_description_source:=file``) unless told otherwise. rviz2 (node
+bundled URDF (``robot_description_source:=file``) unless told otherwise.
+robot_state_publisher (on sim time) turns the replayed joint states into ``/tf``, so that
+rviz2 or Foxglove draw the arm and the Effort arrows: it takes the description the bag
+holds (``plag-ros record`` records ``/robot_description``), else the bundled URDF, and
+publishes it on ``robot_description`` (with ``player:=ros2``, which republishes the bag's
+own, on ``robot_state_publisher/robot_description``). The player waits until the
+dynamics node, robot_state_publisher and, with ``control:=true``, the controller all
+subscribe to the joint states. ``robot_state_publisher:=auto`` (default) runs
+it when it is installed and says at start-up when it is not; ``true`` requires it,
+``false`` leaves it out (a graph that has one). rviz2 (node
 ``plag_rviz``) with config/plag_ros.rviz starts with ``rviz:=true``; ``control:=true`` adds
 the partial-impedance controller (config/impedance.yaml) on sim time, to study the
 commands it would have sent during the recorded motion (nothing executes them on a
 replay).
 
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
-[loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]``. Without ``ros2 launch``,
+[loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
+[robot_state_publisher:=auto|true|false]``. Without ``ros2 launch``,
 ``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do
 the same.
 """
 import shutil  # noqa: I001 - launch (below) is the ROS package, not launch/
+from pathlib import Path
 
+from ament_index_python.packages import PackageNotFoundError, get_package_prefix
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
+from plag_ros.io.bag import BagError, bag_robot_description
 from plag_ros.ros.node_setups import PACKAGE, replay_setup
 
 PLAYERS = ('plag', 'ros2')
+STATE_PUBLISHER_MODES = ('auto', 'true', 'false')
 
 
-def _player(context, bag, rate, loop, player):
+def _player(context, bag, rate, loop, player, state_publisher, control):
     """The bag player's process, or a clear error when it cannot run here."""
     name = player.perform(context)
     if name not in PLAYERS:
@@ -47,10 +61,65 @@ def _player(context, bag, rate, loop, player):
                 'and no ros2 executable is on PATH; use player:=plag (plag-ros replay)')
         cmd = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate]
     else:
+        # every joint_states subscriber this launch starts, so none misses the start
+        subscribers = (1 + _state_publisher_runs(context, state_publisher)
+                       + (control.perform(context).lower() in ('true', '1')))
         cmd = [ExecutableInPackage('plag-ros', 'plag_ros'), 'replay', bag, '--clock',
-               '--rate', rate, '--wait-subscribers', '1']
+               '--rate', rate, '--wait-subscribers', str(subscribers)]
     return [ExecuteProcess(cmd=cmd + (['--loop'] if looping else []), output='screen',
                            name='bag_player')]
+
+
+def _installed(package, executable):
+    """Whether the ament index knows ``package`` and it has ``lib/<package>/<executable>``."""
+    try:
+        return (Path(get_package_prefix(package)) / 'lib' / package / executable).is_file()
+    except PackageNotFoundError:
+        return False
+
+
+def _state_publisher_runs(context, mode):
+    """Whether robot_state_publisher runs (``mode``: auto, true, false); raises when it
+    must run and cannot, or on an unknown mode."""
+    wanted = mode.perform(context).lower()
+    if wanted not in STATE_PUBLISHER_MODES:
+        raise RuntimeError(f'replay.launch.py: robot_state_publisher:={wanted!r}, expected '
+                           f'one of {STATE_PUBLISHER_MODES}')
+    installed = _installed('robot_state_publisher', 'robot_state_publisher')
+    if wanted == 'true' and not installed:
+        raise RuntimeError('replay.launch.py: robot_state_publisher:=true, and '
+                           'robot_state_publisher is not installed '
+                           '(ros-<distro>-robot-state-publisher)')
+    return wanted != 'false' and installed
+
+
+def _state_publisher(context, bag, mode, player, share):
+    """robot_state_publisher on the replayed joint states, with the bag's description or
+    the bundled URDF; or the start-up line that says why there is none."""
+    if not _state_publisher_runs(context, mode):
+        if mode.perform(context).lower() == 'false':
+            return []
+        return [LogInfo(msg='robot_state_publisher is not installed: the replay publishes no '
+                            '/tf, so rviz2 draws neither the arm nor the Effort arrows '
+                            '(install ros-<distro>-robot-state-publisher)')]
+    try:
+        description = bag_robot_description(bag.perform(context))
+    except BagError:
+        description = None          # the player reports a bad bag with its own error
+    remappings = []
+    if description is None:
+        origin = 'the bundled URDF (the bag holds no /robot_description)'
+        urdf = Path(share.perform(context)) / 'urdf' / 'crane_x7.urdf'
+        description = urdf.read_text()
+    else:
+        origin = "the bag's /robot_description"
+        if player.perform(context) == 'ros2':
+            # ros2 bag play republishes the bag's own: one publisher of the latched topic
+            remappings = [('robot_description', 'robot_state_publisher/robot_description')]
+    return [LogInfo(msg=f'robot_state_publisher: description from {origin}'),
+            Node(package='robot_state_publisher', executable='robot_state_publisher',
+                 name='robot_state_publisher', output='screen', remappings=remappings,
+                 parameters=[{'robot_description': description, 'use_sim_time': True}])]
 
 
 def plag_node(setup, share, control):
@@ -72,6 +141,7 @@ def generate_launch_description():
     control = LaunchConfiguration('control')
     description_source = LaunchConfiguration('robot_description_source')
     player = LaunchConfiguration('player')
+    state_publisher = LaunchConfiguration('robot_state_publisher')
     return LaunchDescription([
         DeclareLaunchArgument('bag', description='rosbag2 bag directory (or .mcap/.db3 file) '
                                                  'holding /joint_states'),
@@ -88,7 +158,13 @@ def generate_launch_description():
         DeclareLaunchArgument('robot_description_source', default_value='file',
                               description="dynamics model: 'file' (bundled URDF) or 'topic' "
                                           '(a robot_description published alongside)'),
-        OpaqueFunction(function=_player, args=[bag, rate, loop, player]),
+        DeclareLaunchArgument('robot_state_publisher', default_value='auto',
+                              description="/tf from the replayed joint states: 'auto' (when "
+                                          "installed), 'true' (required) or 'false'"),
+        OpaqueFunction(function=_player,
+                       args=[bag, rate, loop, player, state_publisher, control]),
+        OpaqueFunction(function=_state_publisher,
+                       args=[bag, state_publisher, player, share]),
         *(plag_node(setup, share, control) for setup in replay_setup(description_source)),
         Node(
             package='rviz2',

@@ -134,6 +134,13 @@ class LaunchRun:
             left = [pid for pid in left if _alive(pid)]
         assert not left and not self._group_alive(), f'still running after launch: {left}'
 
+    def end_cleanly(self) -> None:
+        """The usual end of a test's launch: no launch warnings, then Ctrl-C, exit code 0,
+        every process finished cleanly and nothing left running."""
+        self.assert_no_launch_warnings()
+        assert self.ctrl_c() == 0
+        self.assert_clean_exit()
+
     def assert_no_launch_warnings(self) -> None:
         """launch's own WARNING/ERROR lines (a missing parameter file is only a WARNING)."""
         lines = re.findall(r'^\[(?:WARNING|ERROR)\].*$', self.output(), re.M)

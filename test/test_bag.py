@@ -28,6 +28,7 @@ from plag_ros.io.bag import (
     NotABagError,
     OutputExistsError,
     TopicError,
+    bag_robot_description,
     bag_topics,
     prepare_output,
     qos_profile,
@@ -363,3 +364,20 @@ def test_written_bag_reads_back_with_rosbags(tmp_path, model, storage, compressi
         assert list(msg.name) == names
         count = sum(1 for _ in reader.messages())
     assert count == len(t)
+
+
+@pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])
+def test_the_robot_description_a_bag_holds(tmp_path, model, storage):
+    """The last /robot_description String of a bag (what replay.launch.py hands to
+    robot_state_publisher), None when the bag has none."""
+    from std_msgs.msg import String
+
+    bare = write_joint_state_bag(tmp_path / 'bare', np.array([1, 2], dtype=np.int64),
+                                 ['a'], np.zeros((2, 1)), storage=storage)
+    assert bag_robot_description(bare) is None
+    with BagWriter(tmp_path / 'with', storage=storage) as writer:
+        conn = writer.add_topic('/robot_description', 'std_msgs/msg/String',
+                                qos=qos_profile(depth=1, transient_local=True))
+        writer.write(conn, 1, cdr_encode(String(data='<robot name="old"/>')))
+        writer.write(conn, 2, cdr_encode(String(data=model.urdf_xml)))
+    assert bag_robot_description(tmp_path / 'with') == model.urdf_xml

@@ -245,7 +245,8 @@ def test_launch_files_exist_and_parse():
     assert 'spawn' in spawn_condition.replace('spawner', '')
     # The file check runs exactly when the spawner does.
     check, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
-              _call_name(c) == 'OpaqueFunction']
+              _call_name(c) == 'OpaqueFunction' and
+              'check_controller_file' in ast.unparse(c)]
     assert {k.arg: ast.unparse(k.value) for k in check.keywords} == {
         'function': 'check_controller_file', 'condition': spawner.condition}
     # ... from the controllers_file argument, whose default is the shipped file

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 from rosbags.interfaces import (
@@ -58,6 +58,7 @@ __all__ = [
     'RecoveryReport',
     'SalvagedReader',
     'TopicError',
+    'bag_robot_description',
     'bag_topics',
     'open_bag',
     'pick_joint_state_topic',
@@ -262,6 +263,21 @@ def bag_topics(path: str | Path) -> dict[str, tuple[str, int]]:
     with open_bag(path) as reader:
         return {topic: (info.msgtype or '?', info.msgcount)
                 for topic, info in reader.topics.items()}
+
+
+def bag_robot_description(path: str | Path, topic: str = '/robot_description') -> str | None:
+    """The last ``std_msgs/String`` on ``topic`` of a bag (the robot's URDF as its driver
+    published it; ``plag-ros record`` records it), or None when the bag has none."""
+    with open_bag(path) as reader:
+        conns = [c for c in reader.connections
+                 if c.topic == topic and c.msgtype == 'std_msgs/msg/String']
+        text = None
+        if conns:
+            store = typestore_for(_yaml_distro(Path(path)))
+            for conn, _, raw in reader.messages(connections=conns):
+                message: Any = store.deserialize_cdr(raw, conn.msgtype)
+                text = message.data
+        return text or None
 
 
 # --- JointState reading -------------------------------------------------------------------

@@ -11,6 +11,7 @@ one in the printed domain sees its joint states.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -143,3 +144,69 @@ def test_plag_ros_sim_defaults_to_a_private_domain(tmp_path):
                 client.close()
         out, _ = process.communicate(timeout=120)
     assert process.returncode == 0, out
+
+
+def test_plag_ros_sim_serves_the_torques_to_foxglove(tmp_path):
+    """``plag-ros sim --foxglove``: a WebSocket client (the ``websockets`` library, speaking
+    the Foxglove protocol's subscribe message and binary message frames) gets the joint
+    torque channel, advertised as ``sensor_msgs/msg/JointState`` in CDR, and every message
+    it decodes equals, by stamp, the one this test receives over DDS."""
+    import json
+    import struct
+
+    from rclpy.serialization import deserialize_message
+    from websockets.sync.client import connect
+
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '20', '--domain',
+         str(DOMAIN_ID), '--log-dir', str(tmp_path), '--foxglove', '--foxglove-port', '0'],
+        cwd=REPO, env=ros_env(DOMAIN_ID), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    topic = '/plag_dynamics/joint_states'
+    received: dict[int, np.ndarray] = {}
+    try:
+        url = None
+        for line in process.stdout:                  # printed before the graph is up
+            found = re.search(r'Foxglove view on (ws://\S+)', line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, process.communicate(timeout=60)
+        with RosClient(DOMAIN_ID) as client, \
+                connect(url, subprotocols=['foxglove.sdk.v1'], open_timeout=30) as ws:
+            dds = client.collect(JointState, topic)
+            channels = {}
+            while topic not in channels:
+                message = json.loads(ws.recv(timeout=30))
+                if message['op'] == 'advertise':
+                    channels.update({c['topic']: c for c in message['channels']})
+            channel = channels[topic]
+            assert (channel['encoding'], channel['schemaEncoding'], channel['schemaName']) \
+                == ('cdr', 'ros2msg', 'sensor_msgs/msg/JointState')
+            assert {f'/plag_dynamics/component/{c}' for c in
+                    ('acceleration', 'velocity', 'gravity', 'friction')} <= set(channels)
+            client.wait_for(lambda: dds, 60.0, f'{topic} over DDS')
+            ws.send(json.dumps({'op': 'subscribe',
+                                'subscriptions': [{'id': 7, 'channelId': channel['id']}]}))
+            deadline = time.monotonic() + 60.0
+            while len(received) < 50 and time.monotonic() < deadline:
+                frame = ws.recv(timeout=30)
+                if isinstance(frame, str):
+                    continue                          # more advertisements, status
+                assert frame[0] == 1                  # message data
+                subscription, _ = struct.unpack_from('<IQ', frame, 1)
+                assert subscription == 7
+                msg = deserialize_message(frame[13:], JointState)
+                received[msgs.stamp_to_ns(msg.header.stamp)] = np.array(msg.effort)
+            assert len(received) >= 50, len(received)
+            client.wait_for(lambda: max(received) in {msgs.stamp_to_ns(m.header.stamp)
+                                                      for _, m in dds}, 10.0, 'DDS copies')
+            over_dds = {msgs.stamp_to_ns(m.header.stamp): np.array(m.effort) for _, m in dds}
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, f'{stdout}\n{stderr}'
+    both = sorted(set(received) & set(over_dds))
+    assert len(both) >= 40, (len(received), len(over_dds), len(both))
+    for stamp in both:
+        np.testing.assert_array_equal(received[stamp], over_dds[stamp])

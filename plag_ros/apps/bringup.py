@@ -257,9 +257,12 @@ def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
 
 
 def _monitor(children: list[NodeProcess], *, duration: float | None, startup_timeout: float,
-             motion: bool, out, report: Path | None = None) -> int:
+             motion: bool, out, report: Path | None = None,
+             foxglove: tuple[str, int, bool] | None = None) -> int:
     """Host ``plag_monitor``: print the summary once a second until ``duration``; with
-    ``report``, then write the run's picture and table there (:mod:`.live_report`)."""
+    ``report``, then write the run's picture and table there (:mod:`.live_report`); with
+    ``foxglove`` (host, port, control), serve the view topics to Foxglove meanwhile
+    (:mod:`plag_ros.ros.foxglove_view`)."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -327,6 +330,21 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
         command_pub = node.create_publisher(Float64MultiArray, 'position_controller/commands',
                                             QoSProfile(depth=10,
                                                        reliability=ReliabilityPolicy.RELIABLE))
+    view = None
+    if foxglove is not None:
+        from plag_ros.ros.foxglove_view import FoxgloveView, view_topics
+
+        host, port, control = foxglove
+        try:
+            view = FoxgloveView(node, view_topics(control=control), host=host, port=port)
+        except RuntimeError as err:
+            print(f'plag-ros: {err}', file=sys.stderr)
+            node.destroy_node()
+            context.try_shutdown()
+            return 2
+        print(f'plag-ros: Foxglove view on ws://{host}:{view.port} (Foxglove: Open '
+              f'connection; layout {config_path("plag_ros.foxglove.json")})', file=out,
+              flush=True)
     executor = rclpy.executors.SingleThreadedExecutor(context=context)
     executor.add_node(node)
     status = 0
@@ -366,6 +384,8 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
         pass
     finally:
+        if view is not None:
+            view.close()
         executor.shutdown()
         node.destroy_node()
         context.try_shutdown()
@@ -401,9 +421,13 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     try:
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
                                      label=spec.module) for spec in specs)
+        foxglove = None
+        if args.foxglove:
+            foxglove = (args.foxglove_host, args.foxglove_port,
+                        bool(getattr(args, 'control', False)))
         status = _monitor(children, duration=args.duration,
                           startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout,
-                          report=getattr(args, 'report', None))
+                          report=getattr(args, 'report', None), foxglove=foxglove)
     except KeyboardInterrupt:
         status = 0
     finally:
@@ -546,6 +570,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              'seconds (default 60)')
     parser.add_argument('--log-dir', default=None,
                         help="folder for the nodes' logs (default: a new temporary folder)")
+    parser.add_argument('--foxglove', action='store_true',
+                        help='serve the joint states, torques, components, markers and heat '
+                             'map to Foxglove over its WebSocket protocol (no ROS desktop '
+                             'needed; layout config/plag_ros.foxglove.json)')
+    parser.add_argument('--foxglove-port', type=int, default=8765, metavar='PORT',
+                        help='port of the Foxglove view (default 8765; 0: any free port)')
+    parser.add_argument('--foxglove-host', default='127.0.0.1', metavar='ADDR',
+                        help='address of the Foxglove view (default 127.0.0.1, this machine '
+                             'only; 0.0.0.0 serves the network, unauthenticated)')
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 import pytest
+import torch
 from pin_oracle import PinOracle
 from robots import serial_chain, two_arm_torso
 
@@ -174,3 +175,53 @@ def test_changes_from_lists_every_difference(crane):
                                inertia=np.eye(3) * 2e-4)
     assert heavier.changes_from(loaded).changed_bodies == {'tool': ('mass', 'inertia')}
     assert not heavier.changes_from(loaded).changed_joints
+
+
+def _with_declaration(text: str, encoding: str) -> str:
+    """The URDF with its XML declaration replaced by one naming ``encoding``."""
+    body = text.split('?>', 1)[1] if text.lstrip().startswith('<?xml') else text
+    return f'<?xml version="1.0" encoding="{encoding}"?>{body}'
+
+
+@pytest.mark.parametrize('encoding', ['utf-8', 'UTF-8', 'iso-8859-1'])
+def test_a_declared_encoding_loads_from_text_and_file(crane, tmp_path, encoding):
+    """What the SolidWorks exporter writes: an XML declaration naming the encoding, here
+    with a non-ASCII comment, read as text and as a file in that encoding."""
+    text = _with_declaration(crane.urdf_xml, encoding).replace(
+        '<robot ', '<!-- Maß: kg, m -->\n<robot ', 1)
+    path = tmp_path / 'exported.urdf'
+    path.write_bytes(text.encode(encoding))
+    for source in (text, path):
+        model = RobotModel.from_urdf(source)
+        assert model.joint_names == crane.joint_names
+        np.testing.assert_array_equal(model.body_mass, crane.body_mass)
+        assert 'Maß' in model.urdf_xml
+
+
+def test_a_file_that_is_not_its_declared_encoding_is_refused(tmp_path):
+    path = tmp_path / 'bad.urdf'
+    path.write_bytes(b'<?xml version="1.0" encoding="utf-8"?>\n<robot name="r">\xff</robot>')
+    with pytest.raises(ValueError, match='is not utf-8 text'):
+        RobotModel.from_urdf(path)
+
+
+def test_the_robots_own_description_loads_quietly_with_equal_torques(crane, capfd, caplog):
+    """crane_x7_description's URDF carries a <ros2_control> block (and Gazebo settings):
+    no "Unknown tag" line for those at start, the same torques as without them; any
+    other unknown element is still reported, through the logger."""
+    end = crane.urdf_xml.rindex('</robot>')
+    extra = ('<ros2_control name="crane_x7" type="system"><hardware><plugin>'
+             'crane_x7_hardware/CraneX7Hardware</plugin></hardware></ros2_control>\n'
+             '<gazebo><plugin filename="libgazebo_ros2_control.so" name="x"/></gazebo>\n')
+    robots = RobotModel.from_urdf(crane.urdf_xml[:end] + extra + crane.urdf_xml[end:])
+    assert 'Unknown tag' not in capfd.readouterr().err
+    assert not [r for r in caplog.records if 'Unknown tag' in r.getMessage()]
+    rng = np.random.default_rng(27)
+    q, qd, qdd = (crane.fill_mimic(rng.uniform(-1, 1, crane.n_joints)) for _ in range(3))
+    np.testing.assert_array_equal(
+        PartialLagrangian(robots, dtype=torch.float64).decompose(q, qd, qdd).numpy()['torque'],
+        PartialLagrangian(crane, dtype=torch.float64).decompose(q, qd, qdd).numpy()['torque'])
+    with caplog.at_level('WARNING', logger='plag_ros.core.model'):
+        RobotModel.from_urdf(crane.urdf_xml[:end] + '<camera_mount/>' + crane.urdf_xml[end:])
+    assert [r.getMessage() for r in caplog.records] == [
+        "URDF: Unknown tag \"camera_mount\" in /robot[@name='crane_x7']"]

@@ -20,8 +20,10 @@ of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Ro
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,49 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ['RobotModel', 'ModelChanges', 'default_urdf_path', 'MOVING_JOINT_TYPES']
+
+_log = logging.getLogger(__name__)
+
+_DECLARATION = re.compile(r'^\s*<\?xml\b[^>]*\?>', re.S)
+_ENCODING = re.compile(rb'^\s*<\?xml\b[^>]*\bencoding\s*=\s*["\']([A-Za-z0-9._-]+)["\']')
+
+IGNORED_URDF_TAGS = ('ros2_control', 'gazebo', 'transmission')
+"""Top-level URDF elements that carry no dynamics (the driver's hardware interface, the
+simulator's and the transmissions' settings): the robot's own description has them, and
+the parser's "Unknown tag" line for each would read like an error at every start."""
+
+
+def _decode_xml(data: bytes, path: Path) -> str:
+    """A URDF file's text, decoded as its XML declaration says (UTF-8 without one)."""
+    declared = _ENCODING.match(data)
+    encoding = declared.group(1).decode() if declared else 'utf-8'
+    try:
+        return data.decode(encoding)
+    except (LookupError, UnicodeDecodeError) as err:
+        raise ValueError(f'malformed URDF: {path} is not {encoding} text: {err}') from err
+
+
+def _parse_urdf(urdf_parser, text: str):
+    """urdf_parser_py's URDF of ``text``.
+
+    The XML declaration is dropped first: ``text`` is already decoded, and an XML parser
+    refuses a str whose declaration names an encoding (what the SolidWorks exporter and
+    many tools write). The parser's complaints go to this module's logger, except those
+    about :data:`IGNORED_URDF_TAGS`, instead of straight to stderr.
+    """
+    from urdf_parser_py.xml_reflection import core
+
+    ignored = tuple(f'Unknown tag "{tag}" in /robot' for tag in IGNORED_URDF_TAGS)
+
+    def on_error(message: str) -> None:
+        if not message.startswith(ignored):
+            _log.warning('URDF: %s', message)
+
+    previous, core.on_error = core.on_error, on_error
+    try:
+        return urdf_parser.URDF.from_xml_string(_DECLARATION.sub('', text, count=1))
+    finally:
+        core.on_error = previous
 
 MOVING_JOINT_TYPES = ('revolute', 'continuous', 'prismatic')
 _REJECTED_JOINT_TYPES = ('floating', 'planar')
@@ -217,9 +262,9 @@ class RobotModel:
             path = Path(text)
             if not path.is_file():
                 raise FileNotFoundError(f'URDF file not found: {path}')
-            text = path.read_text()
+            text = _decode_xml(path.read_bytes(), path)
         try:
-            robot = urdf_parser.URDF.from_xml_string(text)
+            robot = _parse_urdf(urdf_parser, text)
         except Exception as err:  # the parser raises many types on bad XML
             raise ValueError(f'malformed URDF: {err}') from err
         return dataclasses.replace(cls._from_parsed(robot, text),

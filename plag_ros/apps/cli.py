@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'sim': ('bringup', 'simulated CRANE-X7 + live dynamics node, summary each second'),
     'run': ('bringup', "live dynamics node joining a real robot's ROS 2 graph"),
     'study': ('study', "run one of the papers' experiments: figures and summary.json"),
+    'identify': ('identify', "fit the arm's inertial parameters, friction and armature to "
+                             'recorded torques'),
 }
 
 

@@ -1,0 +1,303 @@
+"""Identify a robot's inertial parameters, joint friction and armature from its torques.
+
+The torque at the actuated joints is linear in every parameter fitted here::
+
+    tau_act = G^T Y(q, qd, qdd) pi + F_v qd + F_c sign(qd) + I_a qdd
+
+with ``Y`` the joint-torque regressor (:mod:`plag_ros.core.regressor`), ``pi`` the bodies'
+ten inertial parameters, ``G^T`` folding each mimic joint's torque onto the joint it
+follows, and per actuated joint viscous friction ``F_v``, Coulomb friction ``F_c`` and
+armature (reflected rotor inertia) ``I_a``. Inside a joint's rest band its Coulomb torque
+is the unknown stick reaction, not ``F_c sign`` of the encoder's flicker
+(:mod:`plag_ros.core.friction`): those (sample, joint) rows are left out of the fit.
+
+The fit is a maximum a posteriori estimate with the model's own figures as the prior: a
+parameter the data do not excite stays at its nominal value, and the data pull the rest.
+Every body stays physically consistent by construction: its parameters are those of the
+pseudo-inertia ``J = U U^T`` with ``U`` upper triangular with a positive diagonal (the
+log-Cholesky parameters of Rucker and Wensing, "Smooth Parameterization of Rigid-Body
+Inertia", IEEE RA-L 7(2), 2022, doi:10.1109/LRA.2022.3144517), which holds exactly the
+mass distributions a real body can have (positive mass, inertia satisfying the triangle
+inequalities). Friction and armature are bounded below by zero. The solver is scipy's
+``least_squares`` (trust region reflective); nothing here is an optimizer of its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from plag_ros.core.model import RobotModel
+from plag_ros.core.regressor import inertial_parameters, joint_torque_regressor
+
+__all__ = ['Identified', 'IdentificationPrior', 'identify', 'pseudo_inertia',
+           'physically_consistent', 'actuated_regressor', 'predict']
+
+
+@dataclass(frozen=True)
+class IdentificationPrior:
+    """How far each kind of parameter may plausibly be from its nominal value (1 sigma).
+
+    Attributes:
+        mass: relative mass spread (0.3: 30 % of the nominal mass).
+        com: spread of the COM [m]; inertia: relative spread of the rotational inertia
+            about the body frame origin (of its largest entry).
+        viscous [N*m*s/rad], coulomb [N*m], armature [kg*m^2]: per actuated joint, around
+            the URDF's damping and friction and zero armature.
+    """
+
+    mass: float = 0.3
+    com: float = 0.02
+    inertia: float = 0.5
+    viscous: float = 0.5
+    coulomb: float = 0.3
+    armature: float = 0.01
+
+
+@dataclass(frozen=True)
+class Identified:
+    """The result of :func:`identify`.
+
+    Attributes:
+        inertial: (B, 10) identified body parameters (:data:`PARAMETER_NAMES`).
+        viscous, coulomb, armature: (m,) per actuated joint.
+        inertial_std, viscous_std, coulomb_std, armature_std: standard errors (the
+            posterior's, linearised at the estimate).
+        excited: dict name -> bool arrays of the same shapes: the data cut the prior's
+            standard deviation at least in half.
+        condition: condition number of the data's regressor (columns scaled to unit
+            norm) on what the data identify: the largest singular value over the smallest
+            of the ``rank`` above 1e-10 of it.
+        rank: how many independent parameter combinations the data identify (of
+            10 B + 3 m); the rest stays at the prior.
+        rows: (sample, joint) rows fitted (moving joints only); noise_std: the fitted
+            residual's RMS [N*m].
+    """
+
+    inertial: np.ndarray
+    viscous: np.ndarray
+    coulomb: np.ndarray
+    armature: np.ndarray
+    inertial_std: np.ndarray
+    viscous_std: np.ndarray
+    coulomb_std: np.ndarray
+    armature_std: np.ndarray
+    excited: dict
+    condition: float
+    rank: int
+    rows: int
+    noise_std: float
+
+
+def pseudo_inertia(pi: np.ndarray) -> np.ndarray:
+    """(..., 10) parameters -> (..., 4, 4) pseudo-inertia ``[[Sigma, h], [h^T, m]]`` with
+    ``Sigma = tr(I)/2 E - I`` (the body's second moment of mass about its frame origin)."""
+    pi = np.asarray(pi, dtype=np.float64)
+    m, h = pi[..., 0], pi[..., 1:4]
+    inertia = np.stack([np.stack([pi[..., 4], pi[..., 5], pi[..., 7]], -1),
+                        np.stack([pi[..., 5], pi[..., 6], pi[..., 8]], -1),
+                        np.stack([pi[..., 7], pi[..., 8], pi[..., 9]], -1)], -2)
+    sigma = 0.5 * np.trace(inertia, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) - inertia
+    J = np.zeros(pi.shape[:-1] + (4, 4))
+    J[..., :3, :3] = sigma
+    J[..., :3, 3] = h
+    J[..., 3, :3] = h
+    J[..., 3, 3] = m
+    return J
+
+
+def physically_consistent(pi: np.ndarray, tol: float = 0.0) -> np.ndarray:
+    """(...,) whether each body's pseudo-inertia is positive definite (smallest eigenvalue
+    above ``tol``): positive mass and an inertia a real mass distribution can have."""
+    return np.linalg.eigvalsh(pseudo_inertia(pi))[..., 0] > tol
+
+
+def _from_pseudo_inertia(J: np.ndarray) -> np.ndarray:
+    m, h, sigma = J[..., 3, 3], J[..., :3, 3], J[..., :3, :3]
+    i = np.trace(sigma, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) - sigma
+    return np.stack([m, h[..., 0], h[..., 1], h[..., 2], i[..., 0, 0], i[..., 0, 1],
+                     i[..., 1, 1], i[..., 0, 2], i[..., 1, 2], i[..., 2, 2]], -1)
+
+
+_UPPER = np.triu_indices(4)
+_DIAG = np.array([k for k, (i, j) in enumerate(zip(*_UPPER)) if i == j])
+
+
+def _to_cholesky(pi: np.ndarray) -> np.ndarray:
+    """(B, 10) consistent parameters -> (B, 10) log-Cholesky coordinates (the upper
+    factor's entries, its diagonal as logarithms)."""
+    J = pseudo_inertia(pi)
+    flip = J[:, ::-1, ::-1]
+    U = np.linalg.cholesky(flip)[:, ::-1, ::-1]        # J = U U^T, U upper triangular
+    theta = U[:, _UPPER[0], _UPPER[1]]
+    theta[:, _DIAG] = np.log(theta[:, _DIAG])
+    return theta
+
+
+def _from_cholesky(theta: np.ndarray) -> np.ndarray:
+    values = theta.copy()
+    values[:, _DIAG] = np.exp(values[:, _DIAG])
+    U = np.zeros((len(theta), 4, 4))
+    U[:, _UPPER[0], _UPPER[1]] = values
+    return _from_pseudo_inertia(U @ np.swapaxes(U, -1, -2))
+
+
+def actuated_regressor(model: RobotModel, q: np.ndarray, qd: np.ndarray,
+                       qdd: np.ndarray) -> np.ndarray:
+    """(N, m, 10 B) regressor of the actuated joints' torque: mimic rows folded onto the
+    joint each follows (times the mimic multiplier), as its motor carries them."""
+    Y = joint_torque_regressor(model, q, qd, qdd)
+    act = np.flatnonzero(model.actuated)
+    out = Y[:, act].copy()
+    for k in np.flatnonzero(~model.actuated):
+        source = int(np.searchsorted(act, model.mimic_source[k]))
+        out[:, source] += model.mimic_multiplier[k] * Y[:, k]
+    return out
+
+
+def predict(model: RobotModel, q, qd, qdd, *, inertial: np.ndarray | None = None,
+            viscous=None, coulomb=None, armature=None) -> np.ndarray:
+    """(N, m) actuated torque of a parameter set (defaults: the model's, zero armature)."""
+    act = model.actuated
+    inertial = inertial_parameters(model) if inertial is None else inertial
+    viscous = model.damping[act] if viscous is None else viscous
+    coulomb = model.friction[act] if coulomb is None else coulomb
+    armature = np.zeros(int(act.sum())) if armature is None else armature
+    q, qd, qdd = (np.atleast_2d(x) for x in (q, qd, qdd))
+    rigid = actuated_regressor(model, q, qd, qdd) @ np.ravel(inertial)
+    return rigid + viscous * qd[:, act] + coulomb * np.sign(qd[:, act]) + armature * qdd[:, act]
+
+
+def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+             torque: np.ndarray, *, rest_band: np.ndarray | float = 0.0,
+             prior: IdentificationPrior = IdentificationPrior(),
+             noise_std: float | None = None) -> Identified:
+    """Fit the model's parameters to measured actuated-joint torques.
+
+    Args:
+        model: the nominal robot (its figures are the prior's mean).
+        q, qd, qdd: (N, n) every joint, mimic joints filled [rad, rad/s, rad/s^2].
+        torque: (N, m) measured torque of the actuated joints [N*m].
+        rest_band: (n,) or scalar velocity band [rad/s]: a joint inside it is at rest and
+            its row is not fitted (its friction is the unknown stick reaction).
+        prior: the prior's spreads.
+        noise_std: the torque measurement's standard deviation [N*m]; None: estimated
+            from a first fit's residual.
+
+    Returns:
+        :class:`Identified`.
+    """
+    q, qd, qdd, torque = (np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, torque))
+    act = np.flatnonzero(model.actuated)
+    m_act, B = len(act), model.n_bodies
+    if torque.shape != (len(q), m_act):
+        raise ValueError(f'torque must be (N, {m_act}) for the actuated joints, got '
+                         f'{torque.shape}')
+    band = np.broadcast_to(np.asarray(rest_band, dtype=np.float64), (model.n_joints,))[act]
+    moving = np.abs(qd[:, act]) > band                    # (N, m) rows fitted
+    # ||Phi x - target||^2 = ||R x - c||^2 + rest: the fit sees (p, p) instead of
+    # (rows, p), exactly; built block by block, so ten minutes at 200 Hz stay small
+    R, c, rest, rows = None, None, 0.0, 0
+    for start in range(0, len(q), BLOCK):
+        block = slice(start, start + BLOCK)
+        Phi = _rows(model, q[block], qd[block], qdd[block])[moving[block]]
+        target = torque[block][moving[block]]
+        if R is not None:
+            Phi = np.concatenate([R, Phi])
+            target = np.concatenate([c, target])
+        R, c, more = _compressed(Phi, target)
+        rest += more
+        rows += int(moving[block].sum())
+    if R is None or rows == 0:
+        raise ValueError('nothing to fit: no joint moves outside its rest band')
+    pi0 = inertial_parameters(model)
+    joint0 = np.concatenate([model.damping[act], model.friction[act], np.zeros(m_act)])
+    scale = np.concatenate([_inertial_spread(pi0, prior).ravel(),
+                            np.repeat([prior.viscous, prior.coulomb, prior.armature],
+                                      m_act)])
+    theta0 = np.concatenate([_to_cholesky(pi0).ravel(), joint0])
+
+    def parameters(theta: np.ndarray) -> np.ndarray:
+        return np.concatenate([_from_cholesky(theta[:10 * B].reshape(B, 10)).ravel(),
+                               theta[10 * B:]])
+
+    x0 = np.concatenate([pi0.ravel(), joint0])
+
+    def rss(x: np.ndarray) -> float:
+        return float(np.sum((R @ x - c) ** 2) + rest)
+
+    def solve(sigma: float) -> np.ndarray:
+        def residual(theta: np.ndarray) -> np.ndarray:
+            x = parameters(theta)
+            return np.concatenate([(R @ x - c) / sigma, (x - x0) / scale])
+
+        lower = np.concatenate([np.full(10 * B, -np.inf), np.zeros(3 * m_act)])
+        start = np.maximum(theta0, lower)
+        return least_squares(residual, start, bounds=(lower, np.inf), method='trf',
+                             x_scale='jac', max_nfev=200).x
+
+    sigma = noise_std if noise_std is not None else 1.0
+    theta = solve(sigma)
+    if noise_std is None:           # the data's own noise level, then the final fit
+        sigma = max(float(np.sqrt(rss(parameters(theta)) / rows)), 1e-6)
+        theta = solve(sigma)
+    x = parameters(theta)
+    # posterior covariance of the linear parameters, linearised at the estimate
+    std = np.sqrt(np.diag(np.linalg.pinv(R.T @ R / sigma ** 2 + np.diag(scale ** -2.0))))
+    excited = std < 0.5 * scale
+    singular = np.linalg.svd(R / np.maximum(np.linalg.norm(R, axis=0), 1e-300),
+                             compute_uv=False)          # R's columns have Phi's norms
+    rank = int((singular > 1e-10 * singular[0]).sum())
+    split = [10 * B, 10 * B + m_act, 10 * B + 2 * m_act]
+
+    def parts(v: np.ndarray) -> list[np.ndarray]:
+        a, b, c, d = np.split(v, split)
+        return [a.reshape(B, 10), b, c, d]
+
+    values, stds, flags = parts(x), parts(std), parts(excited)
+    return Identified(
+        inertial=values[0], viscous=values[1], coulomb=values[2], armature=values[3],
+        inertial_std=stds[0], viscous_std=stds[1], coulomb_std=stds[2], armature_std=stds[3],
+        excited=dict(zip(('inertial', 'viscous', 'coulomb', 'armature'), flags)),
+        condition=float(singular[0] / singular[rank - 1]), rank=rank, rows=int(rows),
+        noise_std=float(np.sqrt(rss(x) / rows)))
+
+
+BLOCK = 8192
+"""Samples per block of the regressor (about 60 MB of float64 for the CRANE-X7)."""
+
+
+def _rows(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
+    """(N, m, 10 B + 3 m) rows of the actuated torque: the regressor, then per joint
+    viscous (qd), Coulomb (sign qd) and armature (qdd) columns."""
+    act = np.flatnonzero(model.actuated)
+    m_act = len(act)
+    Y = actuated_regressor(model, q, qd, qdd)
+    joint = np.zeros(Y.shape[:2] + (3 * m_act,))
+    for j in range(m_act):
+        joint[:, j, j] = qd[:, act[j]]
+        joint[:, j, m_act + j] = np.sign(qd[:, act[j]])
+        joint[:, j, 2 * m_act + j] = qdd[:, act[j]]
+    return np.concatenate([Y, joint], axis=-1)
+
+
+def _compressed(Phi: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(R, c, rest)`` with ``||Phi x - target||^2 == ||R x - c||^2 + rest`` for every x
+    (a thin QR of Phi: R is (p, p) however many rows Phi has)."""
+    Q, R = np.linalg.qr(Phi, mode='reduced')
+    c = Q.T @ target
+    return R, c, float(max(target @ target - c @ c, 0.0))
+
+
+def _inertial_spread(pi0: np.ndarray, prior: IdentificationPrior) -> np.ndarray:
+    """(B, 10) prior standard deviation of each body parameter."""
+    m = pi0[:, 0]
+    inertia = np.abs(pi0[:, 4:]).max(axis=1)
+    spread = np.empty_like(pi0)
+    spread[:, 0] = prior.mass * m
+    # h = m c: the COM's spread times the mass, plus the mass spread at the nominal COM
+    spread[:, 1:4] = np.hypot(prior.com * m[:, None], prior.mass * np.abs(pi0[:, 1:4]))
+    spread[:, 4:] = (prior.inertia * inertia)[:, None] + prior.com ** 2 * m[:, None]
+    return np.maximum(spread, 1e-9)
+

@@ -27,7 +27,6 @@ pages; both storages flush the same way.
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 import threading
@@ -57,12 +56,6 @@ DEFAULT_RECORD_PREFIXES = ('/plag_dynamics/',)
 """Topic prefixes whose topics ``plag-ros record`` picks up as they appear."""
 
 _CLOCK_PERIOD_NS = 25_000_000   # 40 Hz, ``ros2 bag play --clock``'s default rate
-
-
-def _message_class(msgtype: str):
-    """``pkg/msg/Type`` -> the rclpy message class (ImportError if not installed)."""
-    package, kind, name = msgtype.split('/')
-    return getattr(importlib.import_module(f'{package}.{kind}'), name)
 
 
 @dataclass(frozen=True)
@@ -151,6 +144,8 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from rosgraph_msgs.msg import Clock
 
+    from plag_ros.ros.messages import message_class
+
     if not rate > 0.0:
         raise ValueError(f'rate must be > 0, got {rate}')
     own = node is None
@@ -164,7 +159,7 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
                          else ReliabilityPolicy.BEST_EFFORT,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
                          else DurabilityPolicy.VOLATILE)
-        publishers.append(node.create_publisher(_message_class(msgtype), topic, qos))
+        publishers.append(node.create_publisher(message_class(msgtype), topic, qos))
     clock_pub = node.create_publisher(Clock, '/clock', QoSProfile(depth=1)) if clock else None
     published = 0
     try:
@@ -273,6 +268,7 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
     from plag_ros.io.bag import typestore_for
+    from plag_ros.ros.messages import message_class
 
     out = prepare_output(out, force=force)
     store = typestore_for('kilted')
@@ -319,7 +315,7 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
                              else DurabilityPolicy.VOLATILE)
             subscriptions[topic] = node.create_subscription(
-                _message_class(msgtype), topic, make_callback(conn, topic), qos, raw=True)
+                message_class(msgtype), topic, make_callback(conn, topic), qos, raw=True)
 
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)

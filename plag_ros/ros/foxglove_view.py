@@ -15,7 +15,6 @@ Foxglove connects with "Open connection" -> ``ws://127.0.0.1:8765``, and
 """
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Sequence
 
@@ -23,6 +22,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from plag_ros.ros import topics
+from plag_ros.ros.messages import message_class
 
 __all__ = ['DEFAULT_HOST', 'DEFAULT_PORT', 'FoxgloveView', 'view_topics']
 
@@ -49,11 +49,6 @@ def view_topics(*, control: bool = False) -> list[tuple[str, str]]:
     if control:
         served.append(('/plag_impedance/state', 'std_msgs/msg/String'))
     return served
-
-
-def _message_class(msgtype: str):
-    package, kind, name = msgtype.split('/')
-    return getattr(importlib.import_module(f'{package}.{kind}'), name)
 
 
 class FoxgloveView:
@@ -95,7 +90,7 @@ class FoxgloveView:
                              reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
                              else DurabilityPolicy.VOLATILE)
-            node.create_subscription(_message_class(msgtype), topic,
+            node.create_subscription(message_class(msgtype), topic,
                                      self._forward(channel), qos, raw=True)
 
     @staticmethod

@@ -27,6 +27,7 @@ message type for numbers.
 from __future__ import annotations
 
 import array
+import importlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,7 +54,6 @@ from plag_ros.ros import topics
 __all__ = [
     'ARRAY_LABELS',
     'COMPONENTS',
-    'joint_component',
     'DecompositionMessages',
     'DiagnosticLevel',
     'JointStateError',
@@ -67,9 +67,11 @@ __all__ = [
     'float64_array',
     'float64_multi_array',
     'image_to_numpy',
+    'joint_component',
     'joint_state',
     'joint_state_arrays',
     'marker_components',
+    'message_class',
     'multi_array_to_numpy',
     'names_message',
     'ns_to_stamp',
@@ -111,6 +113,12 @@ class DiagnosticLevel:
 
 
 # --- stamps and arrays --------------------------------------------------------------------
+
+
+def message_class(msgtype: str):
+    """``pkg/msg/Type`` -> the rclpy message class (ImportError if not installed)."""
+    package, kind, name = msgtype.split('/')
+    return getattr(importlib.import_module(f'{package}.{kind}'), name)
 
 
 def stamp_to_ns(stamp: Time) -> int:

@@ -79,3 +79,16 @@ def test_regressor_times_parameters_is_the_engines_torque_and_partial(name):
         np.testing.assert_allclose(columns, out['partial'], rtol=0, atol=TOL)
         np.testing.assert_array_equal(Y[k], joint_torque_regressor(model, q[k], qd[k],
                                                                    qdd[k]))
+
+
+@pytest.mark.parametrize('name', ROBOTS)
+def test_body_figures_invert_the_parameters(name):
+    """Mass, COM and inertia about the COM back from each body's ten parameters."""
+    from plag_ros.core.regressor import body_figures
+
+    model = RobotModel.from_urdf(ROBOTS[name])
+    for i, pi in enumerate(inertial_parameters(model)):
+        mass, com, inertia = body_figures(pi)
+        assert mass == model.body_mass[i]
+        np.testing.assert_allclose(com, model.body_com[i], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(inertia, model.body_inertia[i], rtol=0, atol=1e-15)

@@ -38,8 +38,8 @@ from plag_ros.core import motors
 from plag_ros.core.analysis import AnalysisOptions, estimate_recording
 from plag_ros.core.friction import rest_band
 from plag_ros.core.identification import Identified, identify, predict
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.regressor import inertial_parameters
+from plag_ros.core.model import RobotModel, default_urdf_path, without_xml_declaration
+from plag_ros.core.regressor import body_figures, inertial_parameters
 from plag_ros.io.bag import BagError, read_joint_states
 
 __all__ = ['configure', 'run']
@@ -82,18 +82,9 @@ def read_recording(model: RobotModel, bag: Path, options: AnalysisOptions
     return q[finite], qd[finite], qdd[finite], torque[finite]
 
 
-def body_figures(pi: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """(mass, COM (3,), inertia about the COM (3, 3)) of one body's ten parameters."""
-    m, h = float(pi[0]), pi[1:4]
-    c = h / m
-    origin = np.array([[pi[4], pi[5], pi[7]], [pi[5], pi[6], pi[8]], [pi[7], pi[8], pi[9]]])
-    return m, c, origin - m * (c @ c * np.eye(3) - np.outer(c, c))
-
-
 def write_urdf(model: RobotModel, result: Identified, path: Path) -> None:
     """The nominal URDF with the identified figures (see the module doc)."""
-    root = ET.fromstring(model.urdf_xml.split('?>', 1)[-1]
-                         if model.urdf_xml.lstrip().startswith('<?xml') else model.urdf_xml)
+    root = ET.fromstring(without_xml_declaration(model.urdf_xml))
     links = {link.get('name') or '': link for link in root.iter('link')}
     owner = {model.link_names[k]: int(model.link_joint[k]) for k in range(len(model.link_names))}
     bodies = {str(model.body_link[i]): i for i in range(model.n_bodies)}

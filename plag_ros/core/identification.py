@@ -28,8 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+from plag_ros.core.control import actuation_matrix
 from plag_ros.core.model import RobotModel
-from plag_ros.core.regressor import inertial_parameters, joint_torque_regressor
+from plag_ros.core.regressor import (
+    inertia_about_origin,
+    inertial_parameters,
+    joint_torque_regressor,
+)
 
 __all__ = ['Identified', 'IdentificationPrior', 'identify', 'pseudo_inertia',
            'physically_consistent', 'actuated_regressor', 'predict']
@@ -95,9 +100,7 @@ def pseudo_inertia(pi: np.ndarray) -> np.ndarray:
     ``Sigma = tr(I)/2 E - I`` (the body's second moment of mass about its frame origin)."""
     pi = np.asarray(pi, dtype=np.float64)
     m, h = pi[..., 0], pi[..., 1:4]
-    inertia = np.stack([np.stack([pi[..., 4], pi[..., 5], pi[..., 7]], -1),
-                        np.stack([pi[..., 5], pi[..., 6], pi[..., 8]], -1),
-                        np.stack([pi[..., 7], pi[..., 8], pi[..., 9]], -1)], -2)
+    inertia = inertia_about_origin(pi)
     sigma = 0.5 * np.trace(inertia, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) - inertia
     J = np.zeros(pi.shape[:-1] + (4, 4))
     J[..., :3, :3] = sigma
@@ -147,26 +150,22 @@ def actuated_regressor(model: RobotModel, q: np.ndarray, qd: np.ndarray,
                        qdd: np.ndarray) -> np.ndarray:
     """(N, m, 10 B) regressor of the actuated joints' torque: mimic rows folded onto the
     joint each follows (times the mimic multiplier), as its motor carries them."""
-    Y = joint_torque_regressor(model, q, qd, qdd)
-    act = np.flatnonzero(model.actuated)
-    out = Y[:, act].copy()
-    for k in np.flatnonzero(~model.actuated):
-        source = int(np.searchsorted(act, model.mimic_source[k]))
-        out[:, source] += model.mimic_multiplier[k] * Y[:, k]
-    return out
+    G, _ = actuation_matrix(model)
+    return np.einsum('ja,njp->nap', G, joint_torque_regressor(model, q, qd, qdd))
 
 
 def predict(model: RobotModel, q, qd, qdd, *, inertial: np.ndarray | None = None,
             viscous=None, coulomb=None, armature=None) -> np.ndarray:
-    """(N, m) actuated torque of a parameter set (defaults: the model's, zero armature)."""
+    """(N, m) actuated torque of a parameter set (defaults: the model's, zero armature):
+    the rows :func:`identify` fits, times the parameters."""
     act = model.actuated
     inertial = inertial_parameters(model) if inertial is None else inertial
     viscous = model.damping[act] if viscous is None else viscous
     coulomb = model.friction[act] if coulomb is None else coulomb
     armature = np.zeros(int(act.sum())) if armature is None else armature
     q, qd, qdd = (np.atleast_2d(x) for x in (q, qd, qdd))
-    rigid = actuated_regressor(model, q, qd, qdd) @ np.ravel(inertial)
-    return rigid + viscous * qd[:, act] + coulomb * np.sign(qd[:, act]) + armature * qdd[:, act]
+    return _rows(model, q, qd, qdd) @ np.concatenate([np.ravel(inertial), viscous, coulomb,
+                                                      armature])
 
 
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,

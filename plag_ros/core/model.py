@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ['RobotModel', 'ModelChanges', 'default_urdf_path', 'MOVING_JOINT_TYPES']
+__all__ = ['RobotModel', 'ModelChanges', 'default_urdf_path', 'MOVING_JOINT_TYPES',
+           'without_xml_declaration']
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +55,12 @@ def _decode_xml(data: bytes, path: Path) -> str:
         raise ValueError(f'malformed URDF: {path} is not {encoding} text: {err}') from err
 
 
+def without_xml_declaration(text: str) -> str:
+    """``text`` without a leading ``<?xml ...?>``: an XML parser refuses a str (already
+    decoded) whose declaration names an encoding."""
+    return _DECLARATION.sub('', text, count=1)
+
+
 def _parse_urdf(urdf_parser, text: str):
     """urdf_parser_py's URDF of ``text``.
 
@@ -72,7 +79,7 @@ def _parse_urdf(urdf_parser, text: str):
 
     previous, core.on_error = core.on_error, on_error
     try:
-        return urdf_parser.URDF.from_xml_string(_DECLARATION.sub('', text, count=1))
+        return urdf_parser.URDF.from_xml_string(without_xml_declaration(text))
     finally:
         core.on_error = previous
 

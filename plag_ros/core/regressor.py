@@ -28,7 +28,8 @@ import numpy as np
 
 from plag_ros.core.model import RobotModel
 
-__all__ = ['PARAMETER_NAMES', 'inertial_parameters', 'joint_torque_regressor']
+__all__ = ['PARAMETER_NAMES', 'body_figures', 'inertia_about_origin', 'inertial_parameters',
+           'joint_torque_regressor']
 
 PARAMETER_NAMES = ('m', 'mc_x', 'mc_y', 'mc_z', 'I_xx', 'I_xy', 'I_yy', 'I_xz', 'I_yz',
                    'I_zz')
@@ -44,6 +45,22 @@ def inertial_parameters(model: RobotModel) -> np.ndarray:
         np.einsum('bi,bi->b', c, c)[:, None, None] * np.eye(3) - np.einsum('bi,bj->bij', c, c))
     return np.column_stack([m, m[:, None] * c, I_o[:, 0, 0], I_o[:, 0, 1], I_o[:, 1, 1],
                             I_o[:, 0, 2], I_o[:, 1, 2], I_o[:, 2, 2]])
+
+
+def inertia_about_origin(pi: np.ndarray) -> np.ndarray:
+    """(..., 10) parameters -> (..., 3, 3) rotational inertia about the frame origin."""
+    pi = np.asarray(pi, dtype=np.float64)
+    return np.stack([np.stack([pi[..., 4], pi[..., 5], pi[..., 7]], -1),
+                     np.stack([pi[..., 5], pi[..., 6], pi[..., 8]], -1),
+                     np.stack([pi[..., 7], pi[..., 8], pi[..., 9]], -1)], -2)
+
+
+def body_figures(pi: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """One body's (10,) parameters -> (mass [kg], COM (3,) [m], inertia about the COM
+    (3, 3) [kg*m^2]): the inverse of :func:`inertial_parameters` for one body."""
+    m = float(pi[0])
+    c = np.asarray(pi[1:4], dtype=np.float64) / m
+    return m, c, inertia_about_origin(pi) - m * (c @ c * np.eye(3) - np.outer(c, c))
 
 
 def _skew(w: np.ndarray) -> np.ndarray:

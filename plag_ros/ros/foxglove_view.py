@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+from plag_ros.io.bag import JOINT_STATE_TYPE
 from plag_ros.ros import topics
 from plag_ros.ros.messages import message_class
 
@@ -31,23 +32,23 @@ DEFAULT_HOST = '127.0.0.1'
 DEFAULT_PORT = 8765
 """Foxglove's default WebSocket port."""
 
-LATCHED = ('/robot_description', f'/{topics.DYNAMICS_NODE_NAME}/{topics.NAMES_TOPIC}',
-           '/plag_impedance/state')
+IMPEDANCE_STATE = '/plag_impedance/state'
+"""The impedance node's ``~/state`` (served with ``control``)."""
+
+LATCHED = ('/robot_description', topics.node_topic(topics.NAMES_TOPIC), IMPEDANCE_STATE)
 """Topics published transient local: subscribed the same way, so a late view gets them."""
 
 
 def view_topics(*, control: bool = False) -> list[tuple[str, str]]:
     """(topic, message type) of each channel: inputs, torques, components, visuals."""
-    node = topics.DYNAMICS_NODE_NAME
-    served = [('/joint_states', 'sensor_msgs/msg/JointState'),
-              ('/robot_description', 'std_msgs/msg/String')]
-    served += [(topics.node_topic(name, node), topics.OUTPUT_TYPES[name])
+    served = [('/joint_states', JOINT_STATE_TYPE), ('/robot_description', 'std_msgs/msg/String')]
+    served += [(topics.node_topic(name), topics.OUTPUT_TYPES[name])
                for name in (topics.STATE_TOPIC, topics.NAMES_TOPIC, topics.MARKERS_TOPIC,
                             topics.IMAGE_TOPIC)]
-    served += [(topics.node_topic(topics.COMPONENT_PREFIX + name, node),
-                'sensor_msgs/msg/JointState') for name in topics.COMPONENT_TOPICS]
+    served += [(topics.node_topic(topics.COMPONENT_PREFIX + name), JOINT_STATE_TYPE)
+               for name in topics.COMPONENT_TOPICS]
     if control:
-        served.append(('/plag_impedance/state', 'std_msgs/msg/String'))
+        served.append((IMPEDANCE_STATE, 'std_msgs/msg/String'))
     return served
 
 

@@ -303,8 +303,10 @@ _CHILD = textwrap.dedent("""
     k = 0
     while True:
         t = time.time_ns()
-        writer.write(conn, t, store.serialize_cdr(String(data=str(k)), 'std_msgs/msg/String'))
+        # logged first: a SIGKILL between the two leaves a logged message the bag may
+        # lack, never one on disk the log has not seen (its flush may run inside write)
         log.write(f'{k} {t}\\n')
+        writer.write(conn, t, store.serialize_cdr(String(data=str(k)), 'std_msgs/msg/String'))
         k += 1
         time.sleep(0.005)
 """)

@@ -46,6 +46,7 @@ from plag_ros.core.compact import CompactLayout
 from plag_ros.core.filters import EstimatorConfig
 from plag_ros.core.friction import FRICTION_STATES, SLIDING, UNRESOLVED
 from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.core.plausibility import PLAUSIBILITY_REASONS
 from plag_ros.io.bag import (
     EXIT_RECOVERED_WITH_LOSS,
@@ -596,6 +597,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--stamp', choices=('header', 'receive'), default='header',
                         help='sample time: message header stamp or bag receive time')
     parser.add_argument('--urdf', type=Path, help='robot URDF (default: bundled CRANE-X7)')
+    parser.add_argument('--model', type=Path, help="identified.yaml of plag-ros identify: "
+                        "the arm's identified figures over the URDF's")
     parser.add_argument('--causal', action='store_true',
                         help="use the live node's causal estimator (same output as the "
                              'node) instead of zero-phase filtering')
@@ -645,7 +648,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         single = len(args.bag) == 1 and not fleet.names_many(args.bag[0])
         bags = [args.bag[0]] if single else fleet.find_bags(args.bag)
-        model = RobotModel.from_urdf(args.urdf or default_urdf_path())
+        model, _ = model_with_parameters(RobotModel.from_urdf(args.urdf or default_urdf_path()),
+                                         args.model)
         estimator = EstimatorConfig(cutoff_hz=args.cutoff_hz, order=args.order,
                                     rate_hz=args.rate_hz,
                                     velocity_source=args.velocity_source,
@@ -660,6 +664,7 @@ def run(args: argparse.Namespace) -> int:
             progress=False if args.no_progress else None)
         if not single:
             outcomes = fleet.analyze_bags(bags, args.output, options, urdf=args.urdf,
+                                          parameters=args.model,
                                           topic=args.topic, stamp=args.stamp, force=args.force,
                                           scheduler=args.scheduler, workers=args.workers,
                                           progress=not args.no_progress)

@@ -553,13 +553,28 @@ def run_sim(args: argparse.Namespace) -> int:
         print('plag-ros: --control needs plag_ros.ros.nodes.impedance_node, which is not '
               'installed', file=sys.stderr)
         return 2
-    specs = with_overlay(sim_specs(args.control), SIM_CONTROL_DEMO)
+    specs = with_model(with_overlay(sim_specs(args.control), SIM_CONTROL_DEMO), args.model,
+                       args.sim_model)
     return _bring_up(specs, args, motion=not args.control and args.motion == 'swing')
 
 
 def run_dynamics_only(args: argparse.Namespace) -> int:
     """``plag-ros run``: the dynamics node joining a running robot's graph."""
-    return _bring_up(robot_specs(args.description_source), args, motion=False)
+    return _bring_up(with_model(robot_specs(args.description_source), args.model), args,
+                     motion=False)
+
+
+def with_model(specs: list[NodeSpec], model: Path | None, sim_model: Path | None = None
+               ) -> list[NodeSpec]:
+    """``specs`` with ``model.parameters`` set: ``model`` for every node, ``sim_model``
+    (if given) for the simulator instead (a simulated arm that differs from the model the
+    other nodes use, as a real arm differs from its URDF)."""
+    out = []
+    for spec in specs:
+        path = sim_model if spec.module == 'sim_node' and sim_model else model
+        out.append(replace(spec, params={**spec.params, 'model.parameters':
+                                         str(Path(path).resolve())}) if path else spec)
+    return out
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -579,6 +594,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--foxglove-host', default='127.0.0.1', metavar='ADDR',
                         help='address of the Foxglove view (default 127.0.0.1, this machine '
                              'only; 0.0.0.0 serves the network, unauthenticated)')
+    parser.add_argument('--model', type=Path, default=None, metavar='YAML',
+                        help='identified.yaml of plag-ros identify for every node '
+                             '(model.parameters)')
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -600,6 +618,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--domain', type=int, default=None, metavar='N',
                         help='join ROS_DOMAIN_ID N on purpose (default: a free private '
                              'domain, traffic on this machine only)')
+    parser.add_argument('--sim-model', type=Path, default=None, metavar='YAML',
+                        help="the simulated arm's own figures (an identified.yaml), instead "
+                             'of --model, for the simulator only')
     parser.add_argument('--motion', choices=('swing', 'none'), default='swing',
                         help='position commands sent to the simulator (default: a slow '
                              'elbow/shoulder/wrist swing)')

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'study': ('study', "run one of the papers' experiments: figures and summary.json"),
     'identify': ('identify', "fit the arm's inertial parameters, friction and armature to "
                              'recorded torques'),
+    'excite': ('excite', 'design an excitation trajectory for identify; play it on the arm '
+                         'or the simulator'),
 }
 
 

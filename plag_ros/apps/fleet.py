@@ -48,6 +48,7 @@ from typing import Any
 from plag_ros.apps.analyze import analyze_bag, refuse_output_in_bag
 from plag_ros.core.analysis import AnalysisOptions
 from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.io.bag import EXIT_RECOVERED_WITH_LOSS, BagError, StampSource
 
 __all__ = ['EXIT_FAILED', 'BagJob', 'BagOutcome', 'analyze_bags', 'bag_name', 'exit_status',
@@ -164,6 +165,8 @@ class BagJob:
     force: bool = False
     threads: dict[str, int] = dataclasses.field(default_factory=dict)
     """Engine threads per worker address (a worker not listed: the options' threads)."""
+    parameters: Path | None = None
+    """identified.yaml applied to the model (``--model``)."""
 
     def settings(self) -> str:
         """What shapes the outputs besides the input: the options (less threads and the
@@ -171,7 +174,10 @@ class BagJob:
         options = dataclasses.asdict(dataclasses.replace(
             self.options, threads=None, progress=None, figures_process=None))
         # (sets as sorted lists: a set's order changes with each process's string hashing)
+        figures = (hashlib.sha256(self.parameters.read_bytes()).hexdigest()
+                   if self.parameters else '')
         return json.dumps({'options': options, 'urdf': str(self.urdf or ''),
+                           'model_parameters': figures,
                            'topic': self.topic or '', 'stamp': self.stamp}, sort_keys=True,
                           default=lambda v: sorted(v) if isinstance(v, (set, frozenset))
                           else str(v))
@@ -201,9 +207,10 @@ class BagOutcome:
 
 
 @lru_cache(maxsize=4)
-def _model(urdf: Path | None) -> RobotModel:
-    """One model per worker process and URDF (loading takes ~50 ms)."""
-    return RobotModel.from_urdf(urdf or default_urdf_path())
+def _model(urdf: Path | None, parameters: Path | None = None) -> RobotModel:
+    """One model per worker process, URDF and identified figures (loading takes ~50 ms)."""
+    return model_with_parameters(RobotModel.from_urdf(urdf or default_urdf_path()),
+                                 parameters)[0]
 
 
 def _worker_threads(job: BagJob) -> int | None:
@@ -263,7 +270,7 @@ def run_bag(job: BagJob) -> BagOutcome:
             not multiprocessing.current_process().daemon else False
         options = dataclasses.replace(job.options, threads=threads, figures_process=child,
                                       progress=False)
-        model = _model(job.urdf)
+        model = _model(job.urdf, job.parameters)
         figures: dict[str, object] = {}
         result = analyze_bag(job.bag, job.out, model=model, topic=job.topic, stamp=job.stamp,
                              force=True, options=options, row=figures)
@@ -351,7 +358,8 @@ def analyze_bags(bags: Sequence[Path], out: Path, options: AnalysisOptions, *,
                  urdf: Path | None = None, topic: str | None = None,
                  stamp: StampSource = 'header', force: bool = False,
                  scheduler: str | None = None, workers: int | None = None,
-                 progress: bool = True) -> list[BagOutcome]:
+                 progress: bool = True, parameters: Path | None = None
+                 ) -> list[BagOutcome]:
     """Analyse ``bags`` into ``out/<name>/`` on Dask and write the fleet report into ``out``.
 
     Returns the outcomes in the order of ``bags``.
@@ -366,7 +374,9 @@ def analyze_bags(bags: Sequence[Path], out: Path, options: AnalysisOptions, *,
     try:
         threads = threads_per_worker(_workers_of(cluster.client))
         jobs = [BagJob(bag.resolve(), (out / name).resolve(), name, options, urdf, topic,
-                       stamp, force, threads) for bag, name in zip(bags, names)]
+                       stamp, force, threads,
+                       parameters.resolve() if parameters else None)
+                for bag, name in zip(bags, names)]
         print(f'plag-ros analyze: {len(jobs)} bags on {cluster.where} (engine threads per '
               f'worker: {sorted(set(threads.values())) or "-"})', file=sys.stderr)
         futures = cluster.client.map(run_bag, jobs, key=[f'plag-ros-{j.name}-{i}' for i, j
@@ -391,7 +401,7 @@ def analyze_bags(bags: Sequence[Path], out: Path, options: AnalysisOptions, *,
     finally:
         cluster.close()
     done = [o for o in outcomes if o is not None]
-    write_fleet_report(out, done, _model(urdf))
+    write_fleet_report(out, done, _model(urdf, parameters))
     return done
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +36,16 @@ import yaml
 from plag_ros.core import motors
 from plag_ros.core.analysis import AnalysisOptions, estimate_recording
 from plag_ros.core.friction import rest_band
-from plag_ros.core.identification import Identified, identify, predict
-from plag_ros.core.model import RobotModel, default_urdf_path, without_xml_declaration
+from plag_ros.core.identification import Identified, identify, identify_servo, predict
+from plag_ros.core.joint_trajectory import TrajectoryCommand
+from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.model_parameters import (
+    apply_model_parameters,
+    load_model_parameters,
+    urdf_with_figures,
+)
 from plag_ros.core.regressor import body_figures, inertial_parameters
-from plag_ros.io.bag import BagError, read_joint_states
+from plag_ros.io.bag import BagError, read_joint_states, read_trajectory_commands
 
 __all__ = ['configure', 'run']
 
@@ -54,7 +59,7 @@ class Recording:
         self.qdd: list[np.ndarray] = []
         self.torque: list[np.ndarray] = []
 
-    def add(self, q, qd, qdd, torque) -> None:
+    def add(self, q, qd, qdd, torque, t=None) -> None:
         for store, value in ((self.q, q), (self.qd, qd), (self.qdd, qdd),
                              (self.torque, torque)):
             store.append(value)
@@ -68,7 +73,8 @@ class Recording:
 
 def read_recording(model: RobotModel, bag: Path, options: AnalysisOptions
                    ) -> tuple[np.ndarray, ...]:
-    """(q, qd, qdd, torque) of a bag: estimated states, measured actuated torque [N*m]."""
+    """(q, qd, qdd, torque, t) of a bag: estimated states, measured actuated torque [N*m],
+    sample times [s]."""
     js = read_joint_states(bag, model)
     if js.effort is None:
         raise BagError(f'{bag}: its joint states carry no effort: identification needs the '
@@ -79,50 +85,75 @@ def read_recording(model: RobotModel, bag: Path, options: AnalysisOptions
     scale = motors.effort_to_torque(names) if motors.known(names) else np.ones(len(act))
     torque = js.effort[index][:, act] * scale
     finite = np.isfinite(torque).all(axis=1)
-    return q[finite], qd[finite], qdd[finite], torque[finite]
+    t = js.t_ns[index] * 1e-9
+    return q[finite], qd[finite], qdd[finite], torque[finite], t[finite]
+
+
+def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarray
+                        ) -> tuple[list[str], np.ndarray]:
+    """The positions the bag's trajectory commands asked for at times ``t`` [s].
+
+    Each recorded JointTrajectory is sampled as the controller samples it
+    (:class:`~plag_ros.core.joint_trajectory.TrajectoryCommand`) from its first point to
+    its last, until the next message replaces it; elsewhere (the approach from wherever
+    the arm was, holds after the end) the rows are NaN and not fitted.
+
+    Returns:
+        (joint names J, (N, J) commanded positions [rad], NaN where none applies).
+
+    Raises:
+        BagError: no trajectory commands in the bag; ValueError: commands for joints the
+            model lacks, or for different joint sets.
+    """
+    messages = read_trajectory_commands(bag)
+    if not messages:
+        raise BagError(f'{bag}: its trajectory command topic has no messages')
+    names = list(messages[0].joint_names)
+    unknown = [j for j in names if j not in model.joint_names]
+    if unknown or any(sorted(m.joint_names) != sorted(names) for m in messages):
+        raise ValueError(f'{bag}: trajectory commands for joints {unknown or "that change"}; '
+                         f'the model has {list(model.joint_names)}')
+    cols = [model.joint_names.index(j) for j in names]
+    commanded = np.full((len(t), len(names)), np.nan)
+    starts = [m.start_ns * 1e-9 for m in messages] + [np.inf]
+    for k, msg in enumerate(messages):
+        if not len(msg.times):
+            continue
+        order = [list(msg.joint_names).index(j) for j in names]
+        start = starts[k]
+        at = int(np.clip(np.searchsorted(t, start), 0, len(t) - 1))
+        command = TrajectoryCommand(
+            start, q[at, cols], msg.times, msg.positions[:, order],
+            None if msg.velocities is None else msg.velocities[:, order])
+        rows = (t >= command.first_point_s) & (t <= command.end_s) & (t < starts[k + 1])
+        commanded[rows] = command.position(t[rows])
+    return names, commanded
 
 
 def write_urdf(model: RobotModel, result: Identified, path: Path) -> None:
     """The nominal URDF with the identified figures (see the module doc)."""
-    root = ET.fromstring(without_xml_declaration(model.urdf_xml))
-    links = {link.get('name') or '': link for link in root.iter('link')}
-    owner = {model.link_names[k]: int(model.link_joint[k]) for k in range(len(model.link_names))}
-    bodies = {str(model.body_link[i]): i for i in range(model.n_bodies)}
-    for name, link in links.items():
-        for old in link.findall('inertial'):
-            if name in bodies or owner.get(name, -1) >= 0:
-                link.remove(old)       # moving links: their mass is the body's now
-        if name not in bodies:
-            continue
-        m, c, inertia = body_figures(result.inertial[bodies[name]])
-        inertial = ET.SubElement(link, 'inertial')
-        ET.SubElement(inertial, 'origin', xyz=' '.join(f'{v:.9g}' for v in c), rpy='0 0 0')
-        ET.SubElement(inertial, 'mass', value=f'{m:.9g}')
-        ET.SubElement(inertial, 'inertia', ixx=f'{inertia[0, 0]:.9g}',
-                      ixy=f'{inertia[0, 1]:.9g}', ixz=f'{inertia[0, 2]:.9g}',
-                      iyy=f'{inertia[1, 1]:.9g}', iyz=f'{inertia[1, 2]:.9g}',
-                      izz=f'{inertia[2, 2]:.9g}')
     act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
-    for joint in root.iter('joint'):
-        name = joint.get('name') or ''
-        if name in act:
-            k = act.index(name)
-            for old in joint.findall('dynamics'):
-                joint.remove(old)
-            ET.SubElement(joint, 'dynamics', damping=f'{result.viscous[k]:.9g}',
-                          friction=f'{result.coulomb[k]:.9g}')
-    path.write_text('<?xml version="1.0"?>\n<!-- identified by plag-ros identify: see '
-                    'identified.yaml -->\n' + ET.tostring(root, encoding='unicode') + '\n')
+    xml = urdf_with_figures(
+        model, {str(model.body_link[i]): result.inertial[i] for i in range(model.n_bodies)},
+        dict(zip(act, result.viscous.tolist())), dict(zip(act, result.coulomb.tolist())))
+    path.write_text(xml.replace('\n', '\n<!-- identified by plag-ros identify: see '
+                                'identified.yaml -->\n', 1))
 
 
-def _rms(error: np.ndarray) -> list[float]:
-    return [float(v) for v in np.sqrt(np.mean(error ** 2, axis=0))]
+def _rms(error: np.ndarray, moving: np.ndarray) -> list[float]:
+    """Per joint RMS over the rows where it moves (at rest its friction is the stick
+    reaction, which no model predicts); 0 for a joint that never moves."""
+    squares = np.where(moving, error ** 2, 0.0).sum(axis=0)
+    return [float(v) for v in np.sqrt(squares / np.maximum(moving.sum(axis=0), 1))]
 
 
 def write_report(out: Path, model: RobotModel, result: Identified, held_out: tuple,
-                 bags: list[Path], holdout_bags: list[Path]) -> dict:
-    """identified.yaml and held_out.png; returns the yaml's content."""
+                 bags: list[Path], holdout_bags: list[Path], band: np.ndarray,
+                 extra: dict | None = None) -> dict:
+    """identified.yaml and held_out.png; returns the yaml's content. ``band``: (n,) rest
+    band [rad/s] (the held-out errors are over the rows where a joint moves)."""
     q, qd, qdd, torque = held_out
+    moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
     nominal = predict(model, q, qd, qdd)
     fitted = predict(model, q, qd, qdd, inertial=result.inertial, viscous=result.viscous,
                      coulomb=result.coulomb, armature=result.armature)
@@ -158,8 +189,12 @@ def write_report(out: Path, model: RobotModel, result: Identified, held_out: tup
                 'condition_number': result.condition, 'identified_combinations':
                 result.rank, 'parameters': int(result.inertial.size + 3 * len(act))},
         'held_out_rms': {'samples': int(len(q)), 'joints': act,
-                         'nominal': _rms(nominal - torque), 'identified': _rms(fitted - torque)},
-        'bodies': bodies, 'joints': joints}
+                         'moving_samples': moving.sum(axis=0).tolist(),
+                         'rows': 'per joint, the samples where it moves (outside its rest '
+                                 'band: at rest the friction is an unknown stick reaction)',
+                         'nominal': _rms(nominal - torque, moving),
+                         'identified': _rms(fitted - torque, moving)},
+        'bodies': bodies, 'joints': joints, **(extra or {})}
     (out / 'identified.yaml').write_text(yaml.safe_dump(content, sort_keys=False))
     import matplotlib
     matplotlib.use('Agg')
@@ -188,31 +223,87 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--holdout-fraction', type=float, default=0.2,
                         help='without --holdout: the last part of each bag held out')
     parser.add_argument('--urdf', type=Path, help='nominal URDF (default: bundled CRANE-X7)')
+    parser.add_argument('--model', type=Path,
+                        help='an earlier identified.yaml as the starting figures (the prior)')
+    parser.add_argument('--servo', action='store_true',
+                        help="also fit each servo's position-loop stiffness K_s from the "
+                             'recorded trajectory commands (plag-ros excite --play)')
+
+
+def servo_section(model: RobotModel, result: Identified, recordings: list[tuple],
+                  band: np.ndarray) -> dict:
+    """The ``servo`` section of identified.yaml: K_s per commanded joint (see
+    :func:`~plag_ros.core.identification.identify_servo`), from the rows where the joint
+    moves (at rest its friction, the stick reaction, is part of the deflection and no
+    model predicts it)."""
+    names = recordings[0][0]
+    torque, deflection, velocity = [], [], []
+    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    cols_act = [act.index(j) for j in names]
+    cols = [model.joint_names.index(j) for j in names]
+    for joints, commanded, q, qd, qdd in recordings:
+        if joints != names:
+            raise ValueError('the bags command different joints')
+        rows = np.isfinite(commanded).all(axis=1)
+        fitted = predict(model, q[rows], qd[rows], qdd[rows], inertial=result.inertial,
+                         viscous=result.viscous, coulomb=result.coulomb,
+                         armature=result.armature)
+        torque.append(fitted[:, cols_act])
+        deflection.append(commanded[rows] - q[rows][:, cols])
+        velocity.append(qd[rows][:, cols])
+    velocities = np.concatenate(velocity)
+    fit = identify_servo(np.concatenate(torque), np.concatenate(deflection), velocities,
+                         moving=np.abs(velocities) > band[cols])
+    table = motors.servo_stiffness(names) if motors.known(names) else np.full(len(names),
+                                                                                np.nan)
+    return {'samples': fit.samples.tolist(), 'model': 'torque = K_s (q_cmd - q) - D qd + c',
+            'joints': [{'joint': name, 'stiffness': float(fit.stiffness[k]),
+                        'stiffness_std': float(fit.stiffness_std[k]),
+                        'stiffness_motor_table': float(table[k]),
+                        'damping_and_delay': float(fit.damping[k]),
+                        'offset': float(fit.offset[k]),
+                        'residual_rms': float(fit.residual_rms[k]),
+                        'deflection_rms': float(fit.deflection_rms[k])}
+                       for k, name in enumerate(names)]}
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``plag-ros identify``; 2 on a bag or input error."""
-    model = RobotModel.from_urdf(args.urdf or default_urdf_path())
     options = AnalysisOptions(progress=False)
     fit, held = Recording(), Recording()
+    servo: list[tuple] = []
     try:
+        model = RobotModel.from_urdf(args.urdf or default_urdf_path())
+        if args.model:
+            model = apply_model_parameters(model, load_model_parameters(args.model))
         for bag in args.bag:
-            q, qd, qdd, torque = read_recording(model, bag, options)
+            q, qd, qdd, torque, t = read_recording(model, bag, options)
             cut = len(q) if args.holdout else int(round(len(q) * (1 - args.holdout_fraction)))
             fit.add(q[:cut], qd[:cut], qdd[:cut], torque[:cut])
             held.add(q[cut:], qd[cut:], qdd[cut:], torque[cut:])
+            if args.servo:
+                names, commanded = commanded_positions(model, bag, t[:cut], q[:cut])
+                servo.append((names, commanded, q[:cut], qd[:cut], qdd[:cut]))
         for bag in args.holdout:
-            held.add(*read_recording(model, bag, options))
-    except (BagError, ValueError) as err:
+            held.add(*read_recording(model, bag, options)[:4])
+    except (BagError, ValueError, OSError) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
     if not len(fit) or not len(held):
         print('plag-ros identify: no samples to fit or none held out', file=sys.stderr)
         return 2
-    result = identify(model, *fit.arrays(), rest_band=rest_band(model, options.estimator))
+    band = rest_band(model, options.estimator)
+    result = identify(model, *fit.arrays(), rest_band=band)
+    extra = {}
+    if args.servo:
+        try:
+            extra['servo'] = servo_section(model, result, servo, band)
+        except ValueError as err:
+            print(f'plag-ros identify --servo: {err}', file=sys.stderr)
+            return 2
     args.output.mkdir(parents=True, exist_ok=True)
     content = write_report(args.output, model, result, held.arrays(), list(args.bag),
-                           list(args.holdout))
+                           list(args.holdout), band, extra)
     write_urdf(model, result, args.output / 'identified.urdf')
     errors = content['held_out_rms']
     before, after = np.array(errors['nominal']), np.array(errors['identified'])
@@ -224,5 +315,10 @@ def run(args: argparse.Namespace) -> int:
         print(f'  {name:50s} held-out RMS {b:8.4f} -> {a:8.4f} N*m')
     total_b, total_a = float(np.sqrt(np.mean(before ** 2))), float(np.sqrt(np.mean(after ** 2)))
     print(f'  all joints: {total_b:.4f} -> {total_a:.4f} N*m ({1 - total_a / total_b:.0%} '
-          f'less); wrote {args.output}/identified.yaml, identified.urdf, held_out.png')
+          f'less)')
+    for joint in extra.get('servo', {}).get('joints', []):
+        print(f'  {joint["joint"]:50s} K_s {joint["stiffness"]:7.2f} +- '
+              f'{joint["stiffness_std"]:.2f} N*m/rad (motor table '
+              f'{joint["stiffness_motor_table"]:.2f})')
+    print(f'  wrote {args.output}/identified.yaml, identified.urdf, held_out.png')
     return 0

@@ -49,8 +49,10 @@ __all__ = ['ReplaySchedule', 'configure', 'configure_record', 'load_schedule', '
 
 _T = TypeVar('_T')
 
-DEFAULT_RECORD_TOPICS = ('/joint_states', '/diagnostics', '/robot_description')
-"""Topics ``plag-ros record`` always subscribes to (when published)."""
+DEFAULT_RECORD_TOPICS = ('/joint_states', '/diagnostics', '/robot_description',
+                         '/crane_x7_arm_controller/joint_trajectory')
+"""Topics ``plag-ros record`` always subscribes to (when published); the trajectory
+controller's commands are what ``plag-ros identify --servo`` compares the arm with."""
 
 DEFAULT_RECORD_PREFIXES = ('/plag_dynamics/',)
 """Topic prefixes whose topics ``plag-ros record`` picks up as they appear."""

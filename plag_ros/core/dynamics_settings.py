@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from plag_ros.core.filters import EstimatorConfig
+from plag_ros.core.model_parameters import ModelSettings
 from plag_ros.core.options import Option, group, option, options
 from plag_ros.core.plausibility import PlausibilityConfig
 from plag_ros.core.simulation import DEFAULT_POSITION_RESOLUTION
@@ -72,6 +73,7 @@ class DynamicsSettings:
     robot_description_timeout: float = option(
         5.0, 'seconds to wait for robot_description before falling back to urdf_path; 0 '
         'waits forever', low=0.0, high=3600.0, read_only=True)
+    model: ModelSettings = group(ModelSettings)
     frame_id: str = option('', 'frame of stamped outputs and markers; empty: the URDF root '
                            'link', read_only=True)
     filter: EstimatorConfig = group(EstimatorConfig)

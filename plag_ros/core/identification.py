@@ -37,7 +37,8 @@ from plag_ros.core.regressor import (
 )
 
 __all__ = ['Identified', 'IdentificationPrior', 'identify', 'pseudo_inertia',
-           'physically_consistent', 'actuated_regressor', 'predict']
+           'physically_consistent', 'actuated_regressor', 'joint_friction', 'parameter_rows', 'predict',
+           'ServoFit', 'identify_servo']
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,21 @@ def _to_cholesky(pi: np.ndarray) -> np.ndarray:
 def _from_cholesky(theta: np.ndarray) -> np.ndarray:
     values = theta.copy()
     values[:, _DIAG] = np.exp(values[:, _DIAG])
-    U = np.zeros((len(theta), 4, 4))
+    U = np.zeros((len(theta), 4, 4), dtype=theta.dtype)
     U[:, _UPPER[0], _UPPER[1]] = values
     return _from_pseudo_inertia(U @ np.swapaxes(U, -1, -2))
+
+
+def _cholesky_jacobian(theta: np.ndarray) -> np.ndarray:
+    """(B, 10, 10) d parameters / d log-Cholesky coordinates, per body, by the complex
+    step (exact to rounding: the map is analytic)."""
+    step = 1e-30
+    out = np.empty(theta.shape + (10,))
+    for k in range(10):
+        shifted = theta.astype(np.complex128)
+        shifted[:, k] += 1j * step
+        out[:, :, k] = _from_cholesky(shifted).imag / step
+    return out
 
 
 def actuated_regressor(model: RobotModel, q: np.ndarray, qd: np.ndarray,
@@ -154,18 +167,27 @@ def actuated_regressor(model: RobotModel, q: np.ndarray, qd: np.ndarray,
     return np.einsum('ja,njp->nap', G, joint_torque_regressor(model, q, qd, qdd))
 
 
+def joint_friction(model: RobotModel) -> tuple[np.ndarray, np.ndarray]:
+    """(m,) viscous and (m,) Coulomb friction of each actuated joint, generalized: a mimic
+    joint's friction is carried by the joint it follows (``(G^2)^T d`` and ``|G|^T f``,
+    as the simulator integrates it), which is what :func:`identify` fits."""
+    G, _ = actuation_matrix(model)
+    return (G ** 2).T @ model.damping, np.abs(G).T @ model.friction
+
+
 def predict(model: RobotModel, q, qd, qdd, *, inertial: np.ndarray | None = None,
             viscous=None, coulomb=None, armature=None) -> np.ndarray:
     """(N, m) actuated torque of a parameter set (defaults: the model's, zero armature):
     the rows :func:`identify` fits, times the parameters."""
     act = model.actuated
     inertial = inertial_parameters(model) if inertial is None else inertial
-    viscous = model.damping[act] if viscous is None else viscous
-    coulomb = model.friction[act] if coulomb is None else coulomb
+    generalized = joint_friction(model)
+    viscous = generalized[0] if viscous is None else viscous
+    coulomb = generalized[1] if coulomb is None else coulomb
     armature = np.zeros(int(act.sum())) if armature is None else armature
     q, qd, qdd = (np.atleast_2d(x) for x in (q, qd, qdd))
-    return _rows(model, q, qd, qdd) @ np.concatenate([np.ravel(inertial), viscous, coulomb,
-                                                      armature])
+    return parameter_rows(model, q, qd, qdd) @ np.concatenate(
+        [np.ravel(inertial), viscous, coulomb, armature])
 
 
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
@@ -200,7 +222,7 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
     R, c, rest, rows = None, None, 0.0, 0
     for start in range(0, len(q), BLOCK):
         block = slice(start, start + BLOCK)
-        Phi = _rows(model, q[block], qd[block], qdd[block])[moving[block]]
+        Phi = parameter_rows(model, q[block], qd[block], qdd[block])[moving[block]]
         target = torque[block][moving[block]]
         if R is not None:
             Phi = np.concatenate([R, Phi])
@@ -211,7 +233,7 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
     if R is None or rows == 0:
         raise ValueError('nothing to fit: no joint moves outside its rest band')
     pi0 = inertial_parameters(model)
-    joint0 = np.concatenate([model.damping[act], model.friction[act], np.zeros(m_act)])
+    joint0 = np.concatenate([*joint_friction(model), np.zeros(m_act)])
     scale = np.concatenate([_inertial_spread(pi0, prior).ravel(),
                             np.repeat([prior.viscous, prior.coulomb, prior.armature],
                                       m_act)])
@@ -226,21 +248,35 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
     def rss(x: np.ndarray) -> float:
         return float(np.sum((R @ x - c) ** 2) + rest)
 
-    def solve(sigma: float) -> np.ndarray:
+    lower = np.concatenate([np.full(10 * B, -np.inf), np.zeros(3 * m_act)])
+    # the Cholesky factor's log-diagonal has a weak prior of its own: without it the fit
+    # may flatten a body towards a degenerate mass distribution (a plane, a line), whose
+    # pseudo-inertia is singular, for a vanishing gain in the parameters
+    diagonal = (10 * np.arange(B)[:, None] + _DIAG).ravel()
+
+    def solve(sigma: float, start: np.ndarray) -> np.ndarray:
         def residual(theta: np.ndarray) -> np.ndarray:
             x = parameters(theta)
-            return np.concatenate([(R @ x - c) / sigma, (x - x0) / scale])
+            return np.concatenate([(R @ x - c) / sigma, (x - x0) / scale,
+                                   (theta[diagonal] - theta0[diagonal]) / LOG_SPREAD])
 
-        lower = np.concatenate([np.full(10 * B, -np.inf), np.zeros(3 * m_act)])
-        start = np.maximum(theta0, lower)
-        return least_squares(residual, start, bounds=(lower, np.inf), method='trf',
-                             x_scale='jac', max_nfev=200).x
+        def jacobian(theta: np.ndarray) -> np.ndarray:
+            D = np.eye(len(theta))              # dx / dtheta: a 10x10 block per body
+            blocks = _cholesky_jacobian(theta[:10 * B].reshape(B, 10))
+            for b in range(B):
+                D[10 * b:10 * b + 10, 10 * b:10 * b + 10] = blocks[b]
+            return np.concatenate([R @ D / sigma, D / scale[:, None],
+                                   np.eye(len(theta))[diagonal] / LOG_SPREAD])
+
+        return least_squares(residual, np.maximum(start, lower), jac=jacobian,
+                             bounds=(lower, np.inf), method='dogbox', x_scale='jac',
+                             max_nfev=1000).x
 
     sigma = noise_std if noise_std is not None else 1.0
-    theta = solve(sigma)
+    theta = solve(sigma, theta0)
     if noise_std is None:           # the data's own noise level, then the final fit
         sigma = max(float(np.sqrt(rss(parameters(theta)) / rows)), 1e-6)
-        theta = solve(sigma)
+        theta = solve(sigma, theta)     # from the first fit: it is near
     x = parameters(theta)
     # posterior covariance of the linear parameters, linearised at the estimate
     std = np.sqrt(np.diag(np.linalg.pinv(R.T @ R / sigma ** 2 + np.diag(scale ** -2.0))))
@@ -263,11 +299,16 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         noise_std=float(np.sqrt(rss(x) / rows)))
 
 
+LOG_SPREAD = 3.0
+"""Prior spread of the log-Cholesky diagonal: a body's extent along each principal
+direction is a priori within a factor e^3 (about 20) of the URDF's, one sigma."""
+
 BLOCK = 8192
 """Samples per block of the regressor (about 60 MB of float64 for the CRANE-X7)."""
 
 
-def _rows(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
+def parameter_rows(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                   ) -> np.ndarray:
     """(N, m, 10 B + 3 m) rows of the actuated torque: the regressor, then per joint
     viscous (qd), Coulomb (sign qd) and armature (qdd) columns."""
     act = np.flatnonzero(model.actuated)
@@ -300,3 +341,69 @@ def _inertial_spread(pi0: np.ndarray, prior: IdentificationPrior) -> np.ndarray:
     spread[:, 4:] = (prior.inertia * inertia)[:, None] + prior.com ** 2 * m[:, None]
     return np.maximum(spread, 1e-9)
 
+
+
+@dataclass(frozen=True)
+class ServoFit:
+    """Per joint, the servo's position loop fitted by :func:`identify_servo`, (J,) each.
+
+    Attributes:
+        stiffness: K_s [N*m/rad]; stiffness_std: its standard error.
+        damping: D [N*m*s/rad], the velocity term: the servo's own damping plus K_s times
+            any delay between the recorded command and the one the servo acted on.
+        offset: c [N*m], a constant torque (an encoder or gravity-model offset).
+        samples: rows fitted per joint; residual_rms [N*m]; deflection_rms: RMS of
+            q_cmd - q over those rows [rad].
+    """
+
+    stiffness: np.ndarray
+    stiffness_std: np.ndarray
+    damping: np.ndarray
+    offset: np.ndarray
+    samples: np.ndarray
+    residual_rms: np.ndarray
+    deflection_rms: np.ndarray
+
+
+def identify_servo(torque: np.ndarray, deflection: np.ndarray, velocity: np.ndarray, *,
+                   moving: np.ndarray | None = None) -> ServoFit:
+    """Fit each joint's position loop ``torque = K_s (q_cmd - q) - D qd + c``.
+
+    The torque is the model's (the identified inertial parameters, friction and armature
+    at the estimated states): a position servo's output is the torque the joint needs, and
+    ``q_cmd - q`` is how far the servo had to be pulled to give it. The gravity load at
+    rest poses and the inertial and friction torques in motion both pull, so every joint
+    that moves is fitted, not only those gravity loads. Independent of the driver's effort
+    scale, which is why it takes the model's torque, not the measured one.
+
+    Args:
+        torque: (N, J) model torque [N*m]; deflection: (N, J) commanded minus measured
+            position [rad]; velocity: (N, J) [rad/s].
+        moving: (N, J) rows to fit per joint (default all): leave out a joint at rest,
+            whose stick friction pulls the servo by an amount no model knows.
+
+    Raises:
+        ValueError: shapes that differ, or a joint with fewer than 10 rows.
+    """
+    torque, deflection, velocity = (np.asarray(x, dtype=np.float64)
+                                    for x in (torque, deflection, velocity))
+    if not (torque.shape == deflection.shape == velocity.shape) or torque.ndim != 2:
+        raise ValueError(f'identify_servo needs (N, J) arrays of one shape, got '
+                         f'{torque.shape}, {deflection.shape}, {velocity.shape}')
+    N, J = torque.shape
+    rows = np.ones((N, J), dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
+    out = np.zeros((6, J))
+    for j in range(J):
+        r = rows[:, j]
+        if r.sum() < 10:
+            raise ValueError(f'joint {j} moves in {int(r.sum())} samples: too few to fit '
+                             'its servo')
+        X = np.column_stack([deflection[r, j], -velocity[r, j], np.ones(int(r.sum()))])
+        coef, *_ = np.linalg.lstsq(X, torque[r, j], rcond=None)
+        residual = torque[r, j] - X @ coef
+        sigma2 = float(residual @ residual) / max(len(residual) - 3, 1)
+        covariance = sigma2 * np.linalg.pinv(X.T @ X)
+        out[:, j] = (coef[0], np.sqrt(covariance[0, 0]), coef[1], coef[2],
+                     np.sqrt(np.mean(residual ** 2)), np.sqrt(np.mean(deflection[r, j] ** 2)))
+    return ServoFit(stiffness=out[0], stiffness_std=out[1], damping=out[2], offset=out[3],
+                    samples=rows.sum(axis=0), residual_rms=out[4], deflection_rms=out[5])

@@ -42,6 +42,7 @@ from plag_ros.core.control import (
 )
 from plag_ros.core.filters import EstimatorConfig
 from plag_ros.core.model import RobotModel
+from plag_ros.core.model_parameters import ModelSettings
 from plag_ros.core.options import Option, build, group, option, options
 from plag_ros.core.plausibility import PlausibilityConfig
 
@@ -192,6 +193,7 @@ class ImpedanceSettings:
 
     urdf_path: str = option('', 'URDF of the controlled robot; empty: the bundled '
                             'crane_x7.urdf', read_only=True)
+    model: ModelSettings = group(ModelSettings)
     command_interface: CommandInterface = option(
         'position', "'position' (the real CRANE-X7 driver: it has no effort interface) or "
         "'effort' (simulator only)", read_only=True)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from plag_ros.core import motors
+from plag_ros.core.joint_trajectory import TrajectoryCommand
 from plag_ros.core.rejections import RejectionLog
 from plag_ros.core.sim_settings import FORWARD, JTC, SimSettings
 from plag_ros.core.simulation import Simulator
@@ -72,7 +73,7 @@ class DriverEmulation:
                          'overrun_steps': 0, 'published': 0, 'trajectory_commands': 0,
                          'forward_commands': 0, 'ignored_inactive': 0, 'switches': 0}
         self._effort_stamp: float | None = None  # monotonic time of the effort command
-        self._trajectory: tuple[float, np.ndarray, list[tuple[float, np.ndarray]]] | None = None
+        self._trajectory: TrajectoryCommand | None = None
         self._steps_due_from: float | None = None  # wall time the step schedule counts from
         self._scheduled = 0                         # physics steps taken on this schedule
         self._start = time.monotonic()
@@ -148,9 +149,12 @@ class DriverEmulation:
         self.counters['forward_commands'] += 1
 
     def trajectory(self, names: Sequence[str], points: Sequence[tuple[float, Sequence[float]]],
-                   stamp_s: float) -> None:
+                   stamp_s: float, velocities: Sequence[Sequence[float]] | None = None
+                   ) -> None:
         """A JTC trajectory: ``points`` of (time_from_start [s], positions in ``names``
-        order), starting at ``stamp_s`` (0: now), following ros2_controllers' rules."""
+        order), starting at ``stamp_s`` (0: now), following ros2_controllers' rules: from
+        the measured position, linear between points, cubic where every point carries
+        ``velocities`` (:class:`~plag_ros.core.joint_trajectory.TrajectoryCommand`)."""
         if self._inactive(JTC):
             return
         names = list(names)
@@ -159,39 +163,36 @@ class DriverEmulation:
                         f'points; needs all of {list(self.arm_joints)} and >= 1 point')
             return
         order = [names.index(j) for j in self.arm_joints]
-        taken, previous = [], -1.0
-        for k, (t, positions) in enumerate(points):
-            q = np.asarray(positions, dtype=float)
-            if q.shape != (len(names),) or not np.all(np.isfinite(q)) or (k and t <= previous):
-                self.reject('joints', f'{JTC}: point {k} has {q.size} positions, non-finite '
-                            'values or a time_from_start not after the previous one')
-                return
-            taken.append((t, q[order]))
-            previous = t
+        times = np.array([t for t, _ in points], dtype=float)
+        positions = [np.asarray(q, dtype=float) for _, q in points]
+        if any(q.shape != (len(names),) for q in positions) or (
+                velocities is not None and np.shape(velocities) != (len(points), len(names))):
+            self.reject('joints', f'{JTC}: points need {len(names)} positions (and '
+                        'velocities) each')
+            return
         now = self._now_s()
         start = now if stamp_s == 0.0 else stamp_s
-        if stamp_s != 0.0 and start + taken[-1][0] < now:
+        if stamp_s != 0.0 and start + times[-1] < now:
             self.reject('joints', f'{JTC}: trajectory with non-zero start time ends in the past')
             return
-        # Start from the measured arm position (closed loop, as open_loop_control false).
-        self._trajectory = (start, self.sim.measure().q[self._arm], taken)
+        try:
+            # Start from the measured arm position (closed loop, as open_loop_control false).
+            self._trajectory = TrajectoryCommand(
+                start, self.sim.measure().q[self._arm], times, np.array(positions)[:, order],
+                None if velocities is None else np.asarray(velocities, dtype=float)[:, order])
+        except ValueError as exc:
+            self.reject('joints', f'{JTC}: {exc}')
+            return
         self.counters['trajectory_commands'] += 1
         self._follow_trajectory()
 
     def _follow_trajectory(self) -> None:
         if self._trajectory is None or self.active != JTC:
             return
-        start, q_prev, points = self._trajectory
-        t = self._now_s() - start
-        t_prev = 0.0
-        for t_point, q_point in points:
-            if t < t_point:
-                w = (t - t_prev) / (t_point - t_prev) if t_point > t_prev else 1.0
-                self._arm_command(q_prev + max(0.0, w) * (q_point - q_prev))
-                return
-            t_prev, q_prev = t_point, q_point
-        self._arm_command(q_prev)          # played out: hold the last point
-        self._trajectory = None
+        now = self._now_s()
+        self._arm_command(self._trajectory.position(now))
+        if now >= self._trajectory.end_s:
+            self._trajectory = None        # played out: the last point is held
 
     # ------------------------------------------------------------------ physics
     def tick(self, now: float | None = None) -> None:

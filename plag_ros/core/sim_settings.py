@@ -18,7 +18,8 @@ from typing import Literal
 import numpy as np
 
 from plag_ros.core import motors
-from plag_ros.core.options import Option, inline, option, options
+from plag_ros.core.model_parameters import ModelSettings
+from plag_ros.core.options import Option, group, inline, option, options
 from plag_ros.core.simulation import SimulatorConfig
 
 __all__ = ['ARM_CONTROLLERS', 'FORWARD', 'JTC', 'ArmController', 'CommandMode', 'SimSettings',
@@ -60,6 +61,7 @@ class SimSettings:
 
     urdf_path: str = option('', 'URDF of the simulated robot; empty: the bundled '
                             'crane_x7.urdf', read_only=True)
+    model: ModelSettings = group(ModelSettings)
     physics_rate_hz: float = option(1000.0, 'physics step rate [Hz]', low=10.0,
                                     high=100000.0, read_only=True)
     publish_rate_hz: float = option(200.0, 'joint_states rate [Hz], at most physics_rate_hz',

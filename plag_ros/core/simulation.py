@@ -107,6 +107,8 @@ class SimulatorConfig:
         kp: servo stiffness [N*m/rad], scalar or one per actuated joint; None derives it
             from ``p_gain`` (:func:`servo_gains`).
         kd: servo damping [N*m*s/rad], scalar or per actuated joint; None = back-EMF figure.
+        armature: reflected rotor inertia [kg*m^2] added to each actuated joint's own
+            inertia (the diagonal of the reduced mass matrix), scalar or per actuated joint.
         p_gain: Dynamixel position P gain used when ``kp`` is None.
         quantize_position: round measured positions to ``position_resolution``.
         quantize_velocity: round measured velocities to ``velocity_resolution``.
@@ -127,6 +129,7 @@ class SimulatorConfig:
                                      read_only=True)
     kp: float | Sequence[float] | None = None
     kd: float | Sequence[float] | None = None
+    armature: float | Sequence[float] = 0.0
     p_gain: float = motors.DRIVER_P_GAIN
     quantize_position: bool = option(False, 'publish positions in encoder steps (2 pi / 4096)',
                                      read_only=True)
@@ -290,6 +293,7 @@ class Simulator:
             kp0, kd0 = servo_gains(model, cfg.p_gain)
         self._kp = self._gain(cfg.kp if cfg.kp is not None else kp0, 'kp')
         self._kd = self._gain(cfg.kd if cfg.kd is not None else kd0, 'kd')
+        self._armature = np.diag(self._gain(cfg.armature, 'armature'))
         self._p_gain = float(cfg.p_gain)
         self.reset()
 
@@ -522,7 +526,7 @@ class Simulator:
         z, v = self._z, self._v
         M_t, bias_t = self.engine.mass_matrix_and_bias(G @ z + self._o, G @ v)
         M, bias = M_t.cpu().numpy(), bias_t.cpu().numpy()
-        A = G.T @ M @ G
+        A = G.T @ M @ G + self._armature
         inf = self._inf
         limit = self._effort_limit if cfg.effort_saturation else inf
         zeros = self._zeros

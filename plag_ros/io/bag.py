@@ -58,6 +58,7 @@ __all__ = [
     'RecoveryReport',
     'SalvagedReader',
     'TopicError',
+    'TrajectoryMessage',
     'bag_robot_description',
     'bag_topics',
     'open_bag',
@@ -65,6 +66,7 @@ __all__ = [
     'prepare_output',
     'qos_profile',
     'read_joint_states',
+    'read_trajectory_commands',
     'recovery_of',
     'typestore_for',
 ]
@@ -278,6 +280,75 @@ def bag_robot_description(path: str | Path, topic: str = '/robot_description') -
                 message: Any = store.deserialize_cdr(raw, conn.msgtype)
                 text = message.data
         return text or None
+
+
+TRAJECTORY_TYPE = 'trajectory_msgs/msg/JointTrajectory'
+
+
+class TrajectoryMessage(NamedTuple):
+    """One recorded ``trajectory_msgs/JointTrajectory`` (a trajectory controller's command).
+
+    Attributes:
+        receive_ns: when the recorder got it [ns]; stamp_ns: its header stamp (0: "start
+            on arrival", the receive time stands for it).
+        joint_names: (J,); times: (P,) time_from_start [s]; positions: (P, J) [rad];
+        velocities: (P, J) [rad/s], or None when a point has none.
+    """
+
+    receive_ns: int
+    stamp_ns: int
+    joint_names: tuple[str, ...]
+    times: np.ndarray
+    positions: np.ndarray
+    velocities: np.ndarray | None
+
+    @property
+    def start_ns(self) -> int:
+        return self.stamp_ns or self.receive_ns
+
+
+def read_trajectory_commands(path: str | Path, topic: str | None = None
+                             ) -> list[TrajectoryMessage]:
+    """Every JointTrajectory message of a bag on ``topic`` (default: the only topic of that
+    type ending in ``/joint_trajectory``), in recorded order.
+
+    Raises:
+        TopicError: no such topic (the message lists the bag's topics).
+        BagReadError: a message that does not decode.
+    """
+    path = Path(path)
+    with open_bag(path) as reader:
+        present = {t: info.msgtype for t, info in reader.topics.items()}
+        candidates = [t for t, kind in present.items()
+                      if kind == TRAJECTORY_TYPE and t.endswith('/joint_trajectory')]
+        if topic is None and len(candidates) == 1:
+            topic = candidates[0]
+        if topic is None or present.get(topic) != TRAJECTORY_TYPE:
+            listing = ', '.join(f'{t} ({k})' for t, k in sorted(present.items()))
+            raise TopicError(f'{path}: no trajectory command topic '
+                             f'{topic or "*/joint_trajectory"} (the recording must include '
+                             f'the commands the arm was sent); the bag has: {listing}')
+        store = typestore_for(reader.ros_distro)
+        messages = []
+        for conn, t_ns, raw in reader.messages(
+                connections=[c for c in reader.connections if c.topic == topic]):
+            try:
+                msg: Any = store.deserialize_cdr(raw, conn.msgtype)
+            except Exception as err:  # noqa: BLE001 - rosbags raises several types
+                raise BagReadError(f'{path}: a message of {topic} does not decode: '
+                                   f'{err}') from err
+            points = list(msg.points)
+            velocities = None
+            if points and all(len(p.velocities) for p in points):
+                velocities = np.array([p.velocities for p in points], dtype=np.float64)
+            messages.append(TrajectoryMessage(
+                int(t_ns), msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec,
+                tuple(msg.joint_names),
+                np.array([p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec
+                          for p in points], dtype=np.float64),
+                np.array([p.positions for p in points], dtype=np.float64).reshape(
+                    len(points), len(msg.joint_names)), velocities))
+        return messages
 
 
 # --- JointState reading -------------------------------------------------------------------

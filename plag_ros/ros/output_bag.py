@@ -211,7 +211,8 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
                           effort: np.ndarray | None = None, *,
                           topic: str = '/joint_states', storage: str = 'mcap',
                           distro: str = 'jazzy', receive_ns: np.ndarray | None = None,
-                          frame_id: str = '', compression: str = 'none') -> Path:
+                          frame_id: str = '', compression: str = 'none',
+                          messages: Sequence[tuple[str, str, int, object]] = ()) -> Path:
     """Write JointState samples to a new bag (for tests, benchmarks and demos).
 
     Args:
@@ -224,6 +225,8 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
         receive_ns: (N,) bag receive times [ns] (default ``t_ns``).
         frame_id: header frame.
         compression: MCAP chunk compression ('none', 'lz4', 'zstd').
+        messages: more messages, (topic, type, receive time [ns], rclpy message) each (a
+            command the recording saw, the robot description).
     """
     from plag_ros.ros.messages import joint_state  # message packages only when called
     t_ns = np.asarray(t_ns, dtype=np.int64)
@@ -237,4 +240,10 @@ def write_joint_state_bag(path: str | Path, t_ns: np.ndarray, names: Sequence[st
         conn = writer.add_topic(topic, JOINT_STATE_TYPE, qos=qos_profile(depth=50))
         writer.write_rows(conn, t_ns if receive_ns is None else
                           np.asarray(receive_ns, dtype=np.int64), rows)
+        connections: dict[str, object] = {}
+        for topic_name, msgtype, at_ns, message in messages:
+            if topic_name not in connections:
+                connections[topic_name] = writer.add_topic(topic_name, msgtype,
+                                                           qos=qos_profile(depth=10))
+            writer.write(connections[topic_name], int(at_ns), cdr_encode(message))
     return Path(path)

@@ -62,6 +62,7 @@ from visualization_msgs.msg import MarkerArray
 from plag_ros.core import live_decomposition as live_core
 from plag_ros.core.dynamics_settings import DynamicsSettings, dynamics_options
 from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.core.options import build
 from plag_ros.ros import messages as msgs
 from plag_ros.ros import topics, tuning
@@ -145,7 +146,8 @@ class DynamicsNode(Node):
         if s.robot_description_source == 'file':
             self._load_file('file')
         elif s.robot_description_source == 'parameter':
-            self._set_model(RobotModel.from_urdf(s.robot_description), 'parameter')
+            self._set_model(self._with_parameters(RobotModel.from_urdf(s.robot_description)),
+                            'parameter')
         else:
             self._sub_description = self.create_subscription(
                 String, 'robot_description', self._on_description,
@@ -214,13 +216,22 @@ class DynamicsNode(Node):
     # ------------------------------------------------------------------ model
     def _load_file(self, why: str) -> None:
         path = self.settings.urdf_path or str(default_urdf_path())
-        self._set_model(RobotModel.from_urdf(path), f'{why}:{path}')
+        self._set_model(self._with_parameters(RobotModel.from_urdf(path)), f'{why}:{path}')
+
+    def _with_parameters(self, model: RobotModel) -> RobotModel:
+        """``model`` with the identified figures of ``model.parameters`` (if set)."""
+        self._description = model.urdf_xml
+        path = self.settings.model.parameters
+        model, parameters = model_with_parameters(model, path)
+        if parameters is not None:
+            self.get_logger().info(parameters.summary())
+        return model
 
     def _on_description(self, msg: String) -> None:
-        if self.model is not None and msg.data == self.model.urdf_xml:
+        if self.model is not None and msg.data == self._description:
             return
         try:
-            model = RobotModel.from_urdf(msg.data)
+            model = self._with_parameters(RobotModel.from_urdf(msg.data))
         except (ValueError, FileNotFoundError) as err:
             self.get_logger().error(f'robot_description rejected: {err}')
             return

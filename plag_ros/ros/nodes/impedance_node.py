@@ -59,6 +59,7 @@ from plag_ros.core.control import Command, PartialImpedanceController
 from plag_ros.core.dynamics import PartialLagrangian
 from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS, ImpedanceSettings
 from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.core.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.arm_handover import ArmHandover
@@ -88,8 +89,12 @@ class ImpedanceNode(Node):
         try:
             self.settings = s = ImpedanceSettings.from_values(values)
             torch.set_num_threads(s.torch_threads)
-            self.model = RobotModel.from_urdf(s.urdf_path or default_urdf_path())
+            self.model, parameters = model_with_parameters(
+                RobotModel.from_urdf(s.urdf_path or default_urdf_path()), s.model.parameters)
             config = s.controller_config(self.model)
+            if parameters is not None:
+                config = parameters.controller_config(self.model, config)
+                self.get_logger().info(parameters.summary())
             self.controller = PartialImpedanceController(
                 PartialLagrangian(self.model, dtype=torch.float64), config,
                 s.reference_trajectory(int(self.model.actuated.sum())))

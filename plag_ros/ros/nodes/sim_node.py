@@ -98,6 +98,7 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.core.options import build
 from plag_ros.core.sim_driver import REJECTION_REASONS, DriverEmulation
 from plag_ros.core.sim_settings import (
@@ -162,8 +163,14 @@ class SimNode(Node):
             raise ValueError(f'{NODE_NAME}: {err}') from err
         self.settings = settings
         torch.set_num_threads(settings.torch_threads)
-        self.model = RobotModel.from_urdf(settings.urdf_path or default_urdf_path())
-        self.sim = Simulator(self.model, settings.simulator_config())
+        self.model, parameters = model_with_parameters(
+            RobotModel.from_urdf(settings.urdf_path or default_urdf_path()),
+            settings.model.parameters)
+        config = settings.simulator_config()
+        if parameters is not None:
+            config = parameters.simulator_config(self.model, config)
+            self.get_logger().info(parameters.summary())
+        self.sim = Simulator(self.model, config)
         m = self.sim.n_actuated
         act = self.model.actuated
         q0 = np.clip(per_joint(settings.initial_positions, 'initial_positions', m),
@@ -264,7 +271,9 @@ class SimNode(Node):
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         points = [(_seconds(p.time_from_start), p.positions) for p in msg.points]
-        self.driver.trajectory(msg.joint_names, points, _seconds(msg.header.stamp))
+        with_velocities = all(len(p.velocities) for p in msg.points)
+        self.driver.trajectory(msg.joint_names, points, _seconds(msg.header.stamp),
+                               [p.velocities for p in msg.points] if with_velocities else None)
 
     def _clock_pair(self) -> tuple[int, float]:
         """The node clock [ns] and ``time.monotonic()`` [s] read at one instant (within 1 ms

@@ -1,0 +1,245 @@
+"""Identified model figures, as ``plag-ros identify`` writes them, applied to a robot model.
+
+``identified.yaml`` holds per body the ten inertial parameters (about its joint frame's
+origin, :data:`plag_ros.core.regressor` order), per actuated joint viscous and Coulomb
+friction and armature, optionally per joint the servo's position-loop stiffness ``K_s``,
+and the provenance of the figures (bags, date, held-out error). Every part of the package
+that builds a model takes the file through one setting (``model.parameters`` for the nodes,
+``--model`` for the commands) and :func:`apply_model_parameters` puts its figures into the
+model: the bodies' inertials and the joints' ``damping``/``friction`` are written into the
+model's URDF (so ``urdf_xml`` and the engine agree), armature and ``K_s`` are returned for
+the simulator and the impedance controller.
+"""
+from __future__ import annotations
+
+import dataclasses
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from plag_ros.core import motors
+from plag_ros.core.control import ImpedanceConfig
+from plag_ros.core.model import RobotModel, without_xml_declaration
+from plag_ros.core.motors import servo_gains
+from plag_ros.core.options import option
+from plag_ros.core.regressor import body_figures
+from plag_ros.core.simulation import SimulatorConfig
+
+__all__ = ['ModelParameters', 'ModelSettings', 'apply_model_parameters',
+           'load_model_parameters', 'model_with_parameters', 'urdf_with_figures']
+
+
+@dataclass(frozen=True)
+class ModelParameters:
+    """The figures of an ``identified.yaml``.
+
+    Attributes:
+        path: where they were read.
+        inertial: link name -> (10,) body parameters.
+        viscous [N*m*s/rad], coulomb [N*m], armature [kg*m^2]: joint name -> value.
+        servo_stiffness: joint name -> K_s [N*m/rad] (empty without ``--servo``).
+        provenance: the file's ``provenance`` and ``held_out_rms`` sections, as written.
+    """
+
+    path: str
+    inertial: dict[str, np.ndarray]
+    viscous: dict[str, float]
+    coulomb: dict[str, float]
+    armature: dict[str, float]
+    servo_stiffness: dict[str, float]
+    provenance: dict[str, Any]
+
+    def per_joint(self, kind: str, joints: list[str] | tuple[str, ...],
+                  default: np.ndarray) -> np.ndarray:
+        """(len(joints),) values of ``kind`` ('armature', 'servo_stiffness', ...) in
+        ``joints`` order; ``default`` where the file has none."""
+        table: dict[str, float] = getattr(self, kind)
+        return np.array([table.get(j, d) for j, d in zip(joints, default)], dtype=np.float64)
+
+    def controller_config(self, model: RobotModel, config: ImpedanceConfig) -> ImpedanceConfig:
+        """``config`` with the identified ``K_s`` (where the file has it) over the
+        configured one: the position path's compensation ``tau / K_s`` needs the arm's
+        own servo stiffness."""
+        if not self.servo_stiffness:
+            return config
+        act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        configured = np.broadcast_to(np.asarray(
+            config.servo_stiffness if config.servo_stiffness is not None
+            else motors.servo_stiffness(act), dtype=np.float64), (len(act),))
+        return dataclasses.replace(config, servo_stiffness=self.per_joint(
+            'servo_stiffness', act, configured))
+
+    def simulator_config(self, model: RobotModel, config: SimulatorConfig) -> SimulatorConfig:
+        """``config`` with the file's armature and servo stiffness (a simulated arm with
+        these figures: the configured or derived ``kp`` where the file has none)."""
+        act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        armature = self.per_joint('armature', act, np.zeros(len(act)))
+        kp = config.kp
+        if self.servo_stiffness:
+            default = (servo_gains(model, config.p_gain)[0] if config.kp is None else
+                       np.broadcast_to(np.asarray(config.kp, dtype=np.float64), (len(act),)))
+            kp = tuple(self.per_joint('servo_stiffness', act, default).tolist())
+        return dataclasses.replace(config, armature=tuple(armature.tolist()), kp=kp)
+
+    def summary(self) -> str:
+        """One line for a node's start-up log."""
+        held = self.provenance.get('held_out_rms') or {}
+        error = ''
+        if held.get('identified'):
+            error = (f', held-out torque RMS {max(held["identified"]):.3g} N*m '
+                     f'(nominal {max(held["nominal"]):.3g})')
+        date = (self.provenance.get('provenance') or {}).get('date', '?')
+        return (f'model parameters {self.path}: {len(self.inertial)} bodies, '
+                f'{len(self.viscous)} joints, K_s of {len(self.servo_stiffness)} joints, '
+                f'identified {date}{error}')
+
+
+def _table(entries: Any, key: str, value: str, path: str) -> dict[str, float]:
+    out = {}
+    for entry in entries or []:
+        if not isinstance(entry, dict) or key not in entry or value not in entry:
+            raise ValueError(f'{path}: an entry of the {key}s lacks {key!r} or {value!r}')
+        number = float(entry[value])
+        if not np.isfinite(number):
+            raise ValueError(f'{path}: {entry[key]} has a non-finite {value}')
+        out[str(entry[key])] = number
+    return out
+
+
+def load_model_parameters(path: str | Path) -> ModelParameters:
+    """Read an ``identified.yaml``.
+
+    Raises:
+        ValueError: not such a file (missing sections, wrong shapes, non-finite or
+            negative figures); OSError: unreadable.
+    """
+    path = str(path)
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict) or 'bodies' not in data or 'joints' not in data:
+        raise ValueError(f'{path}: not an identified.yaml of plag-ros identify (it needs '
+                         "'bodies' and 'joints')")
+    inertial = {}
+    for body in data['bodies'] or []:
+        pi = np.asarray(body.get('parameters', []), dtype=np.float64) \
+            if isinstance(body, dict) else np.zeros(0)
+        if pi.shape != (10,) or not np.isfinite(pi).all() or 'link' not in body:
+            raise ValueError(f'{path}: every body needs a link and 10 finite parameters')
+        inertial[str(body['link'])] = pi
+    joints = data['joints']
+    viscous = _table(joints, 'joint', 'viscous', path)
+    coulomb = _table(joints, 'joint', 'coulomb', path)
+    armature = _table(joints, 'joint', 'armature', path)
+    servo = (data.get('servo') or {}).get('joints') or []
+    stiffness = _table(servo, 'joint', 'stiffness', path)
+    for name, table in (('viscous', viscous), ('coulomb', coulomb), ('armature', armature)):
+        if any(v < 0.0 for v in table.values()):
+            raise ValueError(f'{path}: negative {name} friction or armature')
+    if any(v <= 0.0 for v in stiffness.values()):
+        raise ValueError(f'{path}: servo stiffness must be positive')
+    provenance = {k: data[k] for k in ('provenance', 'held_out_rms') if k in data}
+    return ModelParameters(path, inertial, viscous, coulomb, armature, stiffness, provenance)
+
+
+def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
+                      viscous: dict[str, float], coulomb: dict[str, float]) -> str:
+    """The model's URDF with new body figures and joint friction.
+
+    A body's figures go on its link (its joint's child); links lumped into it by fixed
+    joints lose theirs, so the dynamics are those of the figures. Joints not named keep
+    their ``dynamics`` element; a mimic joint of a named joint gets none, because the
+    figures are generalized (:func:`~plag_ros.core.identification.joint_friction`): its
+    friction is already in the joint it follows.
+
+    Args:
+        inertial: link name -> (10,) parameters (a moving body's child link).
+        viscous, coulomb: actuated joint name -> generalized damping [N*m*s/rad] and
+            friction [N*m].
+    """
+    root = ET.fromstring(without_xml_declaration(model.urdf_xml))
+    owner = {model.link_names[k]: int(model.link_joint[k]) for k in range(len(model.link_names))}
+    body_of = {str(model.body_link[i]): i for i in range(model.n_bodies)}
+    moved = {int(model.body_joint[body_of[name]]) for name in inertial}
+    for link in root.iter('link'):
+        name = link.get('name') or ''
+        if name not in inertial and owner.get(name, -2) not in moved:
+            continue
+        for old in link.findall('inertial'):
+            link.remove(old)       # moving links of a new body: its figures hold them
+        if name not in inertial:
+            continue
+        m, c, inertia = body_figures(inertial[name])
+        element = ET.SubElement(link, 'inertial')
+        ET.SubElement(element, 'origin', xyz=' '.join(f'{v:.12g}' for v in c), rpy='0 0 0')
+        ET.SubElement(element, 'mass', value=f'{m:.12g}')
+        ET.SubElement(element, 'inertia', ixx=f'{inertia[0, 0]:.12g}',
+                      ixy=f'{inertia[0, 1]:.12g}', ixz=f'{inertia[0, 2]:.12g}',
+                      iyy=f'{inertia[1, 1]:.12g}', iyz=f'{inertia[1, 2]:.12g}',
+                      izz=f'{inertia[2, 2]:.12g}')
+    named = set(viscous) | set(coulomb)
+    for joint in root.iter('joint'):
+        name = joint.get('name') or ''
+        mimic = joint.find('mimic')
+        if mimic is not None and mimic.get('joint') in named:
+            for element in joint.findall('dynamics'):
+                joint.remove(element)
+            continue
+        if name in viscous or name in coulomb:
+            old = joint.find('dynamics')
+            damping = viscous.get(name, old is not None and float(old.get('damping', 0.0)))
+            friction = coulomb.get(name, old is not None and float(old.get('friction', 0.0)))
+            for element in joint.findall('dynamics'):
+                joint.remove(element)
+            ET.SubElement(joint, 'dynamics', damping=f'{float(damping):.12g}',
+                          friction=f'{float(friction):.12g}')
+    return '<?xml version="1.0"?>\n' + ET.tostring(root, encoding='unicode') + '\n'
+
+
+def apply_model_parameters(model: RobotModel, parameters: ModelParameters) -> RobotModel:
+    """``model`` with the file's body figures and joint friction (armature and ``K_s`` are
+    not URDF figures: :meth:`ModelParameters.per_joint` gives them).
+
+    Raises:
+        ValueError: the file names links or joints the model does not have (it was
+            identified on another robot).
+    """
+    bodies = {str(link) for link in model.body_link}
+    unknown = sorted(set(parameters.inertial) - bodies) + sorted(
+        (set(parameters.viscous) | set(parameters.coulomb) | set(parameters.armature)
+         | set(parameters.servo_stiffness)) - set(model.joint_names))
+    if unknown:
+        raise ValueError(f'{parameters.path}: {unknown} are not bodies or joints of '
+                         f'{model.name}: the file was identified on another robot')
+    xml = urdf_with_figures(model, parameters.inertial, parameters.viscous,
+                            parameters.coulomb)
+    return RobotModel.from_urdf(xml, gravity=tuple(model.gravity))
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """``model.*``: where a node's model figures come from beyond its URDF."""
+
+    parameters: str = option(
+        '', 'identified.yaml of plag-ros identify: its body figures, joint friction, '
+        'armature and servo K_s replace the URDF and motor-table figures; empty: none',
+        read_only=True)
+
+    def __post_init__(self) -> None:
+        if self.parameters and not Path(self.parameters).is_file():
+            raise ValueError(f'model.parameters {self.parameters!r} is not a file')
+
+
+def model_with_parameters(model: RobotModel, path: str | Path | None
+                          ) -> tuple[RobotModel, ModelParameters | None]:
+    """``model`` with the figures of ``path`` applied (unchanged when ``path`` is empty).
+
+    Raises:
+        ValueError: see :func:`load_model_parameters` and :func:`apply_model_parameters`.
+    """
+    if not path:
+        return model, None
+    parameters = load_model_parameters(path)
+    return apply_model_parameters(model, parameters), parameters

@@ -1,0 +1,132 @@
+"""Play an excitation trajectory through the driver's trajectory controller, watched.
+
+The arm is moved the way the official bring-up moves it: one ``JointTrajectory`` to
+``crane_x7_arm_controller`` (the JointTrajectoryController the CRANE-X7 driver starts),
+positions and velocities at every point, so the controller interpolates cubic segments.
+The message carries an explicit start stamp (a moment after sending) so a recording of it
+says exactly when each point was commanded: ``plag-ros identify --servo`` reads it back.
+
+Before anything moves: every controller joint must be in ``/joint_states``, inside its
+limits; the trajectory must pass :func:`~plag_ros.core.excitation.check_excitation` for the
+model; something must subscribe to the command topic (the controller is active). While it
+plays, a joint further than ``tracking_limit`` from its command, or joint states older than
+``stale_s``, stops it: the arm is sent a one-point trajectory to where it is, as is done on
+Ctrl-C.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Duration
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from plag_ros.core.excitation import (
+    ExcitationLimits,
+    FourierExcitation,
+    check_excitation,
+    excitation_points,
+)
+from plag_ros.core.joint_trajectory import TrajectoryCommand
+from plag_ros.core.model import RobotModel
+from plag_ros.ros.messages import ns_to_stamp
+
+__all__ = ['PlayError', 'play_excitation']
+
+
+class PlayError(RuntimeError):
+    """The trajectory was not started, or was stopped (the message says why)."""
+
+
+def _duration(seconds: float) -> Duration:
+    whole = int(seconds)
+    return Duration(sec=whole, nanosec=int(round((seconds - whole) * 1e9)))
+
+
+def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation, *,
+                    command_joints: list[str], topic: str, cycles: int,
+                    limits: ExcitationLimits | None = None, rate_hz: float = 50.0,
+                    approach_speed: float = 0.3, tracking_limit: float = 0.3,
+                    stale_s: float = 0.5, wait_s: float = 10.0,
+                    stop: threading.Event | None = None,
+                    log: Callable[[str], object] = print) -> tuple[float, float]:
+    """Send the trajectory and watch it to the end (spins ``node`` itself).
+
+    Returns:
+        (start, end) of the played points on the node's clock [s].
+
+    Raises:
+        PlayError: a check failed before sending (nothing moved), or the play was stopped
+            (tracking, stale states, ``stop`` set); the arm then holds where it is.
+    """
+    limits = limits or ExcitationLimits()
+    found = check_excitation(model, excitation, limits)
+    if found.problems:
+        raise PlayError('the trajectory breaks the limits: ' + '; '.join(found.problems))
+    latest: dict[str, object] = {}
+
+    def on_state(msg: JointState) -> None:
+        position = dict(zip(msg.name, msg.position))
+        if all(j in position for j in command_joints):
+            latest['q'] = np.array([position[j] for j in command_joints])
+            latest['t'] = time.monotonic()
+
+    node.create_subscription(JointState, 'joint_states', on_state, 50)
+    publisher = node.create_publisher(
+        JointTrajectory, topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and ('q' not in latest
+                                           or publisher.get_subscription_count() == 0):
+        rclpy.spin_once(node, timeout_sec=0.05)
+    if 'q' not in latest:
+        raise PlayError(f'no /joint_states with every joint of {command_joints} in {wait_s} s')
+    if publisher.get_subscription_count() == 0:
+        raise PlayError(f'nothing subscribes to {topic} (is the trajectory controller '
+                        'active?); nothing was sent')
+    q_now = np.asarray(latest['q'])
+    cols = [model.joint_names.index(j) for j in command_joints]
+    lo, hi = model.joint_lower[cols], model.joint_upper[cols]
+    if np.any(q_now < lo) or np.any(q_now > hi):
+        raise PlayError(f'the arm is outside its joint limits at {q_now.round(3).tolist()}')
+    times, positions, velocities = excitation_points(
+        excitation, command_joints, q_now, cycles=cycles, rate_hz=rate_hz,
+        approach_speed=approach_speed)
+    start_ns = node.get_clock().now().nanoseconds + 200_000_000
+    msg = JointTrajectory(joint_names=list(command_joints))
+    msg.header.stamp = ns_to_stamp(start_ns)
+    msg.points = [JointTrajectoryPoint(positions=p.tolist(), velocities=v.tolist(),
+                                       time_from_start=_duration(float(t)))
+                  for t, p, v in zip(times, positions, velocities)]
+    command = TrajectoryCommand(start_ns * 1e-9, q_now, times, positions, velocities)
+
+    def hold(why: str) -> PlayError:
+        q = np.asarray(latest['q'])
+        publisher.publish(JointTrajectory(
+            joint_names=list(command_joints),
+            points=[JointTrajectoryPoint(positions=q.tolist(), velocities=[0.0] * len(q),
+                                         time_from_start=_duration(0.5))]))
+        return PlayError(f'stopped, the arm holds where it is: {why}')
+
+    publisher.publish(msg)
+    log(f'playing {cycles} x {excitation.period:g} s after a {times[0]:.1f} s approach '
+        f'({len(times)} points to {topic})')
+    while True:
+        rclpy.spin_once(node, timeout_sec=0.02)
+        now_s = node.get_clock().now().nanoseconds * 1e-9
+        if stop is not None and stop.is_set():
+            raise hold('interrupted')
+        if time.monotonic() - float(latest['t']) > stale_s:
+            raise hold(f'no joint states for {stale_s} s')
+        error = np.abs(np.asarray(latest['q']) - command.position(now_s))
+        if error.max() > tracking_limit:
+            k = int(np.argmax(error))
+            raise hold(f'{command_joints[k]} is {error[k]:.3f} rad from its command '
+                       f'(limit {tracking_limit})')
+        if now_s > command.end_s + 0.5:
+            return command.first_point_s, command.end_s

@@ -25,6 +25,7 @@ import dataclasses
 import numpy as np
 import pytest
 import yaml
+from identified_files import write_identified
 
 from plag_ros.apps.cli import main
 from plag_ros.core import motors
@@ -33,8 +34,6 @@ from plag_ros.core.identification import physically_consistent
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.core.simulation import SimulatorConfig
-
-from identified_files import write_identified
 
 STIFFNESS_FACTORS = (1.2, 0.8, 1.2, 0.8, 1.2, 0.8, 1.2)
 

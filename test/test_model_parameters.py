@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from identified_files import write_identified
 
 from plag_ros.core.control import ImpedanceConfig, actuation_matrix
 from plag_ros.core.dynamics import PartialLagrangian
@@ -27,8 +28,6 @@ from plag_ros.core.model_parameters import (
 from plag_ros.core.motors import servo_gains
 from plag_ros.core.regressor import inertial_parameters
 from plag_ros.core.simulation import Simulator, SimulatorConfig
-
-from identified_files import write_identified
 
 ARMATURE = 0.004
 STIFFNESS = 23.5

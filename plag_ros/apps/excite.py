@@ -142,10 +142,11 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
     Returns:
         The bag written.
     """
-    from plag_ros.ros.messages import ns_to_stamp
-    from plag_ros.ros.output_bag import write_joint_state_bag
     from builtin_interfaces.msg import Duration
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    from plag_ros.ros.messages import ns_to_stamp
+    from plag_ros.ros.output_bag import write_joint_state_bag
 
     settings = SimSettings()
     arm, params = model_with_parameters(model, parameters)
@@ -211,7 +212,7 @@ def play(args: argparse.Namespace, model: RobotModel) -> int:
                 node, model, excitation, command_joints=list(motors.ARM_JOINTS),
                 topic=TOPIC, cycles=args.cycles, limits=limits, rate_hz=args.rate,
                 approach_speed=args.approach_speed, tracking_limit=args.tracking_limit,
-                stop=stop)
+                wait_subscribers=args.wait_subscribers, stop=stop)
         except PlayError as err:
             print(f'plag-ros excite: {err}', file=sys.stderr)
             return 3 if str(err).startswith('stopped') else 2
@@ -254,6 +255,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help='trajectory points per second (default 50)')
     parser.add_argument('--approach-speed', type=float, default=0.3,
                         help='speed of the move to the start pose [rad/s]')
+    parser.add_argument('--wait-subscribers', type=int, default=1, metavar='N',
+                        help='send only once N nodes subscribe to the command (1: the '
+                             'controller; 2 with plag-ros record beside it)')
     parser.add_argument('--tracking-limit', type=float, default=0.3,
                         help='stop when a joint is further than this from its command [rad]')
 

@@ -579,8 +579,9 @@ class PartialImpedanceController:
         off = np.abs(Ks / table - 1.0) > SERVO_STIFFNESS_TOLERANCE
         return [f'{self.joint_names[a]}: servo_stiffness {Ks[a]:g} N*m/rad is '
                 f"{Ks[a] / table[a]:.2f} x the motor table's {table[a]:.3g} (P gain 800): "
-                "the law's torque is scaled by the ratio, and its stability margin with it; "
-                'set it from an identification of the servo, or leave it unset'
+                "the law's torque is scaled by the ratio, and its stability margin with it "
+                '(right for an arm whose K_s plag-ros identify --servo measured; otherwise '
+                'leave it unset)'
                 for a in np.flatnonzero(off & monitored)]
 
     def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,

@@ -36,9 +36,9 @@ from plag_ros.core.regressor import (
     joint_torque_regressor,
 )
 
-__all__ = ['Identified', 'IdentificationPrior', 'identify', 'pseudo_inertia',
-           'physically_consistent', 'actuated_regressor', 'joint_friction', 'parameter_rows', 'predict',
-           'ServoFit', 'identify_servo']
+__all__ = ['Identified', 'IdentificationPrior', 'ServoFit', 'actuated_regressor', 'identify',
+           'identify_servo', 'joint_friction', 'parameter_rows', 'physically_consistent',
+           'predict', 'pseudo_inertia']
 
 
 @dataclass(frozen=True)

@@ -182,15 +182,16 @@ def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
     named = set(viscous) | set(coulomb)
     for joint in root.iter('joint'):
         name = joint.get('name') or ''
-        mimic = joint.find('mimic')
-        if mimic is not None and mimic.get('joint') in named:
+        follows = joint.find('mimic')
+        if follows is not None and follows.get('joint') in named:
             for element in joint.findall('dynamics'):
                 joint.remove(element)
             continue
         if name in viscous or name in coulomb:
-            old = joint.find('dynamics')
-            damping = viscous.get(name, old is not None and float(old.get('damping', 0.0)))
-            friction = coulomb.get(name, old is not None and float(old.get('friction', 0.0)))
+            now = joint.find('dynamics')
+            damping = viscous.get(name, float(now.get('damping', 0.0)) if now is not None else 0.0)
+            friction = coulomb.get(name, float(now.get('friction', 0.0)) if now is not None
+                                   else 0.0)
             for element in joint.findall('dynamics'):
                 joint.remove(element)
             ET.SubElement(joint, 'dynamics', damping=f'{float(damping):.12g}',

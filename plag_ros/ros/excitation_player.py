@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import rclpy
@@ -53,10 +54,14 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
                     command_joints: list[str], topic: str, cycles: int,
                     limits: ExcitationLimits | None = None, rate_hz: float = 50.0,
                     approach_speed: float = 0.3, tracking_limit: float = 0.3,
-                    stale_s: float = 0.5, wait_s: float = 10.0,
+                    stale_s: float = 0.5, wait_s: float = 10.0, wait_subscribers: int = 1,
                     stop: threading.Event | None = None,
                     log: Callable[[str], object] = print) -> tuple[float, float]:
     """Send the trajectory and watch it to the end (spins ``node`` itself).
+
+    Args:
+        wait_subscribers: subscribers the command topic needs before anything is sent: 1
+            is the controller; 2 when ``plag-ros record`` records the command too.
 
     Returns:
         (start, end) of the played points on the node's clock [s].
@@ -69,7 +74,7 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
     found = check_excitation(model, excitation, limits)
     if found.problems:
         raise PlayError('the trajectory breaks the limits: ' + '; '.join(found.problems))
-    latest: dict[str, object] = {}
+    latest: dict[str, Any] = {}
 
     def on_state(msg: JointState) -> None:
         position = dict(zip(msg.name, msg.position))
@@ -81,14 +86,16 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
     publisher = node.create_publisher(
         JointTrajectory, topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and ('q' not in latest
-                                           or publisher.get_subscription_count() == 0):
+    wanted = max(1, wait_subscribers)
+    while time.monotonic() < deadline and (
+            'q' not in latest or publisher.get_subscription_count() < wanted):
         rclpy.spin_once(node, timeout_sec=0.05)
     if 'q' not in latest:
         raise PlayError(f'no /joint_states with every joint of {command_joints} in {wait_s} s')
-    if publisher.get_subscription_count() == 0:
-        raise PlayError(f'nothing subscribes to {topic} (is the trajectory controller '
-                        'active?); nothing was sent')
+    if publisher.get_subscription_count() < wanted:
+        raise PlayError(f'{publisher.get_subscription_count()} of {wanted} subscribers on '
+                        f'{topic} after {wait_s} s (is the trajectory controller active? is '
+                        'the recorder running?); nothing was sent')
     q_now = np.asarray(latest['q'])
     cols = [model.joint_names.index(j) for j in command_joints]
     lo, hi = model.joint_lower[cols], model.joint_upper[cols]

@@ -2,6 +2,7 @@
 (friction generalized onto the actuated joints), for the tests that need a known arm."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -32,3 +33,35 @@ def write_identified(path: Path, model: RobotModel, *, armature: np.ndarray | fl
     content.update(sections)
     Path(path).write_text(yaml.safe_dump(content))
     return str(path)
+
+
+STIFFNESS_FACTORS = (1.2, 0.8, 1.2, 0.8, 1.2, 0.8, 1.2)
+"""K_s of the acceptance arm's servos over the motor table's, per arm joint."""
+
+
+def acceptance_arm(folder: Path) -> tuple[str, dict[str, float]]:
+    """The identification's "true" CRANE-X7, written to ``folder/true_arm.yaml``: four
+    links' masses changed by -20 % to +30 % and their COMs moved by up to 9 mm, 0.08
+    N*m*s/rad of viscous friction added, Coulomb friction doubled, 0.004 kg*m^2 armature
+    per arm joint and every servo's K_s 20 % off the motor table.
+
+    Returns:
+        (the file's path, K_s per arm joint).
+    """
+    from plag_ros.core import motors
+    from plag_ros.core.model import default_urdf_path
+
+    nominal = RobotModel.from_urdf(default_urdf_path())
+    mass, com = nominal.body_mass.copy(), nominal.body_com.copy()
+    for body, factor, shift in ((1, 1.25, (0.004, 0.0, -0.006)), (2, 0.85, (0.0, 0.005, 0.0)),
+                                (3, 1.30, (0.003, -0.004, 0.008)), (5, 0.80, (0.0, 0.0, 0.006))):
+        mass[body] *= factor
+        com[body] += shift
+    arm = dataclasses.replace(nominal, body_mass=mass, body_com=com,
+                              damping=nominal.damping + 0.08, friction=2.0 * nominal.friction)
+    stiffness = dict(zip(motors.ARM_JOINTS, motors.servo_stiffness(motors.ARM_JOINTS)
+                         * STIFFNESS_FACTORS))
+    act = [nominal.joint_names[k] for k in np.flatnonzero(nominal.actuated)]
+    armature = [0.004 if j in motors.ARM_JOINTS else 0.0 for j in act]
+    return write_identified(Path(folder) / 'true_arm.yaml', arm, armature=armature,
+                            stiffness=stiffness), stiffness

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 import pytest
+from ros_helpers import REPO, RosClient, ros_env, start_node
 
 from plag_ros.apps.excite import read_excitation
 from plag_ros.apps.identify import commanded_positions
@@ -26,8 +27,6 @@ from plag_ros.core.identification import predict
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.motors import servo_gains
 from plag_ros.io.bag import read_joint_states, read_trajectory_commands
-
-from ros_helpers import REPO, RosClient, ros_env, start_node
 
 DOMAIN_ID = 58
 

@@ -20,12 +20,10 @@ simulator and the controller with those ``K_s``.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import yaml
-from identified_files import write_identified
+from identified_files import acceptance_arm
 
 from plag_ros.apps.cli import main
 from plag_ros.core import motors
@@ -35,8 +33,6 @@ from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import model_with_parameters
 from plag_ros.core.simulation import SimulatorConfig
 
-STIFFNESS_FACTORS = (1.2, 0.8, 1.2, 0.8, 1.2, 0.8, 1.2)
-
 
 @pytest.fixture(scope='module')
 def nominal() -> RobotModel:
@@ -44,22 +40,10 @@ def nominal() -> RobotModel:
 
 
 @pytest.fixture(scope='module')
-def run(nominal, tmp_path_factory):
+def run(tmp_path_factory):
     """The commands, once for the module: (folder, true stiffness, report)."""
     tmp = tmp_path_factory.mktemp('acceptance')
-    mass, com = nominal.body_mass.copy(), nominal.body_com.copy()
-    for body, factor, shift in ((1, 1.25, (0.004, 0.0, -0.006)), (2, 0.85, (0.0, 0.005, 0.0)),
-                                (3, 1.30, (0.003, -0.004, 0.008)), (5, 0.80, (0.0, 0.0, 0.006))):
-        mass[body] *= factor
-        com[body] += shift
-    arm = dataclasses.replace(nominal, body_mass=mass, body_com=com,
-                              damping=nominal.damping + 0.08, friction=2.0 * nominal.friction)
-    stiffness = dict(zip(motors.ARM_JOINTS, motors.servo_stiffness(motors.ARM_JOINTS)
-                         * STIFFNESS_FACTORS))
-    armature = [0.004 if j in motors.ARM_JOINTS else 0.0 for j in
-                (nominal.joint_names[k] for k in np.flatnonzero(nominal.actuated))]
-    truth = write_identified(tmp / 'true_arm.yaml', arm, armature=armature,
-                             stiffness=stiffness)
+    truth, stiffness = acceptance_arm(tmp)
     for seed in (0, 1):
         assert main(['excite', '-o', str(tmp / f'excitation{seed}'), '--seed', str(seed),
                      '--iterations', '25']) == 0

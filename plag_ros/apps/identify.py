@@ -202,9 +202,13 @@ def write_report(out: Path, model: RobotModel, result: Identified, held_out: tup
 
     fig, axes = plt.subplots(len(act), 1, figsize=(10, 1.8 * len(act)), sharex=True)
     for k, ax in enumerate(np.atleast_1d(axes)):
+        # the models only where the joint moves: at rest its friction is the stick
+        # reaction, which neither predicts (nor the errors count)
         ax.plot(torque[:, k], color='k', lw=0.8, label='measured')
-        ax.plot(nominal[:, k], color='tab:red', lw=0.8, label='nominal model')
-        ax.plot(fitted[:, k], color='tab:blue', lw=0.8, label='identified model')
+        ax.plot(np.where(moving[:, k], nominal[:, k], np.nan), color='tab:red', lw=0.8,
+                label='nominal model')
+        ax.plot(np.where(moving[:, k], fitted[:, k], np.nan), color='tab:blue', lw=0.8,
+                label='identified model (where the joint moves)')
         ax.set_ylabel(f'{act[k].removeprefix(model.name + "_")}\n[N m]', fontsize=7)
     np.atleast_1d(axes)[0].legend(fontsize=7, loc='upper right')
     np.atleast_1d(axes)[-1].set_xlabel('held-out sample')

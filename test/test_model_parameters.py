@@ -86,6 +86,14 @@ def test_a_wrong_file_is_refused_clearly(nominal, true_arm, tmp_path):
         load_model_parameters(path)
     with pytest.raises(ValueError, match='not a file'):
         ModelSettings(parameters=str(tmp_path / 'missing.yaml'))
+    _write(path, true_arm, payload={'link': 'crane_x7_gripper_base_link', 'mass': -0.1,
+                                    'com': [0, 0, 0], 'inertia_about_com': np.eye(3).tolist()})
+    with pytest.raises(ValueError, match='positive mass'):
+        load_model_parameters(path)
+    _write(path, true_arm, payload={'link': 'nowhere', 'mass': 0.1, 'com': [0, 0, 0],
+                                    'inertia_about_com': (1e-5 * np.eye(3)).tolist()})
+    with pytest.raises(ValueError, match='not a link'):
+        model_with_parameters(nominal, path)
 
 
 def test_the_simulator_and_the_controller_take_armature_and_servo_stiffness(

@@ -36,12 +36,20 @@ import yaml
 from plag_ros.core import motors
 from plag_ros.core.analysis import AnalysisOptions, estimate_recording
 from plag_ros.core.friction import rest_band
-from plag_ros.core.identification import Identified, identify, identify_servo, predict
+from plag_ros.core.identification import (
+    HELD,
+    IdentificationPrior,
+    Identified,
+    identify,
+    identify_servo,
+    predict,
+)
 from plag_ros.core.joint_trajectory import TrajectoryCommand
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import (
     apply_model_parameters,
     load_model_parameters,
+    payload_in_link_frame,
     urdf_with_figures,
 )
 from plag_ros.core.regressor import body_figures, inertial_parameters
@@ -130,12 +138,17 @@ def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarr
     return names, commanded
 
 
-def write_urdf(model: RobotModel, result: Identified, path: Path) -> None:
-    """The nominal URDF with the identified figures (see the module doc)."""
+def write_urdf(model: RobotModel, result: Identified, path: Path,
+               payload: int | None = None) -> None:
+    """The nominal URDF with the identified figures (see the module doc); body ``payload``
+    (a fitted payload) as a link of its own."""
     act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    arm = [i for i in range(model.n_bodies) if i != payload]
     xml = urdf_with_figures(
-        model, {str(model.body_link[i]): result.inertial[i] for i in range(model.n_bodies)},
-        dict(zip(act, result.viscous.tolist())), dict(zip(act, result.coulomb.tolist())))
+        model, {str(model.body_link[i]): result.inertial[i] for i in arm},
+        dict(zip(act, result.viscous.tolist())), dict(zip(act, result.coulomb.tolist())),
+        None if payload is None else payload_in_link_frame(model, payload,
+                                                           result.inertial[payload]))
     path.write_text(xml.replace('\n', '\n<!-- identified by plag-ros identify: see '
                                 'identified.yaml -->\n', 1))
 
@@ -149,9 +162,10 @@ def _rms(error: np.ndarray, moving: np.ndarray) -> list[float]:
 
 def write_report(out: Path, model: RobotModel, result: Identified, held_out: tuple,
                  bags: list[Path], holdout_bags: list[Path], band: np.ndarray,
-                 extra: dict | None = None) -> dict:
+                 extra: dict | None = None, payload: int | None = None) -> dict:
     """identified.yaml and held_out.png; returns the yaml's content. ``band``: (n,) rest
-    band [rad/s] (the held-out errors are over the rows where a joint moves)."""
+    band [rad/s] (the held-out errors are over the rows where a joint moves); body
+    ``payload``, a fitted payload, goes into its own section."""
     q, qd, qdd, torque = held_out
     moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
     nominal = predict(model, q, qd, qdd)
@@ -161,6 +175,13 @@ def write_report(out: Path, model: RobotModel, result: Identified, held_out: tup
     bodies = []
     pi0 = inertial_parameters(model)
     for i, name in enumerate(model.body_names):
+        if i == payload:
+            link, mass, com, inertia = payload_in_link_frame(model, i, result.inertial[i])
+            extra = {**(extra or {}), 'payload': {
+                'link': link, 'mass': mass, 'mass_std': float(result.inertial_std[i][0]),
+                'com': com.tolist(), 'inertia_about_com': inertia.tolist(),
+                'frame': f'{link} (the link it is fixed to)'}}
+            continue
         m, c, inertia = body_figures(result.inertial[i])
         m0, c0, _ = body_figures(pi0[i])
         bodies.append({'body': name, 'link': str(model.body_link[i]), 'mass': m,
@@ -229,9 +250,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--urdf', type=Path, help='nominal URDF (default: bundled CRANE-X7)')
     parser.add_argument('--model', type=Path,
                         help='an earlier identified.yaml as the starting figures (the prior)')
+    parser.add_argument('--payload', action='store_true',
+                        help='fit a payload on --payload-link with the arm held at its '
+                             'figures (the URDF or --model): record with the payload on')
+    parser.add_argument('--payload-link', default='crane_x7_gripper_base_link',
+                        help='the link the payload is fixed to')
+    parser.add_argument('--payload-mass', type=float, default=0.2, metavar='KG',
+                        help='a first guess of its mass (the prior is 1 kg wide around it)')
     parser.add_argument('--servo', action='store_true',
                         help="also fit each servo's position-loop stiffness K_s from the "
                              'recorded trajectory commands (plag-ros excite --play)')
+
+
+def with_payload_prior(model: RobotModel, link: str, mass: float
+                       ) -> tuple[RobotModel, int, dict[int, IdentificationPrior]]:
+    """``model`` with a payload body on ``link`` (a first guess: ``mass`` at the link's
+    origin, a 2 cm sphere), its index, and the priors that hold every other body and
+    leave the payload free (mass within about 1 kg, COM within about 10 cm).
+
+    Raises:
+        ValueError: an unknown or unmoving link, a mass that is not positive.
+    """
+    if not mass > 0.0:
+        raise ValueError(f'--payload-mass must be positive, got {mass}')
+    guess = model.with_payload('payload', link=link, mass=mass, com=(0.0, 0.0, 0.0),
+                               inertia=np.eye(3) * 0.4 * mass * 0.02 ** 2)
+    body = guess.n_bodies - 1
+    priors = {b: HELD for b in range(body)}
+    priors[body] = IdentificationPrior(mass=1.0 / mass, com=0.1 / mass, inertia=100.0)
+    return guess, body, priors
 
 
 def servo_section(model: RobotModel, result: Identified, recordings: list[tuple],
@@ -297,7 +344,18 @@ def run(args: argparse.Namespace) -> int:
         print('plag-ros identify: no samples to fit or none held out', file=sys.stderr)
         return 2
     band = rest_band(model, options.estimator)
-    result = identify(model, *fit.arrays(), rest_band=band)
+    payload = None
+    try:
+        if args.payload:
+            model, payload, priors = with_payload_prior(model, args.payload_link,
+                                                        args.payload_mass)
+            result = identify(model, *fit.arrays(), rest_band=band, body_priors=priors,
+                              hold_joints=True)
+        else:
+            result = identify(model, *fit.arrays(), rest_band=band)
+    except ValueError as err:
+        print(f'plag-ros identify: {err}', file=sys.stderr)
+        return 2
     extra = {}
     if args.servo:
         try:
@@ -307,8 +365,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
     args.output.mkdir(parents=True, exist_ok=True)
     content = write_report(args.output, model, result, held.arrays(), list(args.bag),
-                           list(args.holdout), band, extra)
-    write_urdf(model, result, args.output / 'identified.urdf')
+                           list(args.holdout), band, extra, payload)
+    write_urdf(model, result, args.output / 'identified.urdf', payload)
     errors = content['held_out_rms']
     before, after = np.array(errors['nominal']), np.array(errors['identified'])
     print(f'plag-ros identify: {result.rows} rows fitted; the data identify {result.rank} '
@@ -324,5 +382,9 @@ def run(args: argparse.Namespace) -> int:
         print(f'  {joint["joint"]:50s} K_s {joint["stiffness"]:7.2f} +- '
               f'{joint["stiffness_std"]:.2f} N*m/rad (motor table '
               f'{joint["stiffness_motor_table"]:.2f})')
+    if 'payload' in content:
+        found = content['payload']
+        print(f'  payload on {found["link"]}: {found["mass"]:.4f} +- {found["mass_std"]:.4f} '
+              f'kg, COM {np.round(found["com"], 4).tolist()} m')
     print(f'  wrote {args.output}/identified.yaml, identified.urdf, held_out.png')
     return 0

@@ -23,6 +23,7 @@ inequalities). Friction and armature are bounded below by zero. The solver is sc
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,9 +37,9 @@ from plag_ros.core.regressor import (
     joint_torque_regressor,
 )
 
-__all__ = ['Identified', 'IdentificationPrior', 'ServoFit', 'actuated_regressor', 'identify',
-           'identify_servo', 'joint_friction', 'parameter_rows', 'physically_consistent',
-           'predict', 'pseudo_inertia']
+__all__ = ['HELD', 'Identified', 'IdentificationPrior', 'ServoFit', 'actuated_regressor',
+           'identify', 'identify_servo', 'joint_friction', 'parameter_rows',
+           'physically_consistent', 'predict', 'pseudo_inertia']
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,11 @@ class Identified:
     rank: int
     rows: int
     noise_std: float
+
+
+HELD = IdentificationPrior(mass=1e-9, com=1e-9, inertia=1e-9, viscous=1e-9, coulomb=1e-9,
+                           armature=1e-9)
+"""A prior that holds what it applies to at its nominal figures (a known body)."""
 
 
 def pseudo_inertia(pi: np.ndarray) -> np.ndarray:
@@ -193,7 +199,9 @@ def predict(model: RobotModel, q, qd, qdd, *, inertial: np.ndarray | None = None
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
              torque: np.ndarray, *, rest_band: np.ndarray | float = 0.0,
              prior: IdentificationPrior = IdentificationPrior(),
-             noise_std: float | None = None) -> Identified:
+             noise_std: float | None = None,
+             body_priors: Mapping[int, IdentificationPrior] | None = None,
+             hold_joints: bool = False) -> Identified:
     """Fit the model's parameters to measured actuated-joint torques.
 
     Args:
@@ -205,6 +213,9 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         prior: the prior's spreads.
         noise_std: the torque measurement's standard deviation [N*m]; None: estimated
             from a first fit's residual.
+        body_priors: body index -> its own spreads (:data:`HELD` holds a body at its
+            figures: the arm while a payload is fitted; a broad one frees a payload).
+        hold_joints: hold friction and armature at the model's figures.
 
     Returns:
         :class:`Identified`.
@@ -234,9 +245,11 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         raise ValueError('nothing to fit: no joint moves outside its rest band')
     pi0 = inertial_parameters(model)
     joint0 = np.concatenate([*joint_friction(model), np.zeros(m_act)])
-    scale = np.concatenate([_inertial_spread(pi0, prior).ravel(),
-                            np.repeat([prior.viscous, prior.coulomb, prior.armature],
-                                      m_act)])
+    spreads = np.stack([_inertial_spread(pi0[b:b + 1], (body_priors or {}).get(b, prior))[0]
+                        for b in range(B)])
+    held = HELD if hold_joints else prior
+    scale = np.concatenate([spreads.ravel(),
+                            np.repeat([held.viscous, held.coulomb, held.armature], m_act)])
     theta0 = np.concatenate([_to_cholesky(pi0).ravel(), joint0])
 
     def parameters(theta: np.ndarray) -> np.ndarray:

@@ -26,11 +26,12 @@ from plag_ros.core.control import ImpedanceConfig
 from plag_ros.core.model import RobotModel, without_xml_declaration
 from plag_ros.core.motors import servo_gains
 from plag_ros.core.options import option
-from plag_ros.core.regressor import body_figures
+from plag_ros.core.regressor import body_figures, inertial_parameters
 from plag_ros.core.simulation import SimulatorConfig
 
-__all__ = ['ModelParameters', 'ModelSettings', 'apply_model_parameters',
-           'load_model_parameters', 'model_with_parameters', 'urdf_with_figures']
+__all__ = ['PAYLOAD_LINK', 'ModelParameters', 'ModelSettings', 'apply_model_parameters',
+           'load_model_parameters', 'model_with_parameters', 'payload_in_link_frame',
+           'urdf_with_figures']
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class ModelParameters:
         viscous [N*m*s/rad], coulomb [N*m], armature [kg*m^2]: joint name -> value.
         servo_stiffness: joint name -> K_s [N*m/rad] (empty without ``--servo``).
         provenance: the file's ``provenance`` and ``held_out_rms`` sections, as written.
+        payload: (link, mass [kg], COM (3,) [m] and inertia about it (3, 3) [kg*m^2], both
+            in the link's frame) of a payload fixed to ``link``, or None.
     """
 
     path: str
@@ -52,6 +55,7 @@ class ModelParameters:
     armature: dict[str, float]
     servo_stiffness: dict[str, float]
     provenance: dict[str, Any]
+    payload: tuple[str, float, np.ndarray, np.ndarray] | None = None
 
     def per_joint(self, kind: str, joints: list[str] | tuple[str, ...],
                   default: np.ndarray) -> np.ndarray:
@@ -93,9 +97,11 @@ class ModelParameters:
             error = (f', held-out torque RMS {max(held["identified"]):.3g} N*m '
                      f'(nominal {max(held["nominal"]):.3g})')
         date = (self.provenance.get('provenance') or {}).get('date', '?')
+        payload = '' if self.payload is None else (
+            f', a {self.payload[1]:.3f} kg payload on {self.payload[0]}')
         return (f'model parameters {self.path}: {len(self.inertial)} bodies, '
-                f'{len(self.viscous)} joints, K_s of {len(self.servo_stiffness)} joints, '
-                f'identified {date}{error}')
+                f'{len(self.viscous)} joints, K_s of {len(self.servo_stiffness)} joints'
+                f'{payload}, identified {date}{error}')
 
 
 def _table(entries: Any, key: str, value: str, path: str) -> dict[str, float]:
@@ -141,11 +147,27 @@ def load_model_parameters(path: str | Path) -> ModelParameters:
     if any(v <= 0.0 for v in stiffness.values()):
         raise ValueError(f'{path}: servo stiffness must be positive')
     provenance = {k: data[k] for k in ('provenance', 'held_out_rms') if k in data}
-    return ModelParameters(path, inertial, viscous, coulomb, armature, stiffness, provenance)
+    payload = None
+    if data.get('payload'):
+        section = data['payload']
+        try:
+            payload = (str(section['link']), float(section['mass']),
+                       np.asarray(section['com'], dtype=np.float64).reshape(3),
+                       np.asarray(section['inertia_about_com'], dtype=np.float64).reshape(3, 3))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f'{path}: the payload needs link, mass, com and '
+                             f'inertia_about_com: {err}') from err
+        if not (payload[1] > 0 and np.isfinite(payload[2]).all()
+                and np.isfinite(payload[3]).all()):
+            raise ValueError(f'{path}: the payload needs a positive mass and finite figures')
+    return ModelParameters(path, inertial, viscous, coulomb, armature, stiffness, provenance,
+                           payload)
 
 
 def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
-                      viscous: dict[str, float], coulomb: dict[str, float]) -> str:
+                      viscous: dict[str, float], coulomb: dict[str, float],
+                      payload: tuple[str, float, np.ndarray, np.ndarray] | None = None
+                      ) -> str:
     """The model's URDF with new body figures and joint friction.
 
     A body's figures go on its link (its joint's child); links lumped into it by fixed
@@ -158,6 +180,8 @@ def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
         inertial: link name -> (10,) parameters (a moving body's child link).
         viscous, coulomb: actuated joint name -> generalized damping [N*m*s/rad] and
             friction [N*m].
+        payload: (link, mass, COM, inertia about the COM) in the link's frame: added as a
+            link ``plag_payload`` fixed to ``link`` (the model lumps it into that body).
     """
     root = ET.fromstring(without_xml_declaration(model.urdf_xml))
     owner = {model.link_names[k]: int(model.link_joint[k]) for k in range(len(model.link_names))}
@@ -172,13 +196,7 @@ def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
         if name not in inertial:
             continue
         m, c, inertia = body_figures(inertial[name])
-        element = ET.SubElement(link, 'inertial')
-        ET.SubElement(element, 'origin', xyz=' '.join(f'{v:.12g}' for v in c), rpy='0 0 0')
-        ET.SubElement(element, 'mass', value=f'{m:.12g}')
-        ET.SubElement(element, 'inertia', ixx=f'{inertia[0, 0]:.12g}',
-                      ixy=f'{inertia[0, 1]:.12g}', ixz=f'{inertia[0, 2]:.12g}',
-                      iyy=f'{inertia[1, 1]:.12g}', iyz=f'{inertia[1, 2]:.12g}',
-                      izz=f'{inertia[2, 2]:.12g}')
+        _inertial(link, m, c, inertia)
     named = set(viscous) | set(coulomb)
     for joint in root.iter('joint'):
         name = joint.get('name') or ''
@@ -196,7 +214,48 @@ def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
                 joint.remove(element)
             ET.SubElement(joint, 'dynamics', damping=f'{float(damping):.12g}',
                           friction=f'{float(friction):.12g}')
+    if payload is not None:
+        _add_payload(root, *payload)
     return '<?xml version="1.0"?>\n' + ET.tostring(root, encoding='unicode') + '\n'
+
+
+PAYLOAD_LINK = 'plag_payload'
+"""The URDF link a payload becomes (fixed to the link it is on)."""
+
+
+def _add_payload(root: ET.Element, link: str, mass: float, com: np.ndarray,
+                 inertia: np.ndarray) -> None:
+    if not any(element.get('name') == link for element in root.iter('link')):
+        raise ValueError(f'payload link {link!r} is not a link of the URDF')
+    body = ET.SubElement(root, 'link', name=PAYLOAD_LINK)
+    _inertial(body, mass, com, inertia)
+    joint = ET.SubElement(root, 'joint', name=f'{PAYLOAD_LINK}_joint', type='fixed')
+    ET.SubElement(joint, 'parent', link=link)
+    ET.SubElement(joint, 'child', link=PAYLOAD_LINK)
+    ET.SubElement(joint, 'origin', xyz='0 0 0', rpy='0 0 0')
+
+
+def _inertial(link: ET.Element, mass: float, com: np.ndarray, inertia: np.ndarray) -> None:
+    element = ET.SubElement(link, 'inertial')
+    ET.SubElement(element, 'origin', xyz=' '.join(f'{v:.12g}' for v in com), rpy='0 0 0')
+    ET.SubElement(element, 'mass', value=f'{mass:.12g}')
+    ET.SubElement(element, 'inertia', ixx=f'{inertia[0, 0]:.12g}',
+                  ixy=f'{inertia[0, 1]:.12g}', ixz=f'{inertia[0, 2]:.12g}',
+                  iyy=f'{inertia[1, 1]:.12g}', iyz=f'{inertia[1, 2]:.12g}',
+                  izz=f'{inertia[2, 2]:.12g}')
+
+
+def payload_in_link_frame(model: RobotModel, body: int, pi: np.ndarray | None = None
+                          ) -> tuple[str, float, np.ndarray, np.ndarray]:
+    """(link, mass, COM, inertia about the COM) of ``model``'s body ``body`` (or of the
+    parameters ``pi`` (10,) for it) in the frame of the link it is attached to
+    (:meth:`RobotModel.with_payload`'s figures)."""
+    pi = inertial_parameters(model)[body] if pi is None else pi
+    mass, com, inertia = body_figures(pi)            # in its joint's child frame
+    link = str(model.body_link[body])
+    T = model.T_joint_link[model.link_index(link)]
+    R, p = T[:3, :3], T[:3, 3]
+    return link, float(mass), R.T @ (com - p), R.T @ inertia @ R
 
 
 def apply_model_parameters(model: RobotModel, parameters: ModelParameters) -> RobotModel:
@@ -215,7 +274,7 @@ def apply_model_parameters(model: RobotModel, parameters: ModelParameters) -> Ro
         raise ValueError(f'{parameters.path}: {unknown} are not bodies or joints of '
                          f'{model.name}: the file was identified on another robot')
     xml = urdf_with_figures(model, parameters.inertial, parameters.viscous,
-                            parameters.coulomb)
+                            parameters.coulomb, parameters.payload)
     return RobotModel.from_urdf(xml, gravity=tuple(model.gravity))
 
 

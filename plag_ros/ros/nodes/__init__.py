@@ -76,6 +76,10 @@ def _console(module: str) -> None:
     """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _exit_at_once)
+    # A crash in native code (a segmentation fault) then prints every Python thread's
+    # stack to stderr, which launch shows beside "process has died": one CI run saw an
+    # impedance node die with -11 on Ctrl-C and nothing to say where.
+    faulthandler.enable()
     importlib.import_module(f'{__name__}.{module}').main()
 
 

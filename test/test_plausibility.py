@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from robots import serial_chain
 
+from plag_ros.core.analysis import INPUT_REASONS
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
 
@@ -157,12 +158,45 @@ def test_analysis_reports_and_leaves_out_implausible_samples(crane):
     options = AnalysisOptions(progress=False, estimator=EstimatorConfig(cutoff_hz=10.0))
     out = analyze_arrays(crane, t, bad, options=options)
     assert out.rejected() == {'position_out_of_range': 1, 'continuous_out_of_range': 0,
-                              'velocity_out_of_range': 0, 'position_jump': 1}
+                              'velocity_out_of_range': 0, 'position_jump': 1,
+                              'stamp_spacing': 0}
     assert 400 not in out.index and 700 not in out.index
     assert np.isfinite(out.torque).all() and np.abs(out.q).max() < 10.0
     keep = np.ones(N, dtype=bool)
     keep[[400, 700]] = False
     clean = analyze_arrays(crane, t[keep], q[keep], options=options)
+    np.testing.assert_allclose(out.torque, clean.torque, rtol=0, atol=1e-12)
+
+
+def test_bunched_stamps_are_left_out_and_counted_not_refused(crane):
+    """A publisher catching up after a stall stamps two samples 0.5 ms apart (seen from the
+    simulator node on a loaded machine): the later one is left out and counted as
+    ``stamp_spacing``, as the live estimator rejects it, and the rest equal the analysis
+    of the recording without it. The offline estimator alone refuses such a recording."""
+    from plag_ros.core.analysis import AnalysisOptions, analyze_arrays
+    from plag_ros.core.filters import EstimatorConfig, estimate_offline
+
+    N = 800
+    t = np.arange(N, dtype=np.int64) * PERIOD_NS
+    q = _inside(crane) + 0.2 * np.sin(np.outer(t * 1e-9, np.linspace(0.5, 1.5, crane.n_joints)))
+    bunched = t.copy()
+    bunched[301:] += PERIOD_NS // 2            # a late sample ...
+    bunched[300] = bunched[301] - 500_000       # ... stamped 0.5 ms before the next
+    bunched[302:] = t[302:] + PERIOD_NS
+    order = np.argsort(bunched, kind='stable')
+    bunched, q_bunched = bunched[order], q[order]
+    assert np.diff(bunched).min() == 500_000
+    options = AnalysisOptions(progress=False, estimator=EstimatorConfig(cutoff_hz=10.0))
+    with pytest.raises(ValueError, match='min_spacing_periods'):
+        estimate_offline(bunched, q_bunched, config=options.estimator)
+    out = analyze_arrays(crane, bunched, q_bunched, options=options)
+    assert out.rejected()['stamp_spacing'] == 1
+    assert sum(out.rejected().values()) == 1
+    left_out = int(np.flatnonzero(out.input_codes)[0])
+    assert bunched[left_out] - bunched[left_out - 1] == 500_000
+    keep = np.ones(N, dtype=bool)
+    keep[left_out] = False
+    clean = analyze_arrays(crane, bunched[keep], q_bunched[keep], options=options)
     np.testing.assert_allclose(out.torque, clean.torque, rtol=0, atol=1e-12)
 
 
@@ -188,7 +222,7 @@ def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
     with np.load(written['npz']) as npz:
         codes = npz['input_rejected']
         assert codes.shape == (N,) and codes[300] == 1 and codes.sum() == 1
-        assert tuple(npz['rejection_reasons']) == PLAUSIBILITY_REASONS
+        assert tuple(npz['rejection_reasons']) == INPUT_REASONS
 
 
 def test_out_of_order_stamps_leave_the_anchor_alone(crane):

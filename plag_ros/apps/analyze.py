@@ -34,6 +34,7 @@ import numpy as np
 
 from plag_ros.core.analysis import (
     ARRAY_NAMES,
+    INPUT_REASONS,
     Analysis,
     AnalysisOptions,
     decompose_states,
@@ -47,7 +48,6 @@ from plag_ros.core.filters import EstimatorConfig
 from plag_ros.core.friction import FRICTION_STATES, SLIDING, UNRESOLVED
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import model_with_parameters
-from plag_ros.core.plausibility import PLAUSIBILITY_REASONS
 from plag_ros.io.bag import (
     EXIT_RECOVERED_WITH_LOSS,
     BagError,
@@ -438,7 +438,7 @@ def write_outputs(out: Path, model: RobotModel, analysis: Analysis, js: JointSta
             arrays['friction_states'] = np.array(FRICTION_STATES)
         if analysis.input_codes is not None:
             arrays['input_rejected'] = analysis.input_codes
-            arrays['rejection_reasons'] = np.array(PLAUSIBILITY_REASONS)
+            arrays['rejection_reasons'] = np.array(INPUT_REASONS)
         save_npz(out / 'analysis.npz', arrays, options.npz_level)
         return out / 'analysis.npz'
 

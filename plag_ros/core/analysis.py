@@ -134,8 +134,7 @@ class Analysis:
         stick reaction or 0 at rest).
         joint_names, body_names: column names.
         input_codes: (N,) int64 per input sample: 0 accepted, else 1 + the index of its
-            rejection reason in :data:`plag_ros.core.plausibility.PLAUSIBILITY_REASONS`; None
-            when the input was not checked.
+            rejection reason in :data:`INPUT_REASONS`; None when the input was not checked.
         friction_state: (M, n) int8 per joint and sample, an index into
             :data:`plag_ros.core.friction.FRICTION_STATES` (sliding, stick, unresolved); None
             when the rest rule was not applied (the friction is then the model's).
@@ -165,10 +164,11 @@ class Analysis:
         return {name: int(counts[i]) for i, name in enumerate(FRICTION_STATES)}
 
     def rejected(self) -> dict[str, int]:
-        """Rejected input samples by reason (all reasons, zeros included)."""
+        """Rejected input samples by reason (all of :data:`INPUT_REASONS`, zeros
+        included)."""
         codes = np.zeros(0, dtype=np.int64) if self.input_codes is None else self.input_codes
-        counts = np.bincount(codes, minlength=1 + len(PLAUSIBILITY_REASONS))
-        return {reason: int(counts[1 + i]) for i, reason in enumerate(PLAUSIBILITY_REASONS)}
+        counts = np.bincount(codes, minlength=1 + len(INPUT_REASONS))
+        return {reason: int(counts[1 + i]) for i, reason in enumerate(INPUT_REASONS)}
 
 
 
@@ -211,6 +211,31 @@ def estimate_states(t_ns: np.ndarray, q: np.ndarray, *, qd_measured: np.ndarray 
             np.asarray(out_qdd))
 
 
+INPUT_REASONS = (*PLAUSIBILITY_REASONS, 'stamp_spacing')
+"""Why an input sample of a recording is left out of the estimate: the plausibility gate's
+reasons, then ``stamp_spacing``: a stamp closer than the estimator's
+``min_spacing_periods`` to the previous sample kept (the live estimator rejects it the
+same way; a publisher that catches up after a stall can stamp two samples 0.5 ms apart).
+:attr:`Analysis.input_codes` holds 1 + the index into this tuple."""
+
+
+def _mark_bunched_stamps(t_ns: np.ndarray, codes: np.ndarray, config: EstimatorConfig
+                         ) -> None:
+    """Code (in place) each sample accepted so far whose stamp is too close to the
+    previous accepted one as ``stamp_spacing``."""
+    rows = np.flatnonzero(codes == 0)
+    min_step = config.min_spacing_periods * 1e9 / config.rate_hz
+    if len(rows) < 2 or not (np.diff(t_ns[rows]) < min_step).any():
+        return                                  # the usual case: nothing to walk
+    code = 1 + INPUT_REASONS.index('stamp_spacing')
+    previous = int(t_ns[rows[0]])
+    for r in rows[1:]:
+        if int(t_ns[r]) - previous < min_step:
+            codes[r] = code
+        else:
+            previous = int(t_ns[r])
+
+
 def estimate_recording(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
                        qd_measured: np.ndarray | None = None,
                        options: AnalysisOptions | None = None
@@ -232,6 +257,7 @@ def estimate_recording(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
     t_ns = np.asarray(t_ns, dtype=np.int64)
     q = np.asarray(q, dtype=np.float64)
     codes = PlausibilityGate(model, options.plausibility).check_batch(t_ns, q, qd_measured)
+    _mark_bunched_stamps(t_ns, codes, options.estimator)
     rows = np.flatnonzero(codes == 0)
     if len(rows) == len(t_ns):
         kept_q, kept_qd = q, qd_measured

@@ -405,6 +405,12 @@ def main(args: list[str] | None = None) -> None:
                 node.shutdown(executor)
             except Exception as err:  # noqa: BLE001 - best effort on the way out
                 node.get_logger().error(f'shutdown switch-back failed: {err}')
+        # This executor is ours, not rclpy's global one (which rclpy's shutdown shuts
+        # down): shut it down before the node and the context go, so its guard conditions
+        # and any task left are not torn down by the interpreter's exit after the context
+        # (a CI run saw this node die with -11 after a clean Ctrl-C hold and switch-back).
+        executor.shutdown(timeout_sec=1.0)
+        if node is not None:
             node.destroy_node()
         rclpy_compat.try_shutdown()
         # Ignored from here on, not restored: a second Ctrl-C (a terminal and ros2 launch

@@ -18,7 +18,7 @@ def write_identified(path: Path, model: RobotModel, *, armature: np.ndarray | fl
     """Write ``model``'s figures, ``armature`` (per actuated joint or one value) and servo
     ``stiffness`` (joint -> K_s) to ``path``; ``sections`` replace whole sections."""
     pi = inertial_parameters(model)
-    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    act = model.actuated_names
     viscous, coulomb = joint_friction(model)
     armature = np.broadcast_to(np.asarray(armature, dtype=float), (len(act),))
     content = {
@@ -61,7 +61,7 @@ def acceptance_arm(folder: Path) -> tuple[str, dict[str, float]]:
                               damping=nominal.damping + 0.08, friction=2.0 * nominal.friction)
     stiffness = dict(zip(motors.ARM_JOINTS, motors.servo_stiffness(motors.ARM_JOINTS)
                          * STIFFNESS_FACTORS))
-    act = [nominal.joint_names[k] for k in np.flatnonzero(nominal.actuated)]
+    act = nominal.actuated_names
     armature = [0.004 if j in motors.ARM_JOINTS else 0.0 for j in act]
     return write_identified(Path(folder) / 'true_arm.yaml', arm, armature=armature,
                             stiffness=stiffness), stiffness

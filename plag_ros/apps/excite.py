@@ -46,6 +46,7 @@ from plag_ros.core.impedance_settings import TRAJECTORY_CONTROLLER
 from plag_ros.core.joint_trajectory import TrajectoryCommand
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import model_with_parameters
+from plag_ros.core.sim_driver import DriverEmulation
 from plag_ros.core.sim_settings import SimSettings
 from plag_ros.core.simulation import Simulator
 
@@ -154,6 +155,9 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
     if params is not None:
         config = params.simulator_config(arm, config)
     sim = Simulator(arm, config)
+    # what the driver publishes (its joint order, effort in its units): the simulator
+    # node's driver side, stepped here by simulated time instead of the wall clock
+    driver = DriverEmulation(sim, settings, log=lambda _: None, now_s=lambda: 0.0)
     names = list(sim.actuated_names)
     command_joints = [j for j in settings.arm_joints if j in names]
     arm_cols = [names.index(j) for j in command_joints]
@@ -162,9 +166,6 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
     sim.set_position_command(q0)
     dt = 1.0 / settings.physics_rate_hz
     every = int(round(settings.physics_rate_hz / settings.publish_rate_hz))
-    scale = (1.0 / motors.effort_to_torque(names) if motors.known(names)
-             else np.ones(len(names)))
-    order = np.argsort(names)
     t0_ns = 1_800_000_000_000_000_000
     settle = 1.0
     times, positions, velocities = excitation_points(
@@ -179,10 +180,10 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
             target[arm_cols] = command.position(t - dt)     # the command of this step
         sim.step(dt, position_command=target)
         if k % every == 0:
-            meas = sim.measure()
+            _, q_published, _, effort_published = driver.joint_state()
             t_ns.append(t0_ns + int(round(t * 1e9)))
-            q.append(meas.q[order])
-            effort.append((meas.effort * scale)[order])
+            q.append(q_published)
+            effort.append(effort_published)
     msg = JointTrajectory(joint_names=command_joints)
     msg.header.stamp = ns_to_stamp(t0_ns + int(round(settle * 1e9)))
     msg.points = [JointTrajectoryPoint(
@@ -191,7 +192,7 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
         for s, p, v in zip(times, positions, velocities)]
     sent_ns = t0_ns + int(round((settle - 0.2) * 1e9))
     return write_joint_state_bag(
-        bag, np.array(t_ns, dtype=np.int64), [names[i] for i in order], np.array(q),
+        bag, np.array(t_ns, dtype=np.int64), list(driver.state_names), np.array(q),
         effort=np.array(effort),
         messages=[(TOPIC, 'trajectory_msgs/msg/JointTrajectory', sent_ns, msg)])
 

@@ -89,7 +89,7 @@ def read_recording(model: RobotModel, bag: Path, options: AnalysisOptions
                        'torque the driver reports')
     index, q, qd, qdd, _ = estimate_recording(model, js.t_ns, js.q, options=options)
     act = np.flatnonzero(model.actuated)
-    names = [model.joint_names[j] for j in act]
+    names = model.actuated_names
     scale = motors.effort_to_torque(names) if motors.known(names) else np.ones(len(act))
     torque = js.effort[index][:, act] * scale
     finite = np.isfinite(torque).all(axis=1)
@@ -142,7 +142,7 @@ def write_urdf(model: RobotModel, result: Identified, path: Path,
                payload: int | None = None) -> None:
     """The nominal URDF with the identified figures (see the module doc); body ``payload``
     (a fitted payload) as a link of its own."""
-    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    act = model.actuated_names
     arm = [i for i in range(model.n_bodies) if i != payload]
     xml = urdf_with_figures(
         model, {str(model.body_link[i]): result.inertial[i] for i in arm},
@@ -171,7 +171,7 @@ def write_report(out: Path, model: RobotModel, result: Identified, held_out: tup
     nominal = predict(model, q, qd, qdd)
     fitted = predict(model, q, qd, qdd, inertial=result.inertial, viscous=result.viscous,
                      coulomb=result.coulomb, armature=result.armature)
-    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    act = model.actuated_names
     bodies = []
     pi0 = inertial_parameters(model)
     for i, name in enumerate(model.body_names):
@@ -289,7 +289,7 @@ def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]
     model predicts it)."""
     names = recordings[0][0]
     torque, deflection, velocity = [], [], []
-    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    act = model.actuated_names
     cols_act = [act.index(j) for j in names]
     cols = [model.joint_names.index(j) for j in names]
     for joints, commanded, q, qd, qdd in recordings:

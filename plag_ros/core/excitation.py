@@ -107,7 +107,7 @@ class FourierExcitation:
         """(q, qd, qdd), each (N, n), of every joint of ``model``: excited, held and
         mimic joints filled."""
         q_e, qd_e, qdd_e = self.sample(t)
-        act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        act = model.actuated_names
         G, offset = actuation_matrix(model)
         z = np.zeros((len(q_e), len(act)))
         zd, zdd = np.zeros_like(z), np.zeros_like(z)
@@ -187,7 +187,7 @@ def _coefficients(x: np.ndarray, J: int, L: int, period: float
     return x[:, 0].copy(), a, b
 
 
-def _base_columns(model: RobotModel, rows: np.ndarray) -> np.ndarray:
+def _base_columns(rows: np.ndarray) -> np.ndarray:
     """Indices of a set of independent columns spanning ``rows`` (pivoted QR)."""
     norm = np.linalg.norm(rows, axis=0)
     used = np.flatnonzero(norm > 1e-12 * max(norm.max(), 1e-300))
@@ -204,13 +204,25 @@ def regressor_condition(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: n
     Coulomb, armature columns), restricted to ``columns`` (default: a base set found on the
     samples themselves) and scaled to unit norm.
     """
-    rows = parameter_rows(model, q, qd, qdd).reshape(-1, 10 * model.n_bodies
-                                                     + 3 * int(model.actuated.sum()))
-    cols = _base_columns(model, rows) if columns is None else columns
+    rows = parameter_rows(model, q, qd, qdd)
+    rows = rows.reshape(-1, rows.shape[-1])
+    cols = _base_columns(rows) if columns is None else columns
     Phi = rows[:, cols]
     Phi = Phi / np.maximum(np.linalg.norm(Phi, axis=0), 1e-300)
     s = np.linalg.svd(Phi, compute_uv=False)
     return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
+
+
+def _link_heights(engine: PartialLagrangian, q: np.ndarray) -> np.ndarray:
+    """(K, L) height of every link frame's origin above the base plane [m]."""
+    with torch.inference_mode():
+        return engine.link_poses(q).numpy()[:, :, 2, 3]
+
+
+def _moving_up_or_down(z: np.ndarray) -> np.ndarray:
+    """Indices of the link frames whose height ``z`` (K, L) changes: one that never moves
+    up or down (on a vertical axis at the base) hits nothing."""
+    return np.flatnonzero(np.ptp(z, axis=0) > 1e-9)
 
 
 class _Heights:
@@ -224,17 +236,12 @@ class _Heights:
 
     def __init__(self, model: RobotModel, engine: PartialLagrangian, q: np.ndarray) -> None:
         self.model, self.engine = model, engine
-        with torch.inference_mode():
-            z = engine.link_poses(q).numpy()[:, :, 2, 3]
-        self.links = np.flatnonzero(np.ptp(z, axis=0) > 1e-9)
+        self.links = _moving_up_or_down(_link_heights(engine, q))
         self.child = np.array([model.link_names.index(b) for b in
                                model.body_names[:model.n_joints]])
         up = np.zeros((len(self.links), model.n_joints), dtype=bool)
         for row, link in enumerate(self.links):
-            j = int(model.link_joint[link])
-            while j >= 0:
-                up[row, j] = True
-                j = int(model.joint_parent[j])
+            up[row, model.root_path(int(model.link_joint[link]))] = True
         self.upstream = up
 
     def __call__(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -283,7 +290,7 @@ def check_excitation(model: RobotModel, excitation: FourierExcitation,
     Raises:
         ValueError: a joint of the trajectory is not an actuated joint of ``model``.
     """
-    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    act = model.actuated_names
     unknown = [j for j in (*excitation.joints, *excitation.held_joints) if j not in act]
     if unknown:
         raise ValueError(f'excitation joints {unknown} are not actuated joints of '
@@ -298,8 +305,9 @@ def check_excitation(model: RobotModel, excitation: FourierExcitation,
     acceleration = float(np.abs(qdd[:, idx]).max())
     torque = predict(model, q, qd, qdd)
     effort = float((np.abs(torque) / servo_saturation(model)).max())
-    heights = _Heights(model, engine or PartialLagrangian(model), q)
-    height = float(heights(q)[0].min()) if heights.links.size else math.inf
+    z = _link_heights(engine or PartialLagrangian(model), q)
+    moving = _moving_up_or_down(z)
+    height = float(z[:, moving].min()) if moving.size else math.inf
     problems = []
     for what, value, bound, unit, below in (
             ('position margin', margin, limits.position_margin - 1e-9, 'rad', True),
@@ -338,7 +346,7 @@ def design_excitation(model: RobotModel, joints: Sequence[str], *, period: float
         ValueError: an unknown joint, or no trajectory inside the limits (e.g. a height
             limit no pose of these joints satisfies).
     """
-    act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+    act = model.actuated_names
     joints = tuple(joints)
     unknown = [j for j in joints if j not in act]
     if unknown or not joints or harmonics < 2:
@@ -380,15 +388,22 @@ def design_excitation(model: RobotModel, joints: Sequence[str], *, period: float
     engine = PartialLagrangian(model)
     Bq_joint = np.zeros((model.n_joints, J))
     Bq_joint[idx, np.arange(J)] = 1.0
-    heights: _Heights | None = None
+    draws = [np.concatenate([np.zeros((J, 1)), rng.normal(size=(J, p - 1))], axis=1)
+             for _ in range(max(starts, 1))]
+    # the base columns from a rich motion (the limits do not matter for which parameter
+    # combinations the robot's structure lets the data tell apart)
+    rich = draws[0].copy()
+    rich[:, 0] = centre
+    q0, qd0, qdd0 = excitation(rich.ravel()).full_state(model, t)
+    heights = _Heights(model, engine, q0)
+    rows0 = parameter_rows(model, q0, qd0, qdd0)
+    columns = _base_columns(rows0.reshape(-1, rows0.shape[-1]))
 
     def height(x: np.ndarray) -> np.ndarray:
-        assert heights is not None
         z, _ = heights(excitation(x).full_state(model, t)[0])
         return (z - limits.min_height - 0.01).ravel()
 
     def height_gradient(x: np.ndarray) -> np.ndarray:
-        assert heights is not None
         _, dz = heights(excitation(x).full_state(model, t)[0])           # (K, l, n)
         dz = dz @ Bq_joint                                               # (K, l, J)
         return np.einsum('klj,kp->kljp', dz, Bq).reshape(-1, J * p)
@@ -398,22 +413,11 @@ def design_excitation(model: RobotModel, joints: Sequence[str], *, period: float
         x = x.reshape(J, p).copy()
         x[:, 0] = centre
         for _ in range(100):
-            if np.all(A @ x.ravel() >= bound - 1e-12) and (
-                    heights is None or np.all(height(x.ravel()) >= 0.0)):
+            if np.all(A @ x.ravel() >= bound - 1e-12) and np.all(height(x.ravel()) >= 0.0):
                 break
             x[:, 1:] *= 0.9
         return x.ravel()
 
-    draws = [np.concatenate([np.zeros((J, 1)), rng.normal(size=(J, p - 1))], axis=1)
-             for _ in range(max(starts, 1))]
-    # the base columns from a rich motion (the limits do not matter for which parameter
-    # combinations the robot's structure lets the data tell apart)
-    rich = draws[0].copy()
-    rich[:, 0] = centre
-    q0, qd0, qdd0 = excitation(rich.ravel()).full_state(model, t)
-    heights = _Heights(model, engine, q0)
-    columns = _base_columns(model, parameter_rows(model, q0, qd0, qdd0).reshape(
-        -1, 10 * model.n_bodies + 3 * len(act)))
     candidates = [feasible(x) for x in draws]
 
     def cost(x: np.ndarray) -> float:

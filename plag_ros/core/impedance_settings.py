@@ -315,7 +315,7 @@ class ImpedanceSettings:
             ValueError: an unknown, repeated or missing joint.
         """
         joints = list(self.command.joints)
-        actuated = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        actuated = model.actuated_names
         bad = [j for j in joints if j not in actuated]
         if not joints or bad or len(set(joints)) != len(joints):
             raise ValueError(f'command.joints {joints}: need distinct actuated joints of '
@@ -342,7 +342,7 @@ class ImpedanceSettings:
         def limit(value: float) -> float:
             return value if value > 0.0 else math.inf
 
-        actuated = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        actuated = model.actuated_names
         commanded = self.command_joints(model)
         return ImpedanceConfig(
             **{name: _per_joint(getattr(self, name), name) for name in (

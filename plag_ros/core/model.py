@@ -465,6 +465,13 @@ class RobotModel:
         """Number of bodies B (columns of the partial torque table)."""
         return len(self.body_names)
 
+    @property
+    def actuated_names(self) -> list[str]:
+        """Names of the actuated joints (every joint but the mimic ones), in model order:
+        the order of the motor-side arrays (commands, measured effort, identified
+        friction)."""
+        return [self.joint_names[j] for j in np.flatnonzero(self.actuated)]
+
     def root_path(self, joint: int) -> list[int]:
         """Joints from the root down to ``joint`` (inclusive), root first: the joints a
         body riding on ``joint`` loads, and the sources whose motion reaches it."""

@@ -70,7 +70,7 @@ class ModelParameters:
         own servo stiffness."""
         if not self.servo_stiffness:
             return config
-        act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        act = model.actuated_names
         configured = np.broadcast_to(np.asarray(
             config.servo_stiffness if config.servo_stiffness is not None
             else motors.servo_stiffness(act), dtype=np.float64), (len(act),))
@@ -80,7 +80,7 @@ class ModelParameters:
     def simulator_config(self, model: RobotModel, config: SimulatorConfig) -> SimulatorConfig:
         """``config`` with the file's armature and servo stiffness (a simulated arm with
         these figures: the configured or derived ``kp`` where the file has none)."""
-        act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        act = model.actuated_names
         armature = self.per_joint('armature', act, np.zeros(len(act)))
         kp = config.kp
         if self.servo_stiffness:

@@ -172,7 +172,7 @@ class JointStateReader:
     def __init__(self, model: RobotModel) -> None:
         self.model = model
         self._lookup = {name: k for k, name in enumerate(model.joint_names)}
-        self._required = {model.joint_names[k] for k in np.flatnonzero(model.actuated)}
+        self._required = set(model.actuated_names)
         self._names: tuple[str, ...] | None = None
         self._src: np.ndarray = np.zeros(0, dtype=np.int64)   # message index per actuated
         self._dst: np.ndarray = np.zeros(0, dtype=np.int64)   # model index

@@ -67,7 +67,7 @@ class Recording:
         self.qdd: list[np.ndarray] = []
         self.torque: list[np.ndarray] = []
 
-    def add(self, q, qd, qdd, torque, t=None) -> None:
+    def add(self, q, qd, qdd, torque) -> None:
         for store, value in ((self.q, q), (self.qd, qd), (self.qdd, qdd),
                              (self.torque, torque)):
             store.append(value)
@@ -169,8 +169,7 @@ def write_report(out: Path, model: RobotModel, result: Identified, held_out: tup
     q, qd, qdd, torque = held_out
     moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
     nominal = predict(model, q, qd, qdd)
-    fitted = predict(model, q, qd, qdd, inertial=result.inertial, viscous=result.viscous,
-                     coulomb=result.coulomb, armature=result.armature)
+    fitted = result.predict(model, q, qd, qdd)
     act = model.actuated_names
     bodies = []
     pi0 = inertial_parameters(model)
@@ -296,9 +295,7 @@ def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]
         if joints != names:
             raise ValueError('the bags command different joints')
         rows = np.isfinite(commanded).all(axis=1)
-        fitted = predict(model, q[rows], qd[rows], qdd[rows], inertial=result.inertial,
-                         viscous=result.viscous, coulomb=result.coulomb,
-                         armature=result.armature)
+        fitted = result.predict(model, q[rows], qd[rows], qdd[rows])
         torque.append(fitted[:, cols_act])
         deflection.append(commanded[rows] - q[rows][:, cols])
         velocity.append(qd[rows][:, cols])

@@ -224,7 +224,7 @@ def _mark_bunched_stamps(t_ns: np.ndarray, codes: np.ndarray, config: EstimatorC
     """Code (in place) each sample accepted so far whose stamp is too close to the
     previous accepted one as ``stamp_spacing``."""
     rows = np.flatnonzero(codes == 0)
-    min_step = config.min_spacing_periods * 1e9 / config.rate_hz
+    min_step = config.min_step_ns
     if len(rows) < 2 or not (np.diff(t_ns[rows]) < min_step).any():
         return                                  # the usual case: nothing to walk
     code = 1 + INPUT_REASONS.index('stamp_spacing')

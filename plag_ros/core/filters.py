@@ -201,6 +201,11 @@ class EstimatorConfig:
         """Nominal sample period [s]."""
         return 1.0 / self.rate_hz
 
+    @property
+    def min_step_ns(self) -> float:
+        """Shortest stamp step taken [ns]: ``min_spacing_periods`` nominal periods."""
+        return self.min_spacing_periods * 1e9 / self.rate_hz
+
 
 class StateEstimate(NamedTuple):
     """One live estimate: filtered joint state, stamped with the newest input stamp.
@@ -578,7 +583,7 @@ class JointStateEstimator:
         """Lag of q, qd, qdd behind the input stamp for slow motion [s]."""
         self._measured = config.velocity_source == 'measured'
         self._gap_ns = config.gap_periods * 1e9 / config.rate_hz
-        self._min_step_ns = config.min_spacing_periods * 1e9 / config.rate_hz
+        self._min_step_ns = config.min_step_ns
         # Filtered channels: [q (n), qd (n), t (1)], t in s since the last (re)start.
         self._lp = StreamingSOS(self.sos, 2 * n + 1)
         self._stamps: list[int] = []
@@ -795,7 +800,7 @@ def estimate_offline(t_ns: ArrayLike, q: ArrayLike, config: EstimatorConfig | No
         i = int(bad[0]) + 1
         raise ValueError(f't_ns is not strictly increasing at sample {i}: '
                          f't_ns[{i - 1}] = {t_ns[i - 1]}, t_ns[{i}] = {t_ns[i]}')
-    min_step_ns = config.min_spacing_periods * 1e9 / config.rate_hz
+    min_step_ns = config.min_step_ns
     bad = np.flatnonzero(step < min_step_ns)
     if bad.size:
         i = int(bad[0]) + 1

@@ -96,6 +96,11 @@ class Identified:
     rows: int
     noise_std: float
 
+    def predict(self, model: RobotModel, q, qd, qdd) -> np.ndarray:
+        """(N, m) actuated torque of these figures on ``model`` (the one identified)."""
+        return predict(model, q, qd, qdd, inertial=self.inertial, viscous=self.viscous,
+                       coulomb=self.coulomb, armature=self.armature)
+
 
 HELD = IdentificationPrior(mass=1e-9, com=1e-9, inertia=1e-9, viscous=1e-9, coulomb=1e-9,
                            armature=1e-9)

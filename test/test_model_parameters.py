@@ -159,3 +159,46 @@ def test_every_node_takes_the_figures(nominal, true_arm, tmp_path):
                 Parameter('model.parameters', value=str(tmp_path / 'none.yaml'))])
     finally:
         context.try_shutdown()
+
+
+def test_the_effort_scale_reaches_every_reader_of_the_drivers_effort(nominal, tmp_path):
+    """An ``effort_scale`` section becomes the model's calibration; the friction report, the
+    impedance node's conversion (:func:`motors.driver_effort_to_torque`) and ``identify``
+    read effort through it, and the simulator's driver writes effort through it, so a
+    simulated arm with the file reads back its own torque."""
+    from plag_ros.core import motors
+    from plag_ros.core.filters import EstimatorConfig
+    from plag_ros.core.friction import RestFriction
+    from plag_ros.core.sim_driver import DriverEmulation
+    from plag_ros.core.sim_settings import SimSettings
+
+    act = nominal.actuated_names
+    scale = {act[0]: 0.9, act[3]: 1.1}
+    path = _write(tmp_path / 'scaled.yaml', nominal,
+                  effort_scale={'joints': [{'joint': j, 'scale': v} for j, v in scale.items()]})
+    model, parameters = model_with_parameters(nominal, path)
+    assert parameters.effort_scale == scale and 'effort scale of 2 joints' in parameters.summary()
+    want = np.array([scale.get(j, 1.0) for j in nominal.joint_names])
+    np.testing.assert_array_equal(model.effort_calibration, want)
+    table = motors.driver_effort_to_torque(nominal)
+    np.testing.assert_array_equal(motors.driver_effort_to_torque(model), table * want)
+    np.testing.assert_array_equal(RestFriction(model, EstimatorConfig()).effort_scale[:7],
+                                  (table * want)[:7])
+    sim = Simulator(model, SimulatorConfig())
+    q0 = 0.5 * (model.joint_lower + model.joint_upper)[model.actuated]
+    sim.reset(q0)
+    sim.set_position_command(q0)                   # the servos hold the arm up
+    for _ in range(20):
+        sim.step()
+    driver = DriverEmulation(sim, SimSettings(), log=print, now_s=lambda: 0.0)
+    names, _, _, effort = driver.joint_state()
+    torque = sim.measure().effort
+    assert np.abs(torque).max() > 0.5              # gravity loads the arm
+    read = effort[[names.index(j) for j in act]] * motors.driver_effort_to_torque(model)[
+        model.actuated]
+    np.testing.assert_allclose(read, torque, rtol=1e-12)
+    for bad, match in (({'joints': [{'joint': act[0], 'scale': -1.0}]}, 'positive'),
+                       ({'joints': [{'joint': 'elsewhere', 'scale': 1.0}]}, 'another robot')):
+        _write(tmp_path / 'bad.yaml', nominal, effort_scale=bad)
+        with pytest.raises(ValueError, match=match):
+            model_with_parameters(nominal, tmp_path / 'bad.yaml')

@@ -108,16 +108,10 @@ def own_effort_joints(model: RobotModel) -> np.ndarray:
 
 
 def effort_scale(model: RobotModel) -> np.ndarray:
-    """(n,) factor from ``joint_states`` effort to motor torque; NaN where a joint's effort is
-    not its own (:func:`own_effort_joints`).
-
-    On the CRANE-X7 the driver reports ``current * current_to_effort``, which
-    :func:`plag_ros.core.motors.effort_to_torque` turns into torque; other joints' effort is taken
-    as torque [N*m or N] (the JointState convention).
-    """
-    scale = np.array([motors.effort_to_torque([j])[0] if motors.known([j]) else 1.0
-                      for j in model.joint_names])
-    return np.where(own_effort_joints(model), scale, np.nan)
+    """(n,) factor from ``joint_states`` effort to joint torque
+    (:func:`plag_ros.core.motors.driver_effort_to_torque`); NaN where a joint's effort is not
+    its own (:func:`own_effort_joints`)."""
+    return np.where(own_effort_joints(model), motors.driver_effort_to_torque(model), np.nan)
 
 
 def report_friction(friction: np.ndarray, qd: np.ndarray, band: np.ndarray,

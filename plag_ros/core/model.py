@@ -211,6 +211,10 @@ class RobotModel:
             frame (root frame for -1).
         gravity: (3,) gravitational acceleration in the root frame [m/s^2], default
             (0, 0, -9.81); [PL]'s examples use 9.8 (``from_urdf(..., gravity=...)``).
+        effort_calibration: (n,) identified factor on the driver's effort-to-torque
+            conversion (``plag-ros identify --effort-scale``), or None: the conversion as
+            :func:`plag_ros.core.motors.driver_effort_to_torque` has it (a drive-chain
+            figure, not a URDF one: set by :mod:`plag_ros.core.model_parameters`).
     """
 
     name: str
@@ -240,6 +244,7 @@ class RobotModel:
     link_joint: np.ndarray
     T_joint_link: np.ndarray
     gravity: tuple[float, float, float] = (0.0, 0.0, -9.81)
+    effort_calibration: np.ndarray | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -2,13 +2,18 @@
 
 ``identified.yaml`` holds per body the ten inertial parameters (about its joint frame's
 origin, :data:`plag_ros.core.regressor` order), per actuated joint viscous and Coulomb
-friction and armature, optionally per joint the servo's position-loop stiffness ``K_s``,
-and the provenance of the figures (bags, date, held-out error). Every part of the package
-that builds a model takes the file through one setting (``model.parameters`` for the nodes,
-``--model`` for the commands) and :func:`apply_model_parameters` puts its figures into the
-model: the bodies' inertials and the joints' ``damping``/``friction`` are written into the
-model's URDF (so ``urdf_xml`` and the engine agree), armature and ``K_s`` are returned for
-the simulator and the impedance controller.
+friction and armature, optionally per joint the servo's position-loop stiffness ``K_s``
+and the driver's effort calibration (``effort_scale``), and the provenance of the figures
+(bags, date, held-out error). Every part of the package that builds a model takes the file
+through one setting (``model.parameters`` for the nodes, ``--model`` for the commands) and
+:func:`apply_model_parameters` puts its figures into the model:
+
+* the bodies' inertials and the joints' ``damping``/``friction`` are written into the
+  model's URDF (so ``urdf_xml`` and the engine agree);
+* the effort calibration becomes the model's ``effort_calibration``: every reader of the
+  driver's effort, and the simulator's driver, go through
+  :func:`plag_ros.core.motors.driver_effort_to_torque`;
+* armature and ``K_s`` are returned for the simulator and the impedance controller.
 """
 from __future__ import annotations
 
@@ -43,6 +48,8 @@ class ModelParameters:
         inertial: link name -> (10,) body parameters.
         viscous [N*m*s/rad], coulomb [N*m], armature [kg*m^2]: joint name -> value.
         servo_stiffness: joint name -> K_s [N*m/rad] (empty without ``--servo``).
+        effort_scale: joint name -> factor on the driver's effort-to-torque conversion
+            (empty without ``--effort-scale``).
         provenance: the file's ``provenance`` and ``held_out_rms`` sections, as written.
         payload: (link, mass [kg], COM (3,) [m] and inertia about it (3, 3) [kg*m^2], both
             in the link's frame) of a payload fixed to ``link``, or None.
@@ -56,6 +63,7 @@ class ModelParameters:
     servo_stiffness: dict[str, float]
     provenance: dict[str, Any]
     payload: tuple[str, float, np.ndarray, np.ndarray] | None = None
+    effort_scale: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def per_joint(self, kind: str, joints: list[str] | tuple[str, ...],
                   default: np.ndarray) -> np.ndarray:
@@ -99,9 +107,12 @@ class ModelParameters:
         date = (self.provenance.get('provenance') or {}).get('date', '?')
         payload = '' if self.payload is None else (
             f', a {self.payload[1]:.3f} kg payload on {self.payload[0]}')
+        scale = '' if not self.effort_scale else (
+            f', effort scale of {len(self.effort_scale)} joints '
+            f'({min(self.effort_scale.values()):.3g}..{max(self.effort_scale.values()):.3g})')
         return (f'model parameters {self.path}: {len(self.inertial)} bodies, '
                 f'{len(self.viscous)} joints, K_s of {len(self.servo_stiffness)} joints'
-                f'{payload}, identified {date}{error}')
+                f'{scale}{payload}, identified {date}{error}')
 
 
 def _table(entries: Any, key: str, value: str, path: str) -> dict[str, float]:
@@ -141,11 +152,15 @@ def load_model_parameters(path: str | Path) -> ModelParameters:
     armature = _table(joints, 'joint', 'armature', path)
     servo = (data.get('servo') or {}).get('joints') or []
     stiffness = _table(servo, 'joint', 'stiffness', path)
+    scale = _table((data.get('effort_scale') or {}).get('joints') or [], 'joint', 'scale',
+                   path)
     for name, table in (('viscous', viscous), ('coulomb', coulomb), ('armature', armature)):
         if any(v < 0.0 for v in table.values()):
             raise ValueError(f'{path}: negative {name} friction or armature')
     if any(v <= 0.0 for v in stiffness.values()):
         raise ValueError(f'{path}: servo stiffness must be positive')
+    if any(v <= 0.0 for v in scale.values()):
+        raise ValueError(f'{path}: an effort scale must be positive')
     provenance = {k: data[k] for k in ('provenance', 'held_out_rms') if k in data}
     payload = None
     if data.get('payload'):
@@ -161,7 +176,7 @@ def load_model_parameters(path: str | Path) -> ModelParameters:
                 and np.isfinite(payload[3]).all()):
             raise ValueError(f'{path}: the payload needs a positive mass and finite figures')
     return ModelParameters(path, inertial, viscous, coulomb, armature, stiffness, provenance,
-                           payload)
+                           payload, scale)
 
 
 def urdf_with_figures(model: RobotModel, inertial: dict[str, np.ndarray],
@@ -259,8 +274,9 @@ def payload_in_link_frame(model: RobotModel, body: int, pi: np.ndarray | None = 
 
 
 def apply_model_parameters(model: RobotModel, parameters: ModelParameters) -> RobotModel:
-    """``model`` with the file's body figures and joint friction (armature and ``K_s`` are
-    not URDF figures: :meth:`ModelParameters.per_joint` gives them).
+    """``model`` with the file's body figures, joint friction and effort calibration
+    (armature and ``K_s`` are not model figures: :meth:`ModelParameters.per_joint` gives
+    them).
 
     Raises:
         ValueError: the file names links or joints the model does not have (it was
@@ -269,13 +285,18 @@ def apply_model_parameters(model: RobotModel, parameters: ModelParameters) -> Ro
     bodies = {str(link) for link in model.body_link}
     unknown = sorted(set(parameters.inertial) - bodies) + sorted(
         (set(parameters.viscous) | set(parameters.coulomb) | set(parameters.armature)
-         | set(parameters.servo_stiffness)) - set(model.joint_names))
+         | set(parameters.servo_stiffness) | set(parameters.effort_scale))
+        - set(model.joint_names))
     if unknown:
         raise ValueError(f'{parameters.path}: {unknown} are not bodies or joints of '
                          f'{model.name}: the file was identified on another robot')
     xml = urdf_with_figures(model, parameters.inertial, parameters.viscous,
                             parameters.coulomb, parameters.payload)
-    return RobotModel.from_urdf(xml, gravity=tuple(model.gravity))
+    out = RobotModel.from_urdf(xml, gravity=tuple(model.gravity))
+    if not parameters.effort_scale:
+        return out
+    calibration = parameters.per_joint('effort_scale', out.joint_names, np.ones(out.n_joints))
+    return dataclasses.replace(out, effort_calibration=calibration)
 
 
 @dataclass(frozen=True)
@@ -284,7 +305,8 @@ class ModelSettings:
 
     parameters: str = option(
         '', 'identified.yaml of plag-ros identify: its body figures, joint friction, '
-        'armature and servo K_s replace the URDF and motor-table figures; empty: none',
+        'armature, servo K_s and effort scale replace the URDF and motor-table figures; '
+        'empty: none',
         read_only=True)
 
     def __post_init__(self) -> None:

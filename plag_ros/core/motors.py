@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 __all__ = ['ARM_JOINTS', 'DRIVER_P_GAIN', 'DRIVER_STOP_P_GAIN', 'GRIPPER_JOINT',
            'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
-           'back_emf_damping', 'current_to_effort', 'effort_to_torque', 'known', 'motor_of',
+           'back_emf_damping', 'current_to_effort', 'driver_effort_to_torque',
+           'effort_to_torque', 'known', 'motor_of',
            'position_loop_stiffness', 'servo_gains', 'servo_saturation', 'servo_stiffness',
            'stall_torque']
 
@@ -172,6 +173,22 @@ def effort_to_torque(joints: Sequence[str]) -> np.ndarray:
     torque_constant / current_to_effort (0.81 for the XM430-W350, 0.67 for the XM540-W270)."""
     return np.array([motor_of(j).torque_constant / motor_of(j).current_to_effort
                      for j in joints])
+
+
+def driver_effort_to_torque(model: RobotModel) -> np.ndarray:
+    """(n,) factor from a joint's ``joint_states`` effort to its torque [N*m per effort unit].
+
+    The motor table's :func:`effort_to_torque` for CRANE-X7 joints; 1 for others (their
+    effort is taken as torque, the JointState convention); times the model's identified
+    ``effort_calibration`` where it has one. Every reader of the driver's effort (the
+    friction report, the impedance node's monitor, ``plag-ros identify``) and the
+    simulator's driver, which writes it, use this one figure.
+    """
+    scale = np.array([effort_to_torque([j])[0] if known([j]) else 1.0
+                      for j in model.joint_names])
+    if model.effort_calibration is not None:
+        scale = scale * model.effort_calibration
+    return scale
 
 
 def servo_saturation(model: RobotModel) -> np.ndarray:

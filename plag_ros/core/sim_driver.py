@@ -46,10 +46,9 @@ class DriverEmulation:
         self.sim = sim
         self.command_names = sim.actuated_names
         # The driver publishes current * current_to_effort, not the torque: for CRANE-X7
-        # joints the motor table converts (effort = torque / torque_constant * 2.20 or 3.60).
-        self.effort_scale = (1.0 / motors.effort_to_torque(self.command_names)
-                             if motors.known(self.command_names)
-                             else np.ones(len(self.command_names)))
+        # joints the motor table converts (effort = torque / torque_constant * 2.20 or 3.60),
+        # and a simulated arm with an effort calibration of its own publishes through it.
+        self.effort_scale = 1.0 / motors.driver_effort_to_torque(sim.model)[sim.model.actuated]
         # The joint state broadcaster's order is its own (alphabetical here), not the URDF's.
         self.state_names = tuple(sorted(self.command_names))
         self._state_order = np.array([self.command_names.index(n) for n in self.state_names])

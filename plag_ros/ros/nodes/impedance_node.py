@@ -108,8 +108,7 @@ class ImpedanceNode(Node):
         self._act = np.flatnonzero(self.model.actuated)
         self._names = list(self.controller.joint_names)
         # joint_states effort is current * current_to_effort; torque = current * K_t.
-        self._effort_to_torque = motors.effort_to_torque(self._names) \
-            if motors.known(self._names) else np.ones(len(self._names))
+        self._effort_to_torque = motors.driver_effort_to_torque(self.model)[self._act]
         self.rejected: dict[str, int] = {}            # joint_states rejected, per reason
         self.commands = 0                             # commands published
         self.last_command: Command | None = None      # from the newest joint state

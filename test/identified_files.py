@@ -65,3 +65,27 @@ def acceptance_arm(folder: Path) -> tuple[str, dict[str, float]]:
     armature = [0.004 if j in motors.ARM_JOINTS else 0.0 for j in act]
     return write_identified(Path(folder) / 'true_arm.yaml', arm, armature=armature,
                             stiffness=stiffness), stiffness
+
+
+EFFORT_SCALES = (0.90, 0.92, 1.10, 1.05, 1.08, 0.95, 1.03)
+"""The miscalibrated acceptance arm's true torque over the driver's effort converted with the
+motor table, per arm joint."""
+
+
+def miscalibrated_arm(folder: Path) -> tuple[str, dict[str, float], dict[str, float]]:
+    """:func:`acceptance_arm` whose driver also misreads effort: each arm joint's true
+    torque is :data:`EFFORT_SCALES` times what the motor table makes of the effort, written
+    to ``folder/miscalibrated_arm.yaml``.
+
+    Returns:
+        (the file's path, K_s per arm joint, effort scale per arm joint).
+    """
+    from plag_ros.core import motors
+
+    truth, stiffness = acceptance_arm(folder)
+    content = yaml.safe_load(Path(truth).read_text())
+    scales = dict(zip(motors.ARM_JOINTS, EFFORT_SCALES))
+    content['effort_scale'] = {'joints': [{'joint': j, 'scale': v} for j, v in scales.items()]}
+    path = Path(folder) / 'miscalibrated_arm.yaml'
+    path.write_text(yaml.safe_dump(content))
+    return str(path), stiffness, scales

@@ -23,7 +23,9 @@ import torch
 
 from plag_ros.core.dynamics import PartialLagrangian
 from plag_ros.core.identification import (
+    EFFORT_SCALE_PRIOR,
     identify,
+    identify_effort_scale,
     physically_consistent,
     predict,
     pseudo_inertia,
@@ -187,3 +189,34 @@ def test_plag_ros_identify_from_bags(nominal, true_arm, tmp_path):
     t_ns = 1_700_000_000_000_000_000 + (np.arange(len(q)) * 1e9 / RATE_HZ).astype(np.int64)
     bare = write_joint_state_bag(tmp_path / 'bare', t_ns, names, q[:, act])
     assert main(['identify', str(bare), '-o', str(tmp_path / 'bare_out')]) == 2
+
+
+def test_the_effort_scale_fit_against_a_known_slope():
+    """``s * difference = payload torque`` on synthetic data: a loaded joint's scale comes
+    back within its standard error (the jackknife's, about the spread of fits on fresh
+    noise), an unloaded joint keeps the prior (1, its spread), a weakly loaded one is
+    pulled toward 1 by exactly the precision-weighted rule."""
+    rng = np.random.default_rng(3)
+    N, true = 4000, np.array([0.9, 1.1, 1.05, 1.0])
+    t = np.linspace(0.0, 20.0, N)
+    payload = np.column_stack([np.sin(t), 2.0 * np.cos(0.7 * t), 0.05 * np.sin(1.3 * t),
+                               np.zeros(N)])
+    noise = 0.02
+    fits = [identify_effort_scale(payload, payload / true + rng.normal(0, noise, (N, 4)))
+            for _ in range(40)]
+    first = fits[0]
+    estimates = np.array([f.estimate[:3] for f in fits])
+    assert np.abs(estimates.mean(axis=0) - true[:3]).max() < 3 * estimates.std(axis=0).max()
+    np.testing.assert_allclose(first.estimate_std[:3], estimates.std(axis=0), rtol=0.5)
+    assert first.excited[:3].all() and not first.excited[3]
+    assert first.scale[3] == 1.0 and first.scale_std[3] == EFFORT_SCALE_PRIOR
+    assert np.isnan(first.estimate[3]) and first.payload_torque_rms[3] == 0.0
+    v, v0 = first.estimate_std[2] ** 2, EFFORT_SCALE_PRIOR ** 2
+    assert first.scale[2] == pytest.approx((first.estimate[2] / v + 1 / v0) / (1 / v + 1 / v0))
+    rows = np.ones((N, 4), dtype=bool)
+    rows[: N // 2, 0] = False
+    assert identify_effort_scale(payload, payload / true, rows=rows).samples[0] == N // 2
+    with pytest.raises(ValueError, match='one shape'):
+        identify_effort_scale(payload, payload[:10])
+    with pytest.raises(ValueError, match='2 blocks'):
+        identify_effort_scale(payload, payload, blocks=1)

@@ -10,6 +10,14 @@ consistent). The held-out data are the ``--holdout`` bags, else the last
 ``--holdout-fraction`` of each bag; on them the torque error of the nominal and of the
 identified model is reported per joint.
 
+``--effort-scale BAG`` corrects the driver's effort-to-torque conversion per joint: BAG
+plays one of the fitted excitations again with a known payload on the gripper
+(``--payload-mass``, ``--payload-com``, ``--payload-inertia``); the payload's torque against
+what it added to the measured torque (the run without it subtracted at the same trajectory
+time) gives each joint's scale (:func:`~plag_ros.core.identification.identify_effort_scale`),
+and the arm is fitted again in true torque. The factors go into ``identified.yaml``
+(``effort_scale``) and from there into every reader of the driver's effort.
+
 Written to OUT:
 
 * ``identified.yaml``: per body mass, COM and inertia about the COM in its joint frame,
@@ -37,16 +45,20 @@ from plag_ros.core import motors
 from plag_ros.core.analysis import AnalysisOptions, estimate_recording
 from plag_ros.core.friction import rest_band
 from plag_ros.core.identification import (
+    EFFORT_SCALE_PRIOR,
     HELD,
+    EffortScaleFit,
     IdentificationPrior,
     Identified,
     identify,
+    identify_effort_scale,
     identify_servo,
     predict,
 )
 from plag_ros.core.joint_trajectory import TrajectoryCommand
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import (
+    ModelParameters,
     apply_model_parameters,
     load_model_parameters,
     payload_in_link_frame,
@@ -72,6 +84,10 @@ class Recording:
                              (self.torque, torque)):
             store.append(value)
 
+    def rescale(self, scale: np.ndarray) -> None:
+        """Multiply the torques by ``scale`` (m,) (an identified effort scale)."""
+        self.torque = [torque * scale for torque in self.torque]
+
     def arrays(self) -> tuple[np.ndarray, ...]:
         return tuple(np.concatenate(x) for x in (self.q, self.qd, self.qdd, self.torque))
 
@@ -89,9 +105,7 @@ def read_recording(model: RobotModel, bag: Path, options: AnalysisOptions
                        'torque the driver reports')
     index, q, qd, qdd, _ = estimate_recording(model, js.t_ns, js.q, options=options)
     act = np.flatnonzero(model.actuated)
-    names = model.actuated_names
-    scale = motors.effort_to_torque(names) if motors.known(names) else np.ones(len(act))
-    torque = js.effort[index][:, act] * scale
+    torque = js.effort[index][:, act] * motors.driver_effort_to_torque(model)[act]
     finite = np.isfinite(torque).all(axis=1)
     t = js.t_ns[index] * 1e-9
     return q[finite], qd[finite], qdd[finite], torque[finite], t[finite]
@@ -254,8 +268,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              'figures (the URDF or --model): record with the payload on')
     parser.add_argument('--payload-link', default='crane_x7_gripper_base_link',
                         help='the link the payload is fixed to')
-    parser.add_argument('--payload-mass', type=float, default=0.2, metavar='KG',
-                        help='a first guess of its mass (the prior is 1 kg wide around it)')
+    parser.add_argument('--payload-mass', type=float, metavar='KG',
+                        help='--payload: a first guess of its mass (default 0.2; the prior '
+                             'is 1 kg wide around it); --effort-scale: its weighed mass')
+    parser.add_argument('--effort-scale', type=Path, metavar='BAG',
+                        help="fit each joint's effort scale from BAG: an excitation played "
+                             'with a known payload on --payload-link (--payload-mass, '
+                             '--payload-com), and played without it in one of the bags')
+    parser.add_argument('--payload-com', type=float, nargs=3, default=[0.0, 0.0, 0.0],
+                        metavar=('X', 'Y', 'Z'),
+                        help="--effort-scale: the payload's COM in --payload-link's frame [m]")
+    parser.add_argument('--payload-inertia', type=float, nargs=3, metavar=('IXX', 'IYY', 'IZZ'),
+                        help='--effort-scale: its principal inertia about the COM along the '
+                             "link's axes [kg m^2] (default: a 1 cm sphere's, about a point "
+                             'mass)')
     parser.add_argument('--servo', action='store_true',
                         help="also fit each servo's position-loop stiffness K_s from the "
                              'recorded trajectory commands (plag-ros excite --play)')
@@ -278,6 +304,129 @@ def with_payload_prior(model: RobotModel, link: str, mass: float
     priors = {b: HELD for b in range(body)}
     priors[body] = IdentificationPrior(mass=1.0 / mass, com=0.1 / mass, inertia=100.0)
     return guess, body, priors
+
+
+def known_payload_model(model: RobotModel, link: str, mass: float, com: list[float],
+                        inertia: list[float] | None) -> RobotModel:
+    """``model`` with a known payload on ``link``: ``mass`` [kg] at ``com`` (3,) [m] in the
+    link's frame, principal inertia ``inertia`` (3,) [kg*m^2] about the COM along the link's
+    axes (None: a solid sphere of 1 cm radius, as good as a point mass).
+
+    Raises:
+        ValueError: an unknown or unmoving link, a mass that is not positive.
+    """
+    if mass is None or not mass > 0.0:
+        raise ValueError("--effort-scale needs the payload's --payload-mass [kg] (weigh it)")
+    principal = [0.4 * mass * 0.01 ** 2] * 3 if inertia is None else inertia
+    return model.with_payload('payload', link=link, mass=mass, com=tuple(com),
+                              inertia=np.diag(principal))
+
+
+def _excitation_commands(bag: Path) -> list[tuple[np.ndarray, float]]:
+    """(positions (P, J) in name-sorted joint order, time of the first point [s]) of every
+    trajectory command of ``bag`` with more than one point: what identifies a replay of
+    the same trajectory (the approach to its first point, which depends on where the arm
+    was, is left out)."""
+    out = []
+    for msg in read_trajectory_commands(bag):
+        if len(msg.times) < 2:
+            continue
+        order = np.argsort(msg.joint_names)
+        out.append((msg.positions[:, order], msg.start_ns * 1e-9 + float(msg.times[0])))
+    return out
+
+
+def payload_difference(model: RobotModel, loaded: RobotModel, arm: Identified,
+                       with_payload: tuple, bag: Path, references: dict[Path, tuple],
+                       band: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The inputs of :func:`~plag_ros.core.identification.identify_effort_scale` from a
+    recording with the payload on.
+
+    The recording's trajectory command must also have been played without the payload in
+    one of ``references`` (the same points, for as many cycles or more or fewer:
+    ``plag-ros excite --play`` of the same file); rows are matched by time since the first
+    point, over the trajectory proper and the time both runs cover.
+
+    Args:
+        model: the arm; loaded: the arm with the known payload; arm: the identified arm
+            (its torque at each run's own states is subtracted from that run).
+        with_payload: (q, qd, qdd, torque, t) of ``bag``; references: bag ->
+            (q, qd, qdd, torque, t) of the recordings without the payload.
+        band: (n,) rest band [rad/s]: rows where a joint rests are left out.
+
+    Returns:
+        (payload torque, difference, rows), each (N, m) over the actuated joints.
+
+    Raises:
+        BagError: ``bag`` has no trajectory command of more than one point; ValueError: no
+            reference played its trajectory.
+    """
+    q, qd, qdd, torque, t = with_payload
+    commands = _excitation_commands(bag)
+    if not commands:
+        raise BagError(f'{bag}: no trajectory command of more than one point (record the '
+                       'excitation with plag-ros record)')
+    positions, first = commands[-1]
+    match = None
+    for ref, recording in references.items():
+        for ref_positions, ref_first in _excitation_commands(ref):
+            common = min(len(ref_positions), len(positions))
+            if ref_positions.shape[1:] == positions.shape[1:] and np.allclose(
+                    ref_positions[:common], positions[:common], rtol=0.0, atol=1e-9):
+                match = (recording, ref_first)
+    if match is None:
+        raise ValueError(f'{bag}: none of {[str(b) for b in references]} plays its '
+                         'trajectory: record the same excitation without the payload')
+    (rq, rqd, rqdd, rtorque, rt), ref_first = match
+    since, ref_since = t - first, rt - ref_first
+    overlap = (since >= 0.0) & (since <= min(ref_since.max(), since.max()))
+    act = model.actuated
+    residual = rtorque - arm.predict(model, rq, rqd, rqdd)
+    unexplained = torque - arm.predict(model, q, qd, qdd)
+    difference = np.column_stack([
+        unexplained[:, k] - np.interp(since, ref_since, residual[:, k])
+        for k in range(residual.shape[1])])
+    payload = predict(loaded, q, qd, qdd) - predict(model, q, qd, qdd)
+    rows = overlap[:, None] & (np.abs(qd[:, act]) > band[act])
+    return payload, difference, rows
+
+
+def effort_scale_section(model: RobotModel, fit: EffortScaleFit, bag: Path,
+                         payload: dict) -> dict:
+    """The ``effort_scale`` section of identified.yaml: per actuated joint the factor on
+    the driver's effort-to-torque conversion (the model's calibration so far times the
+    fitted correction)."""
+    before = np.ones(model.n_joints) if model.effort_calibration is None \
+        else model.effort_calibration
+    before = before[model.actuated]
+    return {'bag': str(bag), 'payload': payload,
+            'model': 'torque = scale * effort * torque_constant / current_to_effort',
+            'prior_std': EFFORT_SCALE_PRIOR,
+            'joints': [{'joint': name, 'scale': float(before[k] * fit.scale[k]),
+                        'scale_std': float(before[k] * fit.scale_std[k]),
+                        'estimate': float(before[k] * fit.estimate[k]),
+                        'estimate_std': float(before[k] * fit.estimate_std[k]),
+                        'excited': bool(fit.excited[k]),
+                        'payload_torque_rms': float(fit.payload_torque_rms[k]),
+                        'residual_rms': float(fit.residual_rms[k]),
+                        'samples': int(fit.samples[k])}
+                       for k, name in enumerate(model.actuated_names)]}
+
+
+def carried_sections(start: ModelParameters | None) -> dict:
+    """The sections of the ``--model`` file that this run does not fit again, carried over:
+    the effort scale (the efforts were read through it, so the new figures hold only with
+    it) and the servos' K_s. Replaced by ``--effort-scale`` and ``--servo``."""
+    if start is None:
+        return {}
+    out: dict = {}
+    if start.effort_scale:
+        out['effort_scale'] = {'from': start.path, 'joints': [
+            {'joint': j, 'scale': v} for j, v in start.effort_scale.items()]}
+    if start.servo_stiffness:
+        out['servo'] = {'from': start.path, 'joints': [
+            {'joint': j, 'stiffness': v} for j, v in start.servo_stiffness.items()]}
+    return out
 
 
 def servo_section(model: RobotModel, result: Identified, recordings: list[tuple],
@@ -320,12 +469,18 @@ def run(args: argparse.Namespace) -> int:
     options = AnalysisOptions(progress=False)
     fit, held = Recording(), Recording()
     servo: list[tuple] = []
+    recordings: dict[Path, tuple] = {}
+    if args.payload and args.effort_scale:
+        print('plag-ros identify: --payload fits an unknown payload, --effort-scale needs a '
+              'known one: give one of them', file=sys.stderr)
+        return 2
     try:
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
-        if args.model:
-            model = apply_model_parameters(model, load_model_parameters(args.model))
+        start = load_model_parameters(args.model) if args.model else None
+        if start is not None:
+            model = apply_model_parameters(model, start)
         for bag in args.bag:
-            q, qd, qdd, torque, t = read_recording(model, bag, options)
+            q, qd, qdd, torque, t = recordings[bag] = read_recording(model, bag, options)
             cut = len(q) if args.holdout else int(round(len(q) * (1 - args.holdout_fraction)))
             fit.add(q[:cut], qd[:cut], qdd[:cut], torque[:cut])
             held.add(q[cut:], qd[cut:], qdd[cut:], torque[cut:])
@@ -333,7 +488,13 @@ def run(args: argparse.Namespace) -> int:
                 names, commanded = commanded_positions(model, bag, t[:cut], q[:cut])
                 servo.append((names, commanded, q[:cut], qd[:cut], qdd[:cut]))
         for bag in args.holdout:
-            held.add(*read_recording(model, bag, options)[:4])
+            recordings[bag] = read_recording(model, bag, options)
+            held.add(*recordings[bag][:4])
+        loaded = None
+        if args.effort_scale:
+            loaded = known_payload_model(model, args.payload_link, args.payload_mass,
+                                         args.payload_com, args.payload_inertia)
+            with_payload = read_recording(model, args.effort_scale, options)
     except (BagError, ValueError, OSError) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
@@ -342,18 +503,30 @@ def run(args: argparse.Namespace) -> int:
         return 2
     band = rest_band(model, options.estimator)
     payload = None
+    extra: dict = carried_sections(start)
     try:
         if args.payload:
             model, payload, priors = with_payload_prior(model, args.payload_link,
-                                                        args.payload_mass)
+                                                        args.payload_mass or 0.2)
             result = identify(model, *fit.arrays(), rest_band=band, body_priors=priors,
                               hold_joints=True)
         else:
             result = identify(model, *fit.arrays(), rest_band=band)
-    except ValueError as err:
+        if loaded is not None:
+            # the scale from the payload, then the arm again in true torque
+            payload_torque, difference, rows = payload_difference(
+                model, loaded, result, with_payload, args.effort_scale, recordings, band)
+            scale = identify_effort_scale(payload_torque, difference, rows=rows)
+            extra['effort_scale'] = effort_scale_section(model, scale, args.effort_scale, {
+                'link': args.payload_link, 'mass': args.payload_mass,
+                'com': list(args.payload_com), 'principal_inertia':
+                args.payload_inertia or 'a 1 cm sphere (about a point mass)'})
+            fit.rescale(scale.scale)
+            held.rescale(scale.scale)
+            result = identify(model, *fit.arrays(), rest_band=band)
+    except (BagError, ValueError) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
-    extra = {}
     if args.servo:
         try:
             extra['servo'] = servo_section(model, result, servo, band)
@@ -375,10 +548,15 @@ def run(args: argparse.Namespace) -> int:
     total_b, total_a = float(np.sqrt(np.mean(before ** 2))), float(np.sqrt(np.mean(after ** 2)))
     print(f'  all joints: {total_b:.4f} -> {total_a:.4f} N*m ({1 - total_a / total_b:.0%} '
           f'less)')
-    for joint in extra.get('servo', {}).get('joints', []):
+    for joint in extra['servo']['joints'] if args.servo else []:
         print(f'  {joint["joint"]:50s} K_s {joint["stiffness"]:7.2f} +- '
               f'{joint["stiffness_std"]:.2f} N*m/rad (motor table '
               f'{joint["stiffness_motor_table"]:.2f})')
+    for joint in extra['effort_scale']['joints'] if args.effort_scale else []:
+        state = 'identified' if joint['excited'] else 'not loaded enough: kept'
+        print(f'  {joint["joint"]:50s} effort scale {joint["scale"]:.4f} +- '
+              f'{joint["scale_std"]:.4f} ({state}; payload torque RMS '
+              f'{joint["payload_torque_rms"]:.3f} N*m)')
     if 'payload' in content:
         found = content['payload']
         print(f'  payload on {found["link"]}: {found["mass"]:.4f} +- {found["mass_std"]:.4f} '

@@ -13,9 +13,15 @@ the motor table) is written as an identified.yaml, then only ``plag-ros`` comman
         --cycles 1 --model OUT/true_arm.yaml
     plag-ros identify OUT/fit --holdout OUT/held_out --servo -o OUT/identified
 
-Usage: ``PYTHONPATH=$PWD python bench/identification_example.py [OUT] [--figure PNG]``
-(default OUT: a temporary folder). Prints each command's wall time, the held-out errors and
-K_s against the truth; ``--figure`` copies ``held_out.png`` (the README's figure).
+With ``--effort-scale`` the true arm's driver also misreads effort (5-10 % per joint,
+``identified_files.EFFORT_SCALES``); the first excitation is played once more carrying a
+known 0.5 kg payload on the gripper and ``identify`` gets ``--effort-scale OUT/payload``
+with the payload's figures; the scales are printed against the truth.
+
+Usage: ``PYTHONPATH=$PWD python bench/identification_example.py [OUT] [--figure PNG]
+[--effort-scale]`` (default OUT: a temporary folder). Prints each command's wall time, the
+held-out errors and K_s against the truth; ``--figure`` copies ``held_out.png`` (the
+README's figure).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
 
-from identified_files import acceptance_arm  # noqa: E402
+from identified_files import acceptance_arm, miscalibrated_arm  # noqa: E402
 
 from plag_ros.apps.cli import main as plag_ros  # noqa: E402
 from plag_ros.core import motors  # noqa: E402
@@ -41,10 +47,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('out', type=Path, nargs='?')
     parser.add_argument('--figure', type=Path)
+    parser.add_argument('--effort-scale', action='store_true')
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix='plag_identify_'))
     out.mkdir(parents=True, exist_ok=True)
-    truth, stiffness = acceptance_arm(out)
+    scales: dict[str, float] = {}
+    if args.effort_scale:
+        truth, stiffness, scales = miscalibrated_arm(out)
+    else:
+        truth, stiffness = acceptance_arm(out)
     commands = [
         ['excite', '-o', f'{out}/excitation0', '--seed', '0'],
         ['excite', '-o', f'{out}/excitation1', '--seed', '1'],
@@ -54,6 +65,18 @@ def main() -> int:
          f'{out}/held_out', '--cycles', '1', '--model', truth],
         ['identify', f'{out}/fit', '--holdout', f'{out}/held_out', '--servo', '-o',
          f'{out}/identified']]
+    if args.effort_scale:
+        mass, com, inertia = 0.5, [0.01, 0.0, 0.07], 0.4 * 0.5 * 0.03 ** 2
+        content = yaml.safe_load(Path(truth).read_text())
+        content['payload'] = {'link': 'crane_x7_gripper_base_link', 'mass': mass, 'com': com,
+                              'inertia_about_com': (np.eye(3) * inertia).tolist()}
+        (out / 'with_payload.yaml').write_text(yaml.safe_dump(content))
+        commands.insert(-1, ['excite', '--play', f'{out}/excitation0/excitation.yaml',
+                             '--simulate', f'{out}/payload', '--cycles', '1', '--model',
+                             f'{out}/with_payload.yaml'])
+        commands[-1] += ['--effort-scale', f'{out}/payload', '--payload-mass', str(mass),
+                         '--payload-com', *map(str, com), '--payload-inertia',
+                         *[str(inertia)] * 3]
     for command in commands:
         start = time.perf_counter()
         status = plag_ros(command)
@@ -70,6 +93,11 @@ def main() -> int:
     for joint, true in stiffness.items():
         print(f'  {joint:48s} K_s {found[joint]:7.3f}  true {true:7.3f}  '
               f'({found[joint] / true - 1:+.2%})  table {motors.servo_stiffness([joint])[0]:.3f}')
+    found_scale = {j['joint']: j for j in report.get('effort_scale', {}).get('joints', [])}
+    for joint, true in scales.items():
+        got = found_scale[joint]
+        print(f'  {joint:48s} effort scale {got["scale"]:.4f} +- {got["scale_std"]:.4f}  '
+              f'true {true:.2f}  ({got["scale"] / true - 1:+.2%})')
     if args.figure:
         shutil.copy(out / 'identified' / 'held_out.png', args.figure)
         print(f'figure: {args.figure}')

@@ -504,17 +504,20 @@ def identify_effort_scale(payload_torque: np.ndarray, difference: np.ndarray, *,
                          f'{prior_std}')
     N, J = x.shape
     use = np.ones((N, J), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
-    out = np.full((5, J), np.nan)                 # estimate, its std, payload, residual rms
+    estimate, estimate_std = np.full(J, np.nan), np.full(J, np.nan)
+    payload_rms, residual_rms = np.zeros(J), np.full(J, np.nan)
+    samples = np.zeros(J, dtype=int)
     for j in range(J):
         r = np.flatnonzero(use[:, j] & np.isfinite(x[:, j]) & np.isfinite(y[:, j]))
-        out[4, j] = len(r)
+        samples[j] = len(r)
         if len(r) < 2 * blocks:
             continue
         xj, yj = x[r, j], y[r, j]
-        out[2, j] = np.sqrt(np.mean(xj ** 2))
+        payload_rms[j] = np.sqrt(np.mean(xj ** 2))
         xy, xx = xj * yj, xj * xj
         slope = xy.sum() / xx.sum() if xx.sum() > 0.0 else np.nan
-        out[3, j] = np.sqrt(np.mean((yj - slope * xj) ** 2)) if np.isfinite(slope) else np.nan
+        if np.isfinite(slope):
+            residual_rms[j] = np.sqrt(np.mean((yj - slope * xj) ** 2))
         edges = np.linspace(0, len(r), blocks + 1).astype(int)
         sxy = np.add.reduceat(xy, edges[:-1])
         sxx = np.add.reduceat(xx, edges[:-1])
@@ -522,10 +525,9 @@ def identify_effort_scale(payload_torque: np.ndarray, difference: np.ndarray, *,
             left_out = 1.0 / ((xy.sum() - sxy) / (xx.sum() - sxx))
         if not (slope > 0.0 and np.all(np.isfinite(left_out)) and np.all(left_out > 0.0)):
             continue                               # the payload does not load this joint
-        out[0, j] = 1.0 / slope
-        out[1, j] = np.sqrt((blocks - 1) / blocks
-                            * np.sum((left_out - left_out.mean()) ** 2))
-    estimate, estimate_std = out[0], out[1]
+        estimate[j] = 1.0 / slope
+        estimate_std[j] = np.sqrt((blocks - 1) / blocks
+                                  * np.sum((left_out - left_out.mean()) ** 2))
     found = np.isfinite(estimate) & (estimate_std > 0.0)
     precision = np.where(found, 1.0 / np.where(found, estimate_std, 1.0) ** 2, 0.0)
     prior_precision = 1.0 / prior_std ** 2
@@ -534,5 +536,5 @@ def identify_effort_scale(payload_torque: np.ndarray, difference: np.ndarray, *,
     scale_std = 1.0 / np.sqrt(precision + prior_precision)
     return EffortScaleFit(scale=scale, scale_std=scale_std, estimate=estimate,
                           estimate_std=estimate_std, excited=scale_std <= 0.5 * prior_std,
-                          payload_torque_rms=np.nan_to_num(out[2]),
-                          residual_rms=out[3], samples=out[4].astype(int))
+                          payload_torque_rms=payload_rms, residual_rms=residual_rms,
+                          samples=samples)

@@ -63,3 +63,59 @@ def test_try_shutdown_leaves_no_rclpy_signal_handler():
     rclpy_compat.try_shutdown()
     assert get_current_signal_handlers_options() == SignalHandlerOptions.NO
     assert not rclpy.ok()
+
+
+# A process that handles SIGINT itself, cycling rclpy up and down through the compat
+# shutdown while its parent sends SIGINT without pause. Prints the cycles and signals seen.
+_OWN_HANDLER_CHILD = """
+import signal, sys, time
+import rclpy
+from rclpy.signals import SignalHandlerOptions
+from plag_ros.ros import rclpy_compat
+seen = []
+signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+print('ready', flush=True)
+cycles, start = 0, time.monotonic()
+while time.monotonic() - start < float(sys.argv[1]):
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    rclpy_compat.try_shutdown()
+    cycles += 1
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+print(cycles, len(seen), flush=True)
+"""
+
+
+def test_try_shutdown_never_leaves_sigint_at_its_default_action():
+    """With no rclpy handler installed, rclpy's uninstall sets SIGINT to SIG_DFL for a
+    moment before putting the process's own handler back; a Ctrl-C then ends the process
+    with -SIGINT (CI: the impedance node at ``ros2 launch``'s second Ctrl-C). The compat
+    shutdown must not open that window. Calling the uninstall as before, this child died
+    within the first 200 signals on this machine; the test asks for 2000 survived."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, '-c', _OWN_HANDLER_CHILD, '3.0'],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == 'ready'
+        sent = 0
+        while child.poll() is None:
+            try:
+                os.kill(child.pid, signal.SIGINT)
+            except ProcessLookupError:
+                break
+            sent += 1
+            time.sleep(0.0002)
+        rc = child.wait(30.0)
+        report = child.stdout.read().split()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert rc == 0, f'the child died with {rc} after {sent} SIGINTs'
+    cycles, seen = (int(x) for x in report)
+    assert cycles > 100 and seen >= 2000, (cycles, seen, sent)

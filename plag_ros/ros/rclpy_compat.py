@@ -10,7 +10,8 @@ Supported: Humble (rclpy 3.3), Jazzy (7.1) and Kilted (9.1). What differs for th
 * **``rclpy.try_shutdown``** uninstalls rclpy's signal handlers on Kilted only (ros2/rclpy
   ``kilted``: ``rclpy/__init__.py``); on Humble and Jazzy it shuts the context down and
   leaves rclpy's SIGINT handler installed (``rclpy/utilities.py``). :func:`try_shutdown`
-  does both on all three, so a node's own handler is Python's again afterwards.
+  does both on all three, so a node's own handler is Python's again afterwards, and skips
+  the uninstall where rclpy installed nothing: that call is not harmless then (see there).
 * **Discovery on this machine only** is ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` from
   Iron on and ``ROS_LOCALHOST_ONLY=1`` on Humble; Jazzy's rcl still honours the old one
   but warns on every process start (``ROS_LOCALHOST_ONLY is deprecated``).
@@ -31,8 +32,12 @@ from __future__ import annotations
 import re
 from collections.abc import MutableMapping
 
-import rclpy
-from rclpy.signals import uninstall_signal_handlers
+from rclpy.signals import (
+    SignalHandlerOptions,
+    get_current_signal_handlers_options,
+    uninstall_signal_handlers,
+)
+from rclpy.utilities import try_shutdown as try_shutdown_context
 
 try:   # Iron and later
     from rclpy.event_handler import PublisherEventCallbacks
@@ -114,9 +119,21 @@ def private_wait_set_problem(extension: object | None = None) -> str:
 
 def try_shutdown() -> None:
     """Shut the default context down if it is up, and uninstall rclpy's signal handlers
-    (what ``rclpy.try_shutdown`` does on Kilted; Humble's and Jazzy's leave them)."""
-    rclpy.try_shutdown()
-    uninstall_signal_handlers()
+    if rclpy installed any (what ``rclpy.try_shutdown`` does on Kilted; Humble's and
+    Jazzy's leave them).
+
+    A process that handles SIGINT itself (``SignalHandlerOptions.NO``) must not call
+    rclpy's uninstall: in C it first puts back the handler it saved at install, which is
+    none, i.e. ``SIG_DFL``, and only then sees that the handler it replaced was not its own
+    and restores that (``unregister_sigint_signal_handler`` in ``src/rclpy/
+    signal_handler.cpp``, the same on the humble, jazzy and rolling branches). The second
+    Ctrl-C that ``ros2 launch`` sends after the terminal's, arriving in between, ended the
+    impedance node with -SIGINT in CI.
+    """
+    installed = get_current_signal_handlers_options() != SignalHandlerOptions.NO
+    try_shutdown_context()
+    if installed:
+        uninstall_signal_handlers()
 
 
 def localhost_only_environment() -> dict[str, str]:

@@ -37,7 +37,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
 
-from identified_files import acceptance_arm, miscalibrated_arm  # noqa: E402
+from identified_files import (  # noqa: E402
+    KNOWN_PAYLOAD,
+    acceptance_arm,
+    miscalibrated_arm,
+    with_known_payload,
+)
 
 from plag_ros.apps.cli import main as plag_ros  # noqa: E402
 from plag_ros.core import motors  # noqa: E402
@@ -66,15 +71,13 @@ def main() -> int:
         ['identify', f'{out}/fit', '--holdout', f'{out}/held_out', '--servo', '-o',
          f'{out}/identified']]
     if args.effort_scale:
-        mass, com, inertia = 0.5, [0.01, 0.0, 0.07], 0.4 * 0.5 * 0.03 ** 2
-        content = yaml.safe_load(Path(truth).read_text())
-        content['payload'] = {'link': 'crane_x7_gripper_base_link', 'mass': mass, 'com': com,
-                              'inertia_about_com': (np.eye(3) * inertia).tolist()}
-        (out / 'with_payload.yaml').write_text(yaml.safe_dump(content))
+        link, mass, com, inertia = KNOWN_PAYLOAD
+        carrying = with_known_payload(truth, out / 'with_payload.yaml')
         commands.insert(-1, ['excite', '--play', f'{out}/excitation0/excitation.yaml',
                              '--simulate', f'{out}/payload', '--cycles', '1', '--model',
-                             f'{out}/with_payload.yaml'])
-        commands[-1] += ['--effort-scale', f'{out}/payload', '--payload-mass', str(mass),
+                             carrying])
+        commands[-1] += ['--effort-scale', f'{out}/payload', '--payload-link', link,
+                         '--payload-mass', str(mass),
                          '--payload-com', *map(str, com), '--payload-inertia',
                          *[str(inertia)] * 3]
     for command in commands:

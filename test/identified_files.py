@@ -89,3 +89,19 @@ def miscalibrated_arm(folder: Path) -> tuple[str, dict[str, float], dict[str, fl
     path = Path(folder) / 'miscalibrated_arm.yaml'
     path.write_text(yaml.safe_dump(content))
     return str(path), stiffness, scales
+
+
+KNOWN_PAYLOAD = ('crane_x7_gripper_base_link', 0.5, (0.01, 0.0, 0.07), 0.4 * 0.5 * 0.03 ** 2)
+"""The weighed payload of the effort-scale runs: (link, mass [kg], COM (3,) [m] in the
+link's frame, principal inertia about it [kg*m^2], a 3 cm sphere's)."""
+
+
+def with_known_payload(truth: str, path: Path) -> str:
+    """``truth``'s identified.yaml with :data:`KNOWN_PAYLOAD` fixed to the gripper, written
+    to ``path``: a simulated arm carrying it for the ``--effort-scale`` run."""
+    link, mass, com, inertia = KNOWN_PAYLOAD
+    content = yaml.safe_load(Path(truth).read_text())
+    content['payload'] = {'link': link, 'mass': mass, 'com': list(com),
+                          'inertia_about_com': (np.eye(3) * inertia).tolist()}
+    Path(path).write_text(yaml.safe_dump(content))
+    return str(path)

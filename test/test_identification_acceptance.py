@@ -28,7 +28,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from identified_files import acceptance_arm, miscalibrated_arm
+from identified_files import (
+    KNOWN_PAYLOAD,
+    acceptance_arm,
+    miscalibrated_arm,
+    with_known_payload,
+)
 
 from plag_ros.apps.cli import main
 from plag_ros.core import motors
@@ -148,14 +153,10 @@ def miscalibrated(run):
     tmp = run[0] / 'miscalibrated'
     tmp.mkdir()
     truth, stiffness, scales = miscalibrated_arm(tmp)
-    link, mass, com = PAYLOAD[0], 0.5, (0.01, 0.0, 0.07)
-    inertia = 0.4 * mass * 0.03 ** 2
-    content = yaml.safe_load(open(truth).read())
-    content['payload'] = {'link': link, 'mass': mass, 'com': list(com),
-                          'inertia_about_com': (np.eye(3) * inertia).tolist()}
-    (tmp / 'with_payload.yaml').write_text(yaml.safe_dump(content))
+    link, mass, com, inertia = KNOWN_PAYLOAD
+    carrying = with_known_payload(truth, tmp / 'with_payload.yaml')
     for seed, bag, cycles, arm in ((0, 'fit', 2, truth), (1, 'held_out', 1, truth),
-                                   (0, 'payload', 1, str(tmp / 'with_payload.yaml'))):
+                                   (0, 'payload', 1, carrying)):
         assert main(['excite', '--play', str(run[0] / f'excitation{seed}' / 'excitation.yaml'),
                      '--simulate', str(tmp / bag), '--cycles', str(cycles),
                      '--model', arm]) == 0
@@ -201,8 +202,8 @@ def test_with_the_effort_scale_K_s_and_the_held_out_error_are_right(miscalibrate
 
 def test_the_effort_scale_goes_back_into_the_package(miscalibrated, nominal):
     """The identified.yaml gives the model the scale, and every reader of the driver's
-    effort converts through it: the simulator loaded with it publishes what the true arm's
-    driver publishes for the same torque."""
+    effort converts through it: the conversion it gives is the true arm driver's to 2 %,
+    and a later ``identify --model`` on it keeps it."""
     tmp, _, scales, _, report = miscalibrated
     model, parameters = model_with_parameters(nominal, tmp / 'scaled' / 'identified.yaml')
     assert parameters is not None and 'effort scale of 8 joints' in parameters.summary()

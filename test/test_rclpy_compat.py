@@ -2,6 +2,12 @@
 its signature check against extensions that differ."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import rclpy
 from rclpy.signals import SignalHandlerOptions, get_current_signal_handlers_options
 
@@ -91,12 +97,6 @@ def test_try_shutdown_never_leaves_sigint_at_its_default_action():
     with -SIGINT (CI: the impedance node at ``ros2 launch``'s second Ctrl-C). The compat
     shutdown must not open that window. Calling the uninstall as before, this child died
     within the first 200 signals on this machine; the test asks for 2000 survived."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     child = subprocess.Popen([sys.executable, '-c', _OWN_HANDLER_CHILD, '3.0'],
                              stdout=subprocess.PIPE, text=True)
     try:

@@ -33,6 +33,8 @@ def test_freeze_moves_live_objects_out_of_the_collector(restore_interpreter):
     assert gc.get_freeze_count() == 0
     sentinel = [object()]
     frozen = tuning.freeze_startup_objects()
-    assert frozen == gc.get_freeze_count() > 0
+    # What it returns is the frozen count at its return; threads that earlier tests left
+    # running may free frozen objects since (a run saw 50 of 700 680 go), none can join.
+    assert 0 < gc.get_freeze_count() <= frozen
     # the live list is no longer tracked by any generation the collector scans
     assert not any(obj is sentinel for obj in gc.get_objects())

@@ -11,13 +11,17 @@ robot by the answers it gets.
 Two parts:
 
 * :class:`EmulatedControllerManager`: the rules, without ROS. Its
-  :meth:`~EmulatedControllerManager.switch` follows
-  ``ControllerManager::switch_controller_cb`` of ros2_control 5.16 (Kilted,
-  ``controller_manager/src/controller_manager.cpp``) step by step, for what can happen with
-  controllers that are all loaded and configured (active or inactive), none chained, on
-  hardware whose interfaces are all available: the same checks in the same order, the same
-  ok flags and the same message texts. Chaining, fallback controllers, unconfigured
-  controllers and hardware errors cannot occur here and are left out.
+  :meth:`~EmulatedControllerManager.switch` follows ``ControllerManager::switch_controller``
+  of the ros2_control release it is told (``controller_manager/src/controller_manager.cpp``,
+  read at the commits of test/data/ros2_control_upstream.yaml, section
+  ``switch_controller``): Humble 2.54.0 (0941f73c) and Jazzy 4.46.0 (9ffbf97f); Kilted
+  5.16.0 (cbe7d2c3) has Jazzy's file byte for byte. For what can happen with controllers
+  that are all loaded and configured (active or inactive), none chained, on hardware whose
+  interfaces are all available: the same checks in the same order, the same ok flags and
+  the same message texts (Humble's answer has no message: there the text is its log line).
+  Chaining, fallback controllers, unconfigured controllers, hardware errors and Humble's
+  wait for one update cycle before it answers cannot occur here or change no answer, and
+  are left out.
 * :func:`controller_manager_node`: a ``controller_manager`` node serving both services with
   those rules; None when ``controller_manager_msgs`` cannot be imported (it has no PyPI
   wheel), in which case the simulator's ``active_arm_controller`` parameter stays the only
@@ -36,9 +40,9 @@ if TYPE_CHECKING:
     from rclpy.context import Context
     from rclpy.node import Node
 
-__all__ = ['BEST_EFFORT', 'JOINT_STATE_BROADCASTER', 'STRICT', 'ControllerSpec',
+__all__ = ['BEST_EFFORT', 'JOINT_STATE_BROADCASTER', 'RELEASES', 'STRICT', 'ControllerSpec',
            'ControllerStatus', 'EmulatedControllerManager', 'SwitchOutcome',
-           'controller_manager_node', 'crane_x7_controllers']
+           'controller_manager_node', 'crane_x7_controllers', 'release_for']
 
 BEST_EFFORT = 1
 """``SwitchController.Request.BEST_EFFORT``: skip what cannot be done."""
@@ -50,7 +54,10 @@ JOINT_STATE_BROADCASTER = 'joint_state_controller'
 
 NODE_NAME = 'controller_manager'
 
-# The real controller manager's texts (controller_manager.cpp, ros2_control 5.16).
+RELEASES = ('humble', 'jazzy', 'kilted')
+"""The ros2_control releases whose switch rules are emulated."""
+
+# The real controller manager's texts (controller_manager.cpp, ros2_control 4.46 and 5.16).
 NO_SUCH_CONTROLLER = ("Could not {action} controller with name '{name}' because no controller "
                       'with this name exists')
 ALREADY_ACTIVE = "Controller with name '{name}' is already active."
@@ -62,6 +69,23 @@ CLAIMED = ("Unable to activate controller '{name}' since the command interface '
 BEING_ACTIVATED = ("Unable to activate controller '{name}' since the command interface "
                    "'{interface}' will be used by another controller that is being activated.")
 SWITCHED = 'Successfully switched controllers!'
+# Humble's (2.54.0), whose answer carries only `ok`: the lines it logs instead.
+HUMBLE_NO_SUCH_CONTROLLER = ("Could not '{action}' controller with name '{name}' because no "
+                             'controller with this name exists')
+HUMBLE_NOT_INACTIVE = ("Controller with name '{name}' is not inactive so its following "
+                       'controllers do not have to be checked, because it cannot be activated.')
+HUMBLE_NOTHING_TO_DO = 'Empty activate and deactivate list, not requesting switch'
+HUMBLE_CONFLICT = ("Resource conflict for controller '{name}'. Command interface "
+                   "'{interface}' is already claimed.")
+HUMBLE_NOT_ACTIVATED = "Could not activate controller : '{name}'"
+HUMBLE_SWITCHED = 'Successfully switched controllers'
+
+
+def release_for(distro: str | None) -> str:
+    """The rules to emulate on a ROS 2 distribution (``ROS_DISTRO``): its own where they are
+    recorded, else the newest recorded (Kilted's; a plain virtualenv has no ROS_DISTRO)."""
+    name = (distro or '').strip().lower()
+    return name if name in RELEASES else RELEASES[-1]
 
 
 @dataclass(frozen=True)
@@ -95,9 +119,11 @@ class ControllerStatus:
 class SwitchOutcome:
     """The answer to one SwitchController request and what it changes.
 
-    ``deactivated`` and ``activated`` are the request lists after the checks (a name in both
-    is a restart); ``active`` is the set of active controllers afterwards (unchanged when
-    ``ok`` is false or nothing was to do).
+    ``deactivated`` and ``activated`` are the controllers stopped and started (a name in
+    both is a restart); ``active`` is the set of active controllers afterwards. From Jazzy
+    on, a refused request changes nothing; Humble checks command interfaces only while it
+    switches, so a request it refuses for a claimed interface has still stopped what it was
+    asked to stop and started the controllers that found their interfaces free.
     """
 
     ok: bool
@@ -141,10 +167,14 @@ class EmulatedControllerManager:
     Args:
         controllers: every loaded controller, in list order. All are configured: each one
             is either active or inactive, as the caller's active set says.
+        release: whose rules :meth:`switch` follows, one of :data:`RELEASES`.
     """
 
-    def __init__(self, controllers: Iterable[ControllerSpec]) -> None:
+    def __init__(self, controllers: Iterable[ControllerSpec], release: str = 'kilted') -> None:
+        if release not in RELEASES:
+            raise ValueError(f'release must be one of {RELEASES}, got {release!r}')
         self.controllers = {spec.name: spec for spec in controllers}
+        self.release = release
 
     def list_controllers(self, active: Iterable[str]) -> list[ControllerStatus]:
         """What ListControllers answers while the controllers in ``active`` are active."""
@@ -156,19 +186,27 @@ class EmulatedControllerManager:
 
     def switch(self, active: Iterable[str], activate: Sequence[str],
                deactivate: Sequence[str], strictness: int) -> SwitchOutcome:
-        """Answer a SwitchController request as ros2_control 5.16 does.
+        """Answer a SwitchController request as the manager's release does.
 
         Args:
             active: the controllers active before the request.
             activate, deactivate: the request's lists, in their order.
             strictness: :data:`STRICT`, or anything else, which the real manager treats as
-                BEST_EFFORT (0 means its default, ``best_effort``; AUTO and FORCE_AUTO are
-                not implemented and fall back to BEST_EFFORT).
+                BEST_EFFORT (0 means its default, ``best_effort`` on every release; Jazzy's
+                AUTO and FORCE_AUTO fall back to BEST_EFFORT).
 
         Returns:
             The ok flag and message, and the active set afterwards.
         """
-        before = frozenset(active)
+        if self.release == 'humble':
+            return self._switch_humble(frozenset(active), activate, deactivate,
+                                       strictness == STRICT)
+        return self._switch_jazzy(frozenset(active), activate, deactivate, strictness)
+
+    def _switch_jazzy(self, before: frozenset[str], activate: Sequence[str],
+                      deactivate: Sequence[str], strictness: int) -> SwitchOutcome:
+        """Jazzy's and Kilted's ``switch_controller_cb`` (controller_manager.cpp 1858-2441,
+        interface checks 4312-4415; the same file on both)."""
         strict = strictness == STRICT
         message = ''
 
@@ -253,6 +291,74 @@ class EmulatedControllerManager:
         return SwitchOutcome(True, text, frozenset(after), tuple(to_deactivate),
                              tuple(to_activate))
 
+    def _switch_humble(self, before: frozenset[str], activate: Sequence[str],
+                       deactivate: Sequence[str], strict: bool) -> SwitchOutcome:
+        """Humble's ``switch_controller`` (controller_manager.cpp 943-1398) and the update
+        cycle it waits for (``activate_controllers``, 1577-1718).
+
+        The request is checked name by name, then handed to the update cycle, which stops
+        what it is asked to stop and starts the rest in order, skipping a controller whose
+        command interface is still claimed. The answer is false when any controller asked
+        for did not start, whatever the strictness.
+        """
+        log: list[str] = []
+
+        def refused(text: str) -> SwitchOutcome:
+            return SwitchOutcome(False, '\n'.join([*log, text]), before)
+
+        # 1. Unknown names, the deactivations first: STRICT refuses at the first one,
+        # BEST_EFFORT logs and skips each (it never fails for them).
+        known: dict[str, list[str]] = {}
+        for action, names in (('deactivate', deactivate), ('activate', activate)):
+            known[action] = []
+            for name in names:
+                if name in self.controllers:
+                    known[action].append(name)
+                    continue
+                text = HUMBLE_NO_SUCH_CONTROLLER.format(action=action, name=name)
+                if strict:
+                    return refused(text)
+                log.append(text)
+        # 2. A controller to activate must be inactive: a restart (active, in both lists)
+        # is refused too, or under BEST_EFFORT only deactivated.
+        to_activate = []
+        for name in known['activate']:
+            if name in before:
+                if strict:
+                    return refused(HUMBLE_NOT_INACTIVE.format(name=name))
+                log.append(HUMBLE_NOT_INACTIVE.format(name=name))
+                continue
+            to_activate.append(name)
+        # 3. A controller to deactivate must be active.
+        to_deactivate = []
+        for name in known['deactivate']:
+            if name not in before:
+                if strict:
+                    return refused(NOT_ACTIVE.format(name=name))
+                log.append(NOT_ACTIVE.format(name=name))
+                continue
+            to_deactivate.append(name)
+        if not to_activate and not to_deactivate:
+            return SwitchOutcome(True, '\n'.join([*log, HUMBLE_NOTHING_TO_DO]), before)
+
+        # 4. The update cycle: stop, then start in order; a claimed interface skips one.
+        after = set(before - set(to_deactivate))
+        claimed = {itf for name in after for itf in self.controllers[name].command_interfaces}
+        started = []
+        for name in to_activate:
+            wanted = self.controllers[name].command_interfaces
+            clash = next((itf for itf in wanted if itf in claimed), None)
+            if clash is not None:
+                log += [HUMBLE_CONFLICT.format(name=name, interface=clash),
+                        HUMBLE_NOT_ACTIVATED.format(name=name)]
+                continue
+            claimed.update(wanted)
+            after.add(name)
+            started.append(name)
+        ok = len(started) == len(to_activate)
+        return SwitchOutcome(ok, '\n'.join([*log, HUMBLE_SWITCHED] if ok else log),
+                             frozenset(after), tuple(to_deactivate), tuple(started))
+
 
 def controller_manager_node(manager: EmulatedControllerManager, *, context: Context,
                             active: Callable[[], Iterable[str]],
@@ -265,7 +371,7 @@ def controller_manager_node(manager: EmulatedControllerManager, *, context: Cont
         manager: the rules and the controller list.
         context: the rclpy context of the simulator.
         active: returns the controllers active now (asked at every request).
-        apply: makes a successful switch happen (called only when ``changed``).
+        apply: makes a switch happen (called whenever the outcome ``changed``).
         update_rate_hz: reported as each controller's ``update_rate``.
 
     Returns:
@@ -286,9 +392,11 @@ def controller_manager_node(manager: EmulatedControllerManager, *, context: Cont
     def on_switch(request, response):
         outcome = manager.switch(active(), list(request.activate_controllers),
                                  list(request.deactivate_controllers), request.strictness)
-        if outcome.ok and outcome.changed:
+        if outcome.changed:          # (Humble's refusals can have changed something)
             apply(outcome)
-        response.ok, response.message = outcome.ok, outcome.message
+        response.ok = outcome.ok
+        if hasattr(response, 'message'):      # from Jazzy on; Humble's answer is `ok` alone
+            response.message = outcome.message
         what = (f'activate {list(request.activate_controllers)}, deactivate '
                 f'{list(request.deactivate_controllers)}, strictness {request.strictness}')
         text = outcome.message.strip().replace('\n', '; ')    # one log line

@@ -83,6 +83,7 @@ computed steps and the process CPU share are reported on ``/diagnostics`` and lo
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -118,6 +119,7 @@ from plag_ros.ros.emulated_controller_manager import (
     SwitchOutcome,
     controller_manager_node,
     crane_x7_controllers,
+    release_for,
 )
 from plag_ros.ros.parameters import declare_options, option_values
 
@@ -188,9 +190,11 @@ class SimNode(Node):
         self.state_names = self.driver.state_names
         self.arm_joints = self.driver.arm_joints
         # The emulated controller manager's view: which controllers exist and what they
-        # claim; whether they are active comes from the driver and `broadcasting`.
+        # claim; whether they are active comes from the driver and `broadcasting`. It
+        # switches by the rules of this install's ros2_control release (ROS_DISTRO).
         self.controller_manager = EmulatedControllerManager(crane_x7_controllers(
-            list(ARM_CONTROLLER_TYPES.items()), self.arm_joints, self.state_names))
+            list(ARM_CONTROLLER_TYPES.items()), self.arm_joints, self.state_names),
+            release=release_for(os.environ.get('ROS_DISTRO')))
         self.broadcasting = True     # joint_state_controller active: joint_states flow
 
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -343,6 +347,9 @@ def controller_manager_stand_in(sim: SimNode) -> Node | None:
         sim.get_logger().info(
             'controller_manager_msgs cannot be imported: no /controller_manager services; '
             'the active_arm_controller parameter switches the arm controllers')
+    else:
+        sim.get_logger().info(f'/controller_manager: switching by the rules of ros2_control '
+                              f'on {sim.controller_manager.release}')
     return node
 
 

@@ -27,8 +27,10 @@ robot_state_publisher only). This file adds:
 The plag_ros nodes are those of ``robot_setup()`` in plag_ros/ros/node_setups.py, the
 description ``plag-ros run`` (the dynamics node without ``ros2 launch``) reads too.
 
-Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [rviz:=true]
-[robot_state_publisher:=true]``.
+Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [spawn_controller:=false]
+[rviz:=true] [robot_description_source:=topic|file] [controllers_file:=PATH]
+[robot_state_publisher:=true]``. The arguments, their defaults and the values each accepts
+are ``robot_arguments()`` of plag_ros/ros/node_setups.py.
 """
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 
@@ -47,7 +49,7 @@ from launch_ros.ros_adapters import get_ros_node
 from launch_ros.substitutions import FindPackageShare
 
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file, spawner_type_arguments
-from plag_ros.ros.node_setups import PACKAGE, robot_setup
+from plag_ros.ros.node_setups import PACKAGE, robot_arguments, robot_setup
 
 
 def plag_node(setup, share, control):
@@ -58,6 +60,16 @@ def plag_node(setup, share, control):
     return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
                 output='screen', parameters=parameters, remappings=list(setup.remappings),
                 condition=IfCondition(control) if setup.control_only else None)
+
+
+def launch_argument(argument, share):
+    """The DeclareLaunchArgument of one plag_ros.ros.node_setups.LaunchArgument."""
+    default = argument.default
+    if argument.in_share:
+        default = PathJoinSubstitution([share, *argument.default.split('/')])
+    return DeclareLaunchArgument(argument.name, default_value=default,
+                                 choices=list(argument.choices) or None,
+                                 description=argument.description)
 
 
 def check_controller_file(context) -> list:
@@ -107,27 +119,7 @@ def generate_launch_description():
         ["'", control, "'.lower() in ('true', '1') and '", spawn,
          "'.lower() in ('true', '1')"]))
     return LaunchDescription([
-        DeclareLaunchArgument('control', default_value='false',
-                              description='start the partial-impedance controller'),
-        DeclareLaunchArgument('spawn_controller', default_value='true',
-                              description=f'with control:=true, load {CONTROLLER} inactive '
-                                          "into /controller_manager (controller_manager's "
-                                          'spawner)'),
-        DeclareLaunchArgument('rviz', default_value='false',
-                              description='start rviz2 with the plag_ros displays'),
-        DeclareLaunchArgument('robot_description_source', default_value='topic',
-                              description="dynamics model: 'topic' (the robot's "
-                                          "robot_description) or 'file' (bundled URDF)"),
-        DeclareLaunchArgument('controllers_file',
-                              default_value=PathJoinSubstitution(
-                                  [share, 'config', 'crane_x7_controllers.yaml']),
-                              description=f'ros2_control parameter file of {CONTROLLER}; it '
-                                          'must exist on the machine running the controller '
-                                          'manager'),
-        DeclareLaunchArgument('robot_state_publisher', default_value='false',
-                              description='run robot_state_publisher with the bundled URDF '
-                                          "on the robot's /joint_states (when its bring-up "
-                                          'has none)'),
+        *(launch_argument(argument, share) for argument in robot_arguments()),
         OpaqueFunction(function=check_controller_file, condition=spawning),
         *(plag_node(setup, share, control)
           for setup in robot_setup(description_source, controllers_file)),

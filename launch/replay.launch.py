@@ -26,7 +26,8 @@ replay).
 
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 [loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
-[robot_state_publisher:=auto|true|false]``. Without ``ros2 launch``,
+[robot_description_source:=file|topic] [robot_state_publisher:=auto|true|false]``
+(``replay_arguments()`` of plag_ros/ros/node_setups.py). Without ``ros2 launch``,
 ``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do
 the same.
 """
@@ -42,32 +43,30 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
 from plag_ros.io.bag import BagError, bag_robot_description
-from plag_ros.ros.node_setups import PACKAGE, replay_setup
-
-PLAYERS = ('plag', 'ros2')
-STATE_PUBLISHER_MODES = ('auto', 'true', 'false')
+from plag_ros.ros.node_setups import (
+    PACKAGE,
+    is_true,
+    replay_arguments,
+    replay_player,
+    replay_setup,
+    replay_tf,
+)
 
 
 def _player(context, bag, rate, loop, player, state_publisher, control):
-    """The bag player's process, or a clear error when it cannot run here."""
-    name = player.perform(context)
-    if name not in PLAYERS:
-        raise RuntimeError(f'replay.launch.py: player:={name!r}, expected one of {PLAYERS}')
-    looping = loop.perform(context).lower() in ('true', '1')
+    """The bag player's process (plag_ros.ros.node_setups.replay_player raises, with the
+    reason, where the player named cannot run here)."""
+    name = replay_player(player.perform(context), ros2_on_path=shutil.which('ros2') is not None)
     if name == 'ros2':
-        if shutil.which('ros2') is None:
-            raise RuntimeError(
-                'replay.launch.py: player:=ros2 needs `ros2 bag play` (ros2cli, rosbag2), '
-                'and no ros2 executable is on PATH; use player:=plag (plag-ros replay)')
         cmd = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate]
     else:
         # every joint_states subscriber this launch starts, so none misses the start
-        subscribers = (1 + _state_publisher_runs(context, state_publisher)
-                       + (control.perform(context).lower() in ('true', '1')))
+        subscribers = (1 + _tf(context, state_publisher).runs
+                       + is_true(control.perform(context)))
         cmd = [ExecutableInPackage('plag-ros', 'plag_ros'), 'replay', bag, '--clock',
                '--rate', rate, '--wait-subscribers', str(subscribers)]
-    return [ExecuteProcess(cmd=cmd + (['--loop'] if looping else []), output='screen',
-                           name='bag_player')]
+    return [ExecuteProcess(cmd=cmd + (['--loop'] if is_true(loop.perform(context)) else []),
+                           output='screen', name='bag_player')]
 
 
 def _installed(package, executable):
@@ -78,30 +77,18 @@ def _installed(package, executable):
         return False
 
 
-def _state_publisher_runs(context, mode):
-    """Whether robot_state_publisher runs (``mode``: auto, true, false); raises when it
-    must run and cannot, or on an unknown mode."""
-    wanted = mode.perform(context).lower()
-    if wanted not in STATE_PUBLISHER_MODES:
-        raise RuntimeError(f'replay.launch.py: robot_state_publisher:={wanted!r}, expected '
-                           f'one of {STATE_PUBLISHER_MODES}')
-    installed = _installed('robot_state_publisher', 'robot_state_publisher')
-    if wanted == 'true' and not installed:
-        raise RuntimeError('replay.launch.py: robot_state_publisher:=true, and '
-                           'robot_state_publisher is not installed '
-                           '(ros-<distro>-robot-state-publisher)')
-    return wanted != 'false' and installed
+def _tf(context, mode):
+    """plag_ros.ros.node_setups.replay_tf for ``robot_state_publisher:=`` on this machine."""
+    return replay_tf(mode.perform(context),
+                     _installed('robot_state_publisher', 'robot_state_publisher'))
 
 
 def _state_publisher(context, bag, mode, player, share):
     """robot_state_publisher on the replayed joint states, with the bag's description or
     the bundled URDF; or the start-up line that says why there is none."""
-    if not _state_publisher_runs(context, mode):
-        if mode.perform(context).lower() == 'false':
-            return []
-        return [LogInfo(msg='robot_state_publisher is not installed: the replay publishes no '
-                            '/tf, so rviz2 draws neither the arm nor the Effort arrows '
-                            '(install ros-<distro>-robot-state-publisher)')]
+    tf = _tf(context, mode)
+    if not tf.runs:
+        return [LogInfo(msg=tf.message)] if tf.message else []
     try:
         description = bag_robot_description(bag.perform(context))
     except BagError:
@@ -132,6 +119,16 @@ def plag_node(setup, share, control):
                 condition=IfCondition(control) if setup.control_only else None)
 
 
+def launch_argument(argument, share):
+    """The DeclareLaunchArgument of one plag_ros.ros.node_setups.LaunchArgument."""
+    default = argument.default
+    if argument.in_share:
+        default = PathJoinSubstitution([share, *argument.default.split('/')])
+    return DeclareLaunchArgument(argument.name, default_value=default,
+                                 choices=list(argument.choices) or None,
+                                 description=argument.description)
+
+
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     bag = LaunchConfiguration('bag')
@@ -143,24 +140,7 @@ def generate_launch_description():
     player = LaunchConfiguration('player')
     state_publisher = LaunchConfiguration('robot_state_publisher')
     return LaunchDescription([
-        DeclareLaunchArgument('bag', description='rosbag2 bag directory (or .mcap/.db3 file) '
-                                                 'holding /joint_states'),
-        DeclareLaunchArgument('rate', default_value='1.0', description='playback speed'),
-        DeclareLaunchArgument('loop', default_value='false', description='replay forever'),
-        DeclareLaunchArgument('player', default_value='plag',
-                              description="'plag': plag-ros replay (no ROS CLI needed); "
-                                          "'ros2': ros2 bag play"),
-        DeclareLaunchArgument('rviz', default_value='false',
-                              description='start rviz2 with the plag_ros displays'),
-        DeclareLaunchArgument('control', default_value='false',
-                              description='start the partial-impedance controller on sim '
-                                          'time (its commands reach no robot)'),
-        DeclareLaunchArgument('robot_description_source', default_value='file',
-                              description="dynamics model: 'file' (bundled URDF) or 'topic' "
-                                          '(a robot_description published alongside)'),
-        DeclareLaunchArgument('robot_state_publisher', default_value='auto',
-                              description="/tf from the replayed joint states: 'auto' (when "
-                                          "installed), 'true' (required) or 'false'"),
+        *(launch_argument(argument, share) for argument in replay_arguments()),
         OpaqueFunction(function=_player,
                        args=[bag, rate, loop, player, state_publisher, control]),
         OpaqueFunction(function=_state_publisher,

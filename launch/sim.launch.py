@@ -19,7 +19,8 @@
 The plag_ros nodes are those of ``sim_setup()`` in plag_ros/ros/node_setups.py, the
 description ``plag-ros sim [--control]`` (the same nodes without ``ros2 launch``) reads too.
 
-Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``.
+Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``
+(``sim_arguments()`` of plag_ros/ros/node_setups.py).
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.actions import DeclareLaunchArgument
@@ -29,7 +30,7 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
-from plag_ros.ros.node_setups import PACKAGE, sim_setup
+from plag_ros.ros.node_setups import PACKAGE, sim_arguments, sim_setup
 
 
 def plag_node(setup, share, control):
@@ -42,15 +43,22 @@ def plag_node(setup, share, control):
                 condition=IfCondition(control) if setup.control_only else None)
 
 
+def launch_argument(argument, share):
+    """The DeclareLaunchArgument of one plag_ros.ros.node_setups.LaunchArgument."""
+    default = argument.default
+    if argument.in_share:
+        default = PathJoinSubstitution([share, *argument.default.split('/')])
+    return DeclareLaunchArgument(argument.name, default_value=default,
+                                 choices=list(argument.choices) or None,
+                                 description=argument.description)
+
+
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
     rviz = LaunchConfiguration('rviz')
     return LaunchDescription([
-        DeclareLaunchArgument('control', default_value='false',
-                              description='start the partial-impedance controller'),
-        DeclareLaunchArgument('rviz', default_value='false',
-                              description='start rviz2 with the plag_ros displays'),
+        *(launch_argument(argument, share) for argument in sim_arguments()),
         *(plag_node(setup, share, control) for setup in sim_setup()),
         Node(
             package='robot_state_publisher',

@@ -1,19 +1,17 @@
 """Launch files, parameter files and the rviz config, checked without ros2 launch or rviz2.
 
-These checks need neither ``launch``/``launch_ros`` nor rviz2 (test_launch_live.py runs the
-launch files under the real launch_ros where it is importable): the launch files are read
-as Python syntax trees. A launch file writes a node out (``Node(package=..., ...)``) or
-builds it from the shared description of plag_ros/ros/node_setups.py (``sim_setup()``,
-``robot_setup(...)``, turned into ``Node`` actions by a helper of the launch file, whose
-syntax tree shows which field of a setup goes where); either way, every plag_ros
-executable started must be a console script of setup.py whose module exists, every
-parameter file passed must exist and address the node by the name it is given, every
-launch configuration must be declared, and every parameter set on top of the files or in
-the YAML files must be one the node declares. ``plag-ros sim``/``plag-ros run`` start the
-same nodes with the same files and overrides as the launch files. The
-declared names come from the real nodes: each is started over DDS (ROS_DOMAIN_ID 13) and
-asked through its ``list_parameters`` service. The rviz config must be YAML whose topics
-are published, with the display's message type, by those running nodes.
+These checks need neither ``launch``/``launch_ros`` nor rviz2, which no package registry
+carries (test_launch_live.py runs the launch files under the real launch_ros on a ROS 2
+install): the launch files are read as Python syntax trees (test/launch_syntax.py). Every
+plag_ros executable started must be a console script of setup.py whose module exists,
+every parameter file passed must exist and address the node by the name it is given,
+every launch configuration must be declared, and every parameter set on top of the files
+or in the YAML files must be one the node declares. ``plag-ros sim``/``plag-ros run``
+start the same nodes with the same files and overrides as the launch files. The declared
+names come from the real nodes: each is started over DDS (ROS_DOMAIN_ID 13) and asked
+through its ``list_parameters`` service. The rviz config must be YAML whose topics are
+published, with the display's message type, by those running nodes. The launch
+arguments are checked in test_launch_arguments.py.
 """
 from __future__ import annotations
 
@@ -22,22 +20,29 @@ import importlib
 import importlib.util
 import inspect
 import signal
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from launch_syntax import (
+    LAUNCH_FILES,
+    LaunchNode,
+    call_name,
+    console_scripts,
+    constant,
+    default_source,
+    launch_arguments,
+    parse_launch,
+    string_constants,
+)
 from parameter_files import flatten
 from rcl_interfaces.srv import ListParameters
 from ros_helpers import REPO, RosClient, start_node
 
 from plag_ros.apps.bringup import SIM_CONTROL_DEMO, NodeSpec, robot_specs, sim_specs
-from plag_ros.ros import node_setups
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file
 
 DOMAIN_ID = 13
-LAUNCH_FILES = sorted((REPO / 'launch').glob('*.launch.py'))    # every one, generic checks
 OWN_LAUNCH_FILES = [REPO / 'launch' / 'crane_x7.launch.py', REPO / 'launch' / 'sim.launch.py']
 RVIZ = REPO / 'config' / 'plag_ros.rviz'
 # Default node names (the name each node gives itself) by executable.
@@ -49,162 +54,6 @@ RVIZ_TYPES = {
     'rviz_default_plugins/MarkerArray': 'visualization_msgs/msg/MarkerArray',
     'rviz_default_plugins/Image': 'sensor_msgs/msg/Image',
 }
-
-
-@dataclass
-class LaunchNode:
-    package: str
-    executable: str
-    name: str | None
-    files: list[str] = field(default_factory=list)        # string constants ending .yaml/.rviz
-    params: list[str] = field(default_factory=list)       # names set on top of the files
-    condition: str | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)   # literal values (else source)
-    remappings: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _const(node: ast.AST | None):
-    return node.value if isinstance(node, ast.Constant) else None
-
-
-def _strings(node: ast.AST) -> list[str]:
-    return [n.value for n in ast.walk(node)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-
-
-def _call_name(call: ast.Call) -> str:
-    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, 'attr', '')
-
-
-def _literal(node: ast.AST):
-    """A literal's value, else its source text (a launch substitution, say)."""
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        return ast.unparse(node)
-
-
-class _Resolve(ast.NodeTransformer):
-    """Replaces names by expressions (a helper's arguments by the caller's values)."""
-
-    def __init__(self, names: dict[str, ast.expr]) -> None:
-        self.names = names
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        return self.names.get(node.id, node)
-
-
-def _resolved(node: ast.AST, names: dict[str, ast.expr]) -> str:
-    return ast.unparse(_Resolve(names).visit(ast.parse(ast.unparse(node), mode='eval')))
-
-
-def _setup_nodes(tree: ast.Module, generator: ast.GeneratorExp,
-                 local: dict[str, ast.expr], path: Path) -> list[LaunchNode]:
-    """The nodes of ``*(helper(setup, ...) for setup in node_setups.X(...))``.
-
-    The setups are the shared description's own; what the helper makes of each setup is
-    read from its syntax tree: ``setup.<field>`` in each ``Node`` argument.
-    """
-    imported = {alias.asname or alias.name for n in tree.body
-                if isinstance(n, ast.ImportFrom) and n.module == 'plag_ros.ros.node_setups'
-                for alias in n.names}
-    source = generator.generators[0].iter
-    assert isinstance(source, ast.Call) and _call_name(source) in imported, (
-        f'{path.name}: nodes from {ast.unparse(source)}, not from plag_ros.ros.node_setups')
-    arguments = [_literal(a) if isinstance(a, ast.Constant) else _resolved(a, local)
-                 for a in source.args]
-    setups = getattr(node_setups, _call_name(source))(*arguments)
-    call = generator.elt
-    assert isinstance(call, ast.Call), ast.unparse(call)
-    helper = next(f for f in tree.body
-                  if isinstance(f, ast.FunctionDef) and f.name == _call_name(call))
-    variable = generator.generators[0].target.id
-    params = [a.arg for a in helper.args.args]
-    assert params[0] == variable, f'{path.name}: {helper.name} takes the setup first'
-    at_call = dict(zip(params[1:], (ast.parse(_resolved(a, local), mode='eval').body
-                                    for a in call.args[1:]), strict=True))
-    made, = [n for n in ast.walk(helper) if isinstance(n, ast.Call) and _call_name(n) == 'Node']
-    kw = {k.arg: k.value for k in made.keywords}
-    helper_locals = {t.id: a.value for a in ast.walk(helper) if isinstance(a, ast.Assign)
-                     for t in a.targets if isinstance(t, ast.Name)}
-    source_of = {key: ast.unparse(value) for key, value in kw.items()}
-    parameters = ast.unparse(helper_locals.get(source_of['parameters'], kw['parameters']))
-    appended = ' '.join(ast.unparse(n) for n in ast.walk(helper) if isinstance(n, ast.Call)
-                        and _call_name(n) == 'append')
-    # The helper passes each field of the setup where launch_ros wants it.
-    assert source_of['package'] in ('PACKAGE', repr(node_setups.PACKAGE)), source_of
-    assert source_of['executable'] == f'{variable}.executable', source_of
-    assert source_of['name'] == f'{variable}.name', source_of
-    assert "'config'" in parameters and f'{variable}.params_file' in parameters, parameters
-    assert f'{variable}.overrides' in parameters + appended, (parameters, appended)
-    assert f'{variable}.remappings' in source_of['remappings'], source_of
-    condition = kw['condition']
-    assert isinstance(condition, ast.IfExp) and \
-        ast.unparse(condition.test) == f'{variable}.control_only', source_of['condition']
-    nodes = []
-    for setup in setups:
-        chosen = condition.body if setup.control_only else condition.orelse
-        text = _resolved(chosen, at_call)
-        nodes.append(LaunchNode(
-            node_setups.PACKAGE, setup.executable, setup.name, files=[setup.params_file],
-            params=list(setup.overrides), condition=None if text == 'None' else text,
-            overrides=dict(setup.overrides), remappings=list(setup.remappings)))
-    return nodes
-
-
-def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
-    """Nodes, declared launch arguments and used launch configurations of a launch file."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    generate = [f for f in tree.body
-                if isinstance(f, ast.FunctionDef) and f.name == 'generate_launch_description']
-    assert generate, f'{path.name}: no generate_launch_description()'
-    local = {t.id: a.value for a in ast.walk(generate[0]) if isinstance(a, ast.Assign)
-             for t in a.targets if isinstance(t, ast.Name)}
-    nodes, declared, used = [], set(), set()
-    for starred in (n for n in ast.walk(generate[0]) if isinstance(n, ast.Starred)):
-        if isinstance(starred.value, ast.GeneratorExp):
-            nodes += _setup_nodes(tree, starred.value, local, path)
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
-        name = _call_name(call)
-        if name == 'DeclareLaunchArgument':
-            declared.add(_const(call.args[0]))
-        elif name == 'LaunchConfiguration':
-            used.add(_const(call.args[0]))
-        elif name == 'Node':
-            kw = {k.arg: k.value for k in call.keywords}
-            if _const(kw['package']) is None:
-                continue                     # a helper's Node: read through its setups above
-            node = LaunchNode(_const(kw['package']), _const(kw['executable']),
-                              _const(kw.get('name')))
-            for key in ('parameters', 'arguments'):
-                if key in kw:
-                    node.files += [s for s in _strings(kw[key])
-                                   if s.endswith(('.yaml', '.rviz', '.urdf'))]
-            for d in ast.walk(kw.get('parameters', ast.List(elts=[]))):
-                if isinstance(d, ast.Dict):
-                    node.params += [_const(k) for k in d.keys]
-                    node.overrides.update(
-                        (_const(k), _literal(v)) for k, v in zip(d.keys, d.values, strict=True))
-            if 'remappings' in kw:
-                node.remappings = [tuple(pair) for pair in _literal(kw['remappings'])]
-            if 'condition' in kw:
-                node.condition = ast.unparse(kw['condition'])
-            nodes.append(node)
-    return nodes, declared, used
-
-
-def console_scripts() -> dict[str, str]:
-    """setup.py console_scripts: name -> 'module:function'."""
-    tree = ast.parse((REPO / 'setup.py').read_text())
-    scripts = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values, strict=True):
-                if _const(key) == 'console_scripts':
-                    for entry in value.elts:
-                        name, target = (s.strip() for s in entry.value.split('='))
-                        scripts[name] = target
-    return scripts
 
 
 def _plag_nodes() -> list[tuple[Path, LaunchNode]]:
@@ -245,21 +94,20 @@ def test_launch_files_exist_and_parse():
     assert 'spawn' in spawn_condition.replace('spawner', '')
     # The file check runs exactly when the spawner does.
     check, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
-              _call_name(c) == 'OpaqueFunction' and
+              call_name(c) == 'OpaqueFunction' and
               'check_controller_file' in ast.unparse(c)]
     assert {k.arg: ast.unparse(k.value) for k in check.keywords} == {
         'function': 'check_controller_file', 'condition': spawner.condition}
     # ... from the controllers_file argument, whose default is the shipped file
     spawner_call, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
-                     _call_name(c) == 'Node' and _const(c.keywords[0].value) ==
+                     call_name(c) == 'Node' and constant(c.keywords[0].value) ==
                      'controller_manager']
     assert 'controllers_file' in ast.unparse(spawner_call)
-    argument, = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and
-                 _call_name(c) == 'DeclareLaunchArgument' and
-                 _const(c.args[0]) == 'controllers_file']
-    assert 'crane_x7_controllers.yaml' in _strings(argument)
+    argument, = [a for a in launch_arguments(REPO / 'launch' / 'crane_x7.launch.py')
+                 if a.name == 'controllers_file']
+    assert argument.in_share and argument.default == 'config/crane_x7_controllers.yaml'
     assert (REPO / 'config' / 'crane_x7_controllers.yaml').is_file()
-    strings = set(_strings(tree))
+    strings = set(string_constants(tree))
     assert {'--inactive', '--param-file', '--controller-manager', '/controller_manager'} <= \
         strings
     controller = yaml.safe_load((REPO / 'config' / 'crane_x7_controllers.yaml').read_text())
@@ -286,11 +134,8 @@ def test_executables_are_console_scripts_with_modules():
 
 def _defaults(path: Path) -> dict[str, object]:
     """Launch argument -> its default value, as the source of ``LaunchConfiguration``."""
-    tree = ast.parse(path.read_text())
-    return {f'LaunchConfiguration({_const(call.args[0])!r})': _literal(kw.value)
-            for call in ast.walk(tree) if isinstance(call, ast.Call)
-            and _call_name(call) == 'DeclareLaunchArgument'
-            for kw in call.keywords if kw.arg == 'default_value'}
+    return {f'LaunchConfiguration({a.name!r})': default_source(a)
+            for a in launch_arguments(path) if a.default is not None}
 
 
 def _launched(path: Path, control: bool) -> list[tuple]:

@@ -10,6 +10,12 @@ node name, the parameter file under ``config/``, the parameters set on top of th
 only when the partial-impedance controller is asked for (``control:=true``, ``plag-ros
 sim --control``).
 
+Each launch file's arguments (name, default, the values it accepts, what it does) are
+described here too (:class:`LaunchArgument`, :func:`sim_arguments`, :func:`robot_arguments`,
+:func:`replay_arguments`), and so are the launch files' decisions that depend on the
+machine (:func:`replay_tf`, :func:`replay_player`): CI, which has no launch_ros, checks them
+here, and the launch files only turn them into actions.
+
 What only the launch files start (robot_state_publisher, rviz2, controller_manager's
 spawner) is written in the launch files. Nothing here imports launch or launch_ros.
 """
@@ -18,10 +24,149 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ['PACKAGE', 'NodeSetup', 'replay_setup', 'robot_setup', 'running',
-           'sim_setup']
+from plag_ros.ros.controller_file import CONTROLLER
+
+__all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'LaunchArgument',
+           'NodeSetup', 'ReplayTf', 'is_true', 'replay_arguments', 'replay_player',
+           'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup', 'running',
+           'sim_arguments', 'sim_setup']
 
 PACKAGE = 'plag_ros'
+PLAYERS = ('plag', 'ros2')
+"""replay.launch.py's bag players: ``plag-ros replay`` or ``ros2 bag play``."""
+TF_MODES = ('auto', 'true', 'false')
+"""replay.launch.py's ``robot_state_publisher:=``: when installed, always, never."""
+DESCRIPTION_SOURCES = ('topic', 'file')
+"""The dynamics node's model sources a launch argument may pick (``parameter`` needs the
+URDF text as a parameter, which no launch argument carries)."""
+
+
+@dataclass(frozen=True)
+class LaunchArgument:
+    """One argument of a launch file (``name:=value`` on the ``ros2 launch`` line).
+
+    ``default`` is None for an argument the user must give. ``in_share`` marks a default
+    that is a path relative to the package's installed share directory. ``choices``, where
+    given, are the only values launch accepts (it refuses any other before anything
+    starts); a ``boolean`` argument is read by launch's ``IfCondition``, which takes
+    ``true``/``false``/``1``/``0`` in any case, so it has no choices list.
+    """
+
+    name: str
+    description: str
+    default: str | None = None
+    choices: tuple[str, ...] = ()
+    boolean: bool = False
+    in_share: bool = False
+
+
+_CONTROL = LaunchArgument('control', 'start the partial-impedance controller', 'false',
+                          boolean=True)
+_RVIZ = LaunchArgument('rviz', 'start rviz2 with the plag_ros displays', 'false',
+                       boolean=True)
+
+
+def sim_arguments() -> list[LaunchArgument]:
+    """The arguments of ``sim.launch.py``."""
+    return [_CONTROL, _RVIZ]
+
+
+def robot_arguments() -> list[LaunchArgument]:
+    """The arguments of ``crane_x7.launch.py``."""
+    return [
+        _CONTROL,
+        LaunchArgument('spawn_controller', f'with control:=true, load {CONTROLLER} inactive '
+                       "into /controller_manager (controller_manager's spawner)", 'true',
+                       boolean=True),
+        _RVIZ,
+        LaunchArgument('robot_description_source', "dynamics model: 'topic' (the robot's "
+                       "robot_description) or 'file' (bundled URDF)", 'topic',
+                       DESCRIPTION_SOURCES),
+        LaunchArgument('controllers_file', f'ros2_control parameter file of {CONTROLLER}; it '
+                       'must exist on the machine running the controller manager',
+                       'config/crane_x7_controllers.yaml', in_share=True),
+        LaunchArgument('robot_state_publisher', 'run robot_state_publisher with the bundled '
+                       "URDF on the robot's /joint_states (when its bring-up has none)",
+                       'false', boolean=True),
+    ]
+
+
+def replay_arguments() -> list[LaunchArgument]:
+    """The arguments of ``replay.launch.py``."""
+    return [
+        LaunchArgument('bag', 'rosbag2 bag directory (or .mcap/.db3 file) holding '
+                       '/joint_states'),
+        LaunchArgument('rate', 'playback speed', '1.0'),
+        LaunchArgument('loop', 'replay forever', 'false', boolean=True),
+        LaunchArgument('player', "'plag': plag-ros replay (no ROS CLI needed); 'ros2': ros2 "
+                       'bag play', 'plag', PLAYERS),
+        _RVIZ,
+        LaunchArgument('control', 'start the partial-impedance controller on sim time (its '
+                       'commands reach no robot)', 'false', boolean=True),
+        LaunchArgument('robot_description_source', "dynamics model: 'file' (bundled URDF) or "
+                       "'topic' (a robot_description published alongside)", 'file',
+                       DESCRIPTION_SOURCES),
+        LaunchArgument('robot_state_publisher', "/tf from the replayed joint states: 'auto' "
+                       "(when installed), 'true' (required) or 'false'", 'auto', TF_MODES),
+    ]
+
+
+def is_true(value: str) -> bool:
+    """A boolean launch argument's value as launch's ``IfCondition`` reads it (``true`` or
+    ``1``, any case)."""
+    return value.strip().lower() in ('true', '1')
+
+
+@dataclass(frozen=True)
+class ReplayTf:
+    """Whether replay.launch.py runs robot_state_publisher, and the start-up line that says
+    why not (None where nothing needs saying: it runs, or ``false`` was asked for)."""
+
+    runs: bool
+    message: str | None = None
+
+
+NO_TF = ('robot_state_publisher is not installed: the replay publishes no /tf, so rviz2 '
+         'draws neither the arm nor the Effort arrows (install '
+         'ros-<distro>-robot-state-publisher)')
+"""What a replay says at start when ``robot_state_publisher:=auto`` finds none installed."""
+
+
+def replay_tf(mode: str, installed: bool) -> ReplayTf:
+    """robot_state_publisher on a replay: ``mode`` (:data:`TF_MODES`) and whether the
+    machine has it installed.
+
+    Raises:
+        ValueError: an unknown mode, or ``true`` where it is not installed.
+    """
+    wanted = mode.strip().lower()
+    if wanted not in TF_MODES:
+        raise ValueError(f'replay.launch.py: robot_state_publisher:={mode!r}, expected one '
+                         f'of {TF_MODES}')
+    if wanted == 'false':
+        return ReplayTf(False)
+    if not installed:
+        if wanted == 'true':
+            raise ValueError('replay.launch.py: robot_state_publisher:=true, and '
+                             'robot_state_publisher is not installed '
+                             '(ros-<distro>-robot-state-publisher)')
+        return ReplayTf(False, NO_TF)
+    return ReplayTf(True)
+
+
+def replay_player(player: str, *, ros2_on_path: bool) -> str:
+    """The bag player ``player:=`` names, checked against what this machine has.
+
+    Raises:
+        ValueError: an unknown player, or ``ros2`` without a ``ros2`` executable on PATH.
+    """
+    if player not in PLAYERS:
+        raise ValueError(f'replay.launch.py: player:={player!r}, expected one of {PLAYERS}')
+    if player == 'ros2' and not ros2_on_path:
+        raise ValueError('replay.launch.py: player:=ros2 needs `ros2 bag play` (ros2cli, '
+                         'rosbag2), and no ros2 executable is on PATH; use player:=plag '
+                         '(plag-ros replay)')
+    return player
 
 
 @dataclass(frozen=True)

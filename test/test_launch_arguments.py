@@ -1,0 +1,189 @@
+"""The launch files' arguments and the replay's start-up decisions, in every suite.
+
+launch/launch_ros are on no package registry, so CI cannot run ``ros2 launch`` (the tests
+marked ``launch`` do, on a ROS 2 install). What those live runs showed about our side is
+checked here without them:
+
+* each launch file declares exactly the arguments of its ``node_setups.*_arguments()``
+  (read from its syntax tree by test_launch.py's ``launch_arguments``), and uses no other;
+* each argument's default and choices are what the launch file's ``Usage:`` line and the
+  README promise, and each default passes the check launch makes of it (a default outside
+  the choices, or a boolean default ``IfCondition`` cannot read, would stop every launch);
+  launch's rules are those recorded in test/data/launch_upstream.yaml;
+* replay.launch.py: without robot_state_publisher installed, ``robot_state_publisher:=auto``
+  says so at start and ``true`` ends the launch with the reason; ``player:=ros2`` without
+  a ``ros2`` executable ends it with the reason; and the launch file hands those decisions
+  (``node_setups.replay_tf``, ``replay_player``) to launch as they are;
+* the console scripts' shebang is ``/usr/bin/env python3`` (setup.cfg), so a node runs the
+  python3 first on PATH, whichever python ran colcon.
+"""
+from __future__ import annotations
+
+import ast
+import configparser
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from launch_syntax import LAUNCH_FILES, launch_arguments, parse_launch
+from ros_helpers import REPO
+
+from plag_ros.ros import node_setups
+from plag_ros.ros.node_setups import NO_TF, replay_player, replay_tf
+
+LAUNCH = yaml.safe_load((REPO / 'test' / 'data' / 'launch_upstream.yaml').read_text())
+TABLES = {'sim.launch.py': node_setups.sim_arguments,
+          'crane_x7.launch.py': node_setups.robot_arguments,
+          'replay.launch.py': node_setups.replay_arguments}
+# What the launch files' docstrings and the README promise a user: name -> default
+# (None: must be given).
+PROMISED_DEFAULTS = {
+    'sim.launch.py': {'control': 'false', 'rviz': 'false'},
+    'crane_x7.launch.py': {'control': 'false', 'spawn_controller': 'true', 'rviz': 'false',
+                           'robot_description_source': 'topic',
+                           'controllers_file': 'config/crane_x7_controllers.yaml',
+                           'robot_state_publisher': 'false'},
+    'replay.launch.py': {'bag': None, 'rate': '1.0', 'loop': 'false', 'player': 'plag',
+                         'rviz': 'false', 'control': 'false',
+                         'robot_description_source': 'file', 'robot_state_publisher': 'auto'},
+}
+
+
+def _usage(path: Path) -> str:
+    """The ``Usage: ``...```` text of a launch file's docstring, on one line."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ''
+    found = re.search(r'Usage: ``(.+?)``', doc, re.S)
+    assert found, f'{path.name}: no Usage line'
+    return ' '.join(found.group(1).split())
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
+def test_each_launch_file_declares_the_arguments_of_node_setups(path):
+    arguments = launch_arguments(path)
+    assert arguments == TABLES[path.name]()
+    names = [a.name for a in arguments]
+    assert len(set(names)) == len(names), names
+    _, declared, used = parse_launch(path)
+    assert declared == set(names), f'{path.name}: declared {declared}'
+    assert used <= declared, f'{path.name}: undeclared {used - declared}'
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
+def test_defaults_and_choices_are_the_promised_ones(path):
+    arguments = {a.name: a for a in launch_arguments(path)}
+    assert {n: a.default for n, a in arguments.items()} == PROMISED_DEFAULTS[path.name]
+    usage = _usage(path)
+    for name, argument in arguments.items():
+        # every argument is in the Usage line; a required one outside brackets
+        shown = re.search(rf'(\[?){name}:=(\S+?)\]?(?:\s|$)', usage)
+        assert shown, f'{path.name}: {name} missing from the Usage line: {usage}'
+        assert (shown.group(1) == '') == (argument.default is None), (name, usage)
+        if argument.choices:
+            assert set(shown.group(2).split('|')) == set(argument.choices), (name, usage)
+            for choice in argument.choices:     # and the description names each choice
+                assert f"'{choice}'" in argument.description, (name, choice)
+    shipped = arguments.get('controllers_file')
+    if shipped is not None:
+        assert shipped.in_share and (REPO / shipped.default).is_file()
+
+
+@pytest.mark.parametrize('release', sorted(LAUNCH['releases']))
+def test_every_default_passes_the_checks_launch_makes(release):
+    """launch's DeclareLaunchArgument refuses a default outside its choices, and its
+    IfCondition refuses any string but the ones it knows; each release's rules as
+    recorded."""
+    facts = LAUNCH['releases'][release]
+    assert facts['declare_launch_argument']['accepts_choices'], release
+    true, false = (facts['if_condition'][k] for k in ('true', 'false'))
+    fold = facts['if_condition']['case_insensitive']
+    for path in LAUNCH_FILES:
+        for argument in launch_arguments(path):
+            if argument.choices:
+                assert argument.default in argument.choices, (path.name, argument)
+            if argument.boolean:
+                value = argument.default.lower() if fold else argument.default
+                assert value in true + false, (release, path.name, argument)
+                # and the package reads it as launch does
+                assert node_setups.is_true(argument.default) == (value in true)
+
+
+@pytest.mark.parametrize('value', ['true', 'True', 'TRUE', '1', 'false', 'False', '0'])
+def test_is_true_reads_a_boolean_as_if_condition_does(value):
+    facts = LAUNCH['releases']['humble']['if_condition']
+    assert node_setups.is_true(value) == (value.lower() in facts['true'])
+
+
+def test_every_launch_configuration_the_launch_files_read_is_boolean_where_a_condition_is():
+    """An argument read by IfCondition must be a boolean one (no choices list to check)."""
+    for path in LAUNCH_FILES:
+        text = path.read_text()
+        booleans = {a.name for a in launch_arguments(path) if a.boolean}
+        variables = dict(re.findall(r"(\w+) = LaunchConfiguration\('(\w+)'\)", text))
+        for variable in re.findall(r'IfCondition\((\w+)\)', text):
+            if variable in variables:
+                assert variables[variable] in booleans, (path.name, variable)
+
+
+# ----------------------------------------------------------------- replay's decisions
+def test_replay_without_robot_state_publisher_says_so_at_start():
+    tf = replay_tf('auto', installed=False)
+    assert not tf.runs and tf.message == NO_TF
+    assert 'robot_state_publisher is not installed' in NO_TF and '/tf' in NO_TF
+    assert replay_tf('auto', installed=True) == node_setups.ReplayTf(True)
+    assert replay_tf('true', installed=True) == node_setups.ReplayTf(True)
+    for installed in (False, True):        # asked to leave it out: no word about it
+        assert replay_tf('false', installed) == node_setups.ReplayTf(False)
+    with pytest.raises(ValueError, match='robot_state_publisher:=true, and '
+                                         'robot_state_publisher is not installed'):
+        replay_tf('true', installed=False)
+    with pytest.raises(ValueError, match="expected one of \\('auto', 'true', 'false'\\)"):
+        replay_tf('sometimes', installed=True)
+
+
+def test_replay_player_needs_ros2_only_for_ros2_bag_play():
+    assert replay_player('plag', ros2_on_path=False) == 'plag'
+    assert replay_player('ros2', ros2_on_path=True) == 'ros2'
+    with pytest.raises(ValueError, match='player:=ros2 needs `ros2 bag play`.*use player:=plag'):
+        replay_player('ros2', ros2_on_path=False)
+    with pytest.raises(ValueError, match="player:='vlc'"):
+        replay_player('vlc', ros2_on_path=True)
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    return next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == name)
+
+
+def test_replay_launch_hands_the_decisions_to_launch_as_they_are():
+    """The launch file's OpaqueFunctions: the player from replay_player with PATH's ros2,
+    robot_state_publisher from replay_tf with the ament index's answer, and the start-up
+    line is the decision's own message, as a LogInfo."""
+    tree = ast.parse((REPO / 'launch' / 'replay.launch.py').read_text())
+    player = ast.unparse(_function(tree, '_player'))
+    assert "replay_player(player.perform(context), ros2_on_path=shutil.which('ros2') is not " \
+           'None)' in player
+    tf = ast.unparse(_function(tree, '_tf'))
+    assert "replay_tf(mode.perform(context), _installed('robot_state_publisher', " \
+           "'robot_state_publisher'))" in tf
+    state_publisher = _function(tree, '_state_publisher')
+    first = state_publisher.body[1:3]      # after the docstring: the decision, then its use
+    assert ast.unparse(first[0]) == 'tf = _tf(context, mode)'
+    assert ast.unparse(first[1]) == ('if not tf.runs:\n    return [LogInfo(msg=tf.message)] '
+                                     'if tf.message else []')
+    # the launch's OpaqueFunctions are these two, with the arguments they read
+    calls = {ast.unparse(k.value): ast.unparse(c) for c in ast.walk(tree)
+             if isinstance(c, ast.Call) and c.func.__dict__.get('id') == 'OpaqueFunction'
+             for k in c.keywords if k.arg == 'function'}
+    assert set(calls) == {'_player', '_state_publisher'}, calls
+    assert 'state_publisher' in calls['_state_publisher']
+
+
+def test_console_scripts_run_the_python_on_path():
+    """setup.cfg: the scripts colcon installs start with ``#!/usr/bin/env python3``."""
+    config = configparser.ConfigParser()
+    config.read(REPO / 'setup.cfg')
+    assert config['build_scripts']['executable'] == '/usr/bin/env python3'
+    # and where ament_python wants them: lib/<package>
+    for section in ('develop', 'install'):
+        key = 'script_dir' if section == 'develop' else 'install_scripts'
+        assert config[section][key] == '$base/lib/plag_ros', section

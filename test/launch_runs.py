@@ -161,5 +161,5 @@ def installed_share(enable: str) -> Path:
             installed = path / sub / mine.name
             assert installed.is_file() and filecmp.cmp(mine, installed, shallow=False), (
                 f'{installed} is missing or differs from {mine}: the colcon install is stale; '
-                f'source ../shared/tools/real_launch/setup.sh again (it rebuilds)')
+                f'run `colcon build --packages-select plag_ros` again')
     return path

@@ -17,9 +17,9 @@ gravity sag, no servo spring, no P gain change on (de)activation, effort and vel
 at zero. What plag_ros does with those (the spring model, the effort monitor) is tested
 against the simulator instead (``test_crane_x7_driver.py``).
 
-Where they come from: ``PLAG_ROS2_CONTROL_PREFIX``/``PLAG_RSP_PREFIX`` (set by
-``source ../shared/tools/robot_state_publisher/setup.sh``, which also sources the
-ros2_control tool) or any prefix on ``AMENT_PREFIX_PATH`` (a ROS 2 install).
+Where they come from: a ROS 2 install's prefixes on ``AMENT_PREFIX_PATH``
+(``ros-<distro>-ros2-control``, ``-ros2-controllers``, ``-robot-state-publisher``; the
+commands are in test/real_stack.py). None is on a package registry: CI skips these tests.
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 import yaml
+from real_stack import ROS2_CONTROL_ENABLE, missing_or_fail
 from ros_helpers import REPO, RosClient, ros_env
 
 __all__ = ['ARM', 'DRIVER_CONTROLLERS', 'ENABLE', 'MockCraneX7', 'executable', 'missing_tools',
@@ -45,17 +45,13 @@ HARDWARE_JOINTS = [*ARM, 'crane_x7_gripper_finger_a_joint']
 DRIVER_CONTROLLERS = REPO / 'test' / 'data' / 'crane_x7_driver_controllers.yaml'
 MANAGER = '/controller_manager'
 START_TIMEOUT_S = 90.0
-ENABLE = ('source ../shared/tools/real_launch/setup.sh and '
-          '../shared/tools/robot_state_publisher/setup.sh after `make venv` (on a ROS 2 '
-          'install: ros-<distro>-ros2-control, -ros2-controllers, -robot-state-publisher)')
+ENABLE = ROS2_CONTROL_ENABLE
 """How to get the real stack, for the skip and failure messages."""
 
 
 def executable(package: str, name: str) -> Path | None:
-    """``lib/<package>/<name>`` under the tool prefixes or AMENT_PREFIX_PATH, else None."""
-    prefixes = [os.path.join(os.environ[v], package) for v in
-                ('PLAG_ROS2_CONTROL_PREFIX', 'PLAG_RSP_PREFIX') if os.environ.get(v)]
-    prefixes += os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep)
+    """``lib/<package>/<name>`` under a prefix of AMENT_PREFIX_PATH, else None."""
+    prefixes = os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep)
     for prefix in filter(None, prefixes):
         path = Path(prefix) / 'lib' / package / name
         if path.is_file() and os.access(path, os.X_OK):
@@ -78,7 +74,7 @@ def missing_tools() -> str:
 
 def require_real_stack(need_launch: bool = True) -> None:
     """At a test module's top: skip it where the real stack (and, with ``need_launch``, launch
-    and launch_ros) is missing; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` (CI) fail instead."""
+    and launch_ros) is missing; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` fail instead."""
     missing = missing_tools()
     if need_launch:
         try:
@@ -88,10 +84,8 @@ def require_real_stack(need_launch: bool = True) -> None:
             missing = ', '.join(filter(None, [missing, 'launch/launch_ros']))
     if not missing:
         return
-    why = f'the real ros2_control stack is missing ({missing}): {ENABLE}'
-    if os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
-        pytest.fail(f'PLAG_REQUIRE_ROS2_CONTROL=1 but {why}', pytrace=False)
-    pytest.skip(why, allow_module_level=True)
+    missing_or_fail(f'the real ros2_control stack is missing ({missing}): to run these '
+                    f'tests, {ENABLE}', 'PLAG_REQUIRE_ROS2_CONTROL')
 
 
 def mock_urdf(initial: dict[str, float] | None = None) -> str:

@@ -19,11 +19,11 @@ Ctrl-C ends every process with exit code 0, no traceback, no ERROR line and noth
 running, 20 times in a row (``PLAG_LAUNCH_SHUTDOWN_REPEAT`` changes the count).
 
 ROS domains 40-46. Marked ``launch`` (``pytest -m launch`` runs only these). Needs
-``launch`` and ``launch_ros`` importable and this package built with colcon: ``make venv``
-then ``source ../shared/tools/real_launch/setup.sh`` from the project root (on a ROS
-install: the system launch_ros, and ``source install/setup.bash`` after ``colcon build``).
-Without ``launch``/``launch_ros`` the module skips and says so;
-with ``PLAG_REQUIRE_LAUNCH=1`` (CI, after setup.sh) that is a failure instead.
+``launch`` and ``launch_ros`` importable and this package built with colcon: on a ROS 2
+install, the system launch_ros and ``source install/setup.bash`` after ``colcon build``
+(test/real_stack.py has the commands). Neither is on a package registry, so CI has them
+not: without ``launch``/``launch_ros`` the module skips and says so; with
+``PLAG_REQUIRE_LAUNCH=1`` that is a failure instead.
 """
 from __future__ import annotations
 
@@ -35,20 +35,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from real_stack import LAUNCH_ENABLE as ENABLE
+from real_stack import ROS2_CONTROL_ENABLE, missing_or_fail
 
-ENABLE = ('run `make venv`, then `source ../shared/tools/real_launch/setup.sh` from the '
-          'project root (it builds the real launch/launch_ros and this package with colcon); '
-          'on a ROS 2 install, source /opt/ros/<distro>/setup.bash and the colcon '
-          'install/setup.bash of this package')
-pytestmark = pytest.mark.launch    # .ci/run selects these with -m launch
+pytestmark = pytest.mark.launch    # `pytest -m launch` selects these
 try:
     import launch  # noqa: F401, I001 - the ROS package, not launch/
     import launch_ros  # noqa: F401
 except ImportError as _err:
-    _why = f'launch/launch_ros not importable ({_err}): to run the launch tests, {ENABLE}'
-    if os.environ.get('PLAG_REQUIRE_LAUNCH') == '1':     # CI after setup.sh: must run
-        pytest.fail(f'PLAG_REQUIRE_LAUNCH=1 but {_why}', pytrace=False)
-    pytest.skip(_why, allow_module_level=True)
+    missing_or_fail(f'launch/launch_ros not importable ({_err}): to run the launch tests, '
+                    f'{ENABLE}', 'PLAG_REQUIRE_LAUNCH')
 
 import rclpy.parameter  # noqa: E402
 from ament_index_python.packages import (  # noqa: E402
@@ -386,7 +382,7 @@ def test_the_real_spawner_takes_the_flags_the_launch_passes():
     spawner = _real_controller_manager()
     if spawner is None and os.environ.get('PLAG_REQUIRE_ROS2_CONTROL') == '1':
         pytest.fail('PLAG_REQUIRE_ROS2_CONTROL=1 but controller_manager is not installed: '
-                    'source ../shared/tools/robot_state_publisher/setup.sh')
+                    f'{ROS2_CONTROL_ENABLE}')
     if spawner is None:
         pytest.skip('controller_manager (ros2_control) is not installed: the real spawner '
                     'cannot be run here; install ros-<distro>-controller-manager')
@@ -447,18 +443,13 @@ def test_console_scripts_run_the_python_on_path():
 
     The python that ran colcon (Debian's /usr/bin/python3 for plain ``colcon build``) would
     otherwise be written into each script, and the nodes would miss torch installed in a
-    virtualenv. PLAG_LAUNCH_CACHE (set by real_launch/setup.sh) also names the plain
-    Debian-colcon build of this checkout, which must have the same scripts.
+    virtualenv.
     """
-    prefixes = [Path(get_package_prefix('plag_ros'))]
-    cache = os.environ.get('PLAG_LAUNCH_CACHE')
-    if cache:
-        prefixes.append(Path(cache) / 'ws_system' / 'install' / 'plag_ros')
-    for prefix in prefixes:
-        for script in ('dynamics_node', 'sim_node', 'impedance_node', 'plag-ros'):
-            path = prefix / 'lib' / 'plag_ros' / script
-            assert path.is_file(), f'{path} missing'
-            assert path.read_text().splitlines()[0] == '#!/usr/bin/env python3', path
+    prefix = Path(get_package_prefix('plag_ros'))
+    for script in ('dynamics_node', 'sim_node', 'impedance_node', 'plag-ros'):
+        path = prefix / 'lib' / 'plag_ros' / script
+        assert path.is_file(), f'{path} missing'
+        assert path.read_text().splitlines()[0] == '#!/usr/bin/env python3', path
 
 
 def _stamp(msg) -> int:

@@ -3,7 +3,7 @@ clear word from crane_x7.launch.py when the robot's bring-up gives rviz2 nothing
 
 rviz2's RobotModel and Effort displays place every link through TF, so a replay needs
 ``/robot_description`` and ``/tf`` as the robot's bring-up gives them live. Under the real
-launch stack with the real C++ robot_state_publisher (``../shared/tools/robot_state_publisher``)
+launch stack with the real C++ robot_state_publisher (a ROS 2 install's)
 this test replays a bag and checks, while it plays:
 
 * ``/robot_description`` is the bag's own when the bag holds one, else the bundled URDF;
@@ -18,9 +18,10 @@ one (the dynamics node then gets its model from it) and says nothing. rviz2 itse
 display these machines lack: an ament prefix holding a stand-in ``rviz2`` executable (it
 waits for its signal) lets the launch run around it.
 
-ROS domain 47. Marked ``ros2_control`` (the real robot_state_publisher comes with that
-tool); skips like test_ros2_control_live.py where it is absent, fails with
-``PLAG_REQUIRE_ROS2_CONTROL=1``.
+ROS domain 47. Marked ``ros2_control`` (it needs robot_state_publisher, which no package
+registry has); skips like test_ros2_control_live.py where it is absent (CI), fails with
+``PLAG_REQUIRE_ROS2_CONTROL=1``. Without it, what the replay says at start is checked in
+every suite (test_launch_arguments.py).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ros2_control_rig import require_real_stack
+from ros2_control_rig import ENABLE, require_real_stack
 from ros_helpers import LATCHED, RosClient
 
 pytestmark = pytest.mark.ros2_control
@@ -110,7 +111,7 @@ def _check_transforms(robot, tf_messages, tf_static, positions) -> None:
 
 @pytest.mark.parametrize('in_bag', [False, True], ids=['bundled_urdf', 'bag_description'])
 def test_replay_launch_publishes_description_and_tf_of_every_link(tmp_path, in_bag):
-    share = installed_share('source ../shared/tools/real_launch/setup.sh')
+    share = installed_share(ENABLE)
     bundled = (share / 'urdf' / 'crane_x7.urdf').read_text()
     # The bag's description: the same robot, told apart by a comment.
     description = bundled.replace('<robot ', '<!-- recorded with the bag -->\n<robot ', 1) \
@@ -175,7 +176,7 @@ def _model_source(diagnostics) -> str:
 
 @pytest.mark.parametrize('state_publisher', [False, True], ids=['bare_graph', 'with_rsp'])
 def test_crane_x7_launch_rviz_says_when_tf_is_missing(tmp_path, state_publisher):
-    share = installed_share('source ../shared/tools/real_launch/setup.sh')
+    share = installed_share(ENABLE)
     prefix = _stand_in_rviz2(tmp_path)
     env = child_env(DOMAIN, {'AMENT_PREFIX_PATH': os.pathsep.join(
         [prefix, os.environ.get('AMENT_PREFIX_PATH', '')])})

@@ -1,6 +1,6 @@
 """What plag_ros asks of ros2_control, against each release's recorded definitions.
 
-The stack built here (../shared/tools/ros2_control) is Kilted's; the CRANE-X7 runs Humble
+No controller manager runs in CI (none is on a package registry); the CRANE-X7 runs Humble
 or Jazzy. test/data/ros2_control_upstream.yaml records, from ros-controls/ros2_control and
 ros2_controllers at the commits it names (humble 2.54.0, jazzy 4.46.0 / 4.42.1, kilted
 5.16.0 / 5.17.0, master), the service fields, controller types, controller parameters and

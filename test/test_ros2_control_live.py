@@ -21,9 +21,9 @@ walk by g/K_s every cycle. The serial bus, the servos' P gain switch (800 on act
 deactivate) and the 1 s communication timeout of crane_x7_hardware are not exercised.
 
 ROS domains 80-85. Marked ``ros2_control``. Needs the real ros2_control and
-robot_state_publisher (``source ../shared/tools/robot_state_publisher/setup.sh``, which also
-sources the ros2_control tool) and the real launch stack (``../shared/tools/real_launch``).
-Skips where they are absent; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` (CI) that is a failure.
+robot_state_publisher and the real launch stack, from a ROS 2 install (test/real_stack.py
+has the commands). Skips where they are absent, as in CI, which has no package registry
+that carries them; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` that is a failure.
 """
 from __future__ import annotations
 

@@ -17,9 +17,11 @@ refused. Flags and states are compared exactly, message texts by their gist (the
 and the names they quote), since only their meaning is part of the contract. Each target's
 answers are also kept, and the second target to run is compared with the first.
 
-Needs the real stack: ``make venv``, then ``source ../shared/tools/robot_state_publisher/
-setup.sh`` (it also sources the ros2_control tool). Without it the module skips and says
-what is missing; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` that is a failure instead.
+Needs the real stack, from a ROS 2 install (test/real_stack.py has the commands). Without
+it (CI) the module skips and says what is missing; with ``PLAG_REQUIRE_ROS2_CONTROL=1``
+that is a failure instead. In every suite, test_emulated_controller_manager.py runs the same
+sequence through the emulated rules against the answers recorded, per distribution, from
+ros2_control's source (test/data/ros2_control_upstream.yaml).
 """
 from __future__ import annotations
 

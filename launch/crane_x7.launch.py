@@ -35,7 +35,7 @@ are ``robot_arguments()`` of plag_ros/ros/node_setups.py.
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, TimerAction
+from launch.actions import LogInfo, OpaqueFunction, TimerAction
 from launch.conditions import IfCondition
 from launch.substitutions import (
     Command,
@@ -49,27 +49,16 @@ from launch_ros.ros_adapters import get_ros_node
 from launch_ros.substitutions import FindPackageShare
 
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file, spawner_type_arguments
-from plag_ros.ros.node_setups import PACKAGE, robot_arguments, robot_setup
+from plag_ros.ros.launch_actions import launch_argument, plag_node
+from plag_ros.ros.node_setups import (
+    PACKAGE,
+    VIEW_INPUTS,
+    robot_arguments,
+    robot_setup,
+    view_inputs_line,
+)
 
 
-def plag_node(setup, share, control):
-    """The launch_ros Node of one plag_ros.ros.node_setups.NodeSetup."""
-    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
-    if setup.overrides:
-        parameters.append(dict(setup.overrides))
-    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
-                output='screen', parameters=parameters, remappings=list(setup.remappings),
-                condition=IfCondition(control) if setup.control_only else None)
-
-
-def launch_argument(argument, share):
-    """The DeclareLaunchArgument of one plag_ros.ros.node_setups.LaunchArgument."""
-    default = argument.default
-    if argument.in_share:
-        default = PathJoinSubstitution([share, *argument.default.split('/')])
-    return DeclareLaunchArgument(argument.name, default_value=default,
-                                 choices=list(argument.choices) or None,
-                                 description=argument.description)
 
 
 def check_controller_file(context) -> list:
@@ -95,14 +84,8 @@ def check_view_inputs(context) -> list:
     """With rviz:=true, a few seconds in: say so when nothing publishes /tf or the robot
     description (rviz2 would show no arm and no Effort arrows, without a word)."""
     node = get_ros_node(context)
-    missing = [topic for topic in ('/tf', '/robot_description')
-               if not node.count_publishers(topic)]
-    if not missing:
-        return [LogInfo(msg='rviz2 inputs: /tf and /robot_description are published')]
-    return [LogInfo(msg=f'rviz2 will show no arm and no Effort arrows: nothing publishes '
-                        f'{" or ".join(missing)}. Start the robot with crane_x7_examples '
-                        f'demo.launch.py (MoveIt runs robot_state_publisher), or add '
-                        f'robot_state_publisher:=true')]
+    return [LogInfo(msg=view_inputs_line({topic: node.count_publishers(topic)
+                                          for topic in VIEW_INPUTS}))]
 
 
 def generate_launch_description():

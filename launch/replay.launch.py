@@ -36,13 +36,14 @@ from pathlib import Path
 
 from ament_index_python.packages import PackageNotFoundError, get_package_prefix
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction
+from launch.actions import ExecuteProcess, LogInfo, OpaqueFunction
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
 from plag_ros.io.bag import BagError, bag_robot_description
+from plag_ros.ros.launch_actions import launch_argument, plag_node
 from plag_ros.ros.node_setups import (
     PACKAGE,
     is_true,
@@ -109,24 +110,6 @@ def _state_publisher(context, bag, mode, player, share):
                  parameters=[{'robot_description': description, 'use_sim_time': True}])]
 
 
-def plag_node(setup, share, control):
-    """The launch_ros Node of one plag_ros.ros.node_setups.NodeSetup."""
-    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
-    if setup.overrides:
-        parameters.append(dict(setup.overrides))
-    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
-                output='screen', parameters=parameters, remappings=list(setup.remappings),
-                condition=IfCondition(control) if setup.control_only else None)
-
-
-def launch_argument(argument, share):
-    """The DeclareLaunchArgument of one plag_ros.ros.node_setups.LaunchArgument."""
-    default = argument.default
-    if argument.in_share:
-        default = PathJoinSubstitution([share, *argument.default.split('/')])
-    return DeclareLaunchArgument(argument.name, default_value=default,
-                                 choices=list(argument.choices) or None,
-                                 description=argument.description)
 
 
 def generate_launch_description():

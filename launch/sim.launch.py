@@ -23,34 +23,16 @@ Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``
 (``sim_arguments()`` of plag_ros/ros/node_setups.py).
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
-from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
 from launch.substitutions import Command, LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
+from plag_ros.ros.launch_actions import launch_argument, plag_node
 from plag_ros.ros.node_setups import PACKAGE, sim_arguments, sim_setup
 
 
-def plag_node(setup, share, control):
-    """The launch_ros Node of one plag_ros.ros.node_setups.NodeSetup."""
-    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
-    if setup.overrides:
-        parameters.append(dict(setup.overrides))
-    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
-                output='screen', parameters=parameters, remappings=list(setup.remappings),
-                condition=IfCondition(control) if setup.control_only else None)
-
-
-def launch_argument(argument, share):
-    """The DeclareLaunchArgument of one plag_ros.ros.node_setups.LaunchArgument."""
-    default = argument.default
-    if argument.in_share:
-        default = PathJoinSubstitution([share, *argument.default.split('/')])
-    return DeclareLaunchArgument(argument.name, default_value=default,
-                                 choices=list(argument.choices) or None,
-                                 description=argument.description)
 
 
 def generate_launch_description():

@@ -2,9 +2,10 @@
 
 A launch file writes a node out (``Node(package=..., ...)``) or builds it from the shared
 description of plag_ros/ros/node_setups.py (``sim_setup()``, ``robot_setup(...)``, turned
-into ``Node`` actions by a helper of the launch file, whose syntax tree shows which field of
-a setup goes where); its arguments likewise come from ``node_setups.*_arguments()``
-through a helper that hands each field to ``DeclareLaunchArgument``. Used by
+into ``Node`` actions by ``plag_node`` of plag_ros/ros/launch_actions.py, whose syntax tree
+shows which field of a setup goes where); its arguments likewise come from
+``node_setups.*_arguments()`` through ``launch_argument``, which hands each field to
+``DeclareLaunchArgument``. Used by
 test_launch.py and test_launch_arguments.py, which run in every suite: launch/launch_ros
 are on no package registry.
 """
@@ -24,6 +25,7 @@ __all__ = ['LAUNCH_FILES', 'LaunchNode', 'call_name', 'console_scripts', 'consta
            'string_constants']
 
 LAUNCH_FILES = sorted((REPO / 'launch').glob('*.launch.py'))    # every one, generic checks
+LAUNCH_ACTIONS = REPO / 'plag_ros' / 'ros' / 'launch_actions.py'
 
 
 @dataclass
@@ -93,8 +95,7 @@ def _setup_nodes(tree: ast.Module, generator: ast.GeneratorExp,
     setups = getattr(node_setups, call_name(source))(*arguments)
     call = generator.elt
     assert isinstance(call, ast.Call), ast.unparse(call)
-    helper = next(f for f in tree.body
-                  if isinstance(f, ast.FunctionDef) and f.name == call_name(call))
+    helper = _helper(tree, generator)
     variable = generator.generators[0].target.id
     params = [a.arg for a in helper.args.args]
     assert params[0] == variable, f'{path.name}: {helper.name} takes the setup first'
@@ -130,11 +131,17 @@ def _setup_nodes(tree: ast.Module, generator: ast.GeneratorExp,
 
 
 def _helper(tree: ast.Module, generator: ast.GeneratorExp) -> ast.FunctionDef:
-    """The launch file's function that ``*(helper(x, ...) for x in ...)`` calls."""
+    """The function that ``*(helper(x, ...) for x in ...)`` calls: the launch file's own,
+    or plag_ros.ros.launch_actions' where the launch file imports it from there."""
     call = generator.elt
     assert isinstance(call, ast.Call), ast.unparse(call)
-    return next(f for f in tree.body
-                if isinstance(f, ast.FunctionDef) and f.name == call_name(call))
+    name = call_name(call)
+    shared = {alias.asname or alias.name for n in tree.body
+              if isinstance(n, ast.ImportFrom) and n.module == 'plag_ros.ros.launch_actions'
+              for alias in n.names}
+    if name in shared:
+        tree = ast.parse(LAUNCH_ACTIONS.read_text(), filename=str(LAUNCH_ACTIONS))
+    return next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == name)
 
 
 def _made_by(tree: ast.Module, generator: ast.GeneratorExp) -> str:
@@ -182,7 +189,7 @@ def launch_arguments(path: Path) -> list[node_setups.LaunchArgument]:
     assigned = [ast.unparse(a) for a in ast.walk(helper) if isinstance(a, ast.Assign)
                 and isinstance(a.targets[0], ast.Name) and a.targets[0].id == default]
     assert assigned == [f'{default} = {variable}.default', f'{default} = PathJoinSubstitution('
-                        f"[share, *{variable}.default.split('/')])"], assigned
+                        f"[share, *({variable}.default or '').split('/')])"], assigned
     in_share, = [n for n in ast.walk(helper) if isinstance(n, ast.If)]
     assert ast.unparse(in_share.test) == f'{variable}.in_share', ast.unparse(in_share.test)
     return getattr(node_setups, call_name(source))()

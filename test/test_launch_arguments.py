@@ -1,15 +1,17 @@
-"""The launch files' arguments and the replay's start-up decisions, in every suite.
+"""The launch files' arguments and their start-up decisions, in every suite.
 
 launch/launch_ros are on no package registry, so CI cannot run ``ros2 launch`` (the tests
 marked ``launch`` do, on a ROS 2 install). What those live runs showed about our side is
 checked here without them:
 
 * each launch file declares exactly the arguments of its ``node_setups.*_arguments()``
-  (read from its syntax tree by test_launch.py's ``launch_arguments``), and uses no other;
+  (read from its syntax tree by test/launch_syntax.py), and uses no other;
 * each argument's default and choices are what the launch file's ``Usage:`` line and the
   README promise, and each default passes the check launch makes of it (a default outside
   the choices, or a boolean default ``IfCondition`` cannot read, would stop every launch);
   launch's rules are those recorded in test/data/launch_upstream.yaml;
+* crane_x7.launch.py ``rviz:=true``: the line that says what rviz2 will lack (no ``/tf``, no
+  ``/robot_description``) and how to get it;
 * replay.launch.py: without robot_state_publisher installed, ``robot_state_publisher:=auto``
   says so at start and ``true`` ends the launch with the reason; ``player:=ros2`` without
   a ``ros2`` executable ends it with the reason; and the launch file hands those decisions
@@ -187,3 +189,22 @@ def test_console_scripts_run_the_python_on_path():
     for section in ('develop', 'install'):
         key = 'script_dir' if section == 'develop' else 'install_scripts'
         assert config[section][key] == '$base/lib/plag_ros', section
+
+
+@pytest.mark.parametrize(('tf', 'description', 'missing'), [
+    (1, 1, None), (0, 1, '/tf'), (1, 0, '/robot_description'),
+    (0, 0, '/tf or /robot_description')])
+def test_crane_x7_launch_says_what_rviz2_will_lack(tf, description, missing):
+    line = node_setups.view_inputs_line({'/tf': tf, '/robot_description': description})
+    if missing is None:
+        assert line == 'rviz2 inputs: /tf and /robot_description are published'
+    else:
+        assert line.startswith('rviz2 will show no arm and no Effort arrows: nothing '
+                               f'publishes {missing}.'), line
+        assert 'robot_state_publisher:=true' in line     # and how to get it
+    # the launch file counts the publishers of exactly these topics and logs the line
+    source = ast.unparse(_function(ast.parse((REPO / 'launch' / 'crane_x7.launch.py')
+                                             .read_text()), 'check_view_inputs'))
+    assert 'view_inputs_line({topic: node.count_publishers(topic) for topic in VIEW_INPUTS})' \
+        in source and 'LogInfo(msg=view_inputs_line(' in source
+    assert node_setups.VIEW_INPUTS == ('/tf', '/robot_description')

@@ -13,8 +13,9 @@ sim --control``).
 Each launch file's arguments (name, default, the values it accepts, what it does) are
 described here too (:class:`LaunchArgument`, :func:`sim_arguments`, :func:`robot_arguments`,
 :func:`replay_arguments`), and so are the launch files' decisions that depend on the
-machine (:func:`replay_tf`, :func:`replay_player`): CI, which has no launch_ros, checks them
-here, and the launch files only turn them into actions.
+machine or the graph (:func:`replay_tf`, :func:`replay_player`, :func:`view_inputs_line`):
+CI, which has no launch_ros, checks them here, and the launch files only turn them into
+actions (plag_ros/ros/launch_actions.py).
 
 What only the launch files start (robot_state_publisher, rviz2, controller_manager's
 spawner) is written in the launch files. Nothing here imports launch or launch_ros.
@@ -26,10 +27,10 @@ from dataclasses import dataclass, field
 
 from plag_ros.ros.controller_file import CONTROLLER
 
-__all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'LaunchArgument',
-           'NodeSetup', 'ReplayTf', 'is_true', 'replay_arguments', 'replay_player',
-           'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup', 'running',
-           'sim_arguments', 'sim_setup']
+__all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'VIEW_INPUTS',
+           'LaunchArgument', 'NodeSetup', 'ReplayTf', 'is_true', 'replay_arguments',
+           'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
+           'running', 'sim_arguments', 'sim_setup', 'view_inputs_line']
 
 PACKAGE = 'plag_ros'
 PLAYERS = ('plag', 'ros2')
@@ -152,6 +153,22 @@ def replay_tf(mode: str, installed: bool) -> ReplayTf:
                              '(ros-<distro>-robot-state-publisher)')
         return ReplayTf(False, NO_TF)
     return ReplayTf(True)
+
+
+VIEW_INPUTS = ('/tf', '/robot_description')
+"""What rviz2's RobotModel and Effort displays need published (crane_x7.launch.py rviz:=true)."""
+
+
+def view_inputs_line(published: Mapping[str, int]) -> str:
+    """crane_x7.launch.py's word, a few seconds after start with ``rviz:=true``, on what
+    rviz2 will have to draw: ``published`` counts the publishers of each of
+    :data:`VIEW_INPUTS` in the graph."""
+    missing = [topic for topic in VIEW_INPUTS if not published.get(topic)]
+    if not missing:
+        return 'rviz2 inputs: /tf and /robot_description are published'
+    return (f'rviz2 will show no arm and no Effort arrows: nothing publishes '
+            f'{" or ".join(missing)}. Start the robot with crane_x7_examples demo.launch.py '
+            f'(MoveIt runs robot_state_publisher), or add robot_state_publisher:=true')
 
 
 def replay_player(player: str, *, ros2_on_path: bool) -> str:

@@ -51,7 +51,7 @@ lint: test-venv
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -q test
+	$(PY) -m pytest -q --durations=20 test
 
 # Jazzy: its rclpy and message wheels in place of Kilted's (they share the ros-* names, so
 # they need a virtualenv of their own).

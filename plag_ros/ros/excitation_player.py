@@ -38,7 +38,12 @@ from plag_ros.core.joint_trajectory import TrajectoryCommand
 from plag_ros.core.model import RobotModel
 from plag_ros.ros.messages import ns_to_stamp
 
-__all__ = ['PlayError', 'play_excitation']
+__all__ = ['START_LEAD_NS', 'PlayError', 'play_excitation']
+
+START_LEAD_NS = 500_000_000
+"""How far ahead of the send the trajectory's start stamp lies [ns]: past DDS delivery and
+the controller's next cycle on a loaded robot PC (200 ms was once overtaken on a busy
+2-core machine), and short beside the approach that follows."""
 
 
 class PlayError(RuntimeError):
@@ -104,12 +109,14 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
     times, positions, velocities = excitation_points(
         excitation, command_joints, q_now, cycles=cycles, rate_hz=rate_hz,
         approach_speed=approach_speed)
-    start_ns = node.get_clock().now().nanoseconds + 200_000_000
     msg = JointTrajectory(joint_names=list(command_joints))
-    msg.header.stamp = ns_to_stamp(start_ns)
     msg.points = [JointTrajectoryPoint(positions=p.tolist(), velocities=v.tolist(),
                                        time_from_start=_duration(float(t)))
                   for t, p, v in zip(times, positions, velocities)]
+    # Stamped once the points are built (thousands of them take a while in Python), so the
+    # lead is all the message's own: it must reach the controller before its start.
+    start_ns = node.get_clock().now().nanoseconds + START_LEAD_NS
+    msg.header.stamp = ns_to_stamp(start_ns)
     command = TrajectoryCommand(start_ns * 1e-9, q_now, times, positions, velocities)
 
     def hold(why: str) -> PlayError:

@@ -4,7 +4,8 @@ the arm was commanded.
 
 * the recorded JointTrajectory is the one designed (points equal the series at their
   times, the stamp in the future of its sending) and the simulated arm followed it (every
-  arm joint within 0.1 rad of the command rebuilt from the recording, the arm moving);
+  arm joint's deflection from the command rebuilt from the recording is what the servo
+  model predicts);
 * ``identify --servo``'s reading of the command from that bag equals the designed series;
 * a play whose tracking limit is exceeded stops with exit 3 and the arm holds still;
 * with nothing subscribed to the command, nothing is sent (exit 2).
@@ -29,6 +30,8 @@ from plag_ros.core.motors import servo_gains
 from plag_ros.io.bag import read_joint_states, read_trajectory_commands
 
 DOMAIN_ID = 58
+PHYSICS_RATE_HZ = 500.0
+PUBLISH_RATE_HZ = 100.0
 
 
 def _cli(*args):
@@ -49,8 +52,14 @@ def test_play_record_and_read_back_the_command(tmp_path, model):
     assert design.returncode == 0, out
     excitation, _ = read_excitation(tmp_path / 'exc' / 'excitation.yaml')
     client = RosClient(DOMAIN_ID)
+    # The servo check below holds only while the simulator keeps real time. At its defaults
+    # (1 kHz physics, 200 Hz joint_states) a slow 2-core CI machine running this graph drops
+    # steps (the arm then runs slow and lags by up to 0.05 rad); at 500 Hz and 100 Hz it
+    # kept up, and passed, with two busy loops beside it.
     sim = start_node('sim_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
-                     params_file=REPO / 'config' / 'sim.yaml')
+                     params_file=REPO / 'config' / 'sim.yaml',
+                     params={'physics_rate_hz': PHYSICS_RATE_HZ,
+                             'publish_rate_hz': PUBLISH_RATE_HZ})
     bag = tmp_path / 'excitation_bag'
     recorder = None
     try:
@@ -111,8 +120,8 @@ def test_play_record_and_read_back_the_command(tmp_path, model):
     rms = np.sqrt(np.mean(deflection ** 2, axis=0))
     miss = np.sqrt(np.mean((deflection - expected) ** 2, axis=0))
     print('deflection RMS [rad]', rms.round(4), 'unexplained', miss.round(4))
-    # (the simulator node moves its controller's command once per 5 ms publish tick: about
-    # 5 ms x |qd| of deflection no model of the servo explains)
+    # (the simulator node moves its controller's command once per 10 ms publish tick: about
+    # 10 ms x |qd| of deflection no model of the servo explains)
     assert (miss < 0.3 * rms + 0.008).all()
     assert np.abs(deflection).max() < 0.3          # the player's tracking limit held
     assert np.ptp(js.q[during][:, cols], axis=0).min() > 0.05

@@ -6,13 +6,18 @@
 #   make test-jazzy    Python 3.12 + ROS 2 Jazzy's rclpy 7.1 wheels, in .venv-jazzy
 #   make test-humble   Python 3.10 + the library versions of Ubuntu 22.04 (ROS 2 Humble's),
 #                      in .venv-humble; Humble's rclpy API is checked against its source
-# Both find their interpreter in pyenv or as python3.12 / python3.10 on PATH.
+# Both find their interpreter in pyenv or as python3.12 / python3.10 on PATH, and leave out
+# the tests marked `long` (RELEASE_MARKS; pyproject.toml says which): those end-to-end runs
+# take half of the suite's time and run in `make test`. `RELEASE_MARKS=` runs them too.
 PYTHON ?= python3
 VENV ?= .venv
 ROS ?= kilted
 # Constraints for every install (requirements/humble.txt: Ubuntu 22.04's versions)
 CONSTRAINTS ?=
 TEST_REQUIREMENTS ?= requirements-test.txt
+# pytest -m expression: empty in `make test`; what test-jazzy / test-humble select
+PYTEST_MARKS ?=
+RELEASE_MARKS ?= not long
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
@@ -51,12 +56,13 @@ lint: test-venv
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -q --durations=20 test
+	$(PY) -m pytest -q --durations=20 $(if $(PYTEST_MARKS),-m '$(PYTEST_MARKS)') test
 
 # Jazzy: its rclpy and message wheels in place of Kilted's (they share the ros-* names, so
 # they need a virtualenv of their own).
 test-jazzy:
-	$(MAKE) test VENV=.venv-jazzy ROS=jazzy PYTHON=$(call find_python,3.12)
+	$(MAKE) test VENV=.venv-jazzy ROS=jazzy PYTHON=$(call find_python,3.12) \
+		PYTEST_MARKS='$(RELEASE_MARKS)'
 
 # Humble: what rosdep installs on Ubuntu 22.04 first (as apt would), then the README's
 # Humble recipe (its pip command, with the same constraints). Humble has no rclpy wheels:
@@ -75,7 +81,8 @@ test-jazzy:
 
 test-humble: .venv-humble/.floor-installed
 	$(MAKE) test VENV=.venv-humble CONSTRAINTS=requirements/humble.txt \
-		PYTHON=$(call find_python,3.10) TEST_REQUIREMENTS=requirements/test-tools.txt
+		PYTHON=$(call find_python,3.10) TEST_REQUIREMENTS=requirements/test-tools.txt \
+		PYTEST_MARKS='$(RELEASE_MARKS)'
 
 bench: test-venv
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done

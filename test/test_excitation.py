@@ -84,6 +84,7 @@ def test_a_file_that_does_not_start_at_rest_or_is_malformed_is_refused(model):
         FourierExcitation.from_dict(bad)
 
 
+@pytest.mark.long
 def test_the_design_keeps_every_limit_and_conditions_the_regressor(model, designed):
     excitation, condition = designed
     limits = ExcitationLimits()
@@ -165,6 +166,7 @@ def test_the_trajectory_controller_segments():
         TrajectoryCommand(0.0, start, times, positions[:, :1])
 
 
+@pytest.mark.long
 def test_the_points_approach_then_follow_the_series(model, designed):
     excitation, _ = designed
     start = np.full(len(motors.ARM_JOINTS), 0.05)

@@ -29,6 +29,7 @@ from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.motors import servo_gains
 from plag_ros.io.bag import read_joint_states, read_trajectory_commands
 
+pytestmark = pytest.mark.long   # about a minute: Kilted's suite only (pyproject.toml)
 DOMAIN_ID = 58
 PHYSICS_RATE_HZ = 500.0
 PUBLISH_RATE_HZ = 100.0

@@ -120,6 +120,7 @@ def _same(got: JointState, want: JointState) -> bool:
 RELAYED = '/plag_test/joint_states'
 
 
+@pytest.mark.long
 @pytest.mark.parametrize('resume', [True, False], ids=['resume', 'stay_disabled'])
 def test_driver_killed_and_restarted(model, tmp_path, resume):
     """The simulator (the driver's stand-in) is SIGKILLed for a second and started again in

@@ -105,6 +105,7 @@ def fleet_run(bags, tmp_path_factory):
     return out, run
 
 
+@pytest.mark.long
 def test_local_cluster_matches_single_bag_runs(bags, fleet_run, tmp_path):
     out, run = fleet_run
     # a bag failed: the run says so with the single-bag error status, the rest finished
@@ -158,6 +159,7 @@ def _printed(key: str, value):
     return value
 
 
+@pytest.mark.long
 def test_fleet_report_equals_each_bag_summary(fleet_run):
     out, _ = fleet_run
     with open(out / 'fleet.csv', newline='') as f:
@@ -187,6 +189,7 @@ def test_fleet_report_equals_each_bag_summary(fleet_run):
         assert (out / figure).stat().st_size > 10_000
 
 
+@pytest.mark.long
 def test_rerun_skips_finished_bags_and_force_redoes_them(bags, fleet_run):
     out, _ = fleet_run
     stamps = {name: (out / name / 'analysis.npz').stat().st_mtime_ns
@@ -212,12 +215,14 @@ def test_rerun_skips_finished_bags_and_force_redoes_them(bags, fleet_run):
     assert (out / 'trial_b' / 'analysis.npz').stat().st_mtime_ns != stamps['trial_b']
 
 
+@pytest.mark.long
 def test_salvaged_without_failures_exits_3(bags, tmp_path):
     run = analyze(bags / 'trial_a', bags / 'trial_cut', '-o', tmp_path / 'out',
                   '--workers', '1')
     assert run.returncode == 3, run.stderr
 
 
+@pytest.mark.long
 def test_scheduler_and_workers_started_apart(bags, fleet_run, tmp_path):
     """``--scheduler`` against ``dask scheduler`` and ``dask worker`` processes."""
     dask = Path(sys.executable).parent / 'dask'
@@ -317,6 +322,7 @@ def test_bags_of_the_same_name_get_distinct_outputs(tmp_path):
     assert fleet.find_bags([tmp_path / 'cut']) == [tmp_path / 'cut']
 
 
+@pytest.mark.long
 def test_rerun_with_every_product_skips_until_an_output_is_gone(bags, tmp_path):
     """With the default products (figures and the output bag included) a rerun skips the
     bag; a file of its outputs removed, or cut short, makes it redo that bag."""

@@ -44,6 +44,9 @@ from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.core.model_parameters import load_model_parameters, model_with_parameters
 from plag_ros.core.simulation import SimulatorConfig
 
+# The simulated recordings take about three minutes: Kilted's suite only (pyproject.toml, long)
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(scope='module')
 def nominal() -> RobotModel:

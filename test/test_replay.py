@@ -219,6 +219,7 @@ def test_replay_and_record_refuse_bad_paths(tmp_path):
     assert proc.returncode == 2 and 'exists; use --force' in out
 
 
+@pytest.mark.long
 def test_replay_node_record_analyze_round_trip(tmp_path, client, model):
     """Bag -> replay -> dynamics node -> record -> analyze --causal == the node's outputs."""
     names, t, q = _motion(model, 300, 5_000_000, seed=4)

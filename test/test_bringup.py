@@ -21,7 +21,7 @@ from ros_helpers import REPO, RosClient, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
-from plag_ros.apps.bringup import Summary
+from plag_ros.apps.bringup import StopRequest, Summary
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
@@ -188,8 +188,14 @@ def test_plag_ros_sim_serves_the_torques_to_foxglove(tmp_path):
             client.wait_for(lambda: dds, 60.0, f'{topic} over DDS')
             ws.send(json.dumps({'op': 'subscribe',
                                 'subscriptions': [{'id': 7, 'channelId': channel['id']}]}))
+            # Until 50 stamps came both ways: on a slow machine the view's relay can lag the
+            # DDS subscription, so its first frames may predate what DDS has delivered here.
+            def over_dds() -> dict[int, np.ndarray]:
+                return {msgs.stamp_to_ns(m.header.stamp): np.array(m.effort)
+                        for _, m in list(dds)}
+
             deadline = time.monotonic() + 60.0
-            while len(received) < 50 and time.monotonic() < deadline:
+            while len(set(received) & set(over_dds())) < 50 and time.monotonic() < deadline:
                 frame = ws.recv(timeout=30)
                 if isinstance(frame, str):
                     continue                          # more advertisements, status
@@ -199,14 +205,23 @@ def test_plag_ros_sim_serves_the_torques_to_foxglove(tmp_path):
                 msg = deserialize_message(frame[13:], JointState)
                 received[msgs.stamp_to_ns(msg.header.stamp)] = np.array(msg.effort)
             assert len(received) >= 50, len(received)
-            client.wait_for(lambda: max(received) in {msgs.stamp_to_ns(m.header.stamp)
-                                                      for _, m in dds}, 10.0, 'DDS copies')
-            over_dds = {msgs.stamp_to_ns(m.header.stamp): np.array(m.effort) for _, m in dds}
+            client.wait_for(lambda: max(received) in over_dds(), 10.0, 'DDS copies')
+            by_stamp = over_dds()
     finally:
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, f'{stdout}\n{stderr}'
-    both = sorted(set(received) & set(over_dds))
-    assert len(both) >= 40, (len(received), len(over_dds), len(both))
+    both = sorted(set(received) & set(by_stamp))
+    assert len(both) >= 50, (len(received), len(by_stamp), len(both))
     for stamp in both:
-        np.testing.assert_array_equal(received[stamp], over_dds[stamp])
+        np.testing.assert_array_equal(received[stamp], by_stamp[stamp])
+
+
+def test_a_signal_only_asks_the_monitor_to_stop():
+    """The handler raises nothing (a KeyboardInterrupt inside rclpy's native take came out
+    as a RuntimeError and exit 1) and keeps the first signal it saw."""
+    stop = StopRequest()
+    assert not stop
+    assert stop(signal.SIGTERM, None) is None
+    stop(signal.SIGINT, None)
+    assert stop and stop.signum == signal.SIGTERM

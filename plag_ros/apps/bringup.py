@@ -256,10 +256,11 @@ def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
     return q[actuated]
 
 
-def _monitor(children: list[NodeProcess], *, duration: float | None, startup_timeout: float,
-             motion: bool, out, report: Path | None = None,
+def _monitor(children: list[NodeProcess], stop: StopRequest, *, duration: float | None,
+             startup_timeout: float, motion: bool, out, report: Path | None = None,
              foxglove: tuple[str, int, bool] | None = None) -> int:
-    """Host ``plag_monitor``: print the summary once a second until ``duration``; with
+    """Host ``plag_monitor``: print the summary once a second until ``duration`` or
+    ``stop`` (a signal; exit status 0); with
     ``report``, then write the run's picture and table there (:mod:`.live_report`); with
     ``foxglove`` (host, port, control), serve the view topics to Foxglove meanwhile
     (:mod:`plag_ros.ros.foxglove_view`)."""
@@ -281,8 +282,8 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
         recording = LiveRecording(recorded_model)
         reader = msgs.JointStateReader(recorded_model)
     context = rclpy.Context()
-    # No rclpy signal handlers here: this process's Ctrl-C must reach the finally blocks
-    # that stop the node subprocesses, as a KeyboardInterrupt.
+    # No rclpy signal handlers here: this process's Ctrl-C is ``stop``, which the loops
+    # below read between spins, and the finally blocks stop the node subprocesses.
     rclpy.init(context=context, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
     node = rclpy.create_node('plag_monitor', context=context)
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -350,7 +351,7 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
     status = 0
     try:
         begin = time.monotonic()
-        while summary.total_outputs == 0:      # wait for the graph to come up
+        while summary.total_outputs == 0 and not stop:     # wait for the graph to come up
             executor.spin_once(timeout_sec=0.1)
             dead = [c for c in children if not c.alive()]
             if dead or time.monotonic() - begin > startup_timeout:
@@ -360,12 +361,13 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
                 for child in children:
                     print(child.tail(), file=sys.stderr)
                 return 1
-        print(f'plag-ros: graph up after {time.monotonic() - begin:.1f} s', file=out,
-              flush=True)
+        if not stop:
+            print(f'plag-ros: graph up after {time.monotonic() - begin:.1f} s', file=out,
+                  flush=True)
         start = time.monotonic()
         summary._reset()
         next_print = start + 1.0
-        while duration is None or time.monotonic() - start < duration:
+        while not stop and (duration is None or time.monotonic() - start < duration):
             executor.spin_once(timeout_sec=0.01)
             now = time.monotonic()
             if command_pub is not None:
@@ -381,7 +383,7 @@ def _monitor(children: list[NodeProcess], *, duration: float | None, startup_tim
                 print(dead[0].tail(), file=sys.stderr)
                 status = 1
                 break
-    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
+    except rclpy.executors.ExternalShutdownException:
         pass
     finally:
         if view is not None:
@@ -411,11 +413,9 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     # Ctrl-C, `kill` and a closed terminal all stop the nodes cleanly. An explicit SIGINT
     # handler also undoes the SIG_IGN a non-interactive shell gives background jobs, which
     # the node subprocesses would otherwise inherit (and then ignore Ctrl-C).
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
-                                                       signal.SIGHUP)}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    stop = StopRequest()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                          signal.SIGHUP)}
     children: list[NodeProcess] = []
     status = 1
     try:
@@ -425,11 +425,9 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
         if args.foxglove:
             foxglove = (args.foxglove_host, args.foxglove_port,
                         bool(getattr(args, 'control', False)))
-        status = _monitor(children, duration=args.duration,
+        status = _monitor(children, stop, duration=args.duration,
                           startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout,
                           report=getattr(args, 'report', None), foxglove=foxglove)
-    except KeyboardInterrupt:
-        status = 0
     finally:
         for child in reversed(children):
             code = child.stop()
@@ -442,8 +440,25 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     return status
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f'signal {signum}')
+class StopRequest:
+    """The signal handler of ``plag-ros sim`` / ``run``: it records that SIGINT, SIGTERM or
+    SIGHUP came, and the monitor's loops end at their next check (at most 0.1 s later).
+
+    It raises nothing: a KeyboardInterrupt raised from the handler lands wherever the main
+    thread is, and inside rclpy's native take of a message pybind11 turns it into
+    ``RuntimeError: Unable to convert call argument '0' to Python object``, which ended a
+    CI run's ``plag-ros sim --foxglove`` with exit 1 on a plain Ctrl-C.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self, signum: int, frame) -> None:  # noqa: ARG002 - handler signature
+        if self.signum is None:
+            self.signum = signum
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
 
 
 def sim_specs(control: bool) -> list[NodeSpec]:

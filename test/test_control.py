@@ -570,3 +570,107 @@ def test_monitor_without_effort_catches_the_fall(engine):
     cmds, _ = _run(sim, ctl, HZ, HZ, effort=False)
     first = next(k for k, c in enumerate(cmds) if c.state == 'fault')
     assert first / HZ < 0.5 and cmds[first].reason.startswith('tracking')
+
+
+def _stalled_node_run(engine, cfg, *, p_gain_drop: bool):
+    """The elbow on a 0.5 Hz, 0.4 rad sine; 1 s in, the node stalls for 250 ms, then reads
+    the samples queued meanwhile at 2.5 ms each (a loaded machine) until it has caught up.
+    The servo takes one sample every period with the newest command sent by then. Returns
+    the controller and its commands from the stall on."""
+    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
+    ctl = PartialImpedanceController(engine, cfg)
+    amplitude = np.zeros(8)
+    amplitude[3] = 0.4
+    ctl.set_reference(SineReference(amplitude, 0.5))
+    sim.reset(Q_HORIZONTAL)
+    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.servo_stiffness))
+    sim.step(1.0)
+    stall = (HZ, HZ + HZ // 4)                         # periods the node does not run
+    sent: list[tuple[int, np.ndarray]] = []            # (send time, position command)
+    read_ns, cmds = 0, []
+    for c in range(3 * HZ):
+        taken = c * PERIOD_NS
+        given = [q for t, q in sent if t <= taken]
+        if given:
+            sim.set_position_command(given[-1])
+        if p_gain_drop and c == stall[0]:
+            sim.set_p_gain(5.0)
+        m = sim.measure()
+        sim.step(1.0 / HZ)
+        read_ns = max(taken, read_ns + PERIOD_NS // 2)
+        if stall[0] <= c < stall[1]:
+            read_ns = max(read_ns, stall[1] * PERIOD_NS)
+        cmd = ctl.update(read_ns, m.q, m.qd, stamp_ns=taken, effort=m.effort)
+        if cmd is None:
+            continue                                   # the estimator's first sample
+        sent.append((read_ns, cmd.position))
+        if c >= stall[0]:
+            cmds.append(cmd)
+    return ctl, cmds
+
+
+def test_a_backlog_of_joint_states_is_judged_against_the_commands_of_its_time(engine):
+    # A stalled node reads queued samples late; its sine reference has moved on meanwhile,
+    # so its newest commands are up to K/K_s * 0.3 rad from what the servo was given when
+    # each queued sample was taken. Judged against those newest commands, the healthy servo
+    # looked like a lost one (the effort fault CI saw on the elbow, 3.12 N*m > 1.5).
+    cfg = _position_config()
+    ctl, cmds = _stalled_node_run(engine, cfg, p_gain_drop=False)
+    assert all(c.state == 'enabled' for c in cmds), {(c.state, c.reason) for c in cmds}
+    assert ctl.monitor_unjudged == 0
+    # The same stall with the servo's gain dropped to P=5 during it is still caught, on the
+    # backlog itself.
+    ctl, cmds = _stalled_node_run(engine, cfg, p_gain_drop=True)
+    first = next(k for k, c in enumerate(cmds) if c.state == 'fault')
+    assert first < HZ // 2 and cmds[first].reason.startswith(('effort', 'tracking'))
+
+
+def test_a_sample_older_than_every_kept_command_is_counted_not_judged(engine):
+    # Stamps on a clock 2 s behind the node's: every sample predates every kept command, so
+    # none can be judged (an effort 100 N*m off would otherwise fault); each is counted.
+    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
+    ctl = PartialImpedanceController(engine, _position_config())
+    sim.reset(Q_HORIZONTAL)
+    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.servo_stiffness))
+    sim.step(1.0)
+    states = []
+    for c in range(HZ):
+        m = sim.measure()
+        cmd = ctl.update(c * PERIOD_NS, m.q, m.qd, stamp_ns=c * PERIOD_NS - 2_000_000_000,
+                         effort=m.effort + 100.0)
+        if cmd is not None:
+            sim.set_position_command(cmd.position)
+            states.append(cmd.state)
+        sim.step(1.0 / HZ)
+    assert states[-1] == 'enabled' and 'fault' not in states[states.index('enabled'):]
+    assert ctl.monitor_unjudged == states.count('enabled') - 1
+
+
+def test_the_command_history_returns_what_a_scan_of_every_command_returns():
+    from plag_ros.core.control import _CommandHistory
+    rng = np.random.default_rng(7)
+    history = _CommandHistory(16, 3)
+    sent: list[tuple[int, np.ndarray]] = []
+    t = 0
+    for _ in range(60):
+        t += int(rng.integers(1, 8)) * 1_000_000
+        q = rng.normal(size=3)
+        history.append(t, q)
+        sent.append((t, q))
+        kept = sent[-16:]
+        for taken in (t - 40_000_000, t - 5_500_000, t, t + 3_000_000, kept[0][0] - 1):
+            window = 10_000_000
+            before = [k for k, (ts, _) in enumerate(kept) if ts <= taken]
+            if not before:
+                assert history.in_force(taken, window) is None
+                continue
+            inside = [k for k in before if ts_of(kept, k) >= taken - window]
+            start = min(inside) - 1 if inside else before[-1]
+            want = np.array([q for _, q in kept[max(0, start):before[-1] + 1]])
+            np.testing.assert_array_equal(history.in_force(taken, window), want)
+    history.clear()
+    assert len(history) == 0 and history.in_force(t, 1) is None
+
+
+def ts_of(kept, k):
+    return kept[k][0]

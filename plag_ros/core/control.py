@@ -77,7 +77,6 @@ doi:10.3390/robotics14050054.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
@@ -117,7 +116,11 @@ ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
 ``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
 
 _MONITOR_WINDOW_S = 0.05
-"""[s] commands this recent count as possibly in force for the monitor."""
+"""[s] commands sent this long before a measurement count as possibly in force for it."""
+_MONITOR_HISTORY_S = 0.5
+"""[s] commands kept for the monitor: a measurement read this late (a backlog of
+joint_states behind a stalled node; its subscription queues 50) is still judged against
+the commands in force when it was taken."""
 _EFFORT_CHECK_QD = 0.3
 """[rad/s] joints faster than this are left out of the effort check."""
 _ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'max_position_step')
@@ -450,6 +453,46 @@ class Command(NamedTuple):
     saturated: np.ndarray
 
 
+class _CommandHistory:
+    """The last ``capacity`` position commands with their send times, oldest first.
+
+    A ring stored twice over (entry i also at i + capacity), so the kept commands are always
+    one contiguous slice: one append per control cycle, no allocation, no copy to search."""
+
+    def __init__(self, capacity: int, n: int) -> None:
+        self._cap = capacity
+        self._t = np.zeros(2 * capacity, dtype=np.int64)  # (2 capacity,) send time [ns]
+        self._q = np.zeros((2 * capacity, n))              # (2 capacity, n) commands [rad]
+        self._start = 0
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def clear(self) -> None:
+        self._start = self._len = 0
+
+    def append(self, t_ns: int, position: np.ndarray) -> None:
+        i = (self._start + self._len) % self._cap
+        self._t[i] = self._t[i + self._cap] = t_ns
+        self._q[i] = self._q[i + self._cap] = position
+        if self._len < self._cap:
+            self._len += 1
+        else:
+            self._start = (self._start + 1) % self._cap
+
+    def in_force(self, taken_ns: int, window_ns: int) -> np.ndarray | None:
+        """(k, n) the commands that may have acted on a measurement taken at ``taken_ns``
+        [ns]: those sent in ``[taken_ns - window_ns, taken_ns]`` and the one in force at the
+        window's start; None when every kept command was sent after ``taken_ns``."""
+        t = self._t[self._start:self._start + self._len]
+        last = int(t.searchsorted(taken_ns, side='right'))          # sent at or before
+        if last == 0:
+            return None
+        first = max(0, int(t.searchsorted(taken_ns - window_ns, side='left')) - 1)
+        return self._q[self._start + first:self._start + last]
+
+
 class PartialImpedanceController:
     """Partial-impedance law with an estimator, limits, watchdog and enable ramp.
 
@@ -624,8 +667,11 @@ class PartialImpedanceController:
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
         self._over_since: dict[str, int] = {}
-        self._recent: collections.deque[np.ndarray] = collections.deque(
-            maxlen=max(2, round(_MONITOR_WINDOW_S * self.config.rate_hz)))
+        self._recent = _CommandHistory(
+            max(2, round(_MONITOR_HISTORY_S * self.config.rate_hz)), self._act.size)
+        self.monitor_unjudged = 0
+        """Measurements the servo monitor could not judge: taken before every command it
+        keeps (a backlog longer than its history, or stamps on a clock far behind)."""
         self._latched = False
         self._ramp_start_ns = 0
         self._t0_ns = 0
@@ -831,7 +877,8 @@ class PartialImpedanceController:
         self._clear_fault(now_ns)
         if not self._enabled or self._fault:
             return self._hold(now_ns)
-        if self._monitor(now_ns, q, effort, sample.qd):
+        taken_ns = now_ns if stamp_ns is None else min(int(stamp_ns), now_ns)
+        if self._monitor(now_ns, taken_ns, q, effort, sample.qd):
             return self._hold(now_ns)
         command = self._law(now_ns, q, sample.qd, sample.qdd)
         if self._oscillation is not None:
@@ -845,20 +892,27 @@ class PartialImpedanceController:
                 return self._hold(now_ns)
         return command
 
-    def _monitor(self, now_ns: int, q: np.ndarray, effort: ArrayLike | None,
+    def _monitor(self, now_ns: int, taken_ns: int, q: np.ndarray, effort: ArrayLike | None,
                  qd: np.ndarray) -> bool:
-        """Check the command in force against the measurement; True on a new fault.
+        """Check the commands in force when ``q`` was taken (``taken_ns``) against it; True
+        on a new fault.
 
         The effort check skips joints moving faster than ``_EFFORT_CHECK_QD``: the motor's
         back-EMF damping (unknown here) then adds to the servo torque."""
         cfg = self.config
-        if cfg.command_interface != 'position' or not self._recent:
+        if cfg.command_interface != 'position' or not len(self._recent):
             self._over_since.clear()
             return False
-        # The measurement may predate the newest command (DDS hops, the driver's cycle, a
-        # busy machine): a joint passes when any command of the last _MONITOR_WINDOW_S
-        # explains it. A servo without gain is explained by none.
-        recent = np.array(self._recent)                          # (k, n_act)
+        # The servo acted on a command sent before the measurement was taken, after DDS hops
+        # and the driver's cycle: a joint passes when any command sent in the
+        # _MONITOR_WINDOW_S before ``taken_ns`` (or the one in force at its start) explains
+        # it. A servo without gain is explained by none. Judging by the sample's time, not
+        # by the newest commands, keeps a backlog of joint_states (a stalled node reads
+        # them late, after its reference moved on) from looking like a lost servo.
+        recent = self._recent.in_force(taken_ns, int(_MONITOR_WINDOW_S * 1e9))  # (k, n_act)
+        if recent is None:
+            self.monitor_unjudged += 1
+            return False
         errors = recent - q
         error = np.where(self._monitored, np.abs(errors).min(0), 0.0)
         checks = {'tracking': (error, cfg.tracking_error_limit, 'rad')}
@@ -974,6 +1028,6 @@ class PartialImpedanceController:
             saturated |= position != q + clipped / self._Ks
             self._last_position = position
             self._last_command = position.copy()
-            self._recent.append(position.copy())
+            self._recent.append(now_ns, position)
         return Command(now_ns, self.state, '', effort, position, clipped, compensation, q_d,
                        alpha, saturated)

@@ -338,7 +338,8 @@ class ImpedanceNode(Node):
             [self._names[a] for a in np.flatnonzero(command.saturated)],
             'commands': self.commands, 'rejected': self.rejected,
             'estimator_rejected': ctl.estimator.rejected,
-            'estimator_resets': ctl.estimator.resets})))
+            'estimator_resets': ctl.estimator.resets,
+            'monitor_unjudged': ctl.monitor_unjudged})))
 
     def _trajectory(self, positions: np.ndarray) -> JointTrajectory:
         """One-point trajectory for crane_x7_arm_controller: stamp 0 = start now."""

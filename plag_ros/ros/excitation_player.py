@@ -12,6 +12,14 @@ model; something must subscribe to the command topic (the controller is active).
 plays, a joint further than ``tracking_limit`` from its command, or joint states older than
 ``stale_s``, stops it: the arm is sent a one-point trajectory to where it is, as is done on
 Ctrl-C.
+
+Every message is waited for until each matched subscriber has acknowledged it (up to
+``ACK_TIMEOUT_S``) before the play returns or raises: the caller destroys the node next, and
+a writer destroyed before a reader has acknowledged takes the sample with it. A reader can
+be counted by the writer before it has matched the writer itself (discovery is per side);
+its first samples then arrive only through the writer's repair, which needs the writer
+alive. Without the wait, a play stopped at once lost its hold command for the recorder (seen
+in CI: ``plag-ros record`` had the first play's trajectory but neither message of the next).
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from typing import Any
 import numpy as np
 import rclpy
 from builtin_interfaces.msg import Duration
+from rclpy.duration import Duration as RclpyDuration
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -39,6 +48,9 @@ from plag_ros.core.model import RobotModel
 from plag_ros.ros.messages import ns_to_stamp
 
 __all__ = ['START_LEAD_NS', 'PlayError', 'play_excitation']
+
+ACK_TIMEOUT_S = 2.0
+"""How long a sent command is waited for to be acknowledged by every matched subscriber [s]."""
 
 START_LEAD_NS = 500_000_000
 """How far ahead of the send the trajectory's start stamp lies [ns]: past DDS delivery and
@@ -119,13 +131,20 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
     msg.header.stamp = ns_to_stamp(start_ns)
     command = TrajectoryCommand(start_ns * 1e-9, q_now, times, positions, velocities)
 
+    def delivered() -> str:
+        """Wait for every matched subscriber's acknowledgement; '' or what is missing."""
+        if publisher.wait_for_all_acked(RclpyDuration(seconds=ACK_TIMEOUT_S)):
+            return ''
+        return (f' (not acknowledged by every subscriber of {topic} within '
+                f'{ACK_TIMEOUT_S:g} s)')
+
     def hold(why: str) -> PlayError:
         q = np.asarray(latest['q'])
         publisher.publish(JointTrajectory(
             joint_names=list(command_joints),
             points=[JointTrajectoryPoint(positions=q.tolist(), velocities=[0.0] * len(q),
                                          time_from_start=_duration(0.5))]))
-        return PlayError(f'stopped, the arm holds where it is: {why}')
+        return PlayError(f'stopped, the arm holds where it is: {why}{delivered()}')
 
     publisher.publish(msg)
     log(f'playing {cycles} x {excitation.period:g} s after a {times[0]:.1f} s approach '
@@ -143,4 +162,7 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
             raise hold(f'{command_joints[k]} is {error[k]:.3f} rad from its command '
                        f'(limit {tracking_limit})')
         if now_s > command.end_s + 0.5:
+            missing = delivered()
+            if missing:
+                log(f'the trajectory was played{missing}')
             return command.first_point_s, command.end_s

@@ -539,12 +539,19 @@ def test_disable_and_fault_hold_without_droop(engine):
         assert drift < 5e-3, (ending, drift)
 
 
-def test_p_gain_drop_is_a_latched_fault_within_half_a_second(engine):
+def _held_at_horizontal(engine, cfg: ImpedanceConfig):
+    """A simulator resting 1 s at Q_HORIZONTAL under the driver's unsagged hold, and a
+    controller for it."""
     sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
-    ctl = PartialImpedanceController(engine, _position_config())
+    ctl = PartialImpedanceController(engine, cfg)
     sim.reset(Q_HORIZONTAL)
     sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.servo_stiffness))
     sim.step(1.0)
+    return sim, ctl
+
+
+def test_p_gain_drop_is_a_latched_fault_within_half_a_second(engine):
+    sim, ctl = _held_at_horizontal(engine, _position_config())
     cmds, _ = _run(sim, ctl, 0, 2 * HZ)
     assert all(c.state == 'enabled' for c in cmds[HZ:]), {c.reason for c in cmds}
     sim.set_p_gain(5.0)                                 # what the driver writes on deactivate
@@ -560,11 +567,7 @@ def test_p_gain_drop_is_a_latched_fault_within_half_a_second(engine):
 
 def test_monitor_without_effort_catches_the_fall(engine):
     # Tracking alone (a driver whose effort is not trusted) also catches the limp arm.
-    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
-    ctl = PartialImpedanceController(engine, _position_config(effort_error_limit=math.inf))
-    sim.reset(Q_HORIZONTAL)
-    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.servo_stiffness))
-    sim.step(1.0)
+    sim, ctl = _held_at_horizontal(engine, _position_config(effort_error_limit=math.inf))
     _run(sim, ctl, 0, HZ, effort=False)
     sim.set_p_gain(5.0)
     cmds, _ = _run(sim, ctl, HZ, HZ, effort=False)
@@ -577,14 +580,10 @@ def _stalled_node_run(engine, cfg, *, p_gain_drop: bool):
     the samples queued meanwhile at 2.5 ms each (a loaded machine) until it has caught up.
     The servo takes one sample every period with the newest command sent by then. Returns
     the controller and its commands from the stall on."""
-    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
-    ctl = PartialImpedanceController(engine, cfg)
+    sim, ctl = _held_at_horizontal(engine, cfg)
     amplitude = np.zeros(8)
     amplitude[3] = 0.4
     ctl.set_reference(SineReference(amplitude, 0.5))
-    sim.reset(Q_HORIZONTAL)
-    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.servo_stiffness))
-    sim.step(1.0)
     stall = (HZ, HZ + HZ // 4)                         # periods the node does not run
     sent: list[tuple[int, np.ndarray]] = []            # (send time, position command)
     read_ns, cmds = 0, []
@@ -628,11 +627,7 @@ def test_a_backlog_of_joint_states_is_judged_against_the_commands_of_its_time(en
 def test_a_sample_older_than_every_kept_command_is_counted_not_judged(engine):
     # Stamps on a clock 2 s behind the node's: every sample predates every kept command, so
     # none can be judged (an effort 100 N*m off would otherwise fault); each is counted.
-    sim = Simulator(engine.model, SimulatorConfig(), engine=engine)
-    ctl = PartialImpedanceController(engine, _position_config())
-    sim.reset(Q_HORIZONTAL)
-    sim.set_position_command(unsagged(engine, Q_HORIZONTAL, ctl.servo_stiffness))
-    sim.step(1.0)
+    sim, ctl = _held_at_horizontal(engine, _position_config())
     states = []
     for c in range(HZ):
         m = sim.measure()

@@ -659,13 +659,10 @@ def test_the_command_history_returns_what_a_scan_of_every_command_returns():
             if not before:
                 assert history.in_force(taken, window) is None
                 continue
-            inside = [k for k in before if ts_of(kept, k) >= taken - window]
+            inside = [k for k in before if kept[k][0] >= taken - window]
             start = min(inside) - 1 if inside else before[-1]
             want = np.array([q for _, q in kept[max(0, start):before[-1] + 1]])
             np.testing.assert_array_equal(history.in_force(taken, window), want)
     history.clear()
     assert len(history) == 0 and history.in_force(t, 1) is None
 
-
-def ts_of(kept, k):
-    return kept[k][0]

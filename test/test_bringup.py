@@ -10,10 +10,12 @@ one in the printed domain sees its joint states.
 """
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -21,7 +23,8 @@ from ros_helpers import REPO, RosClient, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
-from plag_ros.apps.bringup import StopRequest, Summary
+from plag_ros.apps.bringup import Summary
+from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.core.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
@@ -219,9 +222,15 @@ def test_plag_ros_sim_serves_the_torques_to_foxglove(tmp_path):
 
 def test_a_signal_only_asks_the_monitor_to_stop():
     """The handler raises nothing (a KeyboardInterrupt inside rclpy's native take came out
-    as a RuntimeError and exit 1) and keeps the first signal it saw."""
-    stop = StopRequest()
-    assert not stop
-    assert stop(signal.SIGTERM, None) is None
-    stop(signal.SIGINT, None)
-    assert stop and stop.signum == signal.SIGTERM
+    as a RuntimeError and exit 1), sets the event, and hands back what it replaced."""
+    stop = threading.Event()
+    before = signal.getsignal(signal.SIGUSR1)
+    previous = stop_on_signals(stop, (signal.SIGUSR1,))
+    try:
+        assert not stop.is_set()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        signal.raise_signal(signal.SIGUSR1)           # a second one raises nothing either
+        assert stop.is_set()
+    finally:
+        signal.signal(signal.SIGUSR1, previous[signal.SIGUSR1])
+    assert previous == {signal.SIGUSR1: before}

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.ros.node_setups import NodeSetup, robot_setup, running, sim_setup
 
 __all__ = ['SIM_CONTROL_DEMO', 'NodeProcess', 'NodeSpec', 'Summary', 'config_path',
@@ -256,7 +258,7 @@ def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
     return q[actuated]
 
 
-def _monitor(children: list[NodeProcess], stop: StopRequest, *, duration: float | None,
+def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: float | None,
              startup_timeout: float, motion: bool, out, report: Path | None = None,
              foxglove: tuple[str, int, bool] | None = None) -> int:
     """Host ``plag_monitor``: print the summary once a second until ``duration`` or
@@ -351,7 +353,7 @@ def _monitor(children: list[NodeProcess], stop: StopRequest, *, duration: float 
     status = 0
     try:
         begin = time.monotonic()
-        while summary.total_outputs == 0 and not stop:     # wait for the graph to come up
+        while summary.total_outputs == 0 and not stop.is_set():   # the graph comes up
             executor.spin_once(timeout_sec=0.1)
             dead = [c for c in children if not c.alive()]
             if dead or time.monotonic() - begin > startup_timeout:
@@ -361,13 +363,13 @@ def _monitor(children: list[NodeProcess], stop: StopRequest, *, duration: float 
                 for child in children:
                     print(child.tail(), file=sys.stderr)
                 return 1
-        if not stop:
+        if not stop.is_set():
             print(f'plag-ros: graph up after {time.monotonic() - begin:.1f} s', file=out,
                   flush=True)
         start = time.monotonic()
         summary._reset()
         next_print = start + 1.0
-        while not stop and (duration is None or time.monotonic() - start < duration):
+        while not stop.is_set() and (duration is None or time.monotonic() - start < duration):
             executor.spin_once(timeout_sec=0.01)
             now = time.monotonic()
             if command_pub is not None:
@@ -413,9 +415,8 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     # Ctrl-C, `kill` and a closed terminal all stop the nodes cleanly. An explicit SIGINT
     # handler also undoes the SIG_IGN a non-interactive shell gives background jobs, which
     # the node subprocesses would otherwise inherit (and then ignore Ctrl-C).
-    stop = StopRequest()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM,
-                                                          signal.SIGHUP)}
+    stop = threading.Event()
+    previous = stop_on_signals(stop, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     children: list[NodeProcess] = []
     status = 1
     try:
@@ -438,27 +439,6 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
-
-
-class StopRequest:
-    """The signal handler of ``plag-ros sim`` / ``run``: it records that SIGINT, SIGTERM or
-    SIGHUP came, and the monitor's loops end at their next check (at most 0.1 s later).
-
-    It raises nothing: a KeyboardInterrupt raised from the handler lands wherever the main
-    thread is, and inside rclpy's native take of a message pybind11 turns it into
-    ``RuntimeError: Unable to convert call argument '0' to Python object``, which ended a
-    CI run's ``plag-ros sim --foxglove`` with exit 1 on a plain Ctrl-C.
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __call__(self, signum: int, frame) -> None:  # noqa: ARG002 - handler signature
-        if self.signum is None:
-            self.signum = signum
-
-    def __bool__(self) -> bool:
-        return self.signum is not None
 
 
 def sim_specs(control: bool) -> list[NodeSpec]:

@@ -27,7 +27,6 @@ pages; both storages flush the same way.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from rosbags.interfaces import ConnectionExtRosbag2
 
+from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.io.bag import BagError, open_bag, pick_joint_state_topic, prepare_output, qos_profile
 from plag_ros.io.bag_writer import BagWriter
 
@@ -425,16 +425,10 @@ def _with_ros(work: Callable[[threading.Event], _T]) -> _T:
 
     rclpy.init()
     stop = threading.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop)          # SIGINT/SIGTERM: the bag is closed, not lost
     try:
         return work(stop)
     finally:
         rclpy_compat.try_shutdown()
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
-    """SIGINT/SIGTERM end the replay or recording cleanly (the bag is closed)."""
-    def handler(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
-        stop.set()
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)

@@ -2,7 +2,7 @@
 
 Writes an mcap bag as the robot's driver records it (8 actuated joints in the driver's own
 order, 1 ms stamp jitter, 0.1 mrad encoder noise, an extra topic), then times
-``plag_ros.apps.analyze.analyze_bag`` with every product (output bag with all of the dynamics
+``plag_ros.apps.bag_analysis.analyze_bag`` with every product (output bag with all of the dynamics
 node's topics at full rate, markers and image at 20 Hz; npz; csv; plots; summary) and
 prints the split between reading, estimation, decomposition and writing. Target: under
 15 s on a 2-core CPU.
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from plag_ros.apps.analyze import analyze_bag
-from plag_ros.core.analysis import AnalysisOptions
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.apps.bag_analysis import analyze_bag
+from plag_ros.core.decomposition.analysis import AnalysisOptions
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros.output_bag import write_joint_state_bag
 
 RATE_HZ = 200.0

@@ -35,7 +35,7 @@ from std_msgs.msg import Float64MultiArray  # noqa: E402
 from std_srvs.srv import SetBool  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
-from plag_ros.core import motors  # noqa: E402
+from plag_ros.core.dynamics import motors  # noqa: E402
 
 DOMAIN = 56
 Q_H = '[0.0, 1.5, 0.0, -0.4, 0.0, 0.0, 0.0, 0.0]'

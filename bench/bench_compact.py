@@ -1,4 +1,4 @@
-"""Compact layout (plag_ros.core.compact) against the dense one: bytes, time, npz size.
+"""Compact layout (plag_ros.core.dynamics.compact) against the dense one: bytes, time, npz size.
 
 For the CRANE-X7 (10 000 random samples) and a 30-joint serial chain (2 000), float64:
 
@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO / 'test'))
 from robots import serial_chain  # noqa: E402
 from timing import median_time_s  # noqa: E402
 
-from plag_ros.core.compact import CompactLayout  # noqa: E402
-from plag_ros.core.dynamics import PartialLagrangian  # noqa: E402
-from plag_ros.core.model import RobotModel, default_urdf_path  # noqa: E402
+from plag_ros.core.dynamics.compact import CompactLayout  # noqa: E402
+from plag_ros.core.dynamics.engine import PartialLagrangian  # noqa: E402
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path  # noqa: E402
 from plag_ros.io.npz import save_npz  # noqa: E402
 
 

@@ -23,15 +23,11 @@ import numpy as np
 import pinocchio as pin
 import torch
 
-from plag_ros.core.control import (
-    ImpedanceConfig,
-    PartialImpedanceController,
-    actuation_matrix,
-    propagation_mask,
-)
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.control.config import ImpedanceConfig, propagation_mask
+from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig
 
 TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'
 ELBOW = 'crane_x7_upper_arm_revolute_part_rotate_joint'

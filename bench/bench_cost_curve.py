@@ -60,8 +60,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'test'))
 from pin_oracle import PathForest, PinOracle  # noqa: E402
 from robots import serial_chain  # noqa: E402
 
-from plag_ros.core.dynamics import PartialLagrangian  # noqa: E402
-from plag_ros.core.model import RobotModel  # noqa: E402
+from plag_ros.core.dynamics.engine import PartialLagrangian  # noqa: E402
+from plag_ros.core.dynamics.model import RobotModel  # noqa: E402
 
 NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 18, 21, 25, 30)
 FIT_FROM = 8

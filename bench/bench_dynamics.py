@@ -45,9 +45,9 @@ from pin_oracle import PathForest, PinOracle  # noqa: E402
 from robots import serial_chain  # noqa: E402
 from timing import median_time_s  # noqa: E402
 
-from plag_ros.core import kernel  # noqa: E402
-from plag_ros.core.dynamics import PartialLagrangian  # noqa: E402
-from plag_ros.core.model import RobotModel, default_urdf_path  # noqa: E402
+from plag_ros.core.dynamics import kernel  # noqa: E402
+from plag_ros.core.dynamics.engine import PartialLagrangian  # noqa: E402
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path  # noqa: E402
 
 
 def percentiles(samples_us):

@@ -1,4 +1,4 @@
-"""Benchmark of plag_ros.core.filters: live per-sample cost and offline throughput.
+"""Benchmark of plag_ros.core.estimation.filters: live per-sample cost and offline throughput.
 
 Live: ``JointStateEstimator.update`` for 8 joints, 20k samples of a 200 Hz stream with
 0.5 ms stamp jitter and 4096-count encoder quantisation, each call timed alone (p50/p99
@@ -26,7 +26,7 @@ import scipy
 from scipy import signal
 from timing import median_time_s
 
-from plag_ros.core.filters import (
+from plag_ros.core.estimation.filters import (
     EstimatorConfig,
     JointStateEstimator,
     StreamingSOS,
@@ -104,7 +104,7 @@ def main() -> int:
     config = EstimatorConfig()  # 10 Hz, order 3, 200 Hz
     sos = design_lowpass(config)
     channels = 2 * N_JOINTS + 1
-    print(f'plag_ros.core.filters benchmark: python {platform.python_version()}, numpy '
+    print(f'plag_ros.core.estimation.filters benchmark: python {platform.python_version()}, numpy '
           f'{np.__version__}, scipy {scipy.__version__}, {os.cpu_count()} CPUs, '
           f'{platform.processor() or platform.machine()}')
     print(f'config: cutoff {config.cutoff_hz} Hz, order {config.order}, rate '

@@ -2,14 +2,14 @@
 
 The bags: ``--bags`` (20) recordings of ``--minutes`` (10) at 200 Hz, sqlite3 and mcap in
 turn, as the driver records them (8 actuated joints, 0.5 ms stamp jitter, 0.1 mrad encoder
-noise). The motion comes from the simulator (:class:`plag_ros.core.simulation.Simulator`,
+noise). The motion comes from the simulator (:class:`plag_ros.core.simulation.simulator.Simulator`,
 the CRANE-X7 in position mode following a slow multi-sine command): two simulated
 recordings (seeds 0 and 1, cached in ``--cache``, about 2 min of simulation each on this
 machine), each bag taking one of them with its own noise and jitter.
 
 Timed, in one process, on the same bags and products:
 
-* sequential: :func:`plag_ros.apps.analyze.analyze_bag` on each bag in turn (the
+* sequential: :func:`plag_ros.apps.bag_analysis.analyze_bag` on each bag in turn (the
   single-bag path; the engine's default threads);
 * the local Dask cluster with 1 and with 2 worker processes
   (:func:`plag_ros.apps.fleet.analyze_bags`, cluster start included).
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from plag_ros.apps.analyze import analyze_bag
+from plag_ros.apps.bag_analysis import analyze_bag
 from plag_ros.apps.fleet import analyze_bags
-from plag_ros.core.analysis import AnalysisOptions
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.simulation import Simulator
+from plag_ros.core.decomposition.analysis import AnalysisOptions
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation.simulator import Simulator
 from plag_ros.ros.output_bag import write_joint_state_bag
 
 RATE_HZ = 200.0

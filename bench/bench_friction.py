@@ -2,7 +2,8 @@
 
 Per accepted joint state the node reads the message's effort
 (``JointStateReader.optional_effort``) and applies the rest rule
-(``plag_ros.core.friction.RestFriction.apply``) to the decomposition it just computed. This
+(``plag_ros.core.estimation.friction.RestFriction.apply``) to the decomposition it just computed.
+This
 bench times both on one CRANE-X7 sample, with every joint at rest (the stick branch) and
 every joint moving, against the decomposition itself (``decompose_arrays`` into reused
 buffers) in the same process, and the rule on a 10 000-sample batch (what ``plag-ros
@@ -16,10 +17,10 @@ import numpy as np
 import torch
 from timing import median_time_s
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig
-from plag_ros.core.friction import RestFriction
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig
+from plag_ros.core.estimation.friction import RestFriction
 from plag_ros.ros import messages as msgs
 
 

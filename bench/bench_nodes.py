@@ -73,7 +73,7 @@ def feed(rate_hz: float, duration_s: float, wait_s: float) -> None:
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import JointState
 
-    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.ros import messages as msgs
 
     model = RobotModel.from_urdf(default_urdf_path())
@@ -147,7 +147,7 @@ def bench_rate(rate_hz: float, duration_s: float, log_dir: Path,
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.ros.input_thread import InputThread
 
     model = RobotModel.from_urdf(default_urdf_path())
@@ -267,8 +267,8 @@ def pinocchio_peer(n_samples: int) -> tuple[float, float]:
     import pinocchio as pin
     import torch
 
-    from plag_ros.core.dynamics import PartialLagrangian
-    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
     torch.set_num_threads(1)
     model = RobotModel.from_urdf(default_urdf_path())

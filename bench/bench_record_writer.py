@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import JOINT_STATE_TYPE, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate

@@ -1,13 +1,13 @@
 """The joint-torque regressor's cost per sample against Pinocchio's in the same run, and the
 time to identify the arm from ten minutes of recording at 200 Hz.
 
-``plag_ros.core.regressor.joint_torque_regressor`` (numpy, batched over samples) on the
+``plag_ros.core.dynamics.regressor.joint_torque_regressor`` (numpy, batched over samples) on the
 CRANE-X7 at seeded random states, per sample, for batches of 1, 1000 and 10 000 samples
 (the identification of ten minutes at 200 Hz regresses 120 000 samples, in such blocks);
 the peer is ``pin.computeJointTorqueRegressor``, one call per sample (Pinocchio has no
 batched form), on the same samples. Both give the same (9, 90) matrices (test_regressor.py).
 Medians of ``--repeat`` runs; the ratio is ours / Pinocchio's. Then
-``plag_ros.core.identification.identify`` on 120 000 samples (ten minutes at 200 Hz) of
+``plag_ros.core.identification.fit.identify`` on 120 000 samples (ten minutes at 200 Hz) of
 every arm joint swinging, with torques from the regressor and 0.02 N*m of noise: one run,
 wall time.
 
@@ -24,8 +24,8 @@ import numpy as np
 import pinocchio as pin
 from timing import median_time_s
 
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.regressor import joint_torque_regressor
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.regressor import joint_torque_regressor
 
 
 def main() -> int:
@@ -63,7 +63,7 @@ def main() -> int:
 
 def identify_ten_minutes(model: RobotModel) -> None:
     """Time ``identify`` on ten minutes at 200 Hz (see the module doc)."""
-    from plag_ros.core.identification import identify, predict
+    from plag_ros.core.identification.fit import identify, predict
 
     t = np.arange(0.0, 600.0, 1.0 / 200.0)
     rng = np.random.default_rng(1)

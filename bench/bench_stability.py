@@ -1,6 +1,6 @@
 """Stable (K, D) region of each CRANE-X7 arm joint, per estimator choice and command path.
 
-For each joint the sampled loop of :mod:`plag_ros.core.stability` (the joint's lightest
+For each joint the sampled loop of :mod:`plag_ros.core.control.stability` (the joint's lightest
 effective inertia over the workspace, zero-order hold, the estimator's velocity filter
 in the damping term, a sample-to-command delay) is stable for (K, D) below a boundary;
 this bench maps the boundary as ``K_max(D)`` on a grid of D, for:
@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from plag_ros.core import stability
-from plag_ros.core.filters import EstimatorConfig
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.control import stability
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig
 
 HERE = Path(__file__).resolve().parent
 PATHS = (('effort', 200.0, 0.0), ('effort', 200.0, 0.5), ('position', 200.0, 1.0),

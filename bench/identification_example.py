@@ -45,7 +45,7 @@ from identified_files import (  # noqa: E402
 )
 
 from plag_ros.apps.cli import main as plag_ros  # noqa: E402
-from plag_ros.core import motors  # noqa: E402
+from plag_ros.core.dynamics import motors  # noqa: E402
 
 
 def main() -> int:

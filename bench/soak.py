@@ -44,14 +44,9 @@ def main() -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from plag_ros.apps.bringup import (
-        SIM_CONTROL_DEMO,
-        NodeProcess,
-        isolate,
-        sim_specs,
-        with_overlay,
-    )
+    from plag_ros.apps.bringup import SIM_CONTROL_DEMO, NodeProcess, sim_specs, with_overlay
     from plag_ros.ros import messages as msgs
+    from plag_ros.ros.domains import isolate
 
     isolate(None)
     log_dir = Path(tempfile.mkdtemp(prefix='plag_soak_'))

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from plag_ros.core.identification import joint_friction
-from plag_ros.core.model import RobotModel
-from plag_ros.core.regressor import inertial_parameters
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.dynamics.regressor import inertial_parameters
+from plag_ros.core.identification.fit import joint_friction
 
 
 def write_identified(path: Path, model: RobotModel, *, armature: np.ndarray | float,
@@ -48,8 +48,8 @@ def acceptance_arm(folder: Path) -> tuple[str, dict[str, float]]:
     Returns:
         (the file's path, K_s per arm joint).
     """
-    from plag_ros.core import motors
-    from plag_ros.core.model import default_urdf_path
+    from plag_ros.core.dynamics import motors
+    from plag_ros.core.dynamics.model import default_urdf_path
 
     nominal = RobotModel.from_urdf(default_urdf_path())
     mass, com = nominal.body_mass.copy(), nominal.body_com.copy()
@@ -80,7 +80,7 @@ def miscalibrated_arm(folder: Path) -> tuple[str, dict[str, float], dict[str, fl
     Returns:
         (the file's path, K_s per arm joint, effort scale per arm joint).
     """
-    from plag_ros.core import motors
+    from plag_ros.core.dynamics import motors
 
     truth, stiffness = acceptance_arm(folder)
     content = yaml.safe_load(Path(truth).read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.model import RobotModel
 
 
 class PinOracle:

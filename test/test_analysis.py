@@ -1,4 +1,5 @@
-"""plag_ros.core.analysis: ``plag-ros analyze`` against the library on the same arrays.
+"""plag_ros.core.decomposition.analysis: ``plag-ros analyze`` against the library on the same
+arrays.
 
 A CRANE-X7 bag is written into ``tmp_path`` (driver's shuffled joint order, no mimic finger,
 an extra topic; mcap with Kilted definitions and sqlite3 with Humble ones). The analysis
@@ -27,19 +28,19 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros.apps import analyze as analyze_tool
-from plag_ros.apps.analyze import analyze_bag
-from plag_ros.core.analysis import (
+from plag_ros.apps import bag_analysis as analyze_tool
+from plag_ros.apps.bag_analysis import analyze_bag
+from plag_ros.core.decomposition.analysis import (
     AnalysisOptions,
     analyze_arrays,
     own_source_propagation,
     propagation_paths,
 )
-from plag_ros.core.compact import load_analysis
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig, JointStateEstimator, estimate_offline
-from plag_ros.core.friction import rest_band
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.compact import load_analysis
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator, estimate_offline
+from plag_ros.core.estimation.friction import rest_band
 from plag_ros.io.bag import OutputExistsError, read_joint_states, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import cdr_encode

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from plag_ros.core.arm_ownership import ArmOwnership
+from plag_ros.core.control.arm_ownership import ArmOwnership
 
 
 def forward(**kw) -> ArmOwnership:

@@ -20,7 +20,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import (
     JOINT_STATE_TYPE,
     BagReadError,
@@ -320,7 +320,7 @@ def test_cdr_encode_of_markers_and_image(model):
     """The canonical encoder handles every field kind the node publishes."""
     import torch
 
-    from plag_ros.core.dynamics import PartialLagrangian
+    from plag_ros.core.dynamics.engine import PartialLagrangian
 
     engine = PartialLagrangian(model, dtype=torch.float64)
     q = np.linspace(-0.5, 0.5, model.n_joints)

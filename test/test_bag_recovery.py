@@ -21,7 +21,7 @@ import pytest
 from rosbags.rosbag2 import Reader
 from rosbags.rosbag2.storage_mcap import McapReader
 
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import (
     EXIT_RECOVERED_WITH_LOSS,
     JOINT_STATE_TYPE,

@@ -25,7 +25,7 @@ from std_msgs.msg import String
 
 from plag_ros.apps.bringup import Summary
 from plag_ros.apps.stop_signals import stop_on_signals
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 14

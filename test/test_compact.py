@@ -1,4 +1,5 @@
-"""The compact layout (plag_ros.core.compact): the tree's structural zeros, exact round trips, the
+"""The compact layout (plag_ros.core.dynamics.compact): the tree's structural zeros, exact round
+trips, the
 sizes derived by hand, and the compact analysis.npz read back as the dense one."""
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import pytest
 import torch
 from robots import serial_chain, two_arm_torso
 
-from plag_ros.core.compact import PAIR_FIELDS, TRIPLE_FIELDS, CompactLayout, load_analysis
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.compact import PAIR_FIELDS, TRIPLE_FIELDS, CompactLayout, load_analysis
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 
 def _models() -> dict[str, RobotModel]:

@@ -3,7 +3,8 @@ and closed-loop behaviour on a simulated CRANE-X7 (Gunji, Kusaka and Tanaka 2025
 section 4).
 
 The closed-loop tests run the controller at 200 Hz against the simulated CRANE-X7
-(:class:`plag_ros.core.simulation.Simulator`, 1 kHz, Dynamixel-like servo in position mode).
+(:class:`plag_ros.core.simulation.simulator.Simulator`, 1 kHz, Dynamixel-like servo in position
+mode).
 Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
 
 [MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
@@ -20,19 +21,14 @@ import pinocchio as pin
 import pytest
 import torch
 
-from plag_ros.core.control import (
-    HoldReference,
-    ImpedanceConfig,
-    PartialImpedanceController,
-    SineReference,
-    actuation_matrix,
-    propagation_mask,
-)
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.motors import servo_gains
-from plag_ros.core.simulation import Simulator, SimulatorConfig
+from plag_ros.core.control.config import ImpedanceConfig, propagation_mask
+from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.control.references import HoldReference, SineReference
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
+from plag_ros.core.dynamics.motors import servo_gains
+from plag_ros.core.estimation.filters import EstimatorConfig
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
 torch.set_num_threads(1)
 
@@ -354,7 +350,8 @@ def test_disable_holds_and_enable_reanchors(engine):
 
 
 def closed_loop(engine, cfg, reference, *, friction=True, push=None, seconds=2.0):
-    """Run the controller at RATE against :class:`plag_ros.core.simulation.Simulator` (1 kHz).
+    """Run the controller at RATE against :class:`plag_ros.core.simulation.simulator.Simulator` (1
+    kHz).
 
     ``push`` (n_act,) [N*m] is an external torque: added to the effort command, or to the
     servo goal as ``push / K_s`` in position mode (the same torque through the servo).
@@ -486,7 +483,7 @@ Q_HORIZONTAL = np.array([0.0, 1.5, 0.0, -0.05, 0.0, 0.0, 0.0, 0.0])
 
 
 def _position_config(**changes) -> ImpedanceConfig:
-    from plag_ros.core import motors
+    from plag_ros.core.dynamics import motors
     names = list(motors.ARM_JOINTS) + [motors.GRIPPER_JOINT]
     settings = dict(stiffness=np.array([5.0, 10.0, 5.0, 5.0, 2.0, 2.0, 1.0, 1.0]),
                     damping=np.array([0.2, 1.0, 0.3, 0.3, 0.05, 0.05, 0.02, 0.01]),
@@ -642,7 +639,7 @@ def test_a_sample_older_than_every_kept_command_is_counted_not_judged(engine):
 
 
 def test_the_command_history_returns_what_a_scan_of_every_command_returns():
-    from plag_ros.core.control import _CommandHistory
+    from plag_ros.core.control.impedance import _CommandHistory
     rng = np.random.default_rng(7)
     history = _CommandHistory(16, 3)
     sent: list[tuple[int, np.ndarray]] = []

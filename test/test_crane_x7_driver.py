@@ -6,7 +6,8 @@ driver's controllers (``/crane_x7_arm_controller/joint_trajectory``,
 ``/plag_arm_position_controller/commands``), the ``joints`` parameters read with
 GetParameters, the switch as a real rclpy service call. What is emulated: the controller
 manager (the sim's ``active_arm_controller`` parameter stands in for
-``controller_manager/switch_controller``) and the servos (plag_ros.core.simulation with the motor
+``controller_manager/switch_controller``) and the servos (plag_ros.core.simulation.simulator with
+the motor
 table's stiffness and the driver's P gains).
 
 The arm starts about horizontal (tilt 1.5 rad, elbow -0.05 rad), where the P-only servos sag
@@ -28,10 +29,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool
 
-from plag_ros.core import motors
-from plag_ros.core.control import actuation_matrix
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
 
 NODE = '/plag_impedance'
 Q_H = [0.0, 1.5, 0.0, -0.05, 0.0, 0.0, 0.0, 0.0]     # URDF order, 7 arm joints + finger a

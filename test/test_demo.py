@@ -50,7 +50,7 @@ def _pinocchio_figures(model, urdf_xml, duration_s):
 
 def test_plag_ros_demo_prints_components_and_paths(capsys, tmp_path):
     """The printed figures equal Pinocchio's for the same motion (to the 5 printed decimals)."""
-    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
     plot = tmp_path / 'demo.png'
     assert cli.main(['demo', '--duration', '2', '--plot', str(plot)]) == 0

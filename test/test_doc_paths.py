@@ -97,7 +97,7 @@ def test_patterns_and_resolution_on_known_cases():
         'plag_ros.io.bag_writer.ROSBAGS_TESTED', 'plag_ros.apps.cli:main']
     assert resolves('plag_ros.io.bag_writer.ROSBAGS_TESTED')
     assert resolves('plag_ros.apps.cli:main')
-    assert resolves('plag_ros.core.model.RobotModel.from_urdf')
+    assert resolves('plag_ros.core.dynamics.model.RobotModel.from_urdf')
     assert not resolves('plag_ros.io.bag_writer.NO_SUCH_NAME')
     assert not resolves('plag_ros.npz')                # the module moved to plag_ros.io
     assert not resolves('plag_ros.io:save_npz')        # npz's function, not io's

@@ -18,8 +18,8 @@ import torch
 from pin_oracle import PathForest, PinOracle
 from robots import planar_arm, serial_chain, two_arm_torso
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 RTOL = 1e-10
 G = 9.81
@@ -172,7 +172,7 @@ def test_torch_form_chunks_long_batches(robot, monkeypatch, dtype):
     ``chunk_size``. A small chunk size on the instance keeps the test fast; the number of
     closed-form passes shows the chunk branch ran (3 full chunks and a remainder).
     """
-    from plag_ros.core import torch_form
+    from plag_ros.core.dynamics import torch_form
 
     model = robot[0]
     chunked = PartialLagrangian(model, dtype=dtype, compiled=False)

@@ -25,11 +25,11 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros.core import motors
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.core.friction import rest_band
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.estimation.friction import rest_band
 from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 12

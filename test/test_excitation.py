@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from plag_ros.core import motors
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.excitation import (
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.identification.excitation import (
     ExcitationLimits,
     FourierExcitation,
     _Heights,
@@ -28,8 +29,7 @@ from plag_ros.core.excitation import (
     excitation_points,
     regressor_condition,
 )
-from plag_ros.core.joint_trajectory import TrajectoryCommand
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
 
 
 @pytest.fixture(scope='module')

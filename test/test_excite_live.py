@@ -22,11 +22,11 @@ from ros_helpers import REPO, RosClient, ros_env, start_node
 
 from plag_ros.apps.excite import read_excitation
 from plag_ros.apps.identify import commanded_positions
-from plag_ros.core import motors
-from plag_ros.core.analysis import estimate_recording
-from plag_ros.core.identification import predict
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.motors import servo_gains
+from plag_ros.core.decomposition.analysis import estimate_recording
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.motors import servo_gains
+from plag_ros.core.identification.fit import predict
 from plag_ros.io.bag import read_joint_states, read_trajectory_commands
 
 pytestmark = pytest.mark.long   # about a minute: Kilted's suite only (pyproject.toml)

@@ -20,8 +20,8 @@ import pytest
 import torch
 from pin_oracle import PinOracle
 
-from plag_ros.core.dynamics import FIELDS, PartialLagrangian
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.engine import FIELDS, PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
 
 RTOL = 1e-10
 

@@ -19,9 +19,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator
 from plag_ros.ros import messages as msgs
 
 TOL = 1e-9                    # node output against the library, same float64 arithmetic

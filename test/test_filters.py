@@ -1,4 +1,5 @@
-"""Tests of plag_ros.core.filters against analytic signals (five-point derivative + low-pass).
+"""Tests of plag_ros.core.estimation.filters against analytic signals (five-point derivative +
+low-pass).
 
 Oracles: closed-form polynomial derivatives and the exact interpolation-error formula for
 the stencils, scipy.signal (sosfilt, group_delay) for the low-pass, analytic derivatives of
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import interpolate, signal
 
-from plag_ros.core.filters import (
+from plag_ros.core.estimation.filters import (
     GRID_WINDOW,
     REJECT_REASONS,
     EstimatorConfig,

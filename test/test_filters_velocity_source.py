@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plag_ros.core.filters import EstimatorConfig, estimate_offline
+from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
 
 
 def _sine(n: int = 400, rate_hz: float = 200.0) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from plag_ros.apps import fleet
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import JOINT_STATE_TYPE, BagError, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate

@@ -1,9 +1,11 @@
-"""Friction reported honestly at rest (plag_ros.core.friction): the band against the estimator,
+"""Friction reported honestly at rest (plag_ros.core.estimation.friction): the band against the
+estimator,
 the rule on hand-made cases, and the stick reaction against the simulator's own.
 
 References: the live estimator itself (the band must bound what it makes of a still
 joint's encoder flicker, and be reached), the rule written out in friction_rule.py, and
-the simulator's exact stick-slip friction (plag_ros.core.simulation solves it as a set-valued
+the simulator's exact stick-slip friction (plag_ros.core.simulation.simulator solves it as a
+set-valued
 law), which the analysis must recover from the positions and efforts the servos report.
 """
 from __future__ import annotations
@@ -15,10 +17,12 @@ import pytest
 from friction_rule import expected_friction
 from scipy import signal
 
-from plag_ros.core import motors
-from plag_ros.core.analysis import AnalysisOptions, analyze_arrays
-from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.core.friction import (
+from plag_ros.core.control.stability import velocity_filter
+from plag_ros.core.decomposition.analysis import AnalysisOptions, analyze_arrays
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.estimation.friction import (
     FRICTION_STATES,
     SLIDING,
     STICK,
@@ -29,9 +33,7 @@ from plag_ros.core.friction import (
     report_friction,
     rest_band,
 )
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.simulation import Simulator, SimulatorConfig
-from plag_ros.core.stability import velocity_filter
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
 COUNT = 2.0 * math.pi / 4096.0     # CRANE-X7 encoder step [rad]
 RATE_HZ = 200.0

@@ -19,7 +19,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 18

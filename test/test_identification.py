@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.identification import (
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.regressor import inertial_parameters
+from plag_ros.core.identification.fit import (
     EFFORT_SCALE_PRIOR,
     identify,
     identify_effort_scale,
@@ -30,8 +32,6 @@ from plag_ros.core.identification import (
     predict,
     pseudo_inertia,
 )
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.regressor import inertial_parameters
 
 RATE_HZ = 200.0
 WRIST = 6                      # joint index left unexcited
@@ -153,7 +153,7 @@ def test_plag_ros_identify_from_bags(nominal, true_arm, tmp_path):
     The report's held-out error falls by 80 %, every body is consistent, and the written
     URDF gives the identified model's torques."""
     from plag_ros.apps.cli import main
-    from plag_ros.core import motors
+    from plag_ros.core.dynamics import motors
     from plag_ros.ros.output_bag import write_joint_state_bag
 
     act = np.flatnonzero(nominal.actuated)

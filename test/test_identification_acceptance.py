@@ -36,13 +36,13 @@ from identified_files import (
 )
 
 from plag_ros.apps.cli import main
-from plag_ros.core import motors
-from plag_ros.core.control import ImpedanceConfig
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.identification import physically_consistent
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import load_model_parameters, model_with_parameters
-from plag_ros.core.simulation import SimulatorConfig
+from plag_ros.core.control.config import ImpedanceConfig
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import load_model_parameters, model_with_parameters
+from plag_ros.core.identification.fit import physically_consistent
+from plag_ros.core.simulation.simulator import SimulatorConfig
 
 # The simulated recordings take about three minutes: Kilted's suite only (pyproject.toml, long)
 pytestmark = pytest.mark.long
@@ -96,11 +96,11 @@ def test_the_result_is_consistent_and_goes_back_into_the_package(run, nominal):
     inertial = np.array([b['parameters'] for b in report['bodies']])
     assert physically_consistent(inertial).all()
     model, parameters = model_with_parameters(nominal, tmp / 'identified' / 'identified.yaml')
-    sim = parameters.simulator_config(model, SimulatorConfig())
+    sim = SimulatorConfig().with_model_parameters(parameters, model)
     act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
     for joint, true in stiffness.items():
         assert sim.kp[act.index(joint)] == pytest.approx(true, rel=0.05)
-    control = parameters.controller_config(model, ImpedanceConfig(stiffness=5.0, damping=0.5))
+    control = ImpedanceConfig(stiffness=5.0, damping=0.5).with_model_parameters(parameters, model)
     np.testing.assert_array_equal(np.asarray(control.servo_stiffness), sim.kp)
     assert report['provenance']['bags'] == [str(tmp / 'fit')]
 

@@ -26,10 +26,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
 
-from plag_ros.core.control import actuation_matrix
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.nodes.impedance_node import ImpedanceNode
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from parameter_files import node_parameters
 
-from plag_ros.core import motors
-from plag_ros.core.control import HoldReference, SineReference
-from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS, ImpedanceSettings
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.options import build
+from plag_ros.core.common.options import build
+from plag_ros.core.control.references import HoldReference, SineReference
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 DEFAULTS = {opt.name: opt.default for opt in IMPEDANCE_OPTIONS}
 RANGED = [opt for opt in IMPEDANCE_OPTIONS if opt.low is not None]

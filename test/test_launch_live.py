@@ -460,7 +460,7 @@ def test_replay_launch_plays_a_bag_into_the_dynamics_node(share, tmp_path):
     """replay.launch.py bag:=... (player:=plag, plag-ros replay): every sample decomposed."""
     import numpy as np
 
-    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.ros.output_bag import write_joint_state_bag
 
     model = RobotModel.from_urdf(str(default_urdf_path()))

@@ -1,6 +1,6 @@
 """The layers drawn in docs/layers.md hold: no import runs back up, the core has no ROS.
 
-Two checks, each shown able to fail:
+Four checks, each shown able to fail:
 
 * Static: every ``import`` and ``from ... import`` in every module of the package (at
   module level or inside a function, where lazy imports hide) is read with ``ast``; an
@@ -11,6 +11,11 @@ Two checks, each shown able to fail:
   process has long imported rclpy through other tests), which then lists the ROS modules
   that ended up in ``sys.modules``: there must be none. The ``io`` modules may use
   ``rosbags`` but must not pull in rclpy or a message package either.
+* Inside the core: its concept packages (the second picture of ``docs/layers.md``) import
+  each other only along the drawn arrows, and no module of the whole package imports itself
+  through others (no import circle, lazy and type-checking imports included).
+* Size: no module over ``MAX_LINES`` lines without a ``Size`` paragraph in its docstring
+  that says why, and no node over ``MAX_NODE_LINES`` (a node wires topics to the core).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,11 +43,16 @@ ROS_PACKAGES = frozenset({
 ROS_PREFIXES = ('rosidl_', 'rmw_', 'rpyutils')
 
 
-def drawn_arrows(text: str) -> set[tuple[str, str]]:
-    """``(importer, imported)`` pairs of the mermaid block of docs/layers.md."""
-    block = re.search(r'```mermaid\n(.*?)```', text, re.S)
-    assert block, 'docs/layers.md has no mermaid picture'
-    return set(re.findall(r'^\s*(\w+)\s*-->\s*(\w+)\s*$', block.group(1), re.M))
+MAX_LINES = 600
+MAX_NODE_LINES = 400
+
+
+def drawn_arrows(text: str, picture: int = 0) -> set[tuple[str, str]]:
+    """``(importer, imported)`` pairs of a mermaid block of docs/layers.md (0: the
+    package's layers, 1: the core's concept packages)."""
+    blocks = re.findall(r'```mermaid\n(.*?)```', text, re.S)
+    assert len(blocks) > picture, f'docs/layers.md has no mermaid picture {picture}'
+    return set(re.findall(r'^\s*(\w+)\s*-->\s*(\w+)\s*$', blocks[picture], re.M))
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:
@@ -59,6 +70,12 @@ def layer_of(module: str) -> str | None:
     """The package layer of a ``plag_ros`` module (None for the top ``plag_ros``)."""
     parts = module.split('.')
     return parts[1] if len(parts) > 1 and parts[0] == 'plag_ros' else None
+
+
+def core_package_of(module: str) -> str | None:
+    """The concept package of a ``plag_ros.core`` module (None outside them)."""
+    parts = module.split('.')
+    return parts[2] if len(parts) > 2 and parts[:2] == ['plag_ros', 'core'] else None
 
 
 def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
@@ -82,13 +99,15 @@ def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def crossings(arrows: set[tuple[str, str]], root: Path = PACKAGE) -> list[str]:
-    """Imports between layers that the picture does not draw, as readable lines."""
+def crossings(arrows: set[tuple[str, str]], root: Path = PACKAGE,
+              level: Callable[[str], str | None] = layer_of) -> list[str]:
+    """Imports between layers (``level``: the package layers or the core's concept
+    packages) that the picture does not draw, as readable lines."""
     bad = []
     for name, path in modules(root).items():
-        here = layer_of(name)
+        here = level(name)
         for line, target in imports_of(name, path):
-            there = layer_of(target)
+            there = level(target)
             if here is None or there is None or here == there:
                 continue
             if (here, there) not in arrows:
@@ -107,9 +126,25 @@ def test_no_import_crosses_a_layer_the_picture_forbids():
     assert crossings(drawn_arrows(PICTURE.read_text())) == []
 
 
-def test_the_picture_is_a_stack():
+def core_packages(root: Path = PACKAGE) -> set[str]:
+    return {p.name for p in (root / 'core').iterdir() if (p / '__init__.py').is_file()}
+
+
+def test_every_core_package_is_in_the_picture():
+    drawn = {p for arrow in drawn_arrows(PICTURE.read_text(), 1) for p in arrow}
+    assert core_packages() == drawn, f'drawn {sorted(drawn)}, in core {sorted(core_packages())}'
+    loose = [p.name for p in (PACKAGE / 'core').glob('*.py') if p.name != '__init__.py']
+    assert loose == [], f'core modules outside a concept package: {loose}'
+
+
+def test_no_core_import_crosses_a_concept_the_picture_forbids():
+    assert crossings(drawn_arrows(PICTURE.read_text(), 1), level=core_package_of) == []
+
+
+@pytest.mark.parametrize('picture', [0, 1])
+def test_the_picture_is_a_stack(picture):
     """Arrows only point down: no two packages import each other, even through a third."""
-    arrows = drawn_arrows(PICTURE.read_text())
+    arrows = drawn_arrows(PICTURE.read_text(), picture)
     reach = {a: {b for x, b in arrows if x == a} for a, _ in arrows}
     for _ in range(len(reach)):
         for a in reach:
@@ -148,6 +183,105 @@ def test_the_static_check_can_fail(tmp_path):
         '    return get_package_share_directory("plag_ros")\n')
     assert ros_imports('core', pkg) == [
         'plag_ros/core/paths.py:2 ament_index_python.packages'], ros_imports('core', pkg)
+
+
+def module_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (``from a import b`` counts as ``a.b``
+    when that is a module; a package's ``__init__`` as the package)."""
+    found = modules(root)
+    graph: dict[str, set[str]] = {name: set() for name in found}
+    for name, path in found.items():
+        tree = ast.parse(path.read_text(), str(path))
+        named = {(n.lineno, f'{n.module}.{a.name}') for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module and not n.level
+                 for a in n.names}
+        for _line, target in imports_of(name, path) + sorted(named):
+            if target in found and target != name and not name.startswith(target + '.'):
+                graph[name].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that import each other, through others or directly (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_itself_through_others():
+    assert circles(module_graph()) == []
+
+
+def test_the_circle_check_can_fail(tmp_path):
+    """Two apps importing each other (one lazily, one for types only) are one circle."""
+    pkg = tmp_path / 'plag_ros'
+    (pkg / 'apps').mkdir(parents=True)
+    for init in (pkg, pkg / 'apps'):
+        (init / '__init__.py').write_text('')
+    (pkg / 'apps' / 'fleet.py').write_text(
+        'def run():\n    from plag_ros.apps import analyze\n    return analyze\n')
+    (pkg / 'apps' / 'analyze.py').write_text(
+        'from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n'
+        '    from plag_ros.apps.fleet import run\n')
+    (pkg / 'apps' / 'other.py').write_text('from plag_ros.apps import fleet\n')
+    assert circles(module_graph(pkg)) == [['plag_ros.apps.analyze', 'plag_ros.apps.fleet']]
+
+
+def oversized(root: Path = PACKAGE) -> list[str]:
+    """Modules over the size limits: a node over MAX_NODE_LINES, any other module over
+    MAX_LINES without a paragraph of its docstring starting ``Size``."""
+    bad = []
+    for name, path in modules(root).items():
+        lines = len(path.read_text().splitlines())
+        if '.nodes.' in name:
+            if lines > MAX_NODE_LINES:
+                bad.append(f'{name}: {lines} lines, a node (at most {MAX_NODE_LINES})')
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ''
+        if lines > MAX_LINES and not re.search(r'^Size\b', doc, re.M):
+            bad.append(f'{name}: {lines} lines and no Size paragraph saying why')
+    return bad
+
+
+def test_no_module_is_oversized_without_a_reason():
+    assert oversized() == []
+
+
+def test_the_size_check_can_fail(tmp_path):
+    pkg = tmp_path / 'plag_ros'
+    (pkg / 'ros' / 'nodes').mkdir(parents=True)
+    body = 'x = 1\n' * (MAX_LINES + 1)
+    (pkg / 'big.py').write_text('"""Big."""\n' + body)
+    (pkg / 'reasoned.py').write_text('"""Big.\n\nSize: one state machine."""\n' + body)
+    (pkg / 'ros' / 'nodes' / 'node.py').write_text('"""Size: no."""\n' + body)
+    assert oversized(pkg) == [
+        f'plag_ros.big: {MAX_LINES + 2} lines and no Size paragraph saying why',
+        f'plag_ros.ros.nodes.node: {MAX_LINES + 2} lines, a node (at most {MAX_NODE_LINES})']
 
 
 _PROBE = """

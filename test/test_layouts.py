@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import topics
 from plag_ros.ros.foxglove_view import view_topics
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from plag_ros.apps.live_report import LiveRecording, write_report
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator
 
 PERIOD_NS = 5_000_000
 

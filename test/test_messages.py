@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
 

@@ -8,8 +8,8 @@ import torch
 from pin_oracle import PinOracle
 from robots import serial_chain, two_arm_torso
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 ARM = ['crane_x7_shoulder_fixed_part_pan_joint', 'crane_x7_shoulder_revolute_part_tilt_joint',
        'crane_x7_upper_arm_revolute_part_twist_joint',
@@ -221,7 +221,7 @@ def test_the_robots_own_description_loads_quietly_with_equal_torques(crane, capf
     np.testing.assert_array_equal(
         PartialLagrangian(robots, dtype=torch.float64).decompose(q, qd, qdd).numpy()['torque'],
         PartialLagrangian(crane, dtype=torch.float64).decompose(q, qd, qdd).numpy()['torque'])
-    with caplog.at_level('WARNING', logger='plag_ros.core.model'):
+    with caplog.at_level('WARNING', logger='plag_ros.core.dynamics.model'):
         RobotModel.from_urdf(crane.urdf_xml[:end] + '<camera_mount/>' + crane.urdf_xml[end:])
     assert [r.getMessage() for r in caplog.records] == [
         "URDF: Unknown tag \"camera_mount\" in /robot[@name='crane_x7']"]

@@ -16,18 +16,18 @@ import pytest
 import torch
 from identified_files import write_identified
 
-from plag_ros.core.control import ImpedanceConfig, actuation_matrix
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.identification import joint_friction
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import (
+from plag_ros.core.control.config import ImpedanceConfig
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import (
     ModelSettings,
     load_model_parameters,
     model_with_parameters,
 )
-from plag_ros.core.motors import servo_gains
-from plag_ros.core.regressor import inertial_parameters
-from plag_ros.core.simulation import Simulator, SimulatorConfig
+from plag_ros.core.dynamics.motors import servo_gains
+from plag_ros.core.dynamics.regressor import inertial_parameters
+from plag_ros.core.identification.fit import joint_friction
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
 ARMATURE = 0.004
 STIFFNESS = 23.5
@@ -99,14 +99,14 @@ def test_a_wrong_file_is_refused_clearly(nominal, true_arm, tmp_path):
 def test_the_simulator_and_the_controller_take_armature_and_servo_stiffness(
         nominal, true_arm, tmp_path):
     applied, parameters = model_with_parameters(nominal, _write(tmp_path / 'i.yaml', true_arm))
-    config = parameters.simulator_config(applied, SimulatorConfig())
+    config = SimulatorConfig().with_model_parameters(parameters, applied)
     kp = np.array(config.kp)
     np.testing.assert_array_equal(np.array(config.armature), ARMATURE)
     expected = servo_gains(applied)[0].copy()
     expected[1] = STIFFNESS
     np.testing.assert_allclose(kp, expected)
-    control = parameters.controller_config(applied, ImpedanceConfig(stiffness=5.0,
-                                                                    damping=0.5))
+    control = ImpedanceConfig(stiffness=5.0, damping=0.5).with_model_parameters(parameters,
+                                                                                applied)
     assert np.asarray(control.servo_stiffness)[1] == STIFFNESS
     # armature shows in the dynamics: a torque step on the base joint, friction and
     # gravity out of the way (a vertical axis), from rest
@@ -166,11 +166,11 @@ def test_the_effort_scale_reaches_every_reader_of_the_drivers_effort(nominal, tm
     impedance node's conversion (:func:`motors.driver_effort_to_torque`) and ``identify``
     read effort through it, and the simulator's driver writes effort through it, so a
     simulated arm with the file reads back its own torque."""
-    from plag_ros.core import motors
-    from plag_ros.core.filters import EstimatorConfig
-    from plag_ros.core.friction import RestFriction
-    from plag_ros.core.sim_driver import DriverEmulation
-    from plag_ros.core.sim_settings import SimSettings
+    from plag_ros.core.dynamics import motors
+    from plag_ros.core.estimation.filters import EstimatorConfig
+    from plag_ros.core.estimation.friction import RestFriction
+    from plag_ros.core.simulation.driver import DriverEmulation
+    from plag_ros.core.simulation.settings import SimSettings
 
     act = nominal.actuated_names
     scale = {act[0]: 0.9, act[3]: 1.1}

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from plag_ros.core import stability
-from plag_ros.core.control import ImpedanceConfig, PartialImpedanceController, actuation_matrix
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.simulation import Simulator
+from plag_ros.core.control import stability
+from plag_ros.core.control.config import ImpedanceConfig
+from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
+from plag_ros.core.simulation.simulator import Simulator
 
 TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'
 XM430_STALL, XM540_STALL = 4.1, 10.6          # [N*m] at 12 V

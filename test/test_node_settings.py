@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from parameter_files import node_parameters
 
-from plag_ros.core.dynamics_settings import DynamicsSettings, dynamics_options
-from plag_ros.core.options import Option, build
-from plag_ros.core.sim_settings import SimSettings, sim_options
+from plag_ros.core.common.options import Option, build
+from plag_ros.core.decomposition.settings import DynamicsSettings, dynamics_options
+from plag_ros.core.simulation.settings import SimSettings, sim_options
 
 NODES = {   # settings class, its options, parameter file, node name in that file
     'dynamics': (DynamicsSettings, dynamics_options(), 'crane_x7.yaml', 'plag_dynamics'),

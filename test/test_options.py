@@ -11,7 +11,7 @@ from typing import Literal
 
 import pytest
 
-from plag_ros.core.options import build, group, inline, option, options
+from plag_ros.core.common.options import build, group, inline, option, options
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from robots import two_arm_torso
 
-from plag_ros.core import kernel
-from plag_ros.core.dynamics import FIELDS, PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics import kernel
+from plag_ros.core.dynamics.engine import FIELDS, PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 
 @pytest.fixture(scope='module', params=['crane_x7', 'two_arm_torso'])

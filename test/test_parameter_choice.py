@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS, ImpedanceSettings
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 
 @pytest.mark.parametrize('name', ['motion_source', 'command_interface', 'fault_action',

@@ -1,4 +1,4 @@
-"""plag_ros.core.plausibility: readings the arm cannot produce are rejected, by reason.
+"""plag_ros.core.estimation.plausibility: readings the arm cannot produce are rejected, by reason.
 
 Limits come from the bundled CRANE-X7 URDF (0.1 rad margin, twice the 4.817 rad/s velocity
 limit) and a generated chain with continuous and prismatic joints; every expected verdict
@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 from robots import serial_chain
 
-from plag_ros.core.analysis import INPUT_REASONS
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.plausibility import PLAUSIBILITY_REASONS, PlausibilityConfig, PlausibilityGate
+from plag_ros.core.decomposition.analysis import INPUT_REASONS
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.plausibility import (
+    PLAUSIBILITY_REASONS,
+    PlausibilityConfig,
+    PlausibilityGate,
+)
 
 PERIOD_NS = 5_000_000   # 200 Hz
 
@@ -146,8 +150,8 @@ def test_batch_of_clean_motion_takes_the_fast_path(crane):
 def test_analysis_reports_and_leaves_out_implausible_samples(crane):
     """Offline: the gate's rejections are reported per reason, the rest is decomposed, and
     the estimate next to a glitch equals the estimate of the recording without it."""
-    from plag_ros.core.analysis import AnalysisOptions, analyze_arrays
-    from plag_ros.core.filters import EstimatorConfig
+    from plag_ros.core.decomposition.analysis import AnalysisOptions, analyze_arrays
+    from plag_ros.core.estimation.filters import EstimatorConfig
 
     N = 1200
     t = np.arange(N, dtype=np.int64) * PERIOD_NS
@@ -173,8 +177,8 @@ def test_bunched_stamps_are_left_out_and_counted_not_refused(crane):
     simulator node on a loaded machine): the later one is left out and counted as
     ``stamp_spacing``, as the live estimator rejects it, and the rest equal the analysis
     of the recording without it. The offline estimator alone refuses such a recording."""
-    from plag_ros.core.analysis import AnalysisOptions, analyze_arrays
-    from plag_ros.core.filters import EstimatorConfig, estimate_offline
+    from plag_ros.core.decomposition.analysis import AnalysisOptions, analyze_arrays
+    from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
 
     N = 800
     t = np.arange(N, dtype=np.int64) * PERIOD_NS
@@ -201,8 +205,8 @@ def test_bunched_stamps_are_left_out_and_counted_not_refused(crane):
 
 
 def test_analyze_bag_summary_and_npz_carry_the_rejections(crane, tmp_path):
-    from plag_ros.apps.analyze import analyze_bag
-    from plag_ros.core.analysis import AnalysisOptions
+    from plag_ros.apps.bag_analysis import analyze_bag
+    from plag_ros.core.decomposition.analysis import AnalysisOptions
     from plag_ros.ros.output_bag import write_joint_state_bag
 
     N = 600

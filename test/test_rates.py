@@ -14,7 +14,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from ros_helpers import REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 55

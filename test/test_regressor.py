@@ -1,6 +1,6 @@
 """The joint-torque regressor against Pinocchio's and against the engine.
 
-``plag_ros.core.regressor`` is a Newton-Euler recursion of its own. Checked, in float64 at
+``plag_ros.core.dynamics.regressor`` is a Newton-Euler recursion of its own. Checked, in float64 at
 seeded random states, on the CRANE-X7 (mimic finger), a 10-DoF chain mixing revolute,
 prismatic and continuous joints with fixed links between them, and a branching torso:
 
@@ -21,9 +21,9 @@ import torch
 from pin_oracle import PinOracle
 from robots import serial_chain, two_arm_torso
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.regressor import inertial_parameters, joint_torque_regressor
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.regressor import inertial_parameters, joint_torque_regressor
 
 TOL = 1e-9
 ROBOTS = {'crane_x7': default_urdf_path().read_text(), 'serial10': serial_chain(seed=4),
@@ -84,7 +84,7 @@ def test_regressor_times_parameters_is_the_engines_torque_and_partial(name):
 @pytest.mark.parametrize('name', ROBOTS)
 def test_body_figures_invert_the_parameters(name):
     """Mass, COM and inertia about the COM back from each body's ten parameters."""
-    from plag_ros.core.regressor import body_figures
+    from plag_ros.core.dynamics.regressor import body_figures
 
     model = RobotModel.from_urdf(ROBOTS[name])
     for i, pi in enumerate(inertial_parameters(model)):

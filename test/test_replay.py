@@ -27,9 +27,9 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from plag_ros.apps.analyze import analyze_bag
-from plag_ros.core.analysis import AnalysisOptions
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.apps.bag_analysis import analyze_bag
+from plag_ros.core.decomposition.analysis import AnalysisOptions
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.io.bag import qos_profile, read_joint_states, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import cdr_encode

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from ros_helpers import REPO
 
-from plag_ros.core import sim_settings
-from plag_ros.core.impedance_settings import FORWARD_CONTROLLER
+from plag_ros.core.control.settings import FORWARD_CONTROLLER
+from plag_ros.core.simulation import settings as sim_settings
 from plag_ros.ros.controller_file import (
     CONTROLLER,
     CONTROLLER_TYPE,

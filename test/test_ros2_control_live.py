@@ -46,10 +46,13 @@ from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 from std_srvs.srv import SetBool  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
 
-from plag_ros.core import motors  # noqa: E402
-from plag_ros.core.control import actuation_matrix  # noqa: E402
-from plag_ros.core.dynamics import PartialLagrangian  # noqa: E402
-from plag_ros.core.model import RobotModel, default_urdf_path  # noqa: E402
+from plag_ros.core.dynamics import motors  # noqa: E402
+from plag_ros.core.dynamics.engine import PartialLagrangian  # noqa: E402
+from plag_ros.core.dynamics.model import (  # noqa: E402
+    RobotModel,
+    actuation_matrix,  # noqa: E402
+    default_urdf_path,
+)
 from plag_ros.ros.controller_file import CONTROLLER  # noqa: E402
 
 NODE = '/plag_impedance'

@@ -19,14 +19,16 @@ from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.simulation import DEFAULT_POSITION_RESOLUTION, Simulator
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.motors import DEFAULT_POSITION_RESOLUTION
+from plag_ros.core.simulation.simulator import Simulator
 
 DOMAIN_ID = 11
 START = [0.0, 0.5, 0.0, -0.9, 0.0, 0.4, 0.0, 0.2]   # command order (URDF, no mimic)
 # The servo spring sags under gravity plus the Coulomb stick band: at START the tilt
 # joint's (0.67 + 0.2) N*m over Kp = 48.8 N*m/rad, the elbow's (0.48 + 0.2) / 18.9 = 0.036 rad
-# (stiffness of the motor table, plag_ros.core.motors: XM540-W270 on the tilt, XM430-W350 else).
+# (stiffness of the motor table, plag_ros.core.dynamics.motors: XM540-W270 on the tilt, XM430-W350
+# else).
 SAG = 0.045
 # An unloaded joint stops anywhere in the Coulomb band 0.2 N*m / 18.9 N*m/rad = 0.0106 rad
 # around its goal, plus two encoder steps of quantisation.

@@ -14,15 +14,14 @@ import pytest
 import robots
 import torch
 
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.motors import servo_gains, servo_saturation
-from plag_ros.core.simulation import (
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.motors import (
     DEFAULT_POSITION_RESOLUTION,
     DEFAULT_VELOCITY_RESOLUTION,
-    Simulator,
-    SimulatorConfig,
-    mechanical_energy,
+    servo_gains,
+    servo_saturation,
 )
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig, mechanical_energy
 
 FREE = SimulatorConfig(friction=False, joint_limits=False)
 FINGER_A, FINGER_B = 7, 8

@@ -21,18 +21,16 @@ import torch
 import yaml
 from scipy import signal
 
-from plag_ros.core import closed_loop, motors, stability
-from plag_ros.core.control import (
-    CONTROL_ESTIMATOR,
-    ImpedanceConfig,
-    PartialImpedanceController,
-    SineReference,
-    propagation_mask,
-)
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig, JointStateEstimator
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.oscillation import OscillationMonitor
+from plag_ros.core.control import stability
+from plag_ros.core.control.config import CONTROL_ESTIMATOR, ImpedanceConfig, propagation_mask
+from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.control.oscillation import OscillationMonitor
+from plag_ros.core.control.references import SineReference
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator
+from plag_ros.core.simulation import closed_loop
 
 REPO = Path(__file__).resolve().parent.parent
 TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.studies import branching as study
 
 

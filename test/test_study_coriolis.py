@@ -1,4 +1,4 @@
-"""Coriolis matrix in Christoffel form (plag_ros.core.coriolis): C qd against the engine's
+"""Coriolis matrix in Christoffel form (plag_ros.core.dynamics.coriolis): C qd against the engine's
 velocity-product torques, Mdot - 2C skew-symmetric, Pinocchio's computeCoriolisMatrix, and
 the mobile manipulator of Heins [L3W] against the closed forms printed in that post.
 
@@ -14,9 +14,9 @@ import pytest
 from pin_oracle import PinOracle
 from robots import serial_chain, two_arm_torso
 
-from plag_ros.core.coriolis import Coriolis, coriolis_matrix
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.coriolis import Coriolis, coriolis_matrix
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
 
 ROBOTS = {'serial': lambda: serial_chain(3, n=6), 'tree': lambda: two_arm_torso(2)}
 

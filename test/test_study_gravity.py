@@ -14,9 +14,9 @@ import pytest
 from pin_oracle import PinOracle
 from robots import serial_chain
 
-from plag_ros.core.dynamics import GRAVITY, PartialLagrangian
-from plag_ros.core.model import RobotModel
-from plag_ros.core.simulation import mechanical_energy
+from plag_ros.core.dynamics.engine import GRAVITY, PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.simulation.simulator import mechanical_energy
 
 TILTED = (1.5, -0.7, -9.6)          # [m/s^2] not along an axis, so no sign can hide
 

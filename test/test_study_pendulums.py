@@ -17,8 +17,8 @@ import pytest
 import sympy as sp
 
 from plag_ros.apps import cli
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.studies import pendulums as study
 
 G = 9.8

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.studies import three_link as study
 
 G = 9.81

@@ -1,14 +1,15 @@
 """Thread choice of the compiled loop: same numbers on every path, the cap obeyed, and the
-measured choice following whichever option is faster (plag_ros.core.kernel.ThreadChoice)."""
+measured choice following whichever option is faster
+(plag_ros.core.dynamics.kernel.ThreadChoice)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from plag_ros.core import kernel
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics import kernel
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
 
 @pytest.fixture(scope='module')

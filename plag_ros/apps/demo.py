@@ -101,8 +101,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from plag_ros.core.dynamics import PartialLagrangian
-    from plag_ros.core.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
     model = RobotModel.from_urdf(args.urdf or default_urdf_path())
     t, q, qd, qdd = demo_trajectory(args.duration, n_joints=model.n_joints)

@@ -6,7 +6,8 @@ Three uses, one file between them::
     plag-ros excite --play OUT/excitation.yaml  # play it through crane_x7_arm_controller
     plag-ros excite --play OUT/excitation.yaml --simulate BAG [--model TRUE.yaml]
 
-The design (:func:`plag_ros.core.excitation.design_excitation`) is a finite Fourier series
+The design (:func:`plag_ros.core.identification.excitation.design_excitation`) is a finite Fourier
+series
 per arm joint, chosen for a well-conditioned identification regressor inside the joint,
 velocity and acceleration limits, the servos' torque and a minimum link height; the file
 holds the coefficients, the limits, the condition number and what the dense check found.
@@ -34,21 +35,21 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from plag_ros.core import motors
-from plag_ros.core.excitation import (
+from plag_ros.core.control.settings import TRAJECTORY_CONTROLLER
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import model_with_parameters
+from plag_ros.core.identification.excitation import (
     ExcitationLimits,
     FourierExcitation,
     check_excitation,
     design_excitation,
     excitation_points,
 )
-from plag_ros.core.impedance_settings import TRAJECTORY_CONTROLLER
-from plag_ros.core.joint_trajectory import TrajectoryCommand
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import model_with_parameters
-from plag_ros.core.sim_driver import DriverEmulation
-from plag_ros.core.sim_settings import SimSettings
-from plag_ros.core.simulation import Simulator
+from plag_ros.core.simulation.driver import DriverEmulation
+from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
+from plag_ros.core.simulation.settings import SimSettings
+from plag_ros.core.simulation.simulator import Simulator
 
 __all__ = ['configure', 'run', 'simulate_play']
 
@@ -136,7 +137,8 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
     The simulated arm is ``model`` with the figures of ``parameters`` (bodies, friction,
     armature, servo K_s); it starts at ``start`` (default: every joint at 0), settles for a
     second, then follows the trajectory message from the trajectory controller's
-    interpolation (:class:`~plag_ros.core.joint_trajectory.TrajectoryCommand`), its command
+    interpolation (:class:`~plag_ros.core.simulation.joint_trajectory.TrajectoryCommand`), its
+    command
     updated every physics step. Joint states are recorded at the simulator node's rate,
     order, encoder steps and effort units.
 
@@ -153,7 +155,7 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
     arm, params = model_with_parameters(model, parameters)
     config = settings.simulator_config()
     if params is not None:
-        config = params.simulator_config(arm, config)
+        config = config.with_model_parameters(params, arm)
     sim = Simulator(arm, config)
     # what the driver publishes (its joint order, effort in its units): the simulator
     # node's driver side, stepped here by simulated time instead of the wall clock

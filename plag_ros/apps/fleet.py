@@ -2,7 +2,7 @@
 
 A lab records one bag per trial, subject or payload. This module finds the bags (paths,
 directories holding bags, globs), analyses each exactly as a single-bag run does
-(:func:`plag_ros.apps.analyze.analyze_bag`) into ``OUT/<bag name>/``, and writes the fleet
+(:func:`plag_ros.apps.bag_analysis.analyze_bag`) into ``OUT/<bag name>/``, and writes the fleet
 report (:mod:`plag_ros.apps.fleet_report`) into ``OUT``.
 
 The work runs on ``dask.distributed``: a ``LocalCluster`` of worker processes by default,
@@ -45,10 +45,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from plag_ros.apps.analyze import analyze_bag, refuse_output_in_bag
-from plag_ros.core.analysis import AnalysisOptions
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import model_with_parameters
+from plag_ros.apps.bag_analysis import analyze_bag, refuse_output_in_bag
+from plag_ros.apps.fleet_report import BagOutcome, write_fleet_report
+from plag_ros.core.decomposition.analysis import AnalysisOptions
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.io.bag import EXIT_RECOVERED_WITH_LOSS, BagError, StampSource
 
 __all__ = ['EXIT_FAILED', 'BagJob', 'BagOutcome', 'analyze_bags', 'bag_name', 'exit_status',
@@ -181,29 +182,6 @@ class BagJob:
                            'topic': self.topic or '', 'stamp': self.stamp}, sort_keys=True,
                           default=lambda v: sorted(v) if isinstance(v, (set, frozenset))
                           else str(v))
-
-
-@dataclasses.dataclass
-class BagOutcome:
-    """What became of one bag.
-
-    Attributes:
-        name, bag: output name and input path.
-        status: 'analysed', 'salvaged' (cut short, analysed up to the cut), 'skipped' (a
-            rerun found its outputs complete and matching) or 'failed'.
-        exit_code: this bag's single-run exit status (0, 3 or 2).
-        row: the fleet report row (:func:`plag_ros.apps.analyze.summary_row` and the
-            columns above); for a failed bag only its identity and the error.
-        seconds: wall time of the task on its worker [s].
-    """
-
-    name: str
-    bag: Path
-    status: str
-    exit_code: int
-    row: dict[str, Any]
-    seconds: float = 0.0
-    error: str = ''
 
 
 @lru_cache(maxsize=4)
@@ -364,7 +342,6 @@ def analyze_bags(bags: Sequence[Path], out: Path, options: AnalysisOptions, *,
 
     Returns the outcomes in the order of ``bags``.
     """
-    from plag_ros.apps.fleet_report import write_fleet_report
 
     for bag in bags:
         refuse_output_in_bag(out, bag)

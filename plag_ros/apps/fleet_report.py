@@ -6,7 +6,7 @@ Files written into ``OUT``:
 * ``fleet.csv`` and ``fleet.parquet``: one row per bag, in the order the bags were given:
   ``bag``, ``source``, ``status`` ('analysed', 'salvaged', 'skipped' keeps the status of the
   run that made the outputs, 'failed'), ``exit_code``, ``error``, then the figures of the
-  bag's own ``summary.txt`` unrounded (:func:`plag_ros.apps.analyze.summary_row`): duration,
+  bag's own ``summary.txt`` unrounded (:func:`plag_ros.apps.bag_analysis.summary_row`): duration,
   rate, samples kept and rejected by reason, the recovered-with-loss flag, the RMS of each
   torque component per joint and the largest propagation paths. Empty for a failed bag.
 * ``fleet_rms.png``: per component, a heat map of the per-joint RMS, bags by joints.
@@ -16,22 +16,43 @@ Files written into ``OUT``:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.model import RobotModel
 
-if TYPE_CHECKING:
-    from plag_ros.apps.fleet import BagOutcome
-
-__all__ = ['COMPONENTS', 'report_rows', 'write_fleet_report']
+__all__ = ['COMPONENTS', 'BagOutcome', 'report_rows', 'write_fleet_report']
 
 COMPONENTS = ('torque', 'acceleration', 'velocity', 'gravity', 'friction')
 _IDENTITY = ('bag', 'source', 'status', 'exit_code', 'error')
+
+
+@dataclasses.dataclass
+class BagOutcome:
+    """What became of one bag.
+
+    Attributes:
+        name, bag: output name and input path.
+        status: 'analysed', 'salvaged' (cut short, analysed up to the cut), 'skipped' (a
+            rerun found its outputs complete and matching) or 'failed'.
+        exit_code: this bag's single-run exit status (0, 3 or 2).
+        row: the fleet report row (:func:`plag_ros.apps.bag_analysis.summary_row` and the
+            columns above); for a failed bag only its identity and the error.
+        seconds: wall time of the task on its worker [s].
+    """
+
+    name: str
+    bag: Path
+    status: str
+    exit_code: int
+    row: dict[str, Any]
+    seconds: float = 0.0
+    error: str = ''
 
 
 def report_rows(outcomes: Sequence[BagOutcome]) -> tuple[list[str], list[dict[str, Any]]]:

@@ -3,9 +3,9 @@ from its recordings.
 
 Each bag's joint states are read and checked as ``plag-ros analyze`` does (the same
 reader, plausibility limits and zero-phase estimator); the driver's ``effort`` becomes
-motor torque through the motor table (:func:`plag_ros.core.motors.effort_to_torque`:
+motor torque through the motor table (:func:`plag_ros.core.dynamics.motors.effort_to_torque`:
 ``torque_constant / current_to_effort`` per servo). The fit is
-:func:`plag_ros.core.identification.identify` (the URDF as prior, every body physically
+:func:`plag_ros.core.identification.fit.identify` (the URDF as prior, every body physically
 consistent). The held-out data are the ``--holdout`` bags, else the last
 ``--holdout-fraction`` of each bag; on them the torque error of the nominal and of the
 identified model is reported per joint.
@@ -14,7 +14,7 @@ identified model is reported per joint.
 plays one of the fitted excitations again with a known payload on the gripper
 (``--payload-mass``, ``--payload-com``, ``--payload-inertia``); the payload's torque against
 what it added to the measured torque (the run without it subtracted at the same trajectory
-time) gives each joint's scale (:func:`~plag_ros.core.identification.identify_effort_scale`),
+time) gives each joint's scale (:func:`~plag_ros.core.identification.fit.identify_effort_scale`),
 and the arm is fitted again in true torque. The factors go into ``identified.yaml``
 (``effort_scale``) and from there into every reader of the driver's effort.
 
@@ -41,10 +41,19 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from plag_ros.core import motors
-from plag_ros.core.analysis import AnalysisOptions, estimate_recording
-from plag_ros.core.friction import rest_band
-from plag_ros.core.identification import (
+from plag_ros.core.decomposition.analysis import AnalysisOptions, estimate_recording
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import (
+    ModelParameters,
+    apply_model_parameters,
+    load_model_parameters,
+    payload_in_link_frame,
+    urdf_with_figures,
+)
+from plag_ros.core.dynamics.regressor import body_figures, inertial_parameters
+from plag_ros.core.estimation.friction import rest_band
+from plag_ros.core.identification.fit import (
     EFFORT_SCALE_PRIOR,
     HELD,
     EffortScaleFit,
@@ -55,16 +64,7 @@ from plag_ros.core.identification import (
     identify_servo,
     predict,
 )
-from plag_ros.core.joint_trajectory import TrajectoryCommand
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import (
-    ModelParameters,
-    apply_model_parameters,
-    load_model_parameters,
-    payload_in_link_frame,
-    urdf_with_figures,
-)
-from plag_ros.core.regressor import body_figures, inertial_parameters
+from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
 from plag_ros.io.bag import BagError, read_joint_states, read_trajectory_commands
 
 __all__ = ['configure', 'run']
@@ -116,7 +116,7 @@ def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarr
     """The positions the bag's trajectory commands asked for at times ``t`` [s].
 
     Each recorded JointTrajectory is sampled as the controller samples it
-    (:class:`~plag_ros.core.joint_trajectory.TrajectoryCommand`) from its first point to
+    (:class:`~plag_ros.core.simulation.joint_trajectory.TrajectoryCommand`) from its first point to
     its last, until the next message replaces it; elsewhere (the approach from wherever
     the arm was, holds after the end) the rows are NaN and not fitted.
 
@@ -339,7 +339,7 @@ def _excitation_commands(bag: Path) -> list[tuple[np.ndarray, float]]:
 def payload_difference(model: RobotModel, loaded: RobotModel, arm: Identified,
                        with_payload: tuple, bag: Path, references: dict[Path, tuple],
                        band: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The inputs of :func:`~plag_ros.core.identification.identify_effort_scale` from a
+    """The inputs of :func:`~plag_ros.core.identification.fit.identify_effort_scale` from a
     recording with the payload on.
 
     The recording's trajectory command must also have been played without the payload in
@@ -432,7 +432,7 @@ def carried_sections(start: ModelParameters | None) -> dict:
 def servo_section(model: RobotModel, result: Identified, recordings: list[tuple],
                   band: np.ndarray) -> dict:
     """The ``servo`` section of identified.yaml: K_s per commanded joint (see
-    :func:`~plag_ros.core.identification.identify_servo`), from the rows where the joint
+    :func:`~plag_ros.core.identification.fit.identify_servo`), from the rows where the joint
     moves (at rest its friction, the stick reaction, is part of the deflection and no
     model predicts it)."""
     names = recordings[0][0]

@@ -4,11 +4,12 @@ The dynamics node's array topics carry no header, so pairing them with the stamp
 ``~/joint_states`` across topics depends on delivery order. Instead
 :class:`LiveRecording` keeps the run's input (``joint_states``, stamped) and the node's
 stamped joint torques, and rebuilds the decomposition with the node's own library path (the
-causal estimator, the engine) through :func:`plag_ros.core.analysis.analyze_arrays`. The torques
+causal estimator, the engine) through :func:`plag_ros.core.decomposition.analysis.analyze_arrays`.
+The torques
 of that rebuild are checked against the ones the node published at the same stamps, so the
 figure shows what the node computed, with every component. The offline figure and table
-serve it (:func:`plag_ros.apps.analyze.plot_joint_torques`,
-:func:`~plag_ros.apps.analyze.decomposition_table`).
+serve it (:func:`plag_ros.apps.bag_analysis.plot_joint_torques`,
+:func:`~plag_ros.apps.bag_analysis.decomposition_table`).
 """
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from plag_ros.core.analysis import Analysis, AnalysisOptions, analyze_arrays
-from plag_ros.core.filters import EstimatorConfig
-from plag_ros.core.model import RobotModel
+from plag_ros.core.decomposition.analysis import Analysis, AnalysisOptions, analyze_arrays
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.estimation.filters import EstimatorConfig
 
 __all__ = ['LiveRecording', 'write_report']
 
@@ -94,7 +95,7 @@ def write_report(out: Path, recording: LiveRecording, *, title: str) -> tuple[Pa
         recording: the live run.
         title: first line of the table and the figure's title.
     """
-    from plag_ros.apps.analyze import decomposition_table, plot_joint_torques
+    from plag_ros.apps.bag_analysis import decomposition_table, plot_joint_torques
 
     out.mkdir(parents=True, exist_ok=True)
     analysis, difference = recording.analysis()

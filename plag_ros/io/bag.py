@@ -19,6 +19,9 @@ A recording cut short by a crash is salvaged by :func:`open_bag`
 (:mod:`plag_ros.io.bag_recovery`): a truncated mcap up to its last whole chunk, a .db3 without
 metadata.yaml with its WAL; :func:`recovery_of` and ``JointStates.recovery`` say how much
 came back and where the cut was.
+
+Size (over ~600 lines): the bulk JointState decoder (CDR layout, blocks, the slow path for
+odd messages) and the opening of damaged bags serve one call, :func:`read_joint_states`.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.io.bag_recovery import RecoveryReport, SalvagedReader, salvage_mcap, salvage_sqlite3
 
 __all__ = [

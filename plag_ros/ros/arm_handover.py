@@ -6,7 +6,7 @@ back after a hold; on the trajectory path it starts and stops streaming to the d
 own controller. Before the first enable it checks that ``command.joints`` match the target
 controller's ``joints`` parameter. The bookkeeping (who holds the arm, when to give it
 back, a driver taken as gone) is the ROS-free
-:class:`~plag_ros.core.arm_ownership.ArmOwnership`; this module adds the service calls.
+:class:`~plag_ros.core.control.arm_ownership.ArmOwnership`; this module adds the service calls.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from rcl_interfaces.srv import GetParameters
 from rclpy.client import Client
 from rclpy.node import Node
 
-from plag_ros.core.arm_ownership import ArmOwnership
-from plag_ros.core.control import PartialImpedanceController
-from plag_ros.core.impedance_settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
+from plag_ros.core.control.arm_ownership import ArmOwnership
+from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.control.settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
 from plag_ros.ros.controller_file import ControllerFileError, differences, read_controller_file
 from plag_ros.ros.controller_switch import ControllerSwitch, read_parameters, switch_command
 

@@ -36,7 +36,7 @@ from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.task import Future
 
-from plag_ros.core.impedance_settings import SWITCH_METHODS
+from plag_ros.core.control.settings import SWITCH_METHODS
 from plag_ros.ros.emulated_controller_manager import STRICT
 
 __all__ = ['METHODS', 'STRICT', 'ControllerSwitch', 'call', 'read_parameters', 'sleep',

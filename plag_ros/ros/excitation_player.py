@@ -7,7 +7,8 @@ The message carries an explicit start stamp (a moment after sending) so a record
 says exactly when each point was commanded: ``plag-ros identify --servo`` reads it back.
 
 Before anything moves: every controller joint must be in ``/joint_states``, inside its
-limits; the trajectory must pass :func:`~plag_ros.core.excitation.check_excitation` for the
+limits; the trajectory must pass :func:`~plag_ros.core.identification.excitation.check_excitation`
+for the
 model; something must subscribe to the command topic (the controller is active). While it
 plays, a joint further than ``tracking_limit`` from its command, or joint states older than
 ``stale_s``, stops it: the arm is sent a one-point trajectory to where it is, as is done on
@@ -37,14 +38,14 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from plag_ros.core.excitation import (
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.identification.excitation import (
     ExcitationLimits,
     FourierExcitation,
     check_excitation,
     excitation_points,
 )
-from plag_ros.core.joint_trajectory import TrajectoryCommand
-from plag_ros.core.model import RobotModel
+from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
 from plag_ros.ros.messages import ns_to_stamp
 
 __all__ = ['START_LEAD_NS', 'PlayError', 'play_excitation']

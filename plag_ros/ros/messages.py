@@ -47,7 +47,7 @@ from std_msgs.msg import (
 )
 from visualization_msgs.msg import Marker, MarkerArray
 
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate
 from plag_ros.ros import topics
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from plag_ros.core.analysis import Analysis, AnalysisOptions
-from plag_ros.core.model import RobotModel
+from plag_ros.core.decomposition.analysis import Analysis, AnalysisOptions
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.io.bag import JOINT_STATE_TYPE, JointStates, qos_profile, typestore_for
 from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
@@ -134,7 +134,7 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
     """
     import torch
 
-    from plag_ros.core.dynamics import PartialLagrangian
+    from plag_ros.core.dynamics.engine import PartialLagrangian
     from plag_ros.ros import messages as msgs
 
     frame = options.frame_id or model.root_link

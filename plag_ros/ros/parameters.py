@@ -1,7 +1,7 @@
-"""Node parameters from the core's settings dataclasses (:mod:`plag_ros.core.options`).
+"""Node parameters from the core's settings dataclasses (:mod:`plag_ros.core.common.options`).
 
 A node lists its options once (``options(Settings())``), declares them here and reads
-them back into its settings with :func:`plag_ros.core.options.build`. Descriptors make
+them back into its settings with :func:`plag_ros.core.common.options.build`. Descriptors make
 ``ros2 param describe`` useful (description with the unit, allowed values, range) and let
 rclpy refuse a value out of range or a write to a read-only parameter before the node's
 own validation runs.
@@ -18,7 +18,7 @@ from rcl_interfaces.msg import (
     ParameterType,
 )
 
-from plag_ros.core.options import Option
+from plag_ros.core.common.options import Option
 
 if TYPE_CHECKING:
     from rclpy.node import Node
@@ -33,7 +33,7 @@ _TYPES = {'bool': ParameterType.PARAMETER_BOOL, 'int': ParameterType.PARAMETER_I
 
 
 def option_descriptor(opt: Option) -> ParameterDescriptor:
-    """The ROS descriptor of a core :class:`~plag_ros.core.options.Option`."""
+    """The ROS descriptor of a core :class:`~plag_ros.core.common.options.Option`."""
     d = ParameterDescriptor(
         type=_TYPES[opt.kind], description=opt.doc, read_only=opt.read_only,
         additional_constraints='' if opt.choices is None else f'one of {list(opt.choices)}')

@@ -61,8 +61,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.model import RobotModel
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.studies.common import AXIS, POINT_INERTIA, planar_chain_urdf, rk4, save_summary
 
 __all__ = ['G', 'Arm', 'ARMS', 'PD_RUNS', 'slider_urdf', 'planar_jacobians', 'simulate',

@@ -17,13 +17,14 @@ the partial Lagrangian engine:
   and a low-pass filter. We have no recording, so the motion is synthesised the same way
   (hand-like bumps, with a small unintended motion of the resting joints, "albeit
   slightly"), quantised to 12-bit encoder counts at 200 Hz with stamp jitter and passed
-  through the package's offline estimator (:func:`plag_ros.core.filters.estimate_offline`).
+  through the package's offline estimator
+  (:func:`plag_ros.core.estimation.filters.estimate_offline`).
   Written as ``fig05_motion.png`` ... ``fig09_acceleration_propagation_joint1.png``.
 
 Figures 8-9 and 13-14 show the motion propagation torque ``tau^p_1j(theta_j^(m))`` of
 eq. 1: the part of link j's partial torque at joint 1 that joint j's own velocity
 (m = 1) or acceleration (m = 2) propagates, ``velocity[:, 0, j, j]`` and
-``acceleration[:, 0, j, j]`` of :class:`plag_ros.core.dynamics.Decomposition`.
+``acceleration[:, 0, j, j]`` of :class:`plag_ros.core.dynamics.engine.Decomposition`.
 
 **Sign convention.** Joints turn about -y, links along +x, gravity -z: seen with x to the
 right and z up, a positive angle is counter-clockwise and lifts the arm, as the papers'
@@ -58,11 +59,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from plag_ros.core.control import ImpedanceConfig, PartialImpedanceController, propagation_mask
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.filters import EstimatorConfig, estimate_offline
-from plag_ros.core.model import RobotModel
-from plag_ros.core.simulation import Simulator, SimulatorConfig
+from plag_ros.core.control.config import ImpedanceConfig, propagation_mask
+from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 from plag_ros.core.studies.common import planar_chain_urdf, plot_lines, save_summary
 
 __all__ = ['LENGTH', 'COM', 'MASS', 'INERTIA', 'three_link_urdf', 'motion',

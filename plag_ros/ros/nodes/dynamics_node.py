@@ -1,8 +1,8 @@
 """``plag_dynamics``: live partial Lagrangian decomposition of the CRANE-X7's joint states.
 
 Per ``joint_states`` message: map it onto the model by joint name (mimic joints filled),
-estimate velocity and acceleration (:class:`plag_ros.core.filters.JointStateEstimator`),
-decompose the torques ([PL] eq. 6, [MPF] eq. 10; :mod:`plag_ros.core.live_decomposition`)
+estimate velocity and acceleration (:class:`plag_ros.core.estimation.filters.JointStateEstimator`),
+decompose the torques ([PL] eq. 6, [MPF] eq. 10; :mod:`plag_ros.core.decomposition.live`)
 and publish, stamped with the input stamp (or the arrival time with ``stamp_source:
 receive``):
 
@@ -29,12 +29,12 @@ Each accepted sample publishes every array and component right after ``~/joint_s
 effort. Per-body states, markers and image (rviz2) come at most
 ``visualization_rate_hz``; ``output_rate_hz`` decimates all outputs, not the estimator.
 (*) At rest: the stick reaction from the measured effort, or 0 without one
-(:mod:`plag_ros.core.friction`). The model comes from ``robot_description_source``
+(:mod:`plag_ros.core.estimation.friction`). The model comes from ``robot_description_source``
 (``'topic'``, falling back to ``urdf_path`` after ``robot_description_timeout`` s;
 ``'parameter'``; ``'file'``). ``low_latency: true`` serves ``joint_states`` on a thread of
 its own (:mod:`plag_ros.ros.tuning`). Bad input is dropped, counted by reason and logged at
 most every two seconds. The parameters are the options of
-:class:`plag_ros.core.dynamics_settings.DynamicsSettings`.
+:class:`plag_ros.core.decomposition.settings.DynamicsSettings`.
 
 [PL] Kusaka & Tanaka, Robotics 2022, doi:10.3390/robotics11060149.
 [MPF] Gunji, Kusaka & Tanaka, Robotics 2025, doi:10.3390/robotics14050054.
@@ -59,11 +59,11 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from plag_ros.core import live_decomposition as live_core
-from plag_ros.core.dynamics_settings import DynamicsSettings, dynamics_options
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import model_with_parameters
-from plag_ros.core.options import build
+from plag_ros.core.common.options import build
+from plag_ros.core.decomposition import live as live_core
+from plag_ros.core.decomposition.settings import DynamicsSettings, dynamics_options
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.ros import messages as msgs
 from plag_ros.ros import topics, tuning
 from plag_ros.ros.input_thread import InputThread

@@ -1,10 +1,10 @@
 """``plag_impedance``: partial-impedance control of the CRANE-X7.
 
 Per ``joint_states`` message the node maps the joints by name, runs
-:class:`plag_ros.core.control.PartialImpedanceController` (its own estimator, tuned for
+:class:`plag_ros.core.control.impedance.PartialImpedanceController` (its own estimator, tuned for
 control, then the decomposition and the law) and publishes the command at once; a timer at
 ``rate_hz`` runs the watchdog, which holds when the input goes stale. Parameters:
-:class:`plag_ros.core.impedance_settings.ImpedanceSettings` (config/impedance.yaml).
+:class:`plag_ros.core.control.settings.ImpedanceSettings` (config/impedance.yaml).
 
 =======================  ===========================  =====================================
 topic / service          type                         content
@@ -54,13 +54,13 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from plag_ros.core import motors
-from plag_ros.core.control import Command, PartialImpedanceController
-from plag_ros.core.dynamics import PartialLagrangian
-from plag_ros.core.impedance_settings import IMPEDANCE_OPTIONS, ImpedanceSettings
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import model_with_parameters
-from plag_ros.core.plausibility import PlausibilityGate
+from plag_ros.core.control.impedance import Command, PartialImpedanceController
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import model_with_parameters
+from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.arm_handover import ArmHandover
 from plag_ros.ros.controller_switch import sleep
@@ -93,7 +93,7 @@ class ImpedanceNode(Node):
                 RobotModel.from_urdf(s.urdf_path or default_urdf_path()), s.model.parameters)
             config = s.controller_config(self.model)
             if parameters is not None:
-                config = parameters.controller_config(self.model, config)
+                config = config.with_model_parameters(parameters, self.model)
                 self.get_logger().info(parameters.summary())
             self.controller = PartialImpedanceController(
                 PartialLagrangian(self.model, dtype=torch.float64), config,

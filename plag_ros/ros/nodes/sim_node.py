@@ -1,6 +1,7 @@
 """``plag_sim``: a simulated CRANE-X7 on the ROS 2 graph, for demos and tests without hardware.
 
-Physics is :class:`plag_ros.core.simulation.Simulator` (forward dynamics of the URDF with servo
+Physics is :class:`plag_ros.core.simulation.simulator.Simulator` (forward dynamics of the URDF with
+servo
 emulation, Coulomb stick-slip, hard stops, effort saturation); this node only moves numbers
 between it and the topics, like the robot's ros2_control driver would:
 
@@ -98,11 +99,11 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
-from plag_ros.core.model import RobotModel, default_urdf_path
-from plag_ros.core.model_parameters import model_with_parameters
-from plag_ros.core.options import build
-from plag_ros.core.sim_driver import REJECTION_REASONS, DriverEmulation
-from plag_ros.core.sim_settings import (
+from plag_ros.core.common.options import build
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import model_with_parameters
+from plag_ros.core.simulation.driver import REJECTION_REASONS, DriverEmulation
+from plag_ros.core.simulation.settings import (
     ARM_CONTROLLERS,
     FORWARD,
     JTC,
@@ -110,7 +111,7 @@ from plag_ros.core.sim_settings import (
     per_joint,
     sim_options,
 )
-from plag_ros.core.simulation import Simulator
+from plag_ros.core.simulation.simulator import Simulator
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.controller_file import CONTROLLER_TYPE
 from plag_ros.ros.emulated_controller_manager import (
@@ -170,7 +171,7 @@ class SimNode(Node):
             settings.model.parameters)
         config = settings.simulator_config()
         if parameters is not None:
-            config = parameters.simulator_config(self.model, config)
+            config = config.with_model_parameters(parameters, self.model)
             self.get_logger().info(parameters.summary())
         self.sim = Simulator(self.model, config)
         m = self.sim.n_actuated

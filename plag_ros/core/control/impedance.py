@@ -1,0 +1,718 @@
+"""Partial-impedance control: joint impedance plus selected motion propagation torques.
+
+Gunji, Kusaka and Tanaka 2025 [MPF] (section 4, the partial impedance after eq. 17) propose
+impedance control on *partial* torques: rather than one impedance for the whole arm, pick
+which motion propagation paths to cancel (the torque a fast wrist motion propagates into
+the shoulder, say) and leave the others compliant. With the partial Lagrangian decomposition of
+:mod:`plag_ros.core.dynamics.engine` ([MPF] eq. 1 and 10),
+
+    acceleration[k, i, s] = M_i[k, s] qdd_s
+    velocity[k, i, s]     = 1/2 d partial[k, i] / d qd_s * qd_s
+
+the law per actuated joint ``a`` (full coordinates ``k``; ``G`` maps actuated to full
+coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
+
+    tau = G^T [ g(q)                                            (if gravity_compensation)
+               + alpha * sum_{i, s} W_acc[k, i, s] acceleration[k, i, s]
+               + alpha * sum_{i, s} W_vel[k, i, s] velocity[k, i, s] ]
+        + alpha * [ K (q_d - q) + D (qd_d - qd) + inertia term ]
+
+so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
+else. ``alpha`` in [0, 1] is the enable ramp; gravity compensation is never ramped (it is
+what keeps the arm up). The decomposition is evaluated at the measured configuration ``q``
+with either the estimated motion (``motion_source='measured'``, the default: feedback of
+the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
+motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
+tracking error, e.g. under the back-EMF damping of a position servo).
+With every mask zero the law is a plain joint impedance (plus gravity compensation).
+
+Target inertia ``Md_a > 0`` (0 keeps the natural inertia) uses the acceleration estimate:
+``m_aa qdd_d + (m_aa - Md_a)(qdd - qdd_d)``, which turns the decoupled joint equation
+``m_aa qdd = tau + tau_ext`` into ``Md_a e'' + D e' + K e = tau_ext`` (``e = q - q_d``).
+It is only as good as the estimate's lag allows; leave it at 0 unless you need it.
+
+Two command interfaces:
+
+* ``'effort'``: the torque above, clipped to ``effort_scale`` times the URDF effort limits
+  (``std_msgs/Float64MultiArray`` for ``forward_command_controller``).
+* ``'position'``: the real CRANE-X7 driver (crane_x7_control, Dynamixel XM servos) accepts
+  positions only. Each servo runs a position loop that, over the band the controller
+  uses, acts as a spring ``tau = K_s (q_cmd - q)`` with ``K_s`` = ``servo_stiffness``
+  [N*m/rad] (default from :mod:`plag_ros.core.dynamics.motors`). Commanding ``q_cmd = q + tau /
+  K_s``
+  (the *measured* q, not the reference) therefore makes the servo produce the impedance
+  torque ``tau``. The driver writes D = 0 (rt-net/crane_x7_ros crane_x7_control/src/
+  crane_x7_hardware.cpp), so all damping is ``D`` here plus the motor's back-EMF. Identify
+  ``K_s`` per joint by hanging known torques on the held servo (a weight on the link, or
+  gravity at several poses with
+  :meth:`~plag_ros.core.dynamics.engine.PartialLagrangian.gravity_torque`)
+  and fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection. Positions are then
+  clipped to the joint limits and to ``max_position_step`` per cycle (from the previous
+  command, so enabling does not jump). The official driver has no effort interface: the
+  effort interface needs current mode (operating mode 0), a changed hardware plugin and
+  software limits; here it serves the simulator.
+
+Safety, as a pure state machine (no ROS here; :mod:`plag_ros.ros.nodes.impedance_node` wraps
+it): nothing is commanded before the first valid state; a watchdog holds when joint states
+are stale for more than ``stale_periods`` periods, contain NaN/inf, or the estimator is
+warming up (after a stamp gap); disable holds; enable ramps ``alpha`` from 0 to 1 over
+``ramp_s``. With the position interface a monitor compares the command in force with the
+measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
+than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)
+is a latched fault (``tracking`` / ``effort``): a servo that lost its gain (the driver
+writes P = 5 on deactivation) or a blocked joint; only disable clears it. On both
+interfaces a joint that keeps reversing (:mod:`plag_ros.core.control.oscillation`) latches an
+``oscillation`` fault the same way: the loop has gone unstable. Gains are checked against
+the sampled loop's stable region when set (``gain_check``, :mod:`plag_ros.core.control.stability`).
+*Hold* for the position interface is the last commanded set point, or
+``q + G^T g(q) / K_s`` before any command: never the measured, sagged pose (a P-only
+servo sags by ``g / K_s``); for the
+effort interface it is zero effort (``fault_action='zero'``) or the open-loop gravity
+torque at the latched position (``'hold'``): the state is not trusted, so no feedback.
+
+Size (over ~600 lines): the law, its limits, the hold, the watchdog and the gain-loss
+monitor update one state per cycle and are tested as one state machine.
+
+[MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
+Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,
+doi:10.3390/robotics14050054.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from plag_ros.core.control import stability
+from plag_ros.core.control.config import SERVO_STIFFNESS_TOLERANCE, ControlState, ImpedanceConfig
+from plag_ros.core.control.oscillation import OscillationMonitor
+from plag_ros.core.control.references import HoldReference, PointReference, Reference
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import actuation_matrix
+from plag_ros.core.dynamics.motors import servo_gains
+from plag_ros.core.estimation.filters import JointStateEstimator
+
+__all__ = ['Command', 'PartialImpedanceController']
+
+_MONITOR_WINDOW_S = 0.05
+"""[s] commands sent this long before a measurement count as possibly in force for it."""
+_MONITOR_HISTORY_S = 0.5
+"""[s] commands kept for the monitor: a measurement read this late (a backlog of
+joint_states behind a stalled node; its subscription queues 50) is still judged against
+the commands in force when it was taken."""
+_EFFORT_CHECK_QD = 0.3
+"""[rad/s] joints faster than this are left out of the effort check."""
+
+
+
+class Command(NamedTuple):
+    """One controller output.
+
+    Attributes:
+        t_ns: time it was computed for [ns] (controller clock).
+        state: :data:`ControlState` after this cycle.
+        reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
+            'warming_up', or a monitor fault starting 'tracking', 'effort' or
+            'oscillation'.
+        effort: (n_act,) [N*m] for the effort interface, else None.
+        position: (n_act,) [rad] for the position interface, else None.
+        torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
+        compensation: (n_act,) [N*m] selected propagation torque (alpha included).
+        q_desired: (n_act,) [rad] desired position (hold position when holding).
+        alpha: enable ramp factor in [0, 1].
+        saturated: (n_act,) bool, effort or position clipped this cycle.
+    """
+
+    t_ns: int
+    state: str
+    reason: str
+    effort: np.ndarray | None
+    position: np.ndarray | None
+    torque: np.ndarray
+    compensation: np.ndarray
+    q_desired: np.ndarray
+    alpha: float
+    saturated: np.ndarray
+
+
+class _CommandHistory:
+    """The last ``capacity`` position commands with their send times, oldest first.
+
+    A ring stored twice over (entry i also at i + capacity), so the kept commands are always
+    one contiguous slice: one append per control cycle, no allocation, no copy to search."""
+
+    def __init__(self, capacity: int, n: int) -> None:
+        self._cap = capacity
+        self._t = np.zeros(2 * capacity, dtype=np.int64)  # (2 capacity,) send time [ns]
+        self._q = np.zeros((2 * capacity, n))              # (2 capacity, n) commands [rad]
+        self._start = 0
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def clear(self) -> None:
+        self._start = self._len = 0
+
+    def append(self, t_ns: int, position: np.ndarray) -> None:
+        i = (self._start + self._len) % self._cap
+        self._t[i] = self._t[i + self._cap] = t_ns
+        self._q[i] = self._q[i + self._cap] = position
+        if self._len < self._cap:
+            self._len += 1
+        else:
+            self._start = (self._start + 1) % self._cap
+
+    def in_force(self, taken_ns: int, window_ns: int) -> np.ndarray | None:
+        """(k, n) the commands that may have acted on a measurement taken at ``taken_ns``
+        [ns]: those sent in ``[taken_ns - window_ns, taken_ns]`` and the one in force at the
+        window's start; None when every kept command was sent after ``taken_ns``."""
+        t = self._t[self._start:self._start + self._len]
+        last = int(t.searchsorted(taken_ns, side='right'))          # sent at or before
+        if last == 0:
+            return None
+        first = max(0, int(t.searchsorted(taken_ns - window_ns, side='left')) - 1)
+        return self._q[self._start + first:self._start + last]
+
+
+class PartialImpedanceController:
+    """Partial-impedance law with an estimator, limits, watchdog and enable ramp.
+
+    Feed every ``joint_states`` sample to :meth:`update` (it returns the command for that
+    sample) and call :meth:`tick` from a timer at about the control rate (it returns a hold
+    command when the input went stale). Both return None while nothing may be commanded.
+
+    Args:
+        engine: partial Lagrangian engine of the robot (its model gives joints and limits).
+        config: gains, masks and limits; shapes are checked against the model here.
+        reference: desired trajectory (default: hold the position at enable).
+
+    Raises:
+        ValueError: a per-joint array or mask has the wrong shape for the model, or an
+            acceleration mask diagonal is combined with a target inertia or with
+            ``motion_source='measured'`` (positive acceleration feedback).
+    """
+
+    def __init__(self, engine: PartialLagrangian, config: ImpedanceConfig,
+                 reference: Reference | None = None) -> None:
+        model = engine.model
+        self.engine = engine
+        self.model = model
+        self.config = config
+        self.reference: Reference = HoldReference() if reference is None else reference
+        self._act = np.flatnonzero(model.actuated)
+        self.joint_names = tuple(model.joint_names[j] for j in self._act)
+        """Actuated joints, the order of every (n_act,) array and command."""
+        self._G, self._offset = actuation_matrix(model)
+        self._apply(config)
+        self._estimator = JointStateEstimator(self._act.size, config.estimator)
+        self.reset()
+        # One sample's tables, rewritten by every cycle (read within the cycle only).
+        self._tables = engine.empty_arrays()
+        with torch.inference_mode():  # first calls are slow: pay it here, not in the loop
+            zero = np.zeros(model.n_joints)
+            engine.decompose_arrays(zero, zero, zero, out=self._tables)
+            engine.gravity_torque(zero)
+
+    def reconfigure(self, config: ImpedanceConfig) -> None:
+        """Swap gains, masks and limits in place, keeping the state (enable, estimator).
+
+        Raises:
+            ValueError: as the constructor; or a different estimator config (build a new
+                controller for that). Nothing changes on error.
+        """
+        if config.estimator != self.config.estimator:
+            raise ValueError('the estimator settings cannot change on a running controller')
+        self._apply(config)
+        self._hold_effort: np.ndarray | None = None
+
+    def _apply(self, config: ImpedanceConfig) -> None:
+        model = self.model
+        n, B = model.n_joints, model.n_bodies
+        na = self._act.size
+
+        def per_joint(name: str) -> np.ndarray:
+            a = getattr(config, name)
+            if a.ndim == 0:
+                return np.full(na, float(a))
+            if a.shape != (na,):
+                raise ValueError(f'ImpedanceConfig.{name} needs {na} entries, one per actuated '
+                                 f'joint {list(self.joint_names)}, got {a.shape[0]}')
+            return a.copy()
+
+        K, D, Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
+        table_Ks = servo_gains(model)[0]
+        Ks = table_Ks if config.servo_stiffness is None else per_joint('servo_stiffness')
+        max_step = per_joint('max_position_step')
+
+        def weights(name: str) -> np.ndarray | None:
+            a = getattr(config, name)
+            if a is None or not a.any():
+                return None
+            if a.shape == (n, n):
+                a = np.broadcast_to(a[:, None, :], (n, B, n))
+            elif a.shape != (n, B, n):
+                raise ValueError(f'ImpedanceConfig.{name} must have shape ({n}, {n}) over '
+                                 f'(joint, source) or ({n}, {B}, {n}) over (joint, body, '
+                                 f'source) for {model.name}, got {a.shape}')
+            return np.array(a, dtype=np.float64).reshape(n, B * n)   # (k, i*s), dense
+
+        W_acc, W_vel = weights('acceleration_mask'), weights('velocity_mask')
+        if W_acc is not None:
+            diag = np.diagonal(W_acc.reshape(n, B, n).sum(1)) > 0
+            diag_act = (self._G.T @ diag.astype(float)) > 0
+            if config.motion_source == 'measured' and diag.any():
+                raise ValueError(
+                    'acceleration_mask diagonal (a joint compensating its own acceleration) '
+                    "with motion_source='measured' is positive acceleration feedback; use "
+                    "'desired' or a target inertia")
+            clash = diag_act & (Md > 0)
+            if clash.any():
+                raise ValueError('acceleration_mask diagonal and a target inertia both set '
+                                 f'for {[self.joint_names[a] for a in np.flatnonzero(clash)]}')
+        mon = None if config.monitored is None else np.asarray(config.monitored, dtype=bool)
+        if mon is not None and mon.shape != (na,):
+            raise ValueError(f'ImpedanceConfig.monitored needs {na} entries, got {mon.shape}')
+        monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
+        # The checks come before any state changes: a refused reconfigure changes nothing.
+        warnings = self._servo_warnings(config, Ks, table_Ks, monitored) + \
+            self._check_gains(config, K, D, Ks, monitored)
+        self.config = config
+        self._K, self._D, self._Md, self._Ks, self._max_step = K, D, Md, Ks, max_step
+        self._W_acc, self._W_vel = W_acc, W_vel
+        self._effort_max = config.effort_scale * model.effort_limit[self._act]
+        self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
+        self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
+        self._monitored = monitored
+        self.warnings: list[str] = warnings
+        """What the configuration's checks found and let pass (a K_s off the motor table,
+        gains below the margin with ``gain_check='warn'``): a node logs them at start."""
+        self._oscillation: OscillationMonitor | None = None
+        if config.oscillation_reversals:
+            limit = model.velocity_limit[self._act]
+            speed = np.where(np.isfinite(limit) & (limit > 0), 0.1 * limit, 0.5)
+            self._oscillation = OscillationMonitor(self.joint_names, speed,
+                                                   config.oscillation_window_s,
+                                                   config.oscillation_reversals)
+
+    def _servo_warnings(self, config: ImpedanceConfig, Ks: np.ndarray, table: np.ndarray,
+                        monitored: np.ndarray) -> list[str]:
+        """A configured K_s off the servo model's by more than the tolerance (position
+        interface, commanded joints)."""
+        if config.command_interface != 'position' or config.servo_stiffness is None:
+            return []
+        off = np.abs(Ks / table - 1.0) > SERVO_STIFFNESS_TOLERANCE
+        return [f'{self.joint_names[a]}: servo_stiffness {Ks[a]:g} N*m/rad is '
+                f"{Ks[a] / table[a]:.2f} x the motor table's {table[a]:.3g} (P gain 800): "
+                "the law's torque is scaled by the ratio, and its stability margin with it "
+                '(right for an arm whose K_s plag-ros identify --servo measured; otherwise '
+                'leave it unset)'
+                for a in np.flatnonzero(off & monitored)]
+
+    def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
+                     Ks: np.ndarray, monitored: np.ndarray) -> list[str]:
+        """The gain check of ``config.gain_check`` (see :mod:`plag_ros.core.control.stability`).
+
+        Raises:
+            ValueError: ``'refuse'`` and a commanded joint below the required margin.
+        """
+        if config.gain_check == 'off':
+            return []
+        loops = stability.joint_loops(
+            self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
+            delay_periods=config.delay_periods, engine=self.engine)
+        failing = stability.check_gains(loops, self.joint_names, K, D, config.estimator,
+                                        only=monitored & ((K > 0) | (D > 0)))
+        if not failing:
+            return []
+        est = config.estimator
+        where = (f'({config.command_interface} interface at {config.rate_hz:g} Hz, '
+                 f'{config.delay_periods:g} period delay; estimator order {est.order}, '
+                 f'{est.cutoff_hz:g} Hz, {est.velocity_source} velocity)')
+        messages = [f'{check.message(stability.MIN_GAIN_MARGIN)} {where}'
+                    for check in failing]
+        if config.gain_check == 'refuse':
+            raise ValueError('gains outside the verified stable region (gain_check '
+                             "'refuse'; 'warn' to run them anyway): " + '; '.join(messages))
+        return messages
+
+    # ------------------------------------------------------------------ state machine
+    def reset(self) -> None:
+        """Back to 'waiting': forget the state, estimator, hold position and enable."""
+        self._estimator.reset()
+        self._enabled = False
+        self._fault = ''
+        self._last_valid_ns: int | None = None
+        self._q: np.ndarray | None = None        # last valid raw position (n_act,)
+        self._q_hold: np.ndarray | None = None
+        self._hold_effort = None
+        self._last_position: np.ndarray | None = None
+        self._last_command: np.ndarray | None = None  # last position sent, any state
+        self._over_since: dict[str, int] = {}
+        self._recent = _CommandHistory(
+            max(2, round(_MONITOR_HISTORY_S * self.config.rate_hz)), self._act.size)
+        self.monitor_unjudged = 0
+        """Measurements the servo monitor could not judge: taken before every command it
+        keeps (a backlog longer than its history, or stamps on a clock far behind)."""
+        self._latched = False
+        self._ramp_start_ns = 0
+        self._t0_ns = 0
+        self._anchor: np.ndarray | None = None
+        self._now_ns = 0
+
+    @property
+    def state(self) -> ControlState:
+        """Current :data:`ControlState`."""
+        if self._q is None:
+            return 'waiting'
+        if self._fault:
+            return 'fault'
+        if not self._enabled:
+            return 'disabled'
+        return 'ramping' if self._alpha(None) < 1.0 else 'enabled'
+
+    @property
+    def fault(self) -> str:
+        """Active fault reason ('' when none)."""
+        return self._fault
+
+    @property
+    def latched(self) -> bool:
+        """Whether the fault is a latched monitor fault (only disable clears it)."""
+        return self._latched
+
+    def relatch_hold(self) -> None:
+        """While disabled and someone else commands the servos, re-estimate the set point
+        in force as ``q + G^T g(q) / K_s`` from the latest state, so that enabling starts
+        from what the servos were holding (position interface; no-op otherwise)."""
+        if self._q is None or self._enabled or self._fault or \
+                self.config.command_interface != 'position':
+            return
+        self._last_command = None
+        self._last_command = self._latch_hold().copy()
+
+    def hold(self, now_ns: int) -> Command | None:
+        """The hold command now (None before the first valid state)."""
+        self._now_ns = now_ns
+        return None if self._q is None else self._hold(now_ns)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether enable was requested (the law runs when also no fault)."""
+        return self._enabled
+
+    @property
+    def estimator(self) -> JointStateEstimator:
+        """The controller's joint state estimator (for its counters)."""
+        return self._estimator
+
+    @property
+    def servo_stiffness(self) -> np.ndarray:
+        """(n_act,) the servo stiffness K_s in use [N*m/rad] (the configured one, else the
+        motor table's)."""
+        return self._Ks.copy()
+
+    @property
+    def measured_q(self) -> np.ndarray | None:
+        """Last valid measured position (n_act,) [rad], None before the first."""
+        return None if self._q is None else self._q.copy()
+
+    def set_enabled(self, enable: bool, now_ns: int) -> tuple[bool, str]:
+        """Request enable (ramp from alpha = 0) or disable (hold). Returns (success, message)."""
+        if not enable:
+            if self._enabled:
+                self._enabled = False
+                if not self._fault:
+                    self._latch_hold()
+            if self._latched:        # a monitor fault ends with disable (already holding)
+                self._latched = False
+                self._fault = ''
+            return True, 'disabled'
+        if self._q is None:
+            return False, 'no valid joint state yet'
+        if self._enabled:
+            return True, 'already enabled'
+        if self._latched:
+            return False, f'fault {self._fault}: disable first'
+        self._enabled = True
+        self._start(now_ns, new_reference=True)
+        if self._fault:
+            return True, f'enabled; waiting for fault to clear ({self._fault})'
+        return True, f'enabled; ramping over {self.config.ramp_s:g} s'
+
+    def set_reference(self, reference: Reference | None = None, *, q: ArrayLike | None = None,
+                      qd: ArrayLike | None = None, qdd: ArrayLike | None = None) -> None:
+        """Replace the desired trajectory, or set a constant point (q, qd, qdd) (n_act,)."""
+        if reference is None:
+            na = self._act.size
+
+            def vec(x, name):
+                a = np.zeros(na) if x is None else np.asarray(x, dtype=np.float64)
+                if a.shape != (na,) or not np.isfinite(a).all():
+                    raise ValueError(f'reference {name} must be {na} finite values')
+                return a
+
+            reference = PointReference(vec(q, 'q'), vec(qd, 'qd'), vec(qdd, 'qdd'))
+        self.reference = reference
+
+    def _start(self, now_ns: int, *, new_reference: bool) -> None:
+        self._ramp_start_ns = now_ns
+        self._recent.clear()          # the hold set point is in force, not older commands
+        if self._oscillation is not None:
+            self._oscillation.reset()
+        if new_reference:
+            self._t0_ns = now_ns
+            self._anchor = self._valid_q().copy()
+            self._last_position = None
+
+    def _alpha(self, now_ns: int | None) -> float:
+        if self.config.ramp_s <= 0.0:
+            return 1.0
+        now = self._now_ns if now_ns is None else now_ns
+        return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self.config.ramp_s))
+
+    def _valid_q(self) -> np.ndarray:
+        """The last valid measured position; callers run only after the first one."""
+        if self._q is None:
+            raise RuntimeError('ImpedanceController: no valid joint state yet')
+        return self._q
+
+    def _latch_hold(self) -> np.ndarray:
+        """Latch the hold set point: the last position command in force (position
+        interface), else ``q + G^T g(q) / K_s`` (what the sagging servo needs to stay at q),
+        else the measured q (effort interface). Returns the new set point (n_act,)."""
+        if self.config.command_interface == 'position' and self._last_command is not None:
+            q_hold = self._last_command.copy()
+        elif self.config.command_interface == 'position':
+            q = self._valid_q()
+            q_full = self._G @ q + self._offset
+            with torch.inference_mode():
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+            q_hold = np.clip(q + (self._G.T @ g) / self._Ks, self._lower, self._upper)
+        else:
+            q_hold = self._valid_q().copy()
+        self._q_hold = q_hold
+        self._hold_effort = None
+        self._last_position = None
+        return q_hold
+
+    def _set_fault(self, reason: str) -> None:
+        if not self._fault and self._enabled:
+            self._latch_hold()  # disabled: already latched at disable or first state
+        self._fault = reason
+
+    def _clear_fault(self, now_ns: int) -> None:
+        if not self._fault or self._latched:
+            return
+        self._fault = ''
+        if self._enabled:
+            if self.config.resume_after_fault:
+                self._start(now_ns, new_reference=False)
+            else:
+                self._enabled = False
+
+    # ------------------------------------------------------------------ cycle
+    def update(self, now_ns: int, q: ArrayLike, qd: ArrayLike | None = None, *,
+               stamp_ns: int | None = None, effort: ArrayLike | None = None
+               ) -> Command | None:
+        """Take one joint state sample and return the command for it.
+
+        Args:
+            now_ns: controller clock [ns] (receive time; the watchdog runs on it).
+            q: (n_act,) measured positions of the actuated joints [rad].
+            qd: (n_act,) measured velocities (used with the estimator's
+                ``velocity_source='measured'``).
+            stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``).
+            effort: (n_act,) measured effort [N*m] for the effort monitor (None: off).
+
+        Returns:
+            The command, or None before the first valid state.
+        """
+        self._now_ns = now_ns
+        na = self._act.size
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != (na,):
+            raise ValueError(f'q must have {na} entries ({list(self.joint_names)}), '
+                             f'got shape {q.shape}')
+        if not np.isfinite(q).all() or (qd is not None and not np.isfinite(qd).all()):
+            if self._q is None:
+                return None
+            self._set_fault('nan')
+            return self._hold(now_ns)
+        rejected = sum(self._estimator.rejected.values())
+        sample = self._estimator.update(now_ns if stamp_ns is None else int(stamp_ns), q, qd)
+        if sum(self._estimator.rejected.values()) > rejected:
+            return None  # a rejected sample is skipped; the watchdog sees if they persist
+        self._last_valid_ns = now_ns  # fresh input, even while the estimator warms up
+        if sample is None:
+            if self._q is None:
+                return None
+            self._q = q.copy()
+            self._set_fault('warming_up')
+            return self._hold(now_ns)
+        first = self._q is None
+        self._q = q.copy()
+        if first:
+            self._latch_hold()
+            if self.config.start_enabled:
+                self.set_enabled(True, now_ns)
+        self._clear_fault(now_ns)
+        if not self._enabled or self._fault:
+            return self._hold(now_ns)
+        taken_ns = now_ns if stamp_ns is None else min(int(stamp_ns), now_ns)
+        if self._monitor(now_ns, taken_ns, q, effort, sample.qd):
+            return self._hold(now_ns)
+        command = self._law(now_ns, q, sample.qd, sample.qdd)
+        if self._oscillation is not None:
+            reason = self._oscillation.update(now_ns, sample.qd, command.torque,
+                                              command.saturated)
+            if reason:
+                # Latched like the servo monitor's faults: an unstable loop must not
+                # re-ramp by itself into the same oscillation.
+                self._set_fault(reason)
+                self._latched = True
+                return self._hold(now_ns)
+        return command
+
+    def _monitor(self, now_ns: int, taken_ns: int, q: np.ndarray, effort: ArrayLike | None,
+                 qd: np.ndarray) -> bool:
+        """Check the commands in force when ``q`` was taken (``taken_ns``) against it; True
+        on a new fault.
+
+        The effort check skips joints moving faster than ``_EFFORT_CHECK_QD``: the motor's
+        back-EMF damping (unknown here) then adds to the servo torque."""
+        cfg = self.config
+        if cfg.command_interface != 'position' or not len(self._recent):
+            self._over_since.clear()
+            return False
+        # The servo acted on a command sent before the measurement was taken, after DDS hops
+        # and the driver's cycle: a joint passes when any command sent in the
+        # _MONITOR_WINDOW_S before ``taken_ns`` (or the one in force at its start) explains
+        # it. A servo without gain is explained by none. Judging by the sample's time, not
+        # by the newest commands, keeps a backlog of joint_states (a stalled node reads
+        # them late, after its reference moved on) from looking like a lost servo.
+        recent = self._recent.in_force(taken_ns, int(_MONITOR_WINDOW_S * 1e9))  # (k, n_act)
+        if recent is None:
+            self.monitor_unjudged += 1
+            return False
+        errors = recent - q
+        error = np.where(self._monitored, np.abs(errors).min(0), 0.0)
+        checks = {'tracking': (error, cfg.tracking_error_limit, 'rad')}
+        if effort is not None and math.isfinite(cfg.effort_error_limit):
+            effort = np.asarray(effort, dtype=np.float64)
+            predicted = np.clip(self._Ks * errors, -self._effort_max, self._effort_max)
+            slow = np.abs(qd) < _EFFORT_CHECK_QD
+            mismatch = np.where(self._monitored & slow,
+                                np.abs(effort - predicted).min(0), 0.0)
+            if np.isfinite(mismatch).all():
+                checks['effort'] = (mismatch, cfg.effort_error_limit, 'N*m')
+        persist_ns = int(cfg.fault_persist_s * 1e9)
+        for kind, (value, limit, unit) in checks.items():
+            worst = int(np.argmax(value))
+            if value[worst] <= limit:
+                self._over_since.pop(kind, None)
+                continue
+            since = self._over_since.setdefault(kind, now_ns)
+            if now_ns - since >= persist_ns:
+                what = ('|q_cmd - q|' if kind == 'tracking' else
+                        '|effort - K_s (q_cmd - q)|')
+                self._set_fault(f'{kind}: {self.joint_names[worst]} {what} = '
+                                f'{value[worst]:.3g} {unit} > {limit:g} for '
+                                f'{cfg.fault_persist_s:g} s (servo gain lost, e.g. the driver '
+                                'deactivated and wrote P=5, or a blocked joint)')
+                self._latched = True
+                self._over_since.clear()
+                self._recent.clear()
+                return True
+        return False
+
+    def tick(self, now_ns: int) -> Command | None:
+        """Watchdog: a hold command when the last valid state is too old, else None."""
+        self._now_ns = now_ns
+        if self._q is None or self._last_valid_ns is None:
+            return None
+        if now_ns - self._last_valid_ns > self._stale_ns:
+            if self._fault != 'stale':
+                self._set_fault('stale')
+                self._estimator.reset()  # no derivative across the gap
+            return self._hold(now_ns)
+        return None
+
+    def _hold(self, now_ns: int) -> Command:
+        na = self._act.size
+        q_hold = self._q_hold
+        if q_hold is None:
+            raise RuntimeError('ImpedanceController: hold requested before a set point latched')
+        zero = np.zeros(na)
+        effort: np.ndarray | None = None
+        position: np.ndarray | None = None
+        if self.config.command_interface == 'position':
+            position = q_hold.copy()
+            self._last_command = position.copy()
+        elif self.config.fault_action == 'hold':
+            if self._hold_effort is None:
+                q_full = self._G @ q_hold + self._offset
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+                self._hold_effort = np.clip(self._G.T @ g, -self._effort_max, self._effort_max)
+            effort = self._hold_effort.copy()
+        else:
+            effort = zero.copy()
+        reason = self._fault or 'disabled'
+        return Command(now_ns, self.state, reason, effort, position,
+                       zero if effort is None else effort.copy(), zero.copy(), q_hold.copy(),
+                       0.0, np.zeros(na, dtype=bool))
+
+    def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
+        cfg, G = self.config, self._G
+        alpha = self._alpha(now_ns)
+        if self._anchor is None:
+            raise RuntimeError('ImpedanceController: control law before the first enable')
+        q_d, qd_d, qdd_d = (np.asarray(x, dtype=np.float64) for x in
+                            self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor))
+        # 1. One decomposition at the measured configuration with the chosen motion.
+        q_full = G @ q + self._offset
+        if cfg.motion_source == 'desired':
+            qd_full, qdd_full = G @ qd_d, G @ qdd_d
+        else:
+            qd_full, qdd_full = G @ qd, G @ qdd
+        with torch.inference_mode():
+            out = self.engine.decompose_arrays(q_full, qd_full, qdd_full, out=self._tables)
+        n = q_full.size
+        comp_full = np.zeros(n)
+        if self._W_acc is not None:
+            comp_full += np.einsum('kj,kj->k', out['acceleration'].reshape(n, -1), self._W_acc)
+        if self._W_vel is not None:
+            comp_full += np.einsum('kj,kj->k', out['velocity'].reshape(n, -1), self._W_vel)
+        g_full = out['gravity'].sum(-1) if cfg.gravity_compensation else None
+        # 2. Impedance in actuated coordinates; gravity is not ramped.
+        compensation = alpha * (G.T @ comp_full)
+        tau = alpha * (self._K * (q_d - q) + self._D * (qd_d - qd)) + compensation
+        if (self._Md > 0).any():
+            M = G.T @ self.engine.mass_matrix(q_full).cpu().numpy() @ G
+            m = np.diag(M)
+            on = self._Md > 0
+            tau += alpha * on * (m * qdd_d + (m - self._Md) * (qdd - qdd_d))
+        if g_full is not None:
+            tau += G.T @ g_full
+        # 3. Limits.
+        clipped = np.clip(tau, -self._effort_max, self._effort_max)
+        saturated = clipped != tau
+        effort = position = None
+        if cfg.command_interface == 'effort':
+            effort = clipped
+        else:
+            target = np.clip(q + clipped / self._Ks, self._lower, self._upper)
+            # Step limit from the command in force (the hold set point after enable), not
+            # from the sagged measurement.
+            previous = self._last_position if self._last_position is not None else (
+                self._last_command if self._last_command is not None else q)
+            position = np.clip(target, previous - self._max_step, previous + self._max_step)
+            saturated |= position != q + clipped / self._Ks
+            self._last_position = position
+            self._last_command = position.copy()
+            self._recent.append(now_ns, position)
+        return Command(now_ns, self.state, '', effort, position, clipped, compensation, q_d,
+                       alpha, saturated)

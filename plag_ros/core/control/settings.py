@@ -1,0 +1,390 @@
+"""Settings of the partial-impedance controller node, every one written once.
+
+Each parameter of ``plag_impedance`` (:mod:`plag_ros.ros.nodes.impedance_node`) is a field
+of :class:`ImpedanceSettings` or of one of its groups (``command.*``, ``switch.*``,
+``fault.*``, ``compensate.*``, ``reference.*``, ``oscillation.*``, ``filter.*``,
+``plausibility.*``), declared with :func:`~plag_ros.core.common.options.option`: its default, a
+description with the unit, its range, its allowed values (the ``Literal`` annotation) and
+whether it may change while the node runs. The node declares :data:`IMPEDANCE_OPTIONS` as
+its parameters and rebuilds the settings from their values with
+:meth:`ImpedanceSettings.from_values`; the methods here turn the settings into the
+controller's :class:`~plag_ros.core.control.impedance.ImpedanceConfig` and reference trajectory.
+Every error names the parameter. config/impedance.yaml sets the same names.
+
+Per-joint lists hold one value for every joint or one per actuated joint in URDF order
+(the 7 arm joints, then finger a).
+
+No ROS here: the controller names below are those of the ros2_control configuration the
+node talks to, plain strings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from plag_ros.core.common.options import Option, build, group, option, options
+from plag_ros.core.control.config import (
+    CONTROL_ESTIMATOR,
+    CommandInterface,
+    FaultAction,
+    GainCheckMode,
+    ImpedanceConfig,
+    MotionSource,
+    propagation_mask,
+)
+from plag_ros.core.control.references import HoldReference, SineReference
+from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.dynamics.model_parameters import ModelSettings
+from plag_ros.core.estimation.filters import EstimatorConfig
+from plag_ros.core.estimation.plausibility import PlausibilityConfig
+
+__all__ = ['FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
+           'TRAJECTORY_CONTROLLER', 'CommandKind', 'CommandSettings', 'CommandType',
+           'CompensateSettings', 'FaultSettings', 'ImpedanceSettings', 'OscillationSettings',
+           'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings']
+
+FORWARD_CONTROLLER = 'plag_arm_position_controller'
+"""Our forward position controller (config/crane_x7_controllers.yaml), switched in."""
+TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
+"""The driver's joint trajectory controller: the trajectory path's target, the fallback."""
+
+CommandType = Literal['forward', 'trajectory']
+CommandKind = Literal['forward', 'trajectory', 'effort']
+"""What the node publishes: a command type, or efforts on the effort interface."""
+SwitchMethod = Literal['controller_manager', 'sim', 'none']
+SWITCH_METHODS: tuple[str, ...] = typing.get_args(SwitchMethod)
+ReferenceMode = Literal['hold', 'sine']
+
+_PER_JOINT = (' (one value for every joint, or one per actuated joint in URDF order: the 7 '
+              'arm joints, then finger a)')
+_TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'
+_ELBOW = 'crane_x7_upper_arm_revolute_part_rotate_joint'
+_ACTUATED = (*motors.ARM_JOINTS, motors.GRIPPER_JOINT)
+
+
+def _per_joint(values: Sequence[float], name: str) -> float | np.ndarray:
+    """One value for all joints (a float) or an array, from a per-joint parameter."""
+    a = np.asarray(list(values), dtype=np.float64)
+    if a.size == 0:
+        raise ValueError(f'{name}: empty per-joint list')
+    return float(a[0]) if a.size == 1 else a
+
+
+@dataclass(frozen=True)
+class CommandSettings:
+    """``command.*``: where the commands go and in which form."""
+
+    type: CommandType = option(
+        'forward', "'forward': Float64MultiArray to plag_arm_position_controller (switched "
+        "in); 'trajectory': one-point JointTrajectory to crane_x7_arm_controller",
+        read_only=True)
+    topic: str = option(
+        '', "command topic; '' = /plag_arm_position_controller/commands (forward), "
+        '/crane_x7_arm_controller/joint_trajectory (trajectory), effort_controller/commands '
+        '(effort interface)', read_only=True)
+    joints: list[str] = option(
+        list(motors.ARM_JOINTS), "joints commanded, in the controller's order (default: the "
+        '7 arm joints; finger a stays with the gripper action controller)', read_only=True)
+    controller: str = option(
+        '', "controller whose joints parameter is checked; '' = plag_arm_position_"
+        'controller (forward) or crane_x7_arm_controller (trajectory)', read_only=True)
+    time_from_start: float = option(
+        0.0, 'trajectory: time_from_start of the point [s]; 0 = a step in the next JTC update',
+        low=0.0, high=10.0, read_only=True)
+    controller_file: str = option(
+        '', 'forward: the ros2_control parameter file the controller was spawned with; the '
+        "loaded controller's joints and interface_name are checked against it (a controller "
+        "already loaded keeps its old parameters); '' = check joints only", read_only=True)
+
+
+@dataclass(frozen=True)
+class SwitchSettings:
+    """``switch.*``: how the forward path takes the arm from the driver's controller."""
+
+    method: SwitchMethod = option(
+        'controller_manager', "forward: switch the arm controllers through "
+        "'controller_manager' (controller_manager/switch_controller), the simulator ('sim') "
+        "or not at all ('none')", read_only=True)
+    controller_manager: str = option('/controller_manager', 'controller manager node',
+                                     read_only=True)
+    sim_node: str = option('/plag_sim', 'simulator node (switch.method sim)', read_only=True)
+    fallback: str = option(TRAJECTORY_CONTROLLER, 'the controller ours replaces, switched '
+                           'back after a hold', read_only=True)
+    hold_s: float = option(0.5, 'hold this long before switching back [s]', low=0.0,
+                           high=60.0)
+    timeout_s: float = option(5.0, 'deadline of one switch [s]', low=0.1, high=60.0,
+                              read_only=True)
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """``fault.*``: latched faults of the servo loop (0 or less turns a check off)."""
+
+    tracking_error: float = option(
+        0.3, 'latched fault when |q_cmd - q| of a commanded joint exceeds this [rad] for '
+        'fault.persist_s; 0 or less: off', low=-1.0, high=10.0)
+    effort_error: float = option(
+        1.5, 'latched fault when |effort - K_s (q_cmd - q)| exceeds this [N*m] for '
+        'fault.persist_s (servo gain lost, e.g. P=5); 0 or less: off', low=-1.0, high=100.0)
+    persist_s: float = option(0.1, 'how long a fault limit must be exceeded [s]', low=0.0,
+                              high=10.0)
+
+
+@dataclass(frozen=True)
+class CompensateSettings:
+    """``compensate.*``: the motion propagation paths the controller cancels."""
+
+    acceleration: list[str] = option(
+        [f'{_TILT}<-{_ELBOW}'], "acceleration propagation paths to cancel, 'target<-source' "
+        "joint names, '*' for all; '' or 'none' for nothing")
+    velocity: list[str] = option(
+        [f'{_TILT}<-{_ELBOW}'], 'velocity propagation paths to cancel (same syntax)')
+    bodies: list[str] = option(
+        [''], "restrict compensation to these bodies; '' = all bodies")
+
+    def paths(self, name: Literal['acceleration', 'velocity', 'bodies']) -> list[str]:
+        """The entries of list ``name``: blank ones and ``'none'`` dropped."""
+        return [v for v in getattr(self, name) if v.strip() and v.strip().lower() != 'none']
+
+
+@dataclass(frozen=True)
+class ReferenceSettings:
+    """``reference.*``: the desired trajectory (``~/reference`` replaces it)."""
+
+    mode: ReferenceMode = option(
+        'hold', "'hold' the position at enable, or 'sine': centre at enable + amplitude * "
+        'sin(2 pi f t)')
+    amplitude: list[float] = option([0.0], 'sine amplitude [rad]' + _PER_JOINT)
+    frequency_hz: list[float] = option([0.5], 'sine frequency [Hz]' + _PER_JOINT)
+
+
+@dataclass(frozen=True)
+class OscillationSettings:
+    """``oscillation.*``: the oscillation monitor (plag_ros/core/control/oscillation.py)."""
+
+    reversals: int = option(
+        8, 'latched fault when a joint reverses this many times within oscillation.window_s '
+        '(plag_ros/core/control/oscillation.py); 0: off', low=0, high=1000)
+    window_s: float = option(0.8, 'the oscillation monitor window [s]', low=0.05, high=60.0)
+
+
+# The CRANE-X7 driver reports velocities: filtering them leaves the acceleration one
+# derivative from a measurement instead of two from encoder steps (much less noise).
+_CONTROL_FILTER = dataclasses.replace(CONTROL_ESTIMATOR, velocity_source='measured')
+
+
+@dataclass(frozen=True)
+class ImpedanceSettings:
+    """Every parameter of the ``plag_impedance`` node; defaults match config/impedance.yaml.
+
+    ``filter.rate_hz`` is no parameter: it follows ``rate_hz``.
+
+    Raises:
+        ValueError: a value the node cannot run with; the message names the parameter.
+    """
+
+    urdf_path: str = option('', 'URDF of the controlled robot; empty: the bundled '
+                            'crane_x7.urdf', read_only=True)
+    model: ModelSettings = group(ModelSettings)
+    command_interface: CommandInterface = option(
+        'position', "'position' (the real CRANE-X7 driver: it has no effort interface) or "
+        "'effort' (simulator only)", read_only=True)
+    command: CommandSettings = group(CommandSettings)
+    switch: SwitchSettings = group(SwitchSettings)
+    fault: FaultSettings = group(FaultSettings)
+    rate_hz: float = option(200.0, 'nominal joint_states rate and watchdog rate [Hz]',
+                            low=1.0, high=10000.0, read_only=True)
+    stale_periods: float = option(5.0, 'hold when no valid joint state for this many '
+                                  'periods', low=1.01, high=1000.0)
+    input_loss_s: float = option(
+        1.0, 'joint_states absent this long [s] is taken as the driver gone: on its return '
+        'switch again, then re-ramp (resume_after_fault) or stay disabled', low=0.05,
+        high=3600.0)
+    ramp_s: float = option(2.0, 'gain ramp after enable or a cleared fault [s]', low=0.0,
+                           high=60.0)
+    start_enabled: bool = option(False, 'enable at the first valid joint state (with a '
+                                 'switch: tried every 0.1 s for switch.timeout_s)',
+                                 read_only=True)
+    fault_action: FaultAction = option(
+        'zero', "effort interface while holding: 'zero' effort or open-loop gravity 'hold' "
+        '(the position interface always holds the last valid position)')
+    resume_after_fault: bool = option(True, 're-ramp when a fault clears (else disable)')
+    gravity_compensation: bool = option(True, 'add the gravity torque g(q)')
+    stiffness: list[float] = option([10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0, 1.0],
+                                    'joint stiffness K [N*m/rad] >= 0' + _PER_JOINT)
+    damping: list[float] = option([0.4, 1.5, 0.8, 0.6, 0.05, 0.06, 0.02, 0.01],
+                                  'joint damping D [N*m*s/rad] >= 0' + _PER_JOINT)
+    inertia: list[float] = option([0.0], 'target inertia [kg*m^2]; 0 keeps the natural '
+                                  'inertia' + _PER_JOINT)
+    servo_stiffness: list[float] = option(
+        [round(float(k), 2) for k in motors.servo_stiffness(_ACTUATED)],
+        'servo position-loop stiffness K_s [N*m/rad] > 0 (position interface); default from '
+        'the motor table plag_ros/core/dynamics/motors.py at the P gain 800 the driver writes'
+        + _PER_JOINT)
+    max_position_step: list[float] = option(
+        [0.02], 'largest position command change per cycle [rad] > 0' + _PER_JOINT)
+    effort_scale: float = option(1.0, 'fraction of the URDF effort limits allowed', low=0.01,
+                                 high=1.0)
+    motion_source: MotionSource = option(
+        'measured', "motion in the propagation torques: 'measured' (estimated qd, qdd) or "
+        "'desired' (reference feedforward)")
+    compensate: CompensateSettings = group(CompensateSettings)
+    reference: ReferenceSettings = group(ReferenceSettings)
+    # The estimator cannot change under a running controller: the whole group is read at
+    # start. Its stamp-spacing and stencil settings keep the estimator's defaults here.
+    filter: EstimatorConfig = group(_CONTROL_FILTER, read_only=True, exclude=(
+        'rate_hz', 'min_spacing_periods', 'stencil_nodes'))
+    gain_check: GainCheckMode = option(
+        'refuse', 'a commanded joint whose (K, D) have a gain margin below 2 in the sampled '
+        "loop (plag_ros/core/control/stability.py): 'refuse' (the parameters are not taken, "
+        "the node does not start), 'warn' (logged) or 'off'")
+    delay_periods: float = option(1.0, 'sample-to-command delay the gain check assumes '
+                                  '[periods]', low=0.0, high=99.0)
+    oscillation: OscillationSettings = group(OscillationSettings)
+    use_header_stamp: bool = option(True, 'estimate, and judge the servo monitor, on the '
+                                    'joint_states header stamps (else on receive time)',
+                                    read_only=True)
+    state_rate_hz: float = option(10.0, 'rate of ~/state besides every change [Hz]', low=0.1,
+                                  high=1000.0)
+    torch_threads: int = option(1, 'torch intra-op threads (1 is fastest for one sample)',
+                                low=1, high=256, read_only=True)
+    plausibility: PlausibilityConfig = group(PlausibilityConfig, read_only=True, exclude=(
+        'jump_slack', 'reanchor_samples'))
+
+    def __post_init__(self) -> None:
+        if self.filter.rate_hz != self.rate_hz:
+            # filter.rate_hz follows rate_hz (EstimatorConfig checks the cut-off against it).
+            try:
+                synced = dataclasses.replace(self.filter, rate_hz=float(self.rate_hz))
+            except ValueError as err:
+                raise ValueError(f'filter.cutoff_hz with rate_hz {self.rate_hz:g}: {err}'
+                                 ) from err
+            object.__setattr__(self, 'filter', synced)
+        per_joint = {name: getattr(self, name) for name in (
+            'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')}
+        per_joint['reference.amplitude'] = self.reference.amplitude
+        per_joint['reference.frequency_hz'] = self.reference.frequency_hz
+        for name, values in per_joint.items():
+            _per_joint(values, name)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any],
+                    base: ImpedanceSettings | None = None) -> ImpedanceSettings:
+        """Settings from ``{parameter name: value}``; absent names keep ``base``'s.
+
+        Raises:
+            ValueError: a value out of range, not allowed or inconsistent; the message
+                names the parameter.
+        """
+        values = dict(values)
+        if 'rate_hz' in values:
+            # Set with the cut-off in one step: a higher rate may be what admits it.
+            values['filter.rate_hz'] = values['rate_hz']
+        return build(cls, values, base=base)
+
+    @property
+    def command_kind(self) -> CommandKind:
+        """What the node publishes: the effort interface overrides ``command.type``."""
+        return 'effort' if self.command_interface == 'effort' else self.command.type
+
+    @property
+    def command_topic(self) -> str:
+        """``command.topic``, or the default topic of :attr:`command_kind`."""
+        return self.command.topic or {
+            'forward': f'/{FORWARD_CONTROLLER}/commands',
+            'trajectory': f'/{TRAJECTORY_CONTROLLER}/joint_trajectory',
+            'effort': 'effort_controller/commands'}[self.command_kind]
+
+    @property
+    def target_controller(self) -> str:
+        """``command.controller``, or the controller the command path feeds."""
+        return self.command.controller or (
+            TRAJECTORY_CONTROLLER if self.command_kind == 'trajectory' else FORWARD_CONTROLLER)
+
+    def command_joints(self, model: RobotModel) -> list[str]:
+        """The validated ``command.joints``: distinct actuated joints of ``model``.
+
+        Raises:
+            ValueError: an unknown, repeated or missing joint.
+        """
+        joints = list(self.command.joints)
+        actuated = model.actuated_names
+        bad = [j for j in joints if j not in actuated]
+        if not joints or bad or len(set(joints)) != len(joints):
+            raise ValueError(f'command.joints {joints}: need distinct actuated joints of '
+                             f'{model.name} ({actuated}); unknown: {bad}')
+        return joints
+
+    def controller_config(self, model: RobotModel) -> ImpedanceConfig:
+        """The validated controller settings for ``model``.
+
+        Raises:
+            ValueError: any inconsistent value; the message names the parameter.
+        """
+        bodies = self.compensate.paths('bodies')
+
+        def mask(name: Literal['acceleration', 'velocity']) -> np.ndarray | None:
+            paths = self.compensate.paths(name)
+            if not paths:
+                return None
+            try:
+                return propagation_mask(model, paths, bodies=bodies or None)
+            except ValueError as err:
+                raise ValueError(f'compensate.{name}: {err}') from err
+
+        def limit(value: float) -> float:
+            return value if value > 0.0 else math.inf
+
+        actuated = model.actuated_names
+        commanded = self.command_joints(model)
+        return ImpedanceConfig(
+            **{name: _per_joint(getattr(self, name), name) for name in (
+                'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')},
+            tracking_error_limit=limit(self.fault.tracking_error),
+            effort_error_limit=limit(self.fault.effort_error),
+            fault_persist_s=self.fault.persist_s,
+            monitored=np.array([name in commanded for name in actuated]),
+            gravity_compensation=self.gravity_compensation,
+            acceleration_mask=mask('acceleration'), velocity_mask=mask('velocity'),
+            motion_source=self.motion_source, command_interface=self.command_interface,
+            effort_scale=self.effort_scale, rate_hz=self.rate_hz,
+            stale_periods=self.stale_periods, ramp_s=self.ramp_s,
+            fault_action=self.fault_action, resume_after_fault=self.resume_after_fault,
+            start_enabled=self.start_enabled, estimator=self.filter,
+            gain_check=self.gain_check, delay_periods=self.delay_periods,
+            oscillation_reversals=self.oscillation.reversals,
+            oscillation_window_s=self.oscillation.window_s)
+
+    def reference_trajectory(self, n_act: int) -> HoldReference | SineReference:
+        """The trajectory ``reference.*`` describes, over ``n_act`` actuated joints.
+
+        Raises:
+            ValueError: a per-joint list of another length, or a non-finite or negative
+                frequency.
+        """
+        if self.reference.mode == 'hold':
+            return HoldReference()
+        amplitude = _per_joint(self.reference.amplitude, 'reference.amplitude')
+        frequency = _per_joint(self.reference.frequency_hz, 'reference.frequency_hz')
+        try:
+            amplitude, frequency = (np.broadcast_to(a, (n_act,)) for a in (amplitude,
+                                                                          frequency))
+        except ValueError as err:
+            raise ValueError(f'reference.amplitude, reference.frequency_hz: need 1 or {n_act} '
+                             'values') from err
+        if not (np.isfinite(amplitude).all() and np.isfinite(frequency).all()
+                and (frequency >= 0).all()):
+            raise ValueError('reference.amplitude and reference.frequency_hz must be finite, '
+                             'frequencies >= 0')
+        return SineReference(amplitude.copy(), frequency.copy())
+
+
+IMPEDANCE_OPTIONS: list[Option] = options(ImpedanceSettings())
+"""The node's parameters, in declaration order."""

@@ -1,0 +1,234 @@
+"""Dynamixel motor table of the CRANE-X7: stall torque, servo stiffness, current-to-effort.
+
+The CRANE-X7 arm has eight Dynamixel X-series servos in position mode (operating mode 3),
+one per arm joint plus finger a. Sources (facts only, no code copied):
+
+* joint -> servo ID and model: rt-net/crane_x7_ros ``crane_x7_control/config/
+  manipulator_config.yaml`` (joint1 = pan is an XM430, joint2 = tilt the only XM540) and
+  ``manipulator_links.csv`` (model numbers XM430-W350 / XM540-W270); summarised with
+  sources in ``shared/reference/crane_x7_params.yaml`` (``actuators:``).
+* current-to-effort factor: rt-net/crane_x7_description ``urdf/crane_x7.ros2_control.xacro``
+  ``current_to_effort`` 2.20 (XM430) and 3.60 (XM540) N*m/A; the driver
+  (crane_x7_control ``src/crane_x7_hardware.cpp``) publishes ``effort = current * factor``.
+* gains the driver writes: P = 800, I = D = 0 on activation, P = 5 on deactivation and
+  shutdown (crane_x7_hardware.cpp ``START_*_GAIN`` / ``STOP_*_GAIN``).
+* stall torque and current at 12 V: ROBOTIS e-manual (ROBOTIS-GIT/emanual
+  ``_data/dxl_x_info.yml``): XM430-W350 4.1 N*m at 2.3 A, XM540-W270 10.6 N*m at 4.4 A, so
+  a torque constant of about 1.78 / 2.41 N*m/A (the 1.783 / 2.409 of manipulator_links.csv).
+  The driver's 2.20 / 3.60 are larger (origin not documented): its ``effort`` reads about
+  1.24x / 1.49x the motor torque. :func:`effort_to_torque` undoes that.
+* position loop: e-manual "Position P Gain" (address 84): ``KPP = P / 128``; the output is
+  a PWM value whose full scale is the PWM limit 885 (e-manual "PWM Limit", address 36), and
+  a stalled motor at full duty gives its stall torque. Encoder: 4096 pulses per turn.
+
+Hence the servo acts, away from saturation, as a spring of stiffness
+
+    K_s = P / 128 * stall_torque / 885 / (2 pi / 4096)  [N*m/rad]
+
+(18.9 N*m/rad for an XM430-W350 at P = 800, 48.8 for the XM540-W270; 0.12 and 0.30 at
+P = 5). This is a first-principles figure, not an identification: voltage, temperature,
+friction and the motor's torque-current curve change it. Identify K_s on the arm (README,
+"On the real CRANE-X7") and set ``servo_stiffness`` to the result.
+
+With D = 0 the loop's damping is the motor's back-EMF under PWM drive: the torque falls
+from the stall torque at zero speed to zero at the no-load speed, which the URDF velocity
+limit matches (46 rpm = 4.82 rad/s), so ``c_s = stall_torque / velocity_limit`` (0.85
+N*m*s/rad for the XM430-W350). The motor's torque saturates at its stall torque.
+
+This module is the one servo model: the controller (:mod:`plag_ros.core.control.impedance`), the
+stability analysis (:mod:`plag_ros.core.control.stability`) and the simulator
+(:mod:`plag_ros.core.simulation.simulator`) all take K_s, c_s and the saturation from
+:func:`servo_gains` and :func:`servo_saturation`. Joints outside the table (other robots)
+get the same formulas on their URDF effort limit in place of the stall torque.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from plag_ros.core.dynamics.model import RobotModel
+
+__all__ = ['ARM_JOINTS', 'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION',
+           'DRIVER_P_GAIN', 'DRIVER_STOP_P_GAIN', 'GRIPPER_JOINT',
+           'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
+           'back_emf_damping', 'current_to_effort', 'driver_effort_to_torque',
+           'effort_to_torque', 'known', 'motor_of',
+           'position_loop_stiffness', 'servo_gains', 'servo_saturation', 'servo_stiffness',
+           'stall_torque']
+
+PWM_FULL_SCALE = 885.0
+"""Dynamixel X-series PWM limit at 100 % duty (e-manual, PWM Limit)."""
+PULSE_RAD = 2.0 * math.pi / 4096.0
+"""Encoder step [rad]."""
+DEFAULT_POSITION_RESOLUTION = PULSE_RAD
+"""Dynamixel encoder step [rad] (4096 pulses per revolution)."""
+DEFAULT_VELOCITY_RESOLUTION = 0.02398
+"""Dynamixel velocity step [rad/s] (0.229 rev/min per LSB)."""
+DRIVER_P_GAIN = 800.0
+"""Position P gain the ROS 2 driver writes on activation (crane_x7_hardware.cpp)."""
+DRIVER_STOP_P_GAIN = 5.0
+"""Position P gain the ROS 2 driver writes on deactivation and shutdown."""
+
+
+def position_loop_stiffness(stall_torque: float | np.ndarray, p_gain: float = DRIVER_P_GAIN
+                            ) -> float | np.ndarray:
+    """Position-loop stiffness K_s [N*m/rad] of a Dynamixel X servo:
+    ``p_gain / 128 * stall_torque / PWM_FULL_SCALE / PULSE_RAD`` (module docstring).
+
+    Args:
+        stall_torque: [N*m], scalar or per joint.
+        p_gain: Position P Gain register value.
+    """
+    return p_gain / 128.0 * stall_torque / PWM_FULL_SCALE / PULSE_RAD
+
+
+def back_emf_damping(stall_torque: float | np.ndarray, no_load_speed: float | np.ndarray
+                     ) -> float | np.ndarray:
+    """Back-EMF damping c_s [N*m*s/rad] of a PWM-driven motor: ``stall_torque /
+    no_load_speed`` (torque falls linearly from stall at rest to zero at no-load speed)."""
+    return stall_torque / no_load_speed
+
+
+class Motor(NamedTuple):
+    """One Dynamixel model.
+
+    Attributes:
+        model: ROBOTIS model name.
+        stall_torque: [N*m] at 12 V (e-manual).
+        current_to_effort: [N*m/A], the factor the CRANE-X7 driver multiplies the
+            present current by to publish ``effort``.
+        torque_constant: [N*m/A], stall torque / stall current of the e-manual.
+    """
+
+    model: str
+    stall_torque: float
+    current_to_effort: float
+    torque_constant: float
+
+    def stiffness_per_p_gain(self) -> float:
+        """K_s per unit of the Position P Gain register [N*m/rad]."""
+        return self.stiffness(1.0)
+
+    def stiffness(self, p_gain: float = DRIVER_P_GAIN) -> float:
+        """Position-loop stiffness K_s [N*m/rad] at ``p_gain`` (register units)."""
+        return float(position_loop_stiffness(self.stall_torque, p_gain))
+
+
+MOTORS: dict[str, Motor] = {
+    'XM430-W350': Motor('XM430-W350', 4.1, 2.20, 4.1 / 2.3),
+    'XM540-W270': Motor('XM540-W270', 10.6, 3.60, 10.6 / 4.4),
+}
+
+ARM_JOINTS: tuple[str, ...] = (
+    'crane_x7_shoulder_fixed_part_pan_joint',
+    'crane_x7_shoulder_revolute_part_tilt_joint',
+    'crane_x7_upper_arm_revolute_part_twist_joint',
+    'crane_x7_upper_arm_revolute_part_rotate_joint',
+    'crane_x7_lower_arm_fixed_part_joint',
+    'crane_x7_lower_arm_revolute_part_joint',
+    'crane_x7_wrist_joint',
+)
+"""The 7 arm joints, in the order of ``crane_x7_arm_controller``'s ``joints`` parameter
+(crane_x7_ros crane_x7_control/config/crane_x7_controllers.yaml)."""
+GRIPPER_JOINT = 'crane_x7_gripper_finger_a_joint'
+
+JOINT_MOTORS: dict[str, str] = {name: 'XM430-W350' for name in (*ARM_JOINTS, GRIPPER_JOINT)}
+JOINT_MOTORS['crane_x7_shoulder_revolute_part_tilt_joint'] = 'XM540-W270'
+
+
+def motor_of(joint: str) -> Motor:
+    """The motor driving ``joint``.
+
+    Raises:
+        KeyError: a joint that has no servo in the table (finger b is a mimic).
+    """
+    try:
+        return MOTORS[JOINT_MOTORS[joint]]
+    except KeyError as err:
+        raise KeyError(f'joint {joint!r} has no servo in the CRANE-X7 motor table; known: '
+                       f'{sorted(JOINT_MOTORS)}') from err
+
+
+def known(joints: Sequence[str]) -> bool:
+    """Whether every joint in ``joints`` is in the table."""
+    return all(j in JOINT_MOTORS for j in joints)
+
+
+def servo_stiffness(joints: Sequence[str], p_gain: float = DRIVER_P_GAIN) -> np.ndarray:
+    """(len(joints),) position-loop stiffness K_s [N*m/rad] at ``p_gain``."""
+    return np.array([motor_of(j).stiffness(p_gain) for j in joints])
+
+
+def stall_torque(joints: Sequence[str]) -> np.ndarray:
+    """(len(joints),) stall torque [N*m]: the servo's torque saturation."""
+    return np.array([motor_of(j).stall_torque for j in joints])
+
+
+def current_to_effort(joints: Sequence[str]) -> np.ndarray:
+    """(len(joints),) the driver's current-to-effort factor [N*m/A]."""
+    return np.array([motor_of(j).current_to_effort for j in joints])
+
+
+def effort_to_torque(joints: Sequence[str]) -> np.ndarray:
+    """(len(joints),) factor from the driver's ``effort`` to motor torque:
+    torque_constant / current_to_effort (0.81 for the XM430-W350, 0.67 for the XM540-W270)."""
+    return np.array([motor_of(j).torque_constant / motor_of(j).current_to_effort
+                     for j in joints])
+
+
+def driver_effort_to_torque(model: RobotModel) -> np.ndarray:
+    """(n,) factor from a joint's ``joint_states`` effort to its torque [N*m per effort unit].
+
+    The motor table's :func:`effort_to_torque` for CRANE-X7 joints; 1 for others (their
+    effort is taken as torque, the JointState convention); times the model's identified
+    ``effort_calibration`` where it has one. Every reader of the driver's effort (the
+    friction report, the impedance node's monitor, ``plag-ros identify``) and the
+    simulator's driver, which writes it, use this one figure.
+    """
+    scale = np.array([effort_to_torque([j])[0] if known([j]) else 1.0
+                      for j in model.joint_names])
+    if model.effort_calibration is not None:
+        scale = scale * model.effort_calibration
+    return scale
+
+
+def servo_saturation(model: RobotModel) -> np.ndarray:
+    """(m,) motor torque limit [N*m] of the model's actuated joints: the table's stall
+    torque for CRANE-X7 joints, else the URDF effort limit."""
+    act = np.flatnonzero(model.actuated)
+    names = [model.joint_names[j] for j in act]
+    if known(names):
+        return stall_torque(names)
+    return model.effort_limit[act].copy()
+
+
+def servo_gains(model: RobotModel, p_gain: float = DRIVER_P_GAIN
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Servo stiffness and damping of the model's actuated joints at a Dynamixel P gain.
+
+    ``Kp`` = :func:`position_loop_stiffness` and ``Kd`` = :func:`back_emf_damping` of the
+    :func:`servo_saturation` torque, the URDF velocity limit standing for the no-load speed.
+    These are rotary-servo figures; for prismatic joints give the gains yourself.
+
+    Args:
+        model: the robot; its actuated joints need finite effort and velocity limits.
+        p_gain: Dynamixel Position P Gain register value.
+
+    Returns:
+        kp [N*m/rad], kd [N*m*s/rad]: (m,) for the actuated joints in model order.
+
+    Raises:
+        ValueError: an actuated joint without finite positive effort or velocity limit.
+    """
+    act = np.flatnonzero(model.actuated)
+    effort, velocity = servo_saturation(model), model.velocity_limit[act]
+    bad = [model.joint_names[j] for j, e, v in zip(act, effort, velocity)
+           if not (np.isfinite(e) and e > 0.0 and np.isfinite(v) and v > 0.0)]
+    if bad:
+        raise ValueError(f'joints {bad} lack finite effort/velocity limits: give kp and kd')
+    return (np.asarray(position_loop_stiffness(effort, p_gain)),
+            np.asarray(back_emf_damping(effort, velocity)))

@@ -118,7 +118,8 @@ def crossings(arrows: set[tuple[str, str]], root: Path = PACKAGE,
 
 def test_every_package_is_in_the_picture():
     drawn = {p for arrow in drawn_arrows(PICTURE.read_text()) for p in arrow}
-    packages = {p.name for p in PACKAGE.iterdir() if (p / '__init__.py').is_file()}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / '__init__.py').is_file()} | {
+        p.stem for p in PACKAGE.glob('*.py') if p.name != '__init__.py'}
     assert packages == drawn, f'drawn {sorted(drawn)}, in the package {sorted(packages)}'
 
 

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ['COMMANDS', 'main']
+__all__ = ['COMMANDS', 'command_parser', 'main']
 
 # command -> (module under plag_ros.apps, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +40,16 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The full parser of ``plag-ros COMMAND`` (what ``--help`` shows; the docs' CLI
+    reference is made from it)."""
+    module = importlib.import_module(f'plag_ros.apps.{COMMANDS[command][0]}')
+    parser = argparse.ArgumentParser(prog=f'plag-ros {command}',
+                                     description=COMMANDS[command][1])
+    module.configure(parser)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``plag-ros COMMAND ...`` and return its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -47,10 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Parse the command name first, then let its module add the real arguments.
     known, _ = parser.parse_known_args(argv[:1] or argv)
     module = importlib.import_module(f'plag_ros.apps.{COMMANDS[known.command][0]}')
-    full = argparse.ArgumentParser(prog=f'plag-ros {known.command}',
-                                   description=COMMANDS[known.command][1])
-    module.configure(full)
-    args = full.parse_args(argv[1:])
+    args = command_parser(known.command).parse_args(argv[1:])
     args.command = known.command
     return int(module.run(args) or 0)
 

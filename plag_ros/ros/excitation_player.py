@@ -31,12 +31,11 @@ from typing import Any
 
 import numpy as np
 import rclpy
-from builtin_interfaces.msg import Duration
 from rclpy.duration import Duration as RclpyDuration
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.identification.excitation import (
@@ -46,6 +45,7 @@ from plag_ros.core.identification.excitation import (
     excitation_points,
 )
 from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
+from plag_ros.ros import messages as msgs
 from plag_ros.ros.messages import ns_to_stamp
 
 __all__ = ['START_LEAD_NS', 'PlayError', 'play_excitation']
@@ -61,11 +61,6 @@ the controller's next cycle on a loaded robot PC (200 ms was once overtaken on a
 
 class PlayError(RuntimeError):
     """The trajectory was not started, or was stopped (the message says why)."""
-
-
-def _duration(seconds: float) -> Duration:
-    whole = int(seconds)
-    return Duration(sec=whole, nanosec=int(round((seconds - whole) * 1e9)))
 
 
 def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation, *,
@@ -122,10 +117,7 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
     times, positions, velocities = excitation_points(
         excitation, command_joints, q_now, cycles=cycles, rate_hz=rate_hz,
         approach_speed=approach_speed)
-    msg = JointTrajectory(joint_names=list(command_joints))
-    msg.points = [JointTrajectoryPoint(positions=p.tolist(), velocities=v.tolist(),
-                                       time_from_start=_duration(float(t)))
-                  for t, p, v in zip(times, positions, velocities)]
+    msg = msgs.joint_trajectory(command_joints, times, positions, velocities)
     # Stamped once the points are built (thousands of them take a while in Python), so the
     # lead is all the message's own: it must reach the controller before its start.
     start_ns = node.get_clock().now().nanoseconds + START_LEAD_NS
@@ -141,10 +133,7 @@ def play_excitation(node: Node, model: RobotModel, excitation: FourierExcitation
 
     def hold(why: str) -> PlayError:
         q = np.asarray(latest['q'])
-        publisher.publish(JointTrajectory(
-            joint_names=list(command_joints),
-            points=[JointTrajectoryPoint(positions=q.tolist(), velocities=[0.0] * len(q),
-                                         time_from_start=_duration(0.5))]))
+        publisher.publish(msgs.joint_trajectory(command_joints, [0.5], [q], [np.zeros(len(q))]))
         return PlayError(f'stopped, the arm holds where it is: {why}{delivered()}')
 
     publisher.publish(msg)

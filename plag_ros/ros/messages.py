@@ -31,9 +31,10 @@ import importlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 
 import numpy as np
-from builtin_interfaces.msg import Time
+from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point
 from sensor_msgs.msg import Image, JointState
@@ -45,6 +46,7 @@ from std_msgs.msg import (
     MultiArrayLayout,
     String,
 )
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
 from plag_ros.core.dynamics.model import RobotModel
@@ -64,12 +66,14 @@ __all__ = [
     'body_joint_states',
     'diagnostic_array',
     'diagnostic_status',
+    'duration',
     'float64_array',
     'float64_multi_array',
     'image_to_numpy',
     'joint_component',
     'joint_state',
     'joint_state_arrays',
+    'joint_trajectory',
     'marker_components',
     'message_class',
     'multi_array_to_numpy',
@@ -130,6 +134,32 @@ def ns_to_stamp(t_ns: int) -> Time:
     """Integer nanoseconds -> ``builtin_interfaces/Time`` (floor division for sec)."""
     sec, nanosec = divmod(int(t_ns), 1_000_000_000)
     return Time(sec=sec, nanosec=nanosec)
+
+
+def duration(seconds: float) -> Duration:
+    """Seconds >= 0 -> ``builtin_interfaces/Duration`` (nanoseconds rounded)."""
+    sec, nanosec = divmod(int(round(seconds * 1e9)), 1_000_000_000)
+    return Duration(sec=sec, nanosec=nanosec)
+
+
+def joint_trajectory(joint_names: Sequence[str], times: Iterable[float],
+                     positions: Iterable[np.ndarray],
+                     velocities: Iterable[np.ndarray] | None = None) -> JointTrajectory:
+    """A ``trajectory_msgs/JointTrajectory``, header stamp 0 (the controller starts it on
+    arrival).
+
+    Args:
+        joint_names: (J,) names, the order of every point's values.
+        times: (P,) time_from_start of the points [s].
+        positions: (P, J) [rad]; velocities: (P, J) [rad/s] or None (positions only).
+    """
+    rows = zip(times, positions, velocities if velocities is not None else repeat(None))
+    return JointTrajectory(joint_names=list(joint_names), points=[
+        JointTrajectoryPoint(positions=np.asarray(p, dtype=np.float64).tolist(),
+                             velocities=[] if v is None else
+                             np.asarray(v, dtype=np.float64).tolist(),
+                             time_from_start=duration(float(t)))
+        for t, p, v in rows])
 
 
 def float64_array(values: np.ndarray | Sequence[float]) -> array.array:

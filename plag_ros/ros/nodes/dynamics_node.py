@@ -1,28 +1,11 @@
 """``plag_dynamics``: live partial Lagrangian decomposition of the CRANE-X7's joint states.
 
 Per ``joint_states`` message: map it onto the model by joint name (mimic joints filled),
-estimate velocity and acceleration (:class:`plag_ros.core.estimation.filters.JointStateEstimator`),
-decompose the torques ([PL] eq. 6, [MPF] eq. 10; :mod:`plag_ros.core.decomposition.live`)
-and publish, stamped with the input stamp (or the arrival time with ``stamp_source:
-receive``):
-
-==========================  =================================  ===============================
-topic (relative)            type                               content
-==========================  =================================  ===============================
-``~/joint_states``          sensor_msgs/JointState             filtered q, qd; torque in effort
-``~/partial``               std_msgs/Float64MultiArray         (joint, body) partial torques
-``~/acceleration``          std_msgs/Float64MultiArray         (joint, body, source)
-``~/velocity``              std_msgs/Float64MultiArray         (joint, body, source)
-``~/gravity``               std_msgs/Float64MultiArray         (joint, body)
-``~/friction``              std_msgs/Float64MultiArray         (joint,) friction (*)
-``~/component/<name>``      sensor_msgs/JointState             acceleration, velocity, gravity
-                                                               or friction per joint (effort)
-``~/body/<body>``           sensor_msgs/JointState             partial[:, body] in effort
-``~/names``                 std_msgs/String (latched)          JSON index of every array
-``~/markers``               visualization_msgs/MarkerArray     arrows per component and joint
-``~/partial_image``         sensor_msgs/Image (rgb8)           heat map of the partial table
-``/diagnostics``            diagnostic_msgs/DiagnosticArray    rates, latency, rejected counts
-==========================  =================================  ===============================
+estimate velocity and acceleration
+(:class:`plag_ros.core.estimation.filters.JointStateEstimator`), decompose the torques
+([PL] eq. 6, [MPF] eq. 10; :mod:`plag_ros.core.decomposition.live`) and publish, stamped
+with the input stamp (or the arrival time with ``stamp_source: receive``). Its topics,
+their types, QoS and content: :data:`plag_ros.ros.interfaces.DYNAMICS`.
 
 Each accepted sample publishes every array and component right after ``~/joint_states``
 (which carries the stamp); the acceleration, velocity and gravity components add up to its
@@ -69,7 +52,7 @@ from plag_ros.ros import topics, tuning
 from plag_ros.ros.input_thread import InputThread
 from plag_ros.ros.nodes import spin_node
 from plag_ros.ros.parameters import declare_options, option_values
-from plag_ros.ros.rclpy_compat import PublisherEventCallbacks
+from plag_ros.ros.rclpy_compat import quiet_publisher
 
 __all__ = ['ARRAY_TOPICS', 'NODE_NAME', 'OPTIONS', 'REJECTION_REASONS', 'DynamicsNode', 'main']
 
@@ -122,20 +105,20 @@ class DynamicsNode(Node):
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._pub_state = self.create_publisher(JointState, f'~/{topics.STATE_TOPIC}', reliable)
-        self._pub_arrays = {name: self._quiet_publisher(Float64MultiArray, f'~/{name}',
+        self._pub_arrays = {name: quiet_publisher(self, Float64MultiArray, f'~/{name}',
                                                         reliable)
                             for name in ARRAY_TOPICS}
         self._pub_components = {
-            name: self._quiet_publisher(JointState, f'~/{topics.COMPONENT_PREFIX}{name}',
+            name: quiet_publisher(self, JointState, f'~/{topics.COMPONENT_PREFIX}{name}',
                                         reliable)
             for name in (topics.COMPONENT_TOPICS if s.publish_components else ())}
         self._pub_names = self.create_publisher(String, f'~/{topics.NAMES_TOPIC}', latched)
         # (rclpy's entities are generic from Kilted on only: plain annotations)
         self._pub_bodies: dict[str, Publisher] = {}
-        self._pub_markers = self._quiet_publisher(MarkerArray, f'~/{topics.MARKERS_TOPIC}',
+        self._pub_markers = quiet_publisher(self, MarkerArray, f'~/{topics.MARKERS_TOPIC}',
                                                   reliable)
-        self._pub_image = self._quiet_publisher(Image, f'~/{topics.IMAGE_TOPIC}', reliable)
-        self._pub_diag = self._quiet_publisher(DiagnosticArray, '/diagnostics', reliable)
+        self._pub_image = quiet_publisher(self, Image, f'~/{topics.IMAGE_TOPIC}', reliable)
+        self._pub_diag = quiet_publisher(self, DiagnosticArray, '/diagnostics', reliable)
 
         # Inputs. joint_states is subscribed once a model exists (see _set_model), so
         # samples that come before robot_description are not taken, not dropped as bad.
@@ -160,14 +143,6 @@ class DynamicsNode(Node):
                                    f'after {timeout:g} s)' if timeout > 0.0 else
                                    'waiting for robot_description')
         self._diag_timer = self.create_timer(s.diagnostics_period, self._on_diagnostics_timer)
-
-    def _quiet_publisher(self, msg_type, topic: str, qos: QoSProfile):
-        # No default QoS event handlers: each joins the executor's wait set, rebuilt per
-        # callback (~1 ms per joint state with ~20 outputs, half the CPU at 200 Hz).
-        # ~/joint_states and ~/names keep them, so a QoS mismatch is still reported.
-        return self.create_publisher(
-            msg_type, topic, qos,
-            event_callbacks=PublisherEventCallbacks(use_default_callbacks=False))
 
     # ------------------------------------------------------------------ public state
     @property
@@ -295,7 +270,7 @@ class DynamicsNode(Node):
                               reliability=ReliabilityPolicy.RELIABLE)
         for body in model.body_names:
             if body not in self._pub_bodies:
-                self._pub_bodies[body] = self._quiet_publisher(
+                self._pub_bodies[body] = quiet_publisher(self,
                     JointState, f'~/{topics.BODY_PREFIX}{body}', reliable)
         self._body_pubs = [self._pub_bodies[body] for body in model.body_names]
         self._build_visuals(model)

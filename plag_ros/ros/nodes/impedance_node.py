@@ -6,22 +6,9 @@ control, then the decomposition and the law) and publishes the command at once; 
 ``rate_hz`` runs the watchdog, which holds when the input goes stale. Parameters:
 :class:`plag_ros.core.control.settings.ImpedanceSettings` (config/impedance.yaml).
 
-=======================  ===========================  =====================================
-topic / service          type                         content
-=======================  ===========================  =====================================
-``joint_states`` (in)    sensor_msgs/JointState       measured state, any joint order
-``~/reference`` (in)     sensor_msgs/JointState       set point of every actuated joint
-``command.topic`` (out)  Float64MultiArray (forward)  goal positions [rad] of
-                         or JointTrajectory           ``command.joints``, in that order
-``effort_controller/     Float64MultiArray            torques [N*m] (effort interface:
-commands`` (out)                                      simulator only)
-``~/compensation`` (out) sensor_msgs/JointState       q_d, measured q, selected propagation
-                                                      torque [N*m]
-``~/torque`` (out)       sensor_msgs/JointState       clipped impedance torque [N*m]
-``~/state`` (out)        std_msgs/String (JSON),      state, reason, alpha, saturated
-                         transient local              joints, counters
-``~/enable`` (service)   std_srvs/SetBool             enable (ramp) / disable (hold)
-=======================  ===========================  =====================================
+Its topics and services (``joint_states`` and ``~/reference`` in; the command on
+``command.topic``, ``~/compensation``, ``~/torque`` and ``~/state`` out; ``~/enable``) are
+listed with types, QoS and content in :data:`plag_ros.ros.interfaces.IMPEDANCE`.
 
 Command paths (the official driver has position command interfaces only): ``forward``
 streams to our ``plag_arm_position_controller``, switched in for ``crane_x7_arm_controller``
@@ -42,7 +29,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from builtin_interfaces.msg import Duration
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -52,8 +38,9 @@ from rclpy.task import Task
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
+from plag_ros.core.common.rejections import RejectionLog
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
 from plag_ros.core.dynamics import motors
@@ -69,7 +56,6 @@ from plag_ros.ros.parameters import declare_options, option_values
 __all__ = ['NODE_NAME', 'ImpedanceNode', 'main']
 
 NODE_NAME = 'plag_impedance'
-_LOG_THROTTLE_S = 2.0
 _RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
@@ -109,10 +95,11 @@ class ImpedanceNode(Node):
         self._names = list(self.controller.joint_names)
         # joint_states effort is current * current_to_effort; torque = current * K_t.
         self._effort_to_torque = motors.driver_effort_to_torque(self.model)[self._act]
-        self.rejected: dict[str, int] = {}            # joint_states rejected, per reason
+        self._reject = RejectionLog((), self.get_logger().warning,
+                                    'joint_states rejected ({reason}): {detail}')
+        self.rejected = self._reject.counts           # joint_states rejected, per reason
         self.commands = 0                             # commands published
         self.last_command: Command | None = None      # from the newest joint state
-        self._last_log: dict[str, float] = {}
         self._last_state, self._last_state_ns = ('', ''), 0
         self.add_on_set_parameters_callback(self._on_set_parameters)
         # Coroutine callbacks (enable, joint check) await service responses: they and the
@@ -174,13 +161,6 @@ class ImpedanceNode(Node):
     # ------------------------------------------------------------------ inputs
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
-
-    def _reject(self, reason: str, message: str) -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
-        now = time.monotonic()
-        if now - self._last_log.get(reason, -1e9) > _LOG_THROTTLE_S:
-            self._last_log[reason] = now
-            self.get_logger().warning(f'joint_states rejected ({reason}): {message}')
 
     def on_joint_state(self, msg: JointState) -> None:
         """The ``joint_states`` callback; sets :attr:`last_command`."""
@@ -306,8 +286,10 @@ class ImpedanceNode(Node):
             if values is None:
                 raise RuntimeError('controller command carries neither effort nor position')
             values = values[self._command_idx]
-            self._pub_command.publish(self._trajectory(values) if self._kind == 'trajectory'
-                                      else msgs.float64_multi_array(values, layout=self._layout))
+            self._pub_command.publish(
+                msgs.joint_trajectory(self._command_names, [self.settings.command.time_from_start],
+                                      [values]) if self._kind == 'trajectory'
+                else msgs.float64_multi_array(values, layout=self._layout))
             self.commands += 1
             self._pub_compensation.publish(msgs.joint_state(
                 self._names, command.q_desired, self.controller.measured_q,
@@ -340,14 +322,6 @@ class ImpedanceNode(Node):
             'estimator_rejected': ctl.estimator.rejected,
             'estimator_resets': ctl.estimator.resets,
             'monitor_unjudged': ctl.monitor_unjudged})))
-
-    def _trajectory(self, positions: np.ndarray) -> JointTrajectory:
-        """One-point trajectory for crane_x7_arm_controller: stamp 0 = start now."""
-        tfs = self.settings.command.time_from_start
-        point = JointTrajectoryPoint(
-            positions=positions.tolist(),
-            time_from_start=Duration(sec=int(tfs), nanosec=int(round((tfs % 1.0) * 1e9))))
-        return JointTrajectory(joint_names=list(self._command_names), points=[point])
 
     def shutdown(self, executor, timeout_s: float = 3.0) -> None:
         """Hold, then switch the fallback controller back (shutdown path)."""

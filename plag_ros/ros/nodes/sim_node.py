@@ -1,37 +1,11 @@
 """``plag_sim``: a simulated CRANE-X7 on the ROS 2 graph, for demos and tests without hardware.
 
-Physics is :class:`plag_ros.core.simulation.simulator.Simulator` (forward dynamics of the URDF with
-servo
-emulation, Coulomb stick-slip, hard stops, effort saturation); this node only moves numbers
-between it and the topics, like the robot's ros2_control driver would:
-
-==================================  ============================  ============================
-topic (relative)                    type, QoS                     content
-==================================  ============================  ============================
-``joint_states`` (out)              sensor_msgs/JointState,       the 8 actuated joints (7 arm
-                                    reliable, depth 10            + finger_a) sorted by name,
-                                                                  an order that is not the
-                                                                  URDF's (the broadcaster's is
-                                                                  unspecified); effort as the
-                                                                  driver computes it: current
-                                                                  [A] * 2.20 (XM430) or 3.60
-                                                                  (XM540), the current being
-                                                                  motor torque / the e-manual
-                                                                  torque constant
-``robot_description`` (out)         std_msgs/String, reliable,    the URDF text
-                                    transient local, depth 1
-``crane_x7_arm_controller/          trajectory_msgs/              the driver's JTC: any joint
-joint_trajectory`` (in)             JointTrajectory, reliable     order, all 7 arm joints
-``plag_arm_position_controller/     std_msgs/Float64MultiArray,   our forward controller: 7 arm
-commands`` (in)                     reliable, depth 10            goal positions [rad] in its
-                                                                  ``joints`` order
-``effort_controller/commands``      std_msgs/Float64MultiArray,   8 torques [N*m] (test
-(in)                                reliable, depth 10            interface, not the driver's)
-``position_controller/commands``    std_msgs/Float64MultiArray,   8 goal positions [rad] (test
-(in)                                reliable, depth 10            interface, not the driver's)
-``/diagnostics`` (out)              diagnostic_msgs/              rates, CPU, counters
-                                    DiagnosticArray
-==================================  ============================  ============================
+Physics is :class:`plag_ros.core.simulation.simulator.Simulator` (forward dynamics of the
+URDF with servo emulation, Coulomb stick-slip, hard stops, effort saturation); this node
+only moves numbers between it and the topics, like the robot's ros2_control driver would.
+Its topics (``joint_states``, ``robot_description`` out; the arm controllers' commands and
+two test interfaces in) are listed with types, QoS and content in
+:data:`plag_ros.ros.interfaces.SIM`.
 
 Emulated controller manager. The parameter ``active_arm_controller`` names the one arm
 controller that is active: ``crane_x7_arm_controller`` (the driver's

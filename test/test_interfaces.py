@@ -1,0 +1,161 @@
+"""The interface table (plag_ros/ros/interfaces.py) is what the nodes really create.
+
+Each node is started as a user starts it (a subprocess, Fast DDS, a domain of this module's
+own) in the configurations the table distinguishes; a client node then reads from the ROS
+graph the topics the node publishes and subscribes to, the services it serves and calls,
+with their types, and compares them with the table's endpoints for those settings. The
+docs' topic reference is generated from the same table, so the reference cannot say what the
+nodes do not do. The graph API reports names and types; QoS is checked where the table's
+durability matters (the latched topics), from the publishers' own profiles.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from plag_ros.core.common.options import build
+from plag_ros.core.control.settings import ImpedanceSettings
+from plag_ros.core.decomposition.settings import DynamicsSettings
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.simulation.settings import SimSettings
+from plag_ros.ros.interfaces import LATCHED, NODE_INTERFACES, Endpoint
+
+pytest.importorskip('rclpy')
+from rclpy.qos import DurabilityPolicy  # noqa: E402
+from ros_helpers import RosClient, start_node, wait_until  # noqa: E402
+
+DOMAIN_ID = 43
+
+# What every rclpy node has, whatever it does: the parameter services, rosout and the
+# parameter events (rclpy/node.py; get_type_description from Jazzy on).
+_PARAMETER_SERVICES = ('describe_parameters', 'get_parameter_types', 'get_parameters',
+                       'get_type_description', 'list_parameters', 'set_parameters',
+                       'set_parameters_atomically')
+_EVERY_NODE_TOPICS = ('/rosout', '/parameter_events')
+HAS_CONTROLLER_MANAGER_MSGS = importlib.util.find_spec('controller_manager_msgs') is not None
+
+
+def absolute(name: str, node: str) -> str:
+    """A name as rclpy resolves it for a node in the root namespace."""
+    if name.startswith('~/'):
+        return f'/{node}/{name[2:]}'
+    return name if name.startswith('/') else f'/{name}'
+
+
+def expected(node: str, settings: object, bodies: list[str]) -> dict[str, set[tuple[str, str]]]:
+    """direction -> {(absolute name, type)} the table promises for ``settings``."""
+    out: dict[str, set[tuple[str, str]]] = {d: set() for d in ('out', 'in', 'service', 'client')}
+    for e in NODE_INTERFACES[node]:
+        if not e.applies(settings):
+            continue
+        if 'controller_manager_msgs' in e.type and not HAS_CONTROLLER_MANAGER_MSGS:
+            continue   # the node says so at start and does without (controller_switch.py)
+        name = e.resolved_name(settings)
+        for each in ([name.replace('<body>', b) for b in bodies] if '<body>' in name
+                     else [name]):
+            out[e.direction].add((absolute(each, node), e.type))
+    return out
+
+
+def seen(client: RosClient, node: str) -> dict[str, set[tuple[str, str]]]:
+    """direction -> {(name, type)} the graph shows for ``node``, the generic ones left out."""
+    graph = client.node
+
+    def pairs(found) -> set[tuple[str, str]]:
+        return {(name, t) for name, types in found for t in types}
+
+    own = {f'/{node}/{s}' for s in _PARAMETER_SERVICES}
+    return {
+        'out': {p for p in pairs(graph.get_publisher_names_and_types_by_node(node, '/'))
+                if p[0] not in _EVERY_NODE_TOPICS},
+        'in': {p for p in pairs(graph.get_subscriber_names_and_types_by_node(node, '/'))
+               if p[0] not in _EVERY_NODE_TOPICS},
+        'service': {p for p in pairs(graph.get_service_names_and_types_by_node(node, '/'))
+                    if p[0] not in own},
+        'client': pairs(graph.get_client_names_and_types_by_node(node, '/')),
+    }
+
+
+@pytest.fixture(scope='module')
+def client():
+    c = RosClient(DOMAIN_ID, 'plag_interfaces_probe')
+    yield c
+    c.close()
+
+
+def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict) -> None:
+    """Start ``module`` with ``params``; each node in ``nodes`` (name -> settings) must show
+    exactly the table's endpoints."""
+    bodies = list(RobotModel.from_urdf(default_urdf_path()).body_names)
+    process = start_node(module, domain_id=DOMAIN_ID, log_dir=tmp_path, params=params)
+    try:
+        for node, settings in nodes.items():
+            want = expected(node, settings, bodies)
+            try:
+                wait_until(lambda n=node, w=want: seen(client, n) == w, 60.0,
+                           f'{node} to show the endpoints of the table')
+            except AssertionError:
+                got = seen(client, node)
+                diff = {d: {'missing': sorted(want[d] - got[d]),
+                            'not in the table': sorted(got[d] - want[d])}
+                        for d in want if want[d] != got[d]}
+                raise AssertionError(f'{node} ({params}): {diff}\n{process.tail()}') from None
+        for node, settings in nodes.items():
+            for e in NODE_INTERFACES[node]:
+                if e.direction == 'out' and e.qos == LATCHED and e.applies(settings):
+                    infos = client.node.get_publishers_info_by_topic(
+                        absolute(e.resolved_name(settings), node))
+                    mine = [i for i in infos if i.node_name == node]
+                    assert mine and all(i.qos_profile.durability ==
+                                        DurabilityPolicy.TRANSIENT_LOCAL for i in mine), e
+    finally:
+        process.stop()
+
+
+DYNAMICS_CASES = {
+    'file': {'robot_description_source': 'file'},
+    'topic, then the file': {'robot_description_source': 'topic',
+                             'robot_description_timeout': 0.5, 'publish_components': False},
+}
+
+
+@pytest.mark.parametrize('case', list(DYNAMICS_CASES))
+def test_the_dynamics_node_has_the_tables_endpoints(client, tmp_path, case):
+    params = DYNAMICS_CASES[case]
+    _check(client, tmp_path, 'dynamics_node', params,
+           {'plag_dynamics': build(DynamicsSettings, params)})
+
+
+IMPEDANCE_CASES = {
+    'forward, controller manager': {},
+    'forward, simulator switch': {'switch.method': 'sim'},
+    'trajectory': {'command.type': 'trajectory'},
+    'effort': {'command_interface': 'effort'},
+}
+
+
+@pytest.mark.parametrize('case', list(IMPEDANCE_CASES))
+def test_the_impedance_node_has_the_tables_endpoints(client, tmp_path, case):
+    params = IMPEDANCE_CASES[case]
+    _check(client, tmp_path, 'impedance_node', params,
+           {'plag_impedance': ImpedanceSettings.from_values(params)})
+
+
+def test_the_sim_node_and_its_controller_manager_have_the_tables_endpoints(client, tmp_path):
+    nodes: dict[str, object] = {'plag_sim': build(SimSettings, {})}
+    if HAS_CONTROLLER_MANAGER_MSGS:
+        nodes['controller_manager'] = None
+    _check(client, tmp_path, 'sim_node', {}, nodes)
+
+
+def test_the_comparison_can_fail():
+    """An endpoint the table gained, or a condition it got wrong, changes the expectation."""
+    settings = ImpedanceSettings.from_values({'command.type': 'trajectory'})
+    want = expected('plag_impedance', settings, [])
+    assert ('/crane_x7_arm_controller/joint_trajectory',
+            'trajectory_msgs/msg/JointTrajectory') in want['out']
+    assert not any(t == 'std_msgs/msg/Float64MultiArray' for _, t in want['out'])
+    extra = Endpoint('out', '~/extra', 'std_msgs/msg/String', LATCHED, 'x')
+    assert extra.applies(settings) and absolute(extra.name, 'n') == '/n/extra'
+    assert not Endpoint('out', 'x', 't', '', '', (('command_kind', 'effort'),)).applies(settings)

@@ -1,8 +1,9 @@
 # Two entry points: `make demo` (the package's main job) and `make test` (lint, types and the
-# whole suite). Each creates .venv itself from a machine with only Python 3.11, pip and gcc;
-# the demo installs only what it runs, the test dependencies come with `make test`.
+# whole suite); `make docs` builds the documentation site into docs/_build/html. Each
+# creates .venv itself from a machine with only Python 3.11, pip and gcc; the demo installs
+# only what it runs, the test dependencies come with `make test`.
 #
-# The same suite on the other ROS 2 releases the CRANE-X7 runs (README, "What is tested how"):
+# The same suite on the other ROS 2 releases the CRANE-X7 runs (docs/testing.md):
 #   make test-jazzy    Python 3.12 + ROS 2 Jazzy's rclpy 7.1 wheels, in .venv-jazzy
 #   make test-humble   Python 3.10 + the library versions of Ubuntu 22.04 (ROS 2 Humble's),
 #                      in .venv-humble; Humble's rclpy API is checked against its source
@@ -27,14 +28,14 @@ find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bi
 	$(shell command -v python$(1) 2>/dev/null),$\
 	$(error no Python $(1): install it (e.g. pyenv install $(1)) or put python$(1) on PATH))
 
-.PHONY: venv test-venv demo lint test test-jazzy test-humble bench clean
+.PHONY: venv test-venv demo docs lint test test-jazzy test-humble bench clean
 
 $(VENV)/.installed: requirements.txt requirements/libraries.txt requirements/ros-$(ROS).txt \
 		$(CONSTRAINTS) setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch pinned: for Python 3.11 the CPU build of 2.13.0 is on disk; anything unpinned
-	# pulls a newer CUDA build. With the libraries: the README's pip command on a ROS install.
+	# pulls a newer CUDA build. With the libraries: the pip command of docs/getting-started.md on a ROS install.
 	$(PIP) install -q $(PIP_C) torch==2.13.0 -r requirements/libraries.txt
 	$(PIP) install -q $(PIP_C) -r requirements/ros-$(ROS).txt
 	$(PIP) install -q --no-deps -e .
@@ -44,12 +45,21 @@ $(VENV)/.test-installed: $(VENV)/.installed $(TEST_REQUIREMENTS) requirements/te
 	$(PIP) install -q $(PIP_C) -r $(TEST_REQUIREMENTS)
 	touch $@
 
+$(VENV)/.docs-installed: $(VENV)/.installed requirements/docs.txt
+	$(PIP) install -q $(PIP_C) -r requirements/docs.txt
+	touch $@
+
 venv: $(VENV)/.installed
 
 test-venv: $(VENV)/.test-installed
 
 demo: venv
 	$(VENV)/bin/plag-ros sim --duration 10 --report out/demo
+
+# Warnings are errors: a broken link, a missing image or a docstring Sphinx cannot read
+# fails the build (CI's Kilted suite runs it after the tests).
+docs: $(VENV)/.docs-installed
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 lint: test-venv
 	$(VENV)/bin/ruff check .
@@ -64,8 +74,8 @@ test-jazzy:
 	$(MAKE) test VENV=.venv-jazzy ROS=jazzy PYTHON=$(call find_python,3.12) \
 		PYTEST_MARKS='$(RELEASE_MARKS)'
 
-# Humble: what rosdep installs on Ubuntu 22.04 first (as apt would), then the README's
-# Humble recipe (its pip command, with the same constraints). Humble has no rclpy wheels:
+# Humble: what rosdep installs on Ubuntu 22.04 first (as apt would), then the
+# Humble recipe of docs/getting-started.md (its pip command, with the same constraints). Humble has no rclpy wheels:
 # the suite runs on Kilted's cp310 wheels and test_rclpy_humble_api checks Humble's API.
 .venv-humble/.floor-installed:
 	$(call find_python,3.10) -m venv .venv-humble
@@ -88,4 +98,4 @@ bench: test-venv
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv-jazzy .venv-humble build *.egg-info
+	rm -rf $(VENV) .venv-jazzy .venv-humble build *.egg-info docs/_build docs/reference/generated

@@ -1,4 +1,5 @@
-"""The README's worked identification example on the simulator, with its figure and timings.
+"""The worked identification example of docs/tutorials/identify.md on the simulator, with
+its figure and timings.
 
 A "true" CRANE-X7 whose figures differ from the bundled URDF (the acceptance test's arm:
 four links' masses -20 % to +30 % and COMs moved by up to 9 mm, viscous friction added,

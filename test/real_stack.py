@@ -5,7 +5,7 @@ are on no package registry, so CI (a plain virtualenv with the rclpy and message
 has none of them: the tests marked ``launch`` and ``ros2_control`` skip there with the
 reason and these commands, and our side of each interface is checked in every suite
 against facts recorded from their sources (test/data). On a ROS 2 install they run as
-written here (README, "What is tested how"); ``PLAG_REQUIRE_LAUNCH=1`` and
+written in docs/testing.md ("What is tested how"); ``PLAG_REQUIRE_LAUNCH=1`` and
 ``PLAG_REQUIRE_ROS2_CONTROL=1`` turn a skip into a failure, so a run that was meant to
 exercise the real stack cannot pass without it.
 """

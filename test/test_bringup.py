@@ -1,4 +1,4 @@
-"""``plag-ros sim`` and ``plag-ros run``: the README's main-job command, end to end.
+"""``plag-ros sim`` and ``plag-ros run``: the main-job command of the README, end to end.
 
 ``plag-ros sim --duration 5`` (what ``make demo`` runs for 10 s) starts the simulator and the
 dynamics node as real processes over DDS (``--domain 14``), drives the arm, prints a

@@ -24,7 +24,7 @@ CASES = {  # module -> (variable that turns its skip into a failure, command in 
     'test_ros2_control_live.py': ('PLAG_REQUIRE_ROS2_CONTROL', ROS2_CONTROL_ENABLE),
     'test_switch_parity.py': ('PLAG_REQUIRE_ROS2_CONTROL', ROS2_CONTROL_ENABLE),
     'test_launch_view.py': ('PLAG_REQUIRE_ROS2_CONTROL', ROS2_CONTROL_ENABLE),
-    'test_readme_steps.py': ('PLAG_REQUIRE_ROS2_CONTROL', ROS2_CONTROL_ENABLE),
+    'test_real_arm_steps.py': ('PLAG_REQUIRE_ROS2_CONTROL', ROS2_CONTROL_ENABLE),
 }
 
 

@@ -27,8 +27,8 @@ Hence the servo acts, away from saturation, as a spring of stiffness
 
 (18.9 N*m/rad for an XM430-W350 at P = 800, 48.8 for the XM540-W270; 0.12 and 0.30 at
 P = 5). This is a first-principles figure, not an identification: voltage, temperature,
-friction and the motor's torque-current curve change it. Identify K_s on the arm (README,
-"On the real CRANE-X7") and set ``servo_stiffness`` to the result.
+friction and the motor's torque-current curve change it. Identify K_s on the arm
+(docs/tutorials/identify.md) and set ``servo_stiffness`` to the result.
 
 With D = 0 the loop's damping is the motor's back-EMF under PWM drive: the torque falls
 from the stall torque at zero speed to zero at the no-load speed, which the URDF velocity

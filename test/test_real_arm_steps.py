@@ -1,6 +1,7 @@
-"""The README's real-arm "Step by step", command by command, against the real ros2_control.
+"""The real-arm tutorial's "Step by step", command by command, against the real ros2_control.
 
-Every ``ros2 ...`` command of that section is read from README.md and run in its order:
+Every ``ros2 ...`` command of that section is read from docs/tutorials/real-arm.md and run
+in its order:
 
 * ``ros2 launch crane_x7_examples demo.launch.py ...`` needs the arm on the serial port: the
   robot's side is :class:`ros2_control_rig.MockCraneX7` instead (the real controller
@@ -10,7 +11,7 @@ Every ``ros2 ...`` command of that section is read from README.md and run in its
 * ``ros2 topic hz`` runs for a few seconds, the rest to their end, with the real ``ros2``
   command line (ros2cli, ros2controlcli, ros2service, ros2topic of the ros2_control tool).
 
-Each must exit 0 and print what the README says it shows. Commands that are not ``ros2``
+Each must exit 0 and print what the tutorial says it shows. Commands that are not ``ros2``
 ones (udev, sudo, the latency timer) need the hardware and are not run.
 
 ROS domain 85. Marked ``ros2_control``; skips like test_ros2_control_live.py where the
@@ -36,11 +37,11 @@ DOMAIN = 85
 
 
 def readme_steps() -> list[str]:
-    """The ``ros2`` commands of the README's "Step by step", in order (a command broken
+    """The ``ros2`` commands of the tutorial's "Step by step", in order (a command broken
     over two lines inside its backticks is joined)."""
-    text = (REPO / 'README.md').read_text()
-    section = text[text.index('### Step by step'):]
-    section = section[section.index('\n1. '):section.index('\n### ', 1)]   # the steps
+    text = (REPO / 'docs' / 'tutorials' / 'real-arm.md').read_text()
+    section = text[text.index('## Step by step'):]
+    section = section[section.index('\n1. '):section.index('\n## ', 1)]   # the steps
     commands = re.findall(r'`(ros2 [^`]+)`|^\s*(ros2 .+)$', section, re.M)
     return [' '.join((inline or block).split()) for inline, block in commands]
 
@@ -80,7 +81,7 @@ def test_every_ros2_command_of_the_steps_runs(tmp_path):
             out, code = run_command(argv, env)
             shown.append(f'$ {step}\n{out}')
             for _ in range(3):
-                # README step 4: a gap in /joint_states (this 2-core machine stalls for
+                # step 4 of the tutorial: a gap in /joint_states (this 2-core machine stalls for
                 # 0.3 s at times) shows as a fault that clears by itself; the user echoes
                 # again. The node must have logged that fault, and must recover.
                 fault = input_gap_fault(step, out)
@@ -104,7 +105,7 @@ def test_every_ros2_command_of_the_steps_runs(tmp_path):
 
 
 def run_command(argv: list[str], env: dict[str, str]) -> tuple[str, int]:
-    """Run one README command: its output and exit code (``ros2 topic hz`` for 8 s)."""
+    """Run one command of the tutorial: its output and exit code (``ros2 topic hz`` for 8 s)."""
     hz = argv[:3] == ['ros2', 'topic', 'hz']
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True,
@@ -120,7 +121,7 @@ STATE = re.compile(r'\\?"state\\?": \\?"(\w+)\\?", \\?"reason\\?": \\?"(\w*)')
 
 
 def input_gap_fault(step: str, out: str) -> str:
-    """The reason when ``out`` is the state echo showing a fault that README step 4 says
+    """The reason when ``out`` is the state echo showing a fault that step 4 of the tutorial says
     clears by itself (``stale``, then ``warming_up``: a gap in the joint states); else ''."""
     if not (step.startswith('ros2 topic echo') and step.endswith('/plag_impedance/state')):
         return ''
@@ -134,7 +135,7 @@ _seen: dict[str, int] = {}
 
 
 def check(step: str, out: str) -> None:
-    """What the README says each command shows."""
+    """What the tutorial says each command shows."""
     count = _seen[step] = _seen.get(step, 0) + 1
     if step == 'ros2 control list_controllers':
         assert re.search(r'crane_x7_arm_controller\s+joint_trajectory_controller/'

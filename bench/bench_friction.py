@@ -3,11 +3,10 @@
 Per accepted joint state the node reads the message's effort
 (``JointStateReader.optional_effort``) and applies the rest rule
 (``plag_ros.core.estimation.friction.RestFriction.apply``) to the decomposition it just computed.
-This
-bench times both on one CRANE-X7 sample, with every joint at rest (the stick branch) and
-every joint moving, against the decomposition itself (``decompose_arrays`` into reused
-buffers) in the same process, and the rule on a 10 000-sample batch (what ``plag-ros
-analyze`` applies) against the batch decomposition.
+This bench times both on one CRANE-X7 sample, with every joint at rest (the stick branch) and every
+joint moving, against the decomposition itself (``decompose_arrays`` into reused buffers) in the
+same process, and the rule on a 10 000-sample batch (what ``plag-ros analyze`` applies) against the
+batch decomposition.
 
 Run: ``PYTHONPATH=$PWD python bench/bench_friction.py`` (about ten seconds).
 """

@@ -1,11 +1,10 @@
 """The friction report's rule written out from its statement, for the tests' expectations.
 
 Independent of :func:`plag_ros.core.estimation.friction.report_friction` (the code under test): a
-joint
-with Coulomb friction f > 0 whose |qd| is inside the band is at rest and reports its stick
-reaction clip(motor torque - rigid torque, -f, f) when its own effort is known, else 0;
-any other joint reports the model's d qd + f sign(qd). The band itself is checked against
-the estimator in test_friction.py.
+joint with Coulomb friction f > 0 whose |qd| is inside the band is at rest and reports its stick
+reaction clip(motor torque - rigid torque, -f, f) when its own effort is known, else 0; any other
+joint reports the model's d qd + f sign(qd). The band itself is checked against the estimator in
+test_friction.py.
 """
 from __future__ import annotations
 

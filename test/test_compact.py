@@ -1,6 +1,5 @@
 """The compact layout (plag_ros.core.dynamics.compact): the tree's structural zeros, exact round
-trips, the
-sizes derived by hand, and the compact analysis.npz read back as the dense one."""
+trips, the sizes derived by hand, and the compact analysis.npz read back as the dense one."""
 from __future__ import annotations
 
 import numpy as np

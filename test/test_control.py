@@ -4,8 +4,7 @@ section 4).
 
 The closed-loop tests run the controller at 200 Hz against the simulated CRANE-X7
 (:class:`plag_ros.core.simulation.simulator.Simulator`, 1 kHz, Dynamixel-like servo in position
-mode).
-Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
+mode). Numbers (deviation ratio, stiffness) are printed with ``pytest -s``.
 
 [MPF] H. Gunji, T. Kusaka, T. Tanaka, "A Motion Propagation Force Analysis of Multi-DoF
 Systems Using the Partial Lagrangian Method", Robotics 2025, 14(5), 54,

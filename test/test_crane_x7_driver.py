@@ -7,8 +7,7 @@ driver's controllers (``/crane_x7_arm_controller/joint_trajectory``,
 GetParameters, the switch as a real rclpy service call. What is emulated: the controller
 manager (the sim's ``active_arm_controller`` parameter stands in for
 ``controller_manager/switch_controller``) and the servos (plag_ros.core.simulation.simulator with
-the motor
-table's stiffness and the driver's P gains).
+the motor table's stiffness and the driver's P gains).
 
 The arm starts about horizontal (tilt 1.5 rad, elbow -0.05 rad), where the P-only servos sag
 the most under gravity: a hold at the measured pose would drop tilt and elbow by g/K_s

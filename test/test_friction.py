@@ -1,12 +1,10 @@
 """Friction reported honestly at rest (plag_ros.core.estimation.friction): the band against the
-estimator,
-the rule on hand-made cases, and the stick reaction against the simulator's own.
+estimator, the rule on hand-made cases, and the stick reaction against the simulator's own.
 
 References: the live estimator itself (the band must bound what it makes of a still
 joint's encoder flicker, and be reached), the rule written out in friction_rule.py, and
 the simulator's exact stick-slip friction (plag_ros.core.simulation.simulator solves it as a
-set-valued
-law), which the analysis must recover from the positions and efforts the servos report.
+set-valued law), which the analysis must recover from the positions and efforts the servos report.
 """
 from __future__ import annotations
 

@@ -7,10 +7,9 @@ Three uses, one file between them::
     plag-ros excite --play OUT/excitation.yaml --simulate BAG [--model TRUE.yaml]
 
 The design (:func:`plag_ros.core.identification.excitation.design_excitation`) is a finite Fourier
-series
-per arm joint, chosen for a well-conditioned identification regressor inside the joint,
-velocity and acceleration limits, the servos' torque and a minimum link height; the file
-holds the coefficients, the limits, the condition number and what the dense check found.
+series per arm joint, chosen for a well-conditioned identification regressor inside the joint,
+velocity and acceleration limits, the servos' torque and a minimum link height; the file holds the
+coefficients, the limits, the condition number and what the dense check found.
 
 ``--play`` joins the ROS graph and sends the trajectory to the driver's trajectory
 controller, watched (:mod:`plag_ros.ros.excitation_player`); record it with ``plag-ros
@@ -138,8 +137,7 @@ def simulate_play(model: RobotModel, excitation: FourierExcitation, bag: Path, *
     armature, servo K_s); it starts at ``start`` (default: every joint at 0), settles for a
     second, then follows the trajectory message from the trajectory controller's
     interpolation (:class:`~plag_ros.core.simulation.joint_trajectory.TrajectoryCommand`), its
-    command
-    updated every physics step. Joint states are recorded at the simulator node's rate,
+    command updated every physics step. Joint states are recorded at the simulator node's rate,
     order, encoder steps and effort units.
 
     Returns:

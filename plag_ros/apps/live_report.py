@@ -5,10 +5,9 @@ The dynamics node's array topics carry no header, so pairing them with the stamp
 :class:`LiveRecording` keeps the run's input (``joint_states``, stamped) and the node's
 stamped joint torques, and rebuilds the decomposition with the node's own library path (the
 causal estimator, the engine) through :func:`plag_ros.core.decomposition.analysis.analyze_arrays`.
-The torques
-of that rebuild are checked against the ones the node published at the same stamps, so the
-figure shows what the node computed, with every component. The offline figure and table
-serve it (:func:`plag_ros.apps.bag_analysis.plot_joint_torques`,
+The torques of that rebuild are checked against the ones the node published at the same stamps, so
+the figure shows what the node computed, with every component. The offline figure and table serve
+it (:func:`plag_ros.apps.bag_analysis.plot_joint_torques`,
 :func:`~plag_ros.apps.bag_analysis.decomposition_table`).
 """
 from __future__ import annotations

@@ -8,11 +8,9 @@ says exactly when each point was commanded: ``plag-ros identify --servo`` reads 
 
 Before anything moves: every controller joint must be in ``/joint_states``, inside its
 limits; the trajectory must pass :func:`~plag_ros.core.identification.excitation.check_excitation`
-for the
-model; something must subscribe to the command topic (the controller is active). While it
+for the model; something must subscribe to the command topic (the controller is active). While it
 plays, a joint further than ``tracking_limit`` from its command, or joint states older than
-``stale_s``, stops it: the arm is sent a one-point trajectory to where it is, as is done on
-Ctrl-C.
+``stale_s``, stops it: the arm is sent a one-point trajectory to where it is, as is done on Ctrl-C.
 
 Every message is waited for until each matched subscriber has acknowledged it (up to
 ``ACK_TIMEOUT_S``) before the play returns or raises: the caller destroys the node next, and

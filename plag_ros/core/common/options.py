@@ -2,12 +2,11 @@
 
 A configuration dataclass of the core (:class:`~plag_ros.core.estimation.filters.EstimatorConfig`,
 :class:`~plag_ros.core.estimation.plausibility.PlausibilityConfig`, a node's settings) declares
-each
-field with :func:`option`: its default, a one-line description with the unit, its range
-and whether it can change while running. Allowed values of a string come from the
-field's ``Literal`` annotation. :func:`options` lists those fields (nested dataclasses
-become dotted names, ``filter.cutoff_hz``) and :func:`build` makes an instance back from
-a flat ``{dotted name: value}`` mapping, so the ROS adapter declares node parameters and
+each field with :func:`option`: its default, a one-line description with the unit, its range and
+whether it can change while running. Allowed values of a string come from the field's ``Literal``
+annotation. :func:`options` lists those fields (nested dataclasses become dotted names,
+``filter.cutoff_hz``) and :func:`build` makes an instance back from a flat ``{dotted name: value}``
+mapping, so the ROS adapter declares node parameters and
 reads them back without a table of its own: adding an option is one edit, here.
 
 Nothing here imports ROS; :mod:`plag_ros.ros.parameters` maps an :class:`Option` to a

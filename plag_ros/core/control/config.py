@@ -114,9 +114,8 @@ class ImpedanceConfig:
         gain_check: what to do with a commanded joint whose (K, D) have a gain margin below
             :data:`plag_ros.core.control.stability.MIN_GAIN_MARGIN` in the sampled loop
             (:mod:`plag_ros.core.control.stability`): ``'refuse'`` (ValueError naming the joint,
-            the
-            gains and the bounds), ``'warn'`` (:attr:`PartialImpedanceController.warnings`)
-            or ``'off'``.
+            the gains and the bounds), ``'warn'`` (:attr:`PartialImpedanceController.warnings`) or
+            ``'off'``.
         delay_periods: sample-to-command delay the gain check assumes [periods] (1: a
             command sent to the driver's controller manager acts in its next cycle).
         oscillation_reversals: the oscillation monitor's trip count

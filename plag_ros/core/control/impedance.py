@@ -39,12 +39,11 @@ Two command interfaces:
   positions only. Each servo runs a position loop that, over the band the controller
   uses, acts as a spring ``tau = K_s (q_cmd - q)`` with ``K_s`` = ``servo_stiffness``
   [N*m/rad] (default from :mod:`plag_ros.core.dynamics.motors`). Commanding ``q_cmd = q + tau /
-  K_s``
-  (the *measured* q, not the reference) therefore makes the servo produce the impedance
+  K_s`` (the *measured* q, not the reference) therefore makes the servo produce the impedance
   torque ``tau``. The driver writes D = 0 (rt-net/crane_x7_ros crane_x7_control/src/
-  crane_x7_hardware.cpp), so all damping is ``D`` here plus the motor's back-EMF. Identify
-  ``K_s`` per joint by hanging known torques on the held servo (a weight on the link, or
-  gravity at several poses with
+  crane_x7_hardware.cpp), so all damping is ``D`` here plus the motor's back-EMF. Identify ``K_s``
+  per joint by hanging known torques on the held servo (a weight on the link, or gravity at several
+  poses with
   :meth:`~plag_ros.core.dynamics.engine.PartialLagrangian.gravity_torque`)
   and fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection. Positions are then
   clipped to the joint limits and to ``max_position_step`` per cycle (from the previous

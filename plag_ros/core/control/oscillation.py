@@ -2,8 +2,7 @@
 
 An impedance loop that has gone unstable (gains outside the sampled loop's region, see
 :mod:`plag_ros.core.control.stability`; a payload or a servo that changed) does not drift: it
-swings a
-joint back and forth, ever faster and wider, until the effort saturates in alternating
+swings a joint back and forth, ever faster and wider, until the effort saturates in alternating
 directions or the joint bangs from limit to limit. Motion a researcher commands does not
 look like that: it reverses a few times a second at most.
 

@@ -3,8 +3,7 @@
 The controller runs once per ``joint_states`` sample; its damping term sees the velocity
 through the estimator (five-point derivative and Butterworth low-pass,
 :class:`~plag_ros.core.estimation.filters.JointStateEstimator`), whose lag costs phase; the command
-acts a
-little later and is held until the next one. Whether ``tau = K (q_d - q) - D qd_hat`` is
+acts a little later and is held until the next one. Whether ``tau = K (q_d - q) - D qd_hat`` is
 stable on a joint is therefore a property of the sampled loop, not of ``K`` and ``D``
 alone: a damping that is plenty at 1 kHz with a raw velocity pumps energy in at 200 Hz
 behind a 15 Hz third-order filter.

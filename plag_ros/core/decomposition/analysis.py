@@ -4,8 +4,7 @@ A library over arrays, no ROS and no files: :func:`analyze_arrays` takes stamps 
 positions, estimates velocity and acceleration (zero-phase
 :func:`plag_ros.core.estimation.filters.estimate_offline` by default; the live node's causal
 :class:`~plag_ros.core.estimation.filters.JointStateEstimator` with ``causal=True``) and runs the
-partial
-Lagrangian decomposition (Kusaka and Tanaka 2022 [PL], eq. 6; Gunji, Kusaka and Tanaka 2025
+partial Lagrangian decomposition (Kusaka and Tanaka 2022 [PL], eq. 6; Gunji, Kusaka and Tanaka 2025
 [MPF], eq. 10) in batches with the fast engine.
 The products written from an :class:`Analysis` live elsewhere: the output bag that mirrors
 the live node in :mod:`plag_ros.ros.output_bag`, the npz, csv, figures and the
@@ -139,15 +138,13 @@ class Analysis:
         gravity: (M, n, B) (see :class:`plag_ros.core.dynamics.engine.Decomposition`); friction:
         (M, n)
         [N*m or N] as reported (:mod:`plag_ros.core.estimation.friction`: the model while sliding,
-        the
-        stick reaction or 0 at rest).
+        the stick reaction or 0 at rest).
         joint_names, body_names: column names.
         input_codes: (N,) int64 per input sample: 0 accepted, else 1 + the index of its
             rejection reason in :data:`INPUT_REASONS`; None when the input was not checked.
         friction_state: (M, n) int8 per joint and sample, an index into
             :data:`plag_ros.core.estimation.friction.FRICTION_STATES` (sliding, stick, unresolved);
-            None
-            when the rest rule was not applied (the friction is then the model's).
+            None when the rest rule was not applied (the friction is then the model's).
     """
 
     t_ns: np.ndarray

@@ -4,8 +4,7 @@ The dynamics node (:mod:`plag_ros.ros.nodes.dynamics_node`) reads a ``joint_stat
 message into arrays and hands them to :meth:`LiveDecomposition.step`: the plausibility
 gate (:class:`~plag_ros.core.estimation.plausibility.PlausibilityGate`), the causal estimator
 (:class:`~plag_ros.core.estimation.filters.JointStateEstimator`), the output decimation, the
-partial
-Lagrangian decomposition ([PL] eq. 6, [MPF] eq. 10) and the friction report
+partial Lagrangian decomposition ([PL] eq. 6, [MPF] eq. 10) and the friction report
 (:class:`~plag_ros.core.estimation.friction.RestFriction`). :class:`LiveStats` counts samples,
 rejections and timings per diagnostics period and turns them into a report.
 

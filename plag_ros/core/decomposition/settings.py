@@ -4,9 +4,8 @@ Every field is an option (:mod:`plag_ros.core.common.options`): the node declare
 from :func:`dynamics_options` and makes a :class:`DynamicsSettings` back from their values
 with :func:`plag_ros.core.common.options.build`. The estimator's ``filter.*`` options are
 :class:`~plag_ros.core.estimation.filters.EstimatorConfig`'s own and can change while the node
-runs;
-the plausibility limits are :class:`~plag_ros.core.estimation.plausibility.PlausibilityConfig`'s,
-read only at start.
+runs; the plausibility limits are
+:class:`~plag_ros.core.estimation.plausibility.PlausibilityConfig`'s, read only at start.
 """
 from __future__ import annotations
 

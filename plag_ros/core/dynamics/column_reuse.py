@@ -4,10 +4,9 @@ change leaves intact.
 A body's column of every table (``partial[:, i]``, ``acceleration[:, i, :]``, ...) depends
 only on that body's inertial figures and on the joints of its path to the root: their kind
 (turning or sliding), axis, origin and order (see :mod:`plag_ros.core.dynamics.engine`). Every
-other
-entry of the column is structurally zero. So after a change of the model, a column whose
-body and root path are unchanged can be copied from a previous result of the same motion,
-with its rows and sources moved to the new joint numbering, and only the other columns
+other entry of the column is structurally zero. So after a change of the model, a column whose body
+and root path are unchanged can be copied from a previous result of the same motion, with its rows
+and sources moved to the new joint numbering, and only the other columns
 need computing. [PL] (section 2.1): "censoring in the middle is equivalent to the
 equation of motion for a short robot arm, and it is also easy to add i = n + 1 later".
 

@@ -121,13 +121,11 @@ class PartialLagrangian:
         device: torch device (CPU by default).
         compiled: run float64 on the CPU through the compiled loop of
             :mod:`plag_ros.core.dynamics.kernel` (the default); False forces the torch form, as
-            float32
-            and GPUs always use it (a reference for tests and benchmarks).
+            float32 and GPUs always use it (a reference for tests and benchmarks).
         threads: worker threads of the compiled loop on batches of 64 samples or more:
             None (the default) measures one thread against all and keeps the faster
             (:class:`plag_ros.core.dynamics.kernel.ThreadChoice`: two threads halve an idle
-            machine's
-            time but can triple it when another process holds a core); an int caps them
+            machine's time but can triple it when another process holds a core); an int caps them
             (1: always one). Single samples always run on the calling thread.
 
     Attributes:

@@ -2,11 +2,10 @@
 
 The same mathematics as :func:`plag_ros.core.dynamics.torch_form.closed_form` (formulas in
 :mod:`plag_ros.core.dynamics.engine`), written as scalar loops and compiled with numba: the
-vectorised
-array form spends most of its time materialising per-pair intermediates in memory, while this loop
-keeps a sample's kinematics (a few hundred doubles) in cache and writes each table entry
-once. Used for float64 on the CPU; the torch form stays for float32, GPUs and as the
-cross-check in the tests.
+vectorised array form spends most of its time materialising per-pair intermediates in memory, while
+this loop keeps a sample's kinematics (a few hundred doubles) in cache and writes each table entry
+once. Used for float64 on the CPU; the torch form stays for float32, GPUs and as the cross-check in
+the tests.
 
 Frames: spatial vectors in world coordinates, angular part first, taken at the world
 origin. Shapes below: N samples, n joints, B bodies, L the longest root-to-body path.

@@ -119,8 +119,7 @@ class EstimatorConfig:
     zero-phase analysis (no delay) improves from 0.40 to 0.33 rad/s^2. A controller, for
     which delay costs phase, has its own default (order 2, 10 Hz:
     :data:`plag_ros.core.control.impedance.CONTROL_ESTIMATOR`, chosen on the sampled loop's
-    stability
-    margin). Offline, 7 Hz halves the acceleration error again (0.15 rad/s^2) when the
+    stability margin). Offline, 7 Hz halves the acceleration error again (0.15 rad/s^2) when the
     motion has nothing above about 4 Hz.
         rate_hz: nominal sample rate of ``joint_states`` [Hz]; the digital filter is
             designed for it.

@@ -114,8 +114,7 @@ def own_effort_joints(model: RobotModel) -> np.ndarray:
 def effort_scale(model: RobotModel) -> np.ndarray:
     """(n,) factor from ``joint_states`` effort to joint torque
     (:func:`plag_ros.core.dynamics.motors.driver_effort_to_torque`); NaN where a joint's effort is
-    not
-    its own (:func:`own_effort_joints`)."""
+    not its own (:func:`own_effort_joints`)."""
     return np.where(own_effort_joints(model), motors.driver_effort_to_torque(model), np.nan)
 
 

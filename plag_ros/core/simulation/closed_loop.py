@@ -3,8 +3,7 @@
 :func:`run` closes the loop the way the nodes do over DDS, without the DDS: every
 ``1 / rate_hz`` the simulator's servos report the actuated joints
 (:meth:`~plag_ros.core.simulation.simulator.Simulator.measure`), the controller computes its
-command from
-that sample, and the command acts on the simulated arm from ``delay_periods`` samples
+command from that sample, and the command acts on the simulated arm from ``delay_periods`` samples
 later on (0: at once, as an ideal driver; 1: the next cycle, as a command sent outside
 the driver's controller manager is picked up), held in between. The simulator integrates
 at its own 1 kHz step in between.

@@ -3,10 +3,9 @@
 The physics switches (``friction``, ``joint_limits``, ``effort_saturation``,
 ``quantize_position``, ``quantize_velocity``) are
 :class:`~plag_ros.core.simulation.simulator.SimulatorConfig`'s own options, under their plain
-names;
-the rest is the node's: rates, start pose, servo gains as the driver sets them and the
-emulated controller manager. ``active_arm_controller``, ``position_p_gain`` and
-``effort_timeout`` can change while the node runs; everything else is read at start.
+names; the rest is the node's: rates, start pose, servo gains as the driver sets them and the
+emulated controller manager. ``active_arm_controller``, ``position_p_gain`` and ``effort_timeout``
+can change while the node runs; everything else is read at start.
 """
 from __future__ import annotations
 

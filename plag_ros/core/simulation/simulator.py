@@ -58,9 +58,8 @@ analysis use): ``Kp`` the position-loop stiffness at the driver's P gain, ``Kd``
 back-EMF damping, the saturation the stall torque
 (:func:`plag_ros.core.dynamics.motors.servo_gains`,
 :func:`plag_ros.core.dynamics.motors.servo_saturation`). :meth:`Simulator.set_p_gain` changes P
-live
-(the driver's P = 5 on deactivation). These are plausible, not identified, figures; both
-gains are configurable.
+live (the driver's P = 5 on deactivation). These are plausible, not identified, figures; both gains
+are configurable.
 
 Size (over ~600 lines): one simulator. The servo model, the joint stops, stick-slip
 friction and the integrator act together in every step and are tested together.

@@ -18,8 +18,8 @@ the partial Lagrangian engine:
   (hand-like bumps, with a small unintended motion of the resting joints, "albeit
   slightly"), quantised to 12-bit encoder counts at 200 Hz with stamp jitter and passed
   through the package's offline estimator
-  (:func:`plag_ros.core.estimation.filters.estimate_offline`).
-  Written as ``fig05_motion.png`` ... ``fig09_acceleration_propagation_joint1.png``.
+  (:func:`plag_ros.core.estimation.filters.estimate_offline`). Written as ``fig05_motion.png`` ...
+  ``fig09_acceleration_propagation_joint1.png``.
 
 Figures 8-9 and 13-14 show the motion propagation torque ``tau^p_1j(theta_j^(m))`` of
 eq. 1: the part of link j's partial torque at joint 1 that joint j's own velocity

@@ -1,5 +1,6 @@
 """Every file path and dotted name of the package that the documentation, the
-requirements, the Makefile, the benchmarks and the configuration name still exists.
+requirements, the Makefile, the benchmarks, the configuration and the package's own
+docstrings and comments name still exists.
 
 A path into the repository's own folders (``plag_ros/.../x.py``, ``test/...``,
 ``bench/...``, ``examples/...``, ``launch/...``, ``docs/...``, ``config/...``) must be a
@@ -18,6 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ('README.md', 'requirements*.txt', 'requirements/*.txt', 'Makefile', 'bench/*.py',
+           'plag_ros/**/*.py',
            'docs/**/*.md', 'config/*.yaml')
 
 # Not part of a longer path or name (``share/plag_ros/...``, ``lib/plag_ros``).
@@ -120,8 +122,13 @@ def test_file_path_exists(path, where):
     assert (REPO / path).is_file(), f'{where}: {path} is not a file of the repository'
 
 
+# A config file named after the package (``plag_ros.foxglove.json``) is no dotted name.
+FILE_NAMES = ('.json', '.xml', '.yaml', '.rviz')
+
+
 @pytest.mark.parametrize('dotted,where', sorted(
-    {r for r in _references(DOTTED) if not r[1].startswith(HISTORY)}))
+    {r for r in _references(DOTTED) if not r[1].startswith(HISTORY)
+     and not r[0].endswith(FILE_NAMES)}))
 def test_dotted_name_resolves(dotted, where):
     assert resolves(dotted), f'{where}: {dotted} is neither a module nor an attribute of one'
 

@@ -4,8 +4,8 @@ A recorder that dies leaves one of two things behind:
 
 - **mcap**: the data section up to some byte, with no summary, no footer and no closing
   magic; ``rosbags`` refuses it ("File end magic is invalid"). :func:`salvage_mcap` walks
-  the record stream from the start instead (MCAP specification, foxglove/mcap
-  ``docs/specification/README.md``: an 8-byte magic, then records of ``opcode: uint8,
+  the record stream from the start instead (MCAP specification,
+  ``foxglove/mcap/docs/specification/README.md``: an 8-byte magic, then records of ``opcode: uint8,
   length: uint64 LE, body``) and keeps every Schema (0x03), Channel (0x04) and Message
   (0x05) record, inside Chunk (0x06) records or not. A chunk is used only whole: its record
   must lie entirely in the file, decompress (``''``, ``'lz4'`` or ``'zstd'``) to its stated

@@ -2,7 +2,7 @@
 
 :data:`NODE_INTERFACES` lists, per node, what it publishes, subscribes to, serves and calls:
 name, message type, QoS and content. The docs' topic reference is generated from it
-(``docs/generate_reference.py``), the nodes' docstrings point here instead of repeating it,
+(:mod:`plag_ros.apps.reference`), the nodes' docstrings point here instead of repeating it,
 and ``test/test_interfaces.py`` starts each node and compares the topics and services it
 really creates with this table, so the table cannot drift from the code.
 

@@ -8,7 +8,7 @@ description with the unit, its range, its allowed values (the ``Literal`` annota
 whether it may change while the node runs. The node declares :data:`IMPEDANCE_OPTIONS` as
 its parameters and rebuilds the settings from their values with
 :meth:`ImpedanceSettings.from_values`; the methods here turn the settings into the
-controller's :class:`~plag_ros.core.control.impedance.ImpedanceConfig` and reference trajectory.
+controller's :class:`~plag_ros.core.control.config.ImpedanceConfig` and reference trajectory.
 Every error names the parameter. config/impedance.yaml sets the same names.
 
 Per-joint lists hold one value for every joint or one per actuated joint in URDF order

@@ -191,7 +191,9 @@ class ModelChanges:
 class RobotModel:
     """Frozen, index-based kinematic tree of moving joints and bodies.
 
-    Attributes (n moving joints, B bodies, L URDF links):
+    Shapes below: n moving joints, B bodies, L URDF links.
+
+    Attributes:
         name: robot name from the URDF.
         root_link: URDF root link (the world frame of the dynamics).
         urdf_xml: URDF text the model was built from (for ``robot_description``).

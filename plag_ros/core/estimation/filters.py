@@ -104,13 +104,6 @@ StencilNodes = Literal['grid', 'stamps']
 class EstimatorConfig:
     """Settings of the joint state estimator, validated on construction.
 
-    Attributes:
-        cutoff_hz: -3 dB frequency of the Butterworth low-pass [Hz], in (0, rate_hz / 2).
-        order: Butterworth order, 1 to 8. Group delay grows with order and with 1/cutoff.
-            The acceleration is two derivatives deep, so encoder quantisation noise grows
-            as f^2 above the cut-off: order 2 (40 dB/decade) only holds it flat, order 3
-            makes it fall.
-
     The defaults, 10 Hz, order 3 and grid nodes, were chosen on the accuracy/delay curve
     of ``bench/bench_estimator_tradeoff.py`` (12-bit encoder, 200 Hz, 0.5 ms stamp jitter,
     brisk 0.4-2.7 Hz motion): against order 2 at the same cut-off, the live acceleration
@@ -118,9 +111,17 @@ class EstimatorConfig:
     rad/s, for 9 ms more delay (22 -> 32 ms), which a display and a recording do not feel;
     zero-phase analysis (no delay) improves from 0.40 to 0.33 rad/s^2. A controller, for
     which delay costs phase, has its own default (order 2, 10 Hz:
-    :data:`plag_ros.core.control.impedance.CONTROL_ESTIMATOR`, chosen on the sampled loop's
+    :data:`plag_ros.core.control.config.CONTROL_ESTIMATOR`, chosen on the sampled loop's
     stability margin). Offline, 7 Hz halves the acceleration error again (0.15 rad/s^2) when the
     motion has nothing above about 4 Hz.
+
+    Attributes:
+        cutoff_hz: -3 dB frequency of the Butterworth low-pass [Hz], in (0, rate_hz / 2).
+        order: Butterworth order, 1 to 8. Group delay grows with order and with 1/cutoff.
+            The acceleration is two derivatives deep, so encoder quantisation noise grows
+            as f^2 above the cut-off: order 2 (40 dB/decade) only holds it flat, order 3
+            makes it fall.
+
         rate_hz: nominal sample rate of ``joint_states`` [Hz]; the digital filter is
             designed for it.
         gap_periods: a stamp step longer than this many nominal periods resets the live

@@ -14,7 +14,8 @@ invokes, so a renamed option or target fails the day it happens:
   arguments it declares (``plag_ros.ros.node_setups``), with a value among their choices;
 * the generated reference pages list every parameter each node declares from its settings
   and every endpoint of the interface table (test_interfaces holds both against the
-  running nodes).
+  running nodes);
+* the layout page names every module of the package.
 """
 from __future__ import annotations
 
@@ -162,3 +163,25 @@ def test_the_topic_reference_lists_every_endpoint():
         section = page.split(f'## {node}\n', 1)[1].split('\n## ', 1)[0]
         rows = re.findall(r'^\| \w+ \| `([^`]+)` \| `([^`]+)` \|', section, re.M)
         assert rows == [(e.name, e.type) for e in endpoints], node
+
+
+def test_the_layout_page_names_every_module():
+    """docs/concepts/layout.md says what each module is: a module added or moved without
+    its row fails here."""
+    text = (REPO / 'docs' / 'concepts' / 'layout.md').read_text()
+    missing = []
+    for path in sorted((REPO / 'plag_ros').rglob('*.py')):
+        parts = path.relative_to(REPO / 'plag_ros').parts
+        if path.name == '__init__.py' or parts[:2] == ('core', 'studies'):
+            continue
+        if len(parts) == 1:
+            wanted = f'plag_ros/{path.name}'
+        elif parts[0] == 'core':
+            wanted = '/'.join(parts[1:])
+        elif parts[0] == 'apps' or parts[:2] == ('ros', 'nodes'):
+            wanted = path.stem
+        else:
+            wanted = path.name
+        if f'`{wanted}`' not in text:
+            missing.append(str(path.relative_to(REPO)))
+    assert missing == [], f'docs/concepts/layout.md does not name {missing}'

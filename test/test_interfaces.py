@@ -1,4 +1,4 @@
-"""The interface table (plag_ros/ros/interfaces.py) is what the nodes really create.
+"""The interface table and the parameter reference are what the nodes really create.
 
 Each node is started as a user starts it (a subprocess, Fast DDS, a domain of this module's
 own) in the configurations the table distinguishes; a client node then reads from the ROS
@@ -7,6 +7,10 @@ with their types, and compares them with the table's endpoints for those setting
 docs' topic reference is generated from the same table, so the reference cannot say what the
 nodes do not do. The graph API reports names and types; QoS is checked where the table's
 durability matters (the latched topics), from the publishers' own profiles.
+
+The parameters each node declares (its ``list_parameters`` service) are the options the
+docs' parameter reference is generated from (:func:`plag_ros.apps.reference.node_options`),
+rclpy's own ``use_sim_time`` (and Jazzy's ``start_type_description_service``) aside.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import importlib.util
 
 import pytest
 
+from plag_ros.apps.reference import node_options
 from plag_ros.core.common.options import build
 from plag_ros.core.control.settings import ImpedanceSettings
 from plag_ros.core.decomposition.settings import DynamicsSettings
@@ -22,6 +27,7 @@ from plag_ros.core.simulation.settings import SimSettings
 from plag_ros.ros.interfaces import LATCHED, NODE_INTERFACES, Endpoint
 
 pytest.importorskip('rclpy')
+from rcl_interfaces.srv import ListParameters  # noqa: E402
 from rclpy.qos import DurabilityPolicy  # noqa: E402
 from ros_helpers import RosClient, start_node, wait_until  # noqa: E402
 
@@ -33,6 +39,7 @@ _PARAMETER_SERVICES = ('describe_parameters', 'get_parameter_types', 'get_parame
                        'get_type_description', 'list_parameters', 'set_parameters',
                        'set_parameters_atomically')
 _EVERY_NODE_TOPICS = ('/rosout', '/parameter_events')
+_RCLPY_PARAMETERS = {'use_sim_time', 'start_type_description_service'}
 HAS_CONTROLLER_MANAGER_MSGS = importlib.util.find_spec('controller_manager_msgs') is not None
 
 
@@ -101,6 +108,12 @@ def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict) 
                             'not in the table': sorted(got[d] - want[d])}
                         for d in want if want[d] != got[d]}
                 raise AssertionError(f'{node} ({params}): {diff}\n{process.tail()}') from None
+        for node in nodes:
+            if node == 'controller_manager':
+                continue
+            declared = set(client.call(ListParameters, f'/{node}/list_parameters',
+                                       ListParameters.Request(), tries=3).result.names)
+            assert declared - _RCLPY_PARAMETERS == {o.name for o in node_options(node)}, node
         for node, settings in nodes.items():
             for e in NODE_INTERFACES[node]:
                 if e.direction == 'out' and e.qos == LATCHED and e.applies(settings):

@@ -185,3 +185,14 @@ def test_the_layout_page_names_every_module():
         if f'`{wanted}`' not in text:
             missing.append(str(path.relative_to(REPO)))
     assert missing == [], f'docs/concepts/layout.md does not name {missing}'
+
+
+def test_the_reference_reads_the_options_the_nodes_declare():
+    """The parameter reference is made from the core's option lists; each node declares
+    its module's ``OPTIONS`` (test_interfaces: and nothing else, on the running node)."""
+    from plag_ros.ros.nodes import dynamics_node, impedance_node, sim_node
+
+    declared = {'plag_dynamics': dynamics_node.OPTIONS, 'plag_sim': sim_node.OPTIONS,
+                'plag_impedance': impedance_node.IMPEDANCE_OPTIONS}
+    for node, options in declared.items():
+        assert [o.name for o in options] == [o.name for o in node_options(node)], node

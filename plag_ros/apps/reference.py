@@ -17,26 +17,26 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from plag_ros.core.common.options import Option
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
+from plag_ros.core.decomposition.settings import dynamics_options
+from plag_ros.core.simulation.settings import sim_options
 
 __all__ = ['NODE_OPTIONS', 'cli_page', 'node_options', 'parameters_page', 'topics_page',
            'write_reference']
 
 NODE_OPTIONS = {
-    'plag_dynamics': ('plag_ros.ros.nodes.dynamics_node', 'OPTIONS',
-                      'config/crane_x7.yaml'),
-    'plag_impedance': ('plag_ros.core.control.settings', 'IMPEDANCE_OPTIONS',
-                       'config/impedance.yaml'),
-    'plag_sim': ('plag_ros.ros.nodes.sim_node', 'OPTIONS', 'config/sim.yaml'),
+    'plag_dynamics': (dynamics_options, 'config/crane_x7.yaml'),
+    'plag_impedance': (lambda: IMPEDANCE_OPTIONS, 'config/impedance.yaml'),
+    'plag_sim': (sim_options, 'config/sim.yaml'),
 }
-"""Node name -> (module, name of its option list, the shipped parameter file)."""
+"""Node name -> (its option list, the shipped parameter file). The nodes declare exactly
+these (``OPTIONS`` of each node module; test_interfaces compares them with the running
+nodes), read here from the core so the docs build needs no rclpy."""
 
 
 def node_options(node: str) -> list[Option]:
     """The parameters ``node`` declares, in declaration order."""
-    import importlib
-
-    module, name, _ = NODE_OPTIONS[node]
-    return list(getattr(importlib.import_module(module), name))
+    return list(NODE_OPTIONS[node][0]())
 
 
 def _cell(text: object) -> str:
@@ -66,7 +66,7 @@ def parameters_page() -> str:
              'Generated from the settings dataclasses the nodes declare their parameters '
              'from; `ros2 param describe NODE NAME` shows the same text. The shipped '
              'parameter files override some defaults for the CRANE-X7.', '']
-    for node, (_, _, config) in NODE_OPTIONS.items():
+    for node, (_, config) in NODE_OPTIONS.items():
         lines += [f'## {node}', '', f'Parameter file: `{config}`.', '',
                   '| parameter | type | default | allowed | at run time | description |',
                   '|---|---|---|---|---|---|']

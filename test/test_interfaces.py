@@ -99,6 +99,11 @@ def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict) 
     try:
         for node, settings in nodes.items():
             want = expected(node, settings, bodies)
+            def joined(n: str = node) -> bool:
+                assert process.alive(), f'{module} ended:\n{process.tail(40)}'
+                return n in client.node.get_node_names()
+
+            wait_until(joined, 60.0, f'{node} to join the graph')
             try:
                 wait_until(lambda n=node, w=want: seen(client, n) == w, 60.0,
                            f'{node} to show the endpoints of the table')
@@ -144,7 +149,9 @@ IMPEDANCE_CASES = {
     'forward, controller manager': {},
     'forward, simulator switch': {'switch.method': 'sim'},
     'trajectory': {'command.type': 'trajectory'},
-    'effort': {'command_interface': 'effort'},
+    # the effort path's gains are refused without a rotor inertia in the model (the stability
+    # check): this case is about the endpoints, so the check only warns
+    'effort': {'command_interface': 'effort', 'gain_check': 'warn'},
 }
 
 

@@ -41,6 +41,24 @@ def _cli(*args):
                             stderr=subprocess.STDOUT, text=True)
 
 
+def _between_stalls(t_ns: np.ndarray, longest_step_s: float, after_s: float) -> np.ndarray:
+    """(N,) False for the samples from 20 ms before a stamp step longer than
+    ``longest_step_s`` to ``after_s`` after it, True elsewhere."""
+    t = t_ns * 1e-9
+    calm = np.ones(len(t), dtype=bool)
+    for stall in t[1:][np.diff(t) > longest_step_s]:
+        calm &= ~((t >= stall - 0.02) & (t < stall + after_s))
+    return calm
+
+
+def test_the_stall_mask_leaves_out_the_time_around_late_ticks():
+    t_ns = np.round(np.array([0.0, 0.01, 0.02, 0.05, 0.06, 0.07, 0.08, 0.3, 0.31]) * 1e9)
+    # late ticks at 0.05 and 0.3: out from 20 ms before each to 100 ms after
+    assert _between_stalls(t_ns.astype(np.int64), 0.015, 0.1).tolist() == [
+        True, True, True, False, False, False, False, False, False]
+    assert _between_stalls(t_ns[:3].astype(np.int64), 0.015, 0.1).all()
+
+
 @pytest.fixture(scope='module')
 def model() -> RobotModel:
     return RobotModel.from_urdf(default_urdf_path())
@@ -110,9 +128,16 @@ def test_play_record_and_read_back_the_command(tmp_path, model):
     designed = excitation.sample(t[during] - played.start_ns * 1e-9 - approach)[0][:, order]
     np.testing.assert_allclose(commanded[during], designed, atol=2e-4)
     # the arm followed as a servo does: its deflection is the torque it needs over K_s
-    # (plus the back-EMF damping's share), the torque from the model the simulator runs
+    # (plus the back-EMF damping's share), the torque from the model the simulator runs.
+    # Judged where the simulator kept its clock: a publish step over 1.5 ticks means the
+    # machine stalled the node, its physics dropped steps and its controller's command
+    # was held for longer, so the 150 ms after each such step are left out. (A Kilted CI
+    # run had 21 of them in 4 s of play; the unexplained deflection was 0.019 rad on the
+    # pan with them and 0.004 without, 0.005 in the seconds without a stall.)
+    calm = _between_stalls(js.t_ns, 1.5 / PUBLISH_RATE_HZ, 0.15)
+    assert (during & calm).sum() > 100, 'the simulator stalled through most of the play'
     index, q, qd, qdd, _ = estimate_recording(model, js.t_ns, js.q)
-    rows = during[index]
+    rows = (during & calm)[index]
     deflection = commanded[index][rows] - q[rows][:, cols]
     act = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
     kp, kd = (g[[act.index(j) for j in names]] for g in servo_gains(model))

@@ -303,7 +303,8 @@ def decompose(robot: RobotModel, recording: Recording | None = None, *,
       recorded effort;
     * ``decompose(robot, t=t, q=q)``: the same from stamps [s] and positions (N, n);
     * ``decompose(robot, q=q, qd=qd, qdd=qdd)``: states you have, decomposed as given
-      (no check, no estimate; ``t`` optional).
+      (no check, no estimate; without ``t`` the result's time is the sample index, one
+      second per sample).
 
     Args:
         options: estimator, plausibility and batch settings (default: the command's).
@@ -315,7 +316,7 @@ def decompose(robot: RobotModel, recording: Recording | None = None, *,
     n = robot.n_joints
     if recording is None and q is not None and qd is not None and qdd is not None:
         states = [_columns(x, n, name) for x, name in ((q, 'q'), (qd, 'qd'), (qdd, 'qdd'))]
-        t_ns = (np.arange(len(states[0]), dtype=np.int64) if t is None else
+        t_ns = (np.arange(len(states[0]), dtype=np.int64) * 1_000_000_000 if t is None else
                 np.round(np.asarray(t, dtype=np.float64) * 1e9).astype(np.int64))
         analysis = decompose_states(robot, t_ns, np.arange(len(t_ns)), *states,
                                     chunk=options.chunk, progress=options.progress,

@@ -147,6 +147,7 @@ def test_states_as_given_are_pinocchio(robot):
     q = rng.uniform(robot.joint_lower, robot.joint_upper, (20, n))
     qd, qdd = rng.normal(0, 1, (20, n)), rng.normal(0, 2, (20, n))
     result = plag.decompose(robot, q=q, qd=qd, qdd=qdd)
+    np.testing.assert_allclose(result.t, np.arange(20.0), atol=1e-12)   # ns -> s rounding
     oracle = PinOracle(robot.urdf_xml, robot)
     expected = np.stack([oracle.rnea(*x) for x in zip(q, qd, qdd)])
     np.testing.assert_allclose(result.torque(), expected, atol=1e-9, rtol=1e-9)

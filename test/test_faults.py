@@ -184,6 +184,12 @@ def test_driver_killed_and_restarted(model, tmp_path, resume):
             expected_state = 'enabled' if resume else 'disabled'
             wait_until(lambda: state().get('state') == expected_state, 30.0,
                        f'the impedance node {expected_state} after the restart')
+            # Disabled comes at once; the hand-back after the outage is a service call that
+            # can take its whole switch.timeout_s (5 s): a request sent while the new driver's
+            # server has not matched the node's client yet is lost, and the node then logs
+            # the missing answer. Its log line is checked below, so wait for it.
+            wait_until(lambda: 'after the driver outage' in impedance.output(), 20.0,
+                       'the hand-back after the outage, answered or timed out')
             assert dynamics.alive and impedance.alive
         finally:
             for node in (second, sim, impedance, dynamics):
@@ -264,8 +270,11 @@ def test_robot_description_replaced_mid_run(model, tmp_path):
         description = client.publisher(String, '/robot_description', LATCHED)
         states = client.publisher(JointState, '/joint_states')
         description.publish(String(data=model.urdf_xml))
+        # A deep input queue: a stall of this loaded machine while the new model loads must
+        # not drop the samples around the switch, which the checks below pin down.
         node = start_node('dynamics_node', domain_id=72, log_dir=tmp_path,
-                          params_file=REPO / 'config' / 'crane_x7.yaml', params=DYNAMICS)
+                          params_file=REPO / 'config' / 'crane_x7.yaml',
+                          params={**DYNAMICS, 'input_depth': 4000})
         try:
             wait_until(lambda: 'from topic' in node.output(), START_S, 'the first model')
             client.wait_for_subscribers(states, timeout=START_S)

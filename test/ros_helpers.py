@@ -98,6 +98,7 @@ class RosClient:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._lock = threading.Lock()
+        self._clients: dict = {}
         self._stop = False
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
@@ -157,8 +158,7 @@ class RosClient:
         client yet is lost, and a server killed a moment ago still counts as ready until
         its DDS lease ends.
         """
-        with self._lock:
-            cli = self.node.create_client(srv_type, name)
+        cli = self._client(srv_type, name)
         assert cli.wait_for_service(timeout_sec=30.0), name
         for attempt in range(1, tries + 1):
             future = cli.call_async(request)
@@ -171,6 +171,15 @@ class RosClient:
                 continue
             return future.result()
         raise AssertionError('tries must be at least 1')
+
+    def _client(self, srv_type, name: str):
+        """One client per service, kept: a second call to a service goes out at once, with
+        no new client to discover and match (a timed call measures the server, not DDS)."""
+        key = (srv_type, name)
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = self.node.create_client(srv_type, name)
+            return self._clients[key]
 
     def set_double_parameter(self, node: str, name: str, value: float) -> None:
         """Set the double parameter ``name`` of the running node ``node`` ('/plag_sim')."""

@@ -197,15 +197,18 @@ def test_replay_rate_and_loop(tmp_path, client, model):
     write_joint_state_bag(path, t, names, q, topic='/arm/joint_states')
     received = _raw_collector(client, '/arm/joint_states', JointState)
     proc = _cli('replay', path, '--rate', '4', '--loop', '--wait-subscribers', '1')
+    loops = 5
     try:
-        client.wait_for(lambda: len(received) >= 3 * len(t), 30.0, 'three loops')
+        client.wait_for(lambda: len(received) >= loops * len(t), 30.0, f'{loops} loops')
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0, out
-    arrival = np.array([r for r, _ in received[:len(t)]])
-    # Four times faster: 19 steps of 20 ms in 95 ms.
-    assert abs((arrival[-1] - arrival[0]) - 0.095) < 0.05
+    arrival = np.array([r for r, _ in received[:loops * len(t)]]).reshape(loops, len(t))
+    # Four times faster: 19 steps of 20 ms in 95 ms (380 ms at rate 1, 47 ms at rate 8). The
+    # median over the loops: one stall of this test's executor stretches a single loop.
+    span = float(np.median(arrival[:, -1] - arrival[:, 0]))
+    assert abs(span - 0.095) < 0.04, span
 
 
 def test_replay_and_record_refuse_bad_paths(tmp_path):

@@ -37,8 +37,8 @@ from numpy.typing import ArrayLike
 from plag_ros.core.decomposition.analysis import (
     Analysis,
     AnalysisOptions,
+    analyze_arrays,
     decompose_states,
-    estimate_recording,
     propagation_paths,
 )
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
@@ -144,7 +144,7 @@ def estimate(t: ArrayLike, q: ArrayLike, **estimator: object) -> Estimate:
         ValueError: unusable input (the message names the sample and joint), an unknown
             option.
     """
-    t_ns = np.round(np.asarray(t, dtype=np.float64) * 1e9).astype(np.int64)
+    t_ns = _stamps_ns(t)
     config = dataclasses.replace(EstimatorConfig(), **estimator)   # type: ignore[arg-type]
     return Estimate(*estimate_offline(t_ns, q, config))
 
@@ -317,7 +317,7 @@ def decompose(robot: RobotModel, recording: Recording | None = None, *,
     if recording is None and q is not None and qd is not None and qdd is not None:
         states = [_columns(x, n, name) for x, name in ((q, 'q'), (qd, 'qd'), (qdd, 'qdd'))]
         t_ns = (np.arange(len(states[0]), dtype=np.int64) * 1_000_000_000 if t is None else
-                np.round(np.asarray(t, dtype=np.float64) * 1e9).astype(np.int64))
+                _stamps_ns(t))
         analysis = decompose_states(robot, t_ns, np.arange(len(t_ns)), *states,
                                     chunk=options.chunk, progress=options.progress,
                                     threads=options.threads)
@@ -325,15 +325,16 @@ def decompose(robot: RobotModel, recording: Recording | None = None, *,
     if recording is None:
         if t is None or q is None:
             raise ValueError('decompose needs a recording, t and q, or q, qd and qdd')
-        recording = Recording(np.round(np.asarray(t, dtype=np.float64) * 1e9).astype(np.int64),
-                              _columns(q, n, 'q'), None, None, tuple(robot.joint_names))
-    index, qe, qde, qdde, codes = estimate_recording(
-        robot, recording.t_ns, recording.q, qd_measured=recording.qd, options=options)
-    analysis = decompose_states(robot, recording.t_ns, index, qe, qde, qdde,
-                                chunk=options.chunk, progress=options.progress,
-                                input_codes=codes, estimator=options.estimator,
-                                effort=recording.effort, threads=options.threads)
+        recording = Recording(_stamps_ns(t), _columns(q, n, 'q'), None, None,
+                              tuple(robot.joint_names))
+    analysis = analyze_arrays(robot, recording.t_ns, recording.q, qd_measured=recording.qd,
+                              effort=recording.effort, options=options)
     return Result(analysis, robot, int(recording.t_ns[0]) if len(recording.t_ns) else 0)
+
+
+def _stamps_ns(t: ArrayLike) -> np.ndarray:
+    """(N,) int64 [ns] from stamps [s]."""
+    return np.round(np.asarray(t, dtype=np.float64) * 1e9).astype(np.int64)
 
 
 def _columns(x: ArrayLike, n: int, name: str) -> np.ndarray:

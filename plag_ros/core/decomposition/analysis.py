@@ -77,16 +77,14 @@ class AnalysisOptions:
             smaller and much slower; 0: stored uncompressed). See :mod:`plag_ros.io.npz`.
         npz_layout: 'dense' (the engine's arrays) or 'compact' (only the structurally
             non-zero entries, with their index maps;
-            :func:`plag_ros.core.dynamics.compact.load_analysis`
-            reads either as dense).
+            :func:`plag_ros.core.dynamics.compact.load_analysis` reads either as dense).
         figures_process: write the csv and plots in a child process (None: for
             recordings of 50 000 samples or more).
         products: which of 'bag', 'npz', 'csv', 'plots', 'summary' to write.
         progress: show a progress bar (None: on a terminal for long bags).
-        plausibility: limits on the input (:mod:`plag_ros.core.estimation.plausibility`): samples
-        the arm
-            cannot produce are left out of the estimate and reported, never dropped
-            silently (:attr:`Analysis.input_codes`).
+        plausibility: limits on the input (:mod:`plag_ros.core.estimation.plausibility`):
+            samples the arm cannot produce are left out of the estimate and reported, never
+            dropped silently (:attr:`Analysis.input_codes`).
         threads: threads of the compiled engine (None: measured per batch size,
             :class:`plag_ros.core.dynamics.kernel.ThreadChoice`; an int caps them). A many-bag run
             sets it so that worker processes times threads stay within the cores.
@@ -135,10 +133,9 @@ class Analysis:
         t_ns: (M,) int64 stamps [ns]; index: (M,) int64 row of each sample in the input.
         q, qd, qdd: (M, n) estimated joint state.
         torque: (M, n); partial: (M, n, B); acceleration, velocity: (M, n, B, n);
-        gravity: (M, n, B) (see :class:`plag_ros.core.dynamics.engine.Decomposition`); friction:
-        (M, n)
-        [N*m or N] as reported (:mod:`plag_ros.core.estimation.friction`: the model while sliding,
-        the stick reaction or 0 at rest).
+        gravity: (M, n, B) (see :class:`plag_ros.core.dynamics.engine.Decomposition`);
+        friction: (M, n) [N*m or N] as reported (:mod:`plag_ros.core.estimation.friction`:
+        the model while sliding, the stick reaction or 0 at rest).
         joint_names, body_names: column names.
         input_codes: (N,) int64 per input sample: 0 accepted, else 1 + the index of its
             rejection reason in :data:`INPUT_REASONS`; None when the input was not checked.
@@ -293,9 +290,9 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
             estimated from with ``velocity_source='measured'``).
         effort: (N, n) ``joint_states`` effort in model order (NaN where absent): the stick
             reaction of joints at rest comes from it (:mod:`plag_ros.core.estimation.friction`).
-        options: estimator mode, plausibility limits and batch size.
+        options: estimator mode, plausibility limits, batch size and the engine's threads.
         engine: a :class:`plag_ros.core.dynamics.engine.PartialLagrangian` to reuse (default: new,
-            float64).
+            float64, with ``options.threads``).
 
     Returns:
         :class:`Analysis` of the M samples that have an estimate.
@@ -306,7 +303,8 @@ def analyze_arrays(model: RobotModel, t_ns: np.ndarray, q: np.ndarray, *,
                                                      options=options)
     return decompose_states(model, t_ns, index, qe, qde, qdde, chunk=options.chunk,
                             progress=options.progress, engine=engine, input_codes=codes,
-                            estimator=options.estimator, effort=effort)
+                            estimator=options.estimator, effort=effort,
+                            threads=options.threads)
 
 
 def decompose_states(model: RobotModel, t_ns: np.ndarray, index: np.ndarray, q: np.ndarray,

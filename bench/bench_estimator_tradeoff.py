@@ -8,9 +8,9 @@ and quantised to 12-bit encoder counts (4096 per revolution), 30 s per run, the 
 
 For each Butterworth order (1-4) and cut-off (2-60 Hz):
 
-* **live** :class:`plag_ros.core.estimation.filters.JointStateEstimator` (causal). Each estimate
-describes
-  the state at ``t - lag_s`` (reported with it, about the filter's group delay at DC); its
+* **live** :class:`plag_ros.core.estimation.filters.JointStateEstimator` (causal). Each
+  estimate describes the state at ``t - lag_s`` (reported with it, about the filter's group
+  delay at DC); its
   velocity and acceleration RMS errors are measured against the analytic motion *at that
   instant* (the estimator's accuracy as a delayed signal), and the delay is the mean lag.
   Also the error against the motion *at the stamp* (what a controller using it undelayed
@@ -19,9 +19,8 @@ describes
   one-sided stencil ``(3, -16, 36, -48, 25) / 12h`` on the *nominal* period, ``sosfilt``
   of that velocity, acceleration = the same stencil on the filtered velocity, delay = the
   group delay at DC; errors measured the same way.
-* **offline** :func:`plag_ros.core.estimation.filters.estimate_offline` (zero-phase, no delay) for
-the
-  analysis defaults.
+* **offline** :func:`plag_ros.core.estimation.filters.estimate_offline` (zero-phase, no
+  delay) for the analysis defaults.
 
 Two stamp scenarios: ``true`` (the readings are taken at the jittered instants and
 stamped exactly; the plot) and ``noisy`` (taken on the even grid, the stamps jittered).

@@ -349,8 +349,8 @@ def test_disable_holds_and_enable_reanchors(engine):
 
 
 def closed_loop(engine, cfg, reference, *, friction=True, push=None, seconds=2.0):
-    """Run the controller at RATE against :class:`plag_ros.core.simulation.simulator.Simulator` (1
-    kHz).
+    """Run the controller at RATE against
+    :class:`plag_ros.core.simulation.simulator.Simulator` (1 kHz).
 
     ``push`` (n_act,) [N*m] is an external torque: added to the effort command, or to the
     servo goal as ``push / K_s`` in position mode (the same torque through the servo).

@@ -42,9 +42,8 @@ Two command interfaces:
   K_s`` (the *measured* q, not the reference) therefore makes the servo produce the impedance
   torque ``tau``. The driver writes D = 0 (rt-net/crane_x7_ros crane_x7_control/src/
   crane_x7_hardware.cpp), so all damping is ``D`` here plus the motor's back-EMF. Identify ``K_s``
-  per joint by hanging known torques on the held servo (a weight on the link, or gravity at several
-  poses with
-  :meth:`~plag_ros.core.dynamics.engine.PartialLagrangian.gravity_torque`)
+  per joint by hanging known torques on the held servo (a weight on the link, or gravity at
+  several poses with :meth:`~plag_ros.core.dynamics.engine.PartialLagrangian.gravity_torque`)
   and fitting ``tau = K_s (q_cmd - q)`` to the steady-state deflection. Positions are then
   clipped to the joint limits and to ``max_position_step`` per cycle (from the previous
   command, so enabling does not jump). The official driver has no effort interface: the

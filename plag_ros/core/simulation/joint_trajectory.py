@@ -6,8 +6,7 @@ segment by segment (ros2_controllers ``joint_trajectory_controller/trajectory.cp
 polynomial matching positions and velocities at both ends when they carry velocities too.
 After the last point it holds that point. The simulator's trajectory controller
 (:mod:`plag_ros.core.simulation.driver`) commands these positions, and ``plag-ros identify
---servo``
-rebuilds from a recorded trajectory message the positions the servos were commanded.
+--servo`` rebuilds from a recorded trajectory message the positions the servos were commanded.
 """
 from __future__ import annotations
 

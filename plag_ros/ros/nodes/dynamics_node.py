@@ -3,9 +3,8 @@
 Per ``joint_states`` message: map it onto the model by joint name (mimic joints filled),
 estimate velocity and acceleration (:class:`plag_ros.core.estimation.filters.JointStateEstimator`),
 decompose the torques ([PL] eq. 6, [MPF] eq. 10; :mod:`plag_ros.core.decomposition.live`) and
-publish, stamped with the input stamp (or the arrival time with ``stamp_source: receive``). Its
-topics,
-their types, QoS and content: :data:`plag_ros.ros.interfaces.DYNAMICS`.
+publish, stamped with the input stamp (or the arrival time with ``stamp_source: receive``).
+Its topics, their types, QoS and content: :data:`plag_ros.ros.interfaces.DYNAMICS`.
 
 Each accepted sample publishes every array and component right after ``~/joint_states``
 (which carries the stamp); the acceleration, velocity and gravity components add up to its

@@ -379,3 +379,44 @@ def test_steps_at_exact_rest_are_skipped_without_changing_the_result(crane):
     for field in ('q', 'qd', 'qdd', 'effort', 'friction'):
         np.testing.assert_array_equal(getattr(rested, field), getattr(computed, field))
     assert rested.t == pytest.approx(computed.t)
+
+
+@pytest.mark.parametrize('position', [True, False])
+def test_joint_commands_with_one_mode_everywhere_equal_that_mode(crane, position):
+    """Per-joint commands (the emulated servos' path) with every joint in one mode give the
+    whole-arm mode's trajectory to the bit; mixed, each joint gets its own law."""
+    q0 = np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0, 0.0])
+    rng = np.random.default_rng(3)
+    goal, effort = q0 + rng.uniform(-0.2, 0.2, 8), rng.uniform(-0.5, 0.5, 8)
+    whole, mixed = Simulator(crane), Simulator(crane)
+    whole.reset(q0)
+    mixed.reset(q0)
+    mask = np.full(8, position)
+    for _ in range(300):
+        if position:
+            whole.step(position_command=goal)
+        else:
+            whole.step(effort=effort)
+        mixed.set_joint_commands(goal, effort, mask, whole.kp, whole.effort_limit)
+        mixed.step()
+    np.testing.assert_array_equal(mixed.state.q, whole.state.q)
+    np.testing.assert_array_equal(mixed.state.effort, whole.state.effort)
+
+
+def test_joint_commands_mix_springs_and_torques(crane):
+    sim = Simulator(crane)
+    q0 = np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0, 0.0])
+    sim.reset(q0)
+    mask = np.array([True, False, True, True, True, True, True, True])
+    gravity = sim.gravity_effort()
+    limit = sim.effort_limit.copy()
+    limit[3] = 0.05                        # the elbow's spring cannot carry its load
+    for _ in range(500):
+        sim.set_joint_commands(q0, gravity, mask, sim.kp, limit)
+        sim.step()
+    effort = sim.state.effort
+    assert effort[1] == pytest.approx(gravity[1])          # the tilt gets its torque
+    assert abs(effort[3]) == pytest.approx(0.05)           # saturated at its own limit
+    assert abs(sim.state.q[3] - q0[3]) > 0.05              # and sags
+    with pytest.raises(ValueError):
+        sim.set_joint_commands(q0, gravity, mask, -sim.kp, limit)

@@ -425,6 +425,7 @@ class Simulator:
         self._mode = 'effort'
         self._effort_cmd = np.zeros(m)
         self._position_cmd = z.copy()
+        self._mixed: tuple[np.ndarray, ...] = ()
         self._effort = np.zeros(m)
         self._friction = np.zeros(m)
         self.steps = 0
@@ -459,10 +460,50 @@ class Simulator:
         self._position_cmd = q_cmd
         self._mode = 'position'
 
+    def set_joint_commands(self, position, effort, position_mask, kp, torque_limit) -> None:
+        """Command each actuated joint on its own: a position servo where ``position_mask``
+        is true (stiffness ``kp``, the back-EMF damping :attr:`kd`), a motor torque
+        elsewhere; both saturate at ``torque_limit`` (and the stall torque). This is how
+        servos that each have their own operating mode and gains drive the arm
+        (:mod:`plag_ros.bus`); a servo with its torque off is a joint with zero torque.
+
+        Args:
+            position: (m,) goal positions [rad], used where ``position_mask``.
+            effort: (m,) motor torques [N*m], used elsewhere.
+            position_mask: (m,) bool.
+            kp: (m,) position-loop stiffness [N*m/rad], >= 0.
+            torque_limit: (m,) torque saturation [N*m], >= 0.
+
+        Raises:
+            ValueError: a wrong length, a non-finite entry, a negative gain or limit.
+        """
+        position = np.clip(self._check(position, 'position command'), self._lower, self._upper)
+        effort = self._check(effort, 'effort command')
+        kp = self._check(kp, 'kp')
+        torque_limit = self._check(torque_limit, 'torque limit')
+        mask = np.asarray(position_mask, dtype=bool)
+        if mask.shape != (self.n_actuated,):
+            raise ValueError(f'position_mask must have {self.n_actuated} entries')
+        if np.any(kp < 0.0) or np.any(torque_limit < 0.0):
+            raise ValueError('kp and torque_limit must be non-negative')
+        new = (position, effort, mask, kp, torque_limit)
+        if self._mode != 'mixed' or not all(
+                np.array_equal(a, b) for a, b in zip(new, self._mixed)):
+            self._at_rest = False
+        self._mixed = new
+        self._position_cmd, self._effort_cmd = position, effort
+        self._mode = 'mixed'
+
     @property
     def mode(self) -> str:
-        """Command kind in force: ``'effort'`` or ``'position'``."""
+        """Command kind in force: ``'effort'``, ``'position'`` or ``'mixed'``
+        (:meth:`set_joint_commands`)."""
         return self._mode
+
+    @property
+    def t(self) -> float:
+        """Simulated time since reset [s]."""
+        return self._t
 
     @property
     def state(self) -> SimState:
@@ -546,6 +587,13 @@ class Simulator:
         if self._mode == 'effort':
             tau_const = np.minimum(np.maximum(self._effort_cmd, -limit), limit)
             g_s, h_s, servo = zeros, zeros, self._servo_off
+        elif self._mode == 'mixed':
+            _, _, servo, kp, torque_limit = self._mixed
+            limit = np.minimum(limit, torque_limit)
+            tau_const = np.where(servo, 0.0, np.minimum(np.maximum(self._effort_cmd, -limit),
+                                                        limit))
+            g_s = np.where(servo, kp * (self._position_cmd - z), 0.0)
+            h_s = np.where(servo, kp * dt + self._kd, 0.0)
         else:
             # tau = sat(Kp (q_cmd - q - dt w) - Kd w) with w the new velocity (implicit).
             g_s = self._kp * (self._position_cmd - z)
@@ -565,9 +613,10 @@ class Simulator:
         if self._mode == 'effort':
             effort = tau_const
         else:
-            effort = np.minimum(np.maximum(g_s - h_s * w, -limit), limit)
+            effort = np.where(servo, np.minimum(np.maximum(g_s - h_s * w, -limit), limit),
+                              tau_const)
         # Generalized friction: R(w) = dt (friction - servo torque) + stop reaction.
-        servo_torque = effort if self._mode == 'position' else zeros
+        servo_torque = np.where(servo, effort, 0.0)
         reaction = (c - A @ w) / dt + servo_torque
         slip = np.abs(w) > 1e-12
         friction = np.where(slip, law.d * w + law.f * np.sign(w),

@@ -9,7 +9,7 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test', 'test.*', 'bench']),
-    package_data={package_name: ['py.typed']},
+    package_data={package_name: ['py.typed', 'bus/*.yaml', 'bus/tables/*.yaml']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),

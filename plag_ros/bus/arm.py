@@ -1,0 +1,149 @@
+"""The simulated CRANE-X7 behind its servo bus: servos, their firmware and the physics.
+
+:class:`BusArm` owns a :class:`~plag_ros.core.simulation.simulator.Simulator` and a
+:class:`~plag_ros.bus.chain.ServoChain` whose servos drive its actuated joints. Bytes from a
+client go in through :meth:`BusArm.receive` and status packets come out; :meth:`BusArm.step`
+lets each servo's firmware decide what its joint gets (a position spring, a torque, or
+nothing with the torque off), steps the physics and updates the present items from the new
+state. Between steps the servos answer from the state of the last step, as a real servo
+answers from its last sample. Nothing here touches a file or a clock: the pty server
+(:mod:`plag_ros.bus.server`) or a test decides when time passes.
+
+The chain's description (IDs, models, joints, position limits, baud rate, return delay) is
+one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7 (:meth:`BusConfig.load`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from plag_ros.bus import control_table
+from plag_ros.bus.chain import BAUD_CODES, Reply, ServoChain
+from plag_ros.bus.protocol import PacketReader
+from plag_ros.bus.servo import Servo
+from plag_ros.core.dynamics.motors import MOTORS
+from plag_ros.core.simulation.simulator import Simulator
+
+__all__ = ['CRANE_X7_BUS', 'BusArm', 'BusConfig', 'ServoSpec']
+
+CRANE_X7_BUS = Path(__file__).with_name('crane_x7.yaml')
+
+
+@dataclass(frozen=True)
+class ServoSpec:
+    """One servo of the chain: ``id``, ``model`` (a key of the motor table), the ``joint``
+    it drives and its Min/Max Position Limit [counts]."""
+
+    id: int
+    model: str
+    joint: str
+    position_limits: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    """A servo chain: its servos, the bus's baud rate [bit/s], the Return Delay Time every
+    servo starts with [2 us units] and the firmware version they report."""
+
+    servos: tuple[ServoSpec, ...]
+    baud_rate: int = 3_000_000
+    return_delay_time: int = 0
+    firmware_version: int = 46
+
+    @classmethod
+    def load(cls, path: str | Path = CRANE_X7_BUS) -> BusConfig:
+        """Read a chain file (``crane_x7.yaml`` is the CRANE-X7's).
+
+        Raises:
+            ValueError: a missing key, or two servos with one ID.
+        """
+        import yaml
+
+        data = yaml.safe_load(Path(path).read_text())
+        try:
+            servos = tuple(ServoSpec(int(s['id']), str(s['model']), str(s['joint']),
+                                     (int(s['position_limits'][0]), int(s['position_limits'][1])))
+                           for s in data['servos'])
+            config = cls(servos, int(data['baud_rate']), int(data['return_delay_time']),
+                         int(data['firmware_version']))
+        except (KeyError, TypeError, IndexError) as err:
+            raise ValueError(f'{path}: not a servo chain file ({err!r})') from err
+        ids = [s.id for s in servos]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f'{path}: servo IDs repeat: {ids}')
+        return config
+
+
+class BusArm:
+    """A simulated arm whose actuated joints are driven by emulated servos.
+
+    Args:
+        simulator: the arm; every actuated joint must have a servo in ``config``.
+        config: the chain.
+
+    Attributes:
+        chain: the servos on the bus.
+        servos: (m,) the servo of each actuated joint, in the simulator's order.
+    """
+
+    def __init__(self, simulator: Simulator, config: BusConfig) -> None:
+        self.simulator = simulator
+        by_joint = {spec.joint: spec for spec in config.servos}
+        missing = [j for j in simulator.actuated_names if j not in by_joint]
+        if missing:
+            raise ValueError(f'no servo drives the actuated joints {missing}')
+        self.servos: list[Servo] = []
+        for joint in simulator.actuated_names:
+            spec = by_joint[joint]
+            low, high = spec.position_limits
+            eeprom = {'ID': spec.id, 'Baud Rate': _baud_code(config.baud_rate),
+                      'Return Delay Time': config.return_delay_time,
+                      'Min Position Limit': low, 'Max Position Limit': high}
+            self.servos.append(Servo(control_table.load(spec.model), MOTORS[spec.model],
+                                     eeprom, config.firmware_version))
+        self.chain = ServoChain(self.servos, config.baud_rate)
+        self.reader = PacketReader()
+        self._sense()
+
+    @property
+    def t(self) -> float:
+        """Simulated time [s]."""
+        return self.simulator.t
+
+    def receive(self, data: bytes) -> list[Reply]:
+        """Bytes from the bus in, the status packets to send back out (in order)."""
+        t = self.t
+        replies: list[Reply] = []
+        for packet in self.reader.feed(data):
+            replies.extend(self.chain.handle(packet, t))
+        return replies
+
+    def step(self, dt: float) -> None:
+        """Advance the physics by ``dt`` seconds under what the servos make."""
+        sim = self.simulator
+        t = sim.t
+        drives = [servo.drive(t, dt) for servo in self.servos]
+        sim.set_joint_commands(np.array([d.goal for d in drives]),
+                               np.array([d.torque for d in drives]),
+                               np.array([d.position for d in drives]),
+                               np.array([d.stiffness for d in drives]),
+                               np.array([d.torque_limit for d in drives]))
+        sim.step(dt)
+        self._sense()
+
+    def _sense(self) -> None:
+        measured = self.simulator.measure()
+        t = self.simulator.t
+        for k, servo in enumerate(self.servos):
+            servo.sense(float(measured.q[k]), float(measured.qd[k]), float(measured.effort[k]),
+                        t)
+
+
+def _baud_code(baud_rate: int) -> int:
+    try:
+        return BAUD_CODES[baud_rate]
+    except KeyError as err:
+        raise ValueError(f'{baud_rate} bit/s is not a Dynamixel X baud rate; '
+                         f'one of {sorted(BAUD_CODES)}') from err

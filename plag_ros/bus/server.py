@@ -1,0 +1,159 @@
+"""The emulated servo bus on a pseudo-terminal, in real time.
+
+A client opens the pty's slave side (``/dev/pts/N``, or a short symlink to it) as it would
+open ``/dev/ttyUSB0`` of a U2D2: ROBOTIS' ``dynamixel-sdk``, the CRANE-X7's
+``crane_x7_control`` or any other Dynamixel client. The baud rate it sets does not matter on
+a pty (3 Mbit/s is accepted like any other).
+
+One loop does everything, so a reply never waits for another thread: it waits on the pty
+until the next physics step is due, answers what came meanwhile from the state of the last
+step (after each servo's Return Delay Time), and steps the physics of the bus's arm every
+``dt`` of wall time. A step that comes late takes the time it missed (the physics splits it),
+up to ``max_catch_up``; beyond that simulated time falls behind and the shortfall is counted in
+:attr:`PtyBus.dropped_s`.
+
+Facts about clients on a pty (read in dynamixel-sdk 4.1.0 from PyPI, ``port_handler.py``;
+the same in DynamixelSDK's C++ ``port_handler_linux.cpp``, humble 0d3403df): the SDK flushes
+its input before every instruction and reopens the port on every ``setBaudRate``, and a pty
+master reads EIO while no slave is open, so the server keeps a slave descriptor of its own.
+The C++ handler copies the device path into a 100-byte buffer: keep link paths short.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import pty
+import select
+import termios
+import time
+import tty
+from pathlib import Path
+
+from plag_ros.bus.arm import BusArm
+
+__all__ = ['PtyBus']
+
+
+class PtyBus:
+    """The servo bus of ``arm`` on a new pseudo-terminal.
+
+    Args:
+        arm: the simulated arm with its servos.
+        dt: physics step [s] of wall time.
+        link: also reachable at this path (a symlink, replaced if it is one already).
+        max_catch_up: the most simulated time [s] one late step may take (default two
+            steps: a longer catch-up costs more substeps and falls further behind).
+        keep_served: keep :attr:`served` (tests, ``--dynamixel-record``).
+
+    Attributes:
+        path: the pty's slave device.
+        steps: physics steps taken. longest_step: the longest one's wall time [s].
+        dropped_s: simulated time not taken because the loop fell behind [s].
+    """
+
+    def __init__(self, arm: BusArm, dt: float = 0.002, link: str | Path | None = None,
+                 max_catch_up: float | None = None, keep_served: bool = False) -> None:
+        self.arm, self.dt = arm, float(dt)
+        self.max_catch_up = 2.0 * self.dt if max_catch_up is None else float(max_catch_up)
+        self._master, self._slave = pty.openpty()
+        tty.setraw(self._slave)
+        attrs = termios.tcgetattr(self._slave)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(self._slave, termios.TCSANOW, attrs)
+        os.set_blocking(self._master, False)
+        self.path = os.ttyname(self._slave)
+        self.link = Path(link) if link else None
+        if self.link is not None:
+            if self.link.is_symlink():
+                self.link.unlink()
+            self.link.symlink_to(self.path)
+        self.steps = 0
+        self.longest_step = 0.0
+        self.dropped_s = 0.0
+        self.bytes_in = 0
+        self.keep_served = keep_served
+        self.served: list[tuple[int, int]] = []
+        """(physics steps taken, instructions taken) after each read of the pty that held
+        an instruction: which step's state its replies came from."""
+
+    def close(self) -> None:
+        """Close the pty (clients see the device go) and remove the link."""
+        for fd in (self._master, self._slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.link is not None and self.link.is_symlink():
+            self.link.unlink()
+
+    def __enter__(self) -> PtyBus:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def serve(self, should_stop, on_step=None) -> None:
+        """Serve until ``should_stop()`` is true; ``on_step(arm)`` after every physics step."""
+        arm, dt = self.arm, self.dt
+        next_step = time.monotonic() + dt
+        while not should_stop():
+            now = time.monotonic()
+            if now >= next_step:
+                late = now - next_step
+                take = min(dt + late, self.max_catch_up)
+                self.dropped_s += dt + late - take
+                began = time.perf_counter()
+                arm.step(take)
+                self.longest_step = max(self.longest_step, time.perf_counter() - began)
+                self.steps += 1
+                next_step = next_step + dt if late < dt else now + dt
+                if on_step is not None:
+                    on_step(arm)
+                now = time.monotonic()
+            # after every step, before the next: a loop behind on physics still answers
+            ready, _, _ = select.select([self._master], [], [], max(0.0, next_step - now))
+            if ready:
+                self._answer()
+
+    def _answer(self) -> None:
+        try:
+            data = os.read(self._master, 65536)
+        except OSError as err:
+            if err.errno in (errno.EAGAIN, errno.EIO):
+                return
+            raise
+        self.bytes_in += len(data)
+        before = self.arm.chain.instructions
+        replies = self.arm.receive(data)
+        if self.keep_served and self.arm.chain.instructions != before:
+            self.served.append((self.steps, self.arm.chain.instructions))
+        pending = b''                  # replies due at once go out in one write
+        for reply in replies:
+            if reply.delay > 0.0:
+                if pending:
+                    self._write(pending)
+                    pending = b''
+                _sleep(reply.delay)
+            pending += reply.packet
+        if pending:
+            self._write(pending)
+
+    def _write(self, packet: bytes) -> None:
+        view = memoryview(packet)
+        while view:
+            try:
+                sent = os.write(self._master, view)
+            except BlockingIOError:
+                select.select([], [self._master], [], 0.01)
+                continue
+            view = view[sent:]
+
+
+def _sleep(seconds: float) -> None:
+    """Wait ``seconds``: a sleep for the bulk, a spin for the last half millisecond (a
+    Return Delay Time is 0-508 us)."""
+    end = time.perf_counter() + seconds
+    if seconds > 0.001:
+        time.sleep(seconds - 0.0005)
+    while time.perf_counter() < end:
+        pass

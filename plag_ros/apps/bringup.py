@@ -21,6 +21,13 @@ simulator steps at 1 kHz and the dynamics node decomposes at 200 Hz, and in sepa
 interpreters they do not share a GIL, so neither's timing depends on the other's Python
 work and a crash in one is reported rather than taking the others down. This process only
 hosts the small ``plag_monitor`` node that prints the summary.
+
+``plag-ros sim --dynamixel`` runs the emulated servo bus (:mod:`plag_ros.apps.dynamixel_bus`)
+in place of the simulator node: the arm is then reached as the real one is, through its
+servos, and a driver on the bus publishes the joint states.
+
+Size (over ~600 lines): the two commands and their three set-ups share one bring-up, one
+monitor and one argument set; split, each part would import the others.
 """
 from __future__ import annotations
 
@@ -423,12 +430,21 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     try:
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
                                      label=spec.module) for spec in specs)
+        bus = next((c for c in children if c.label == 'dynamixel_bus'), None)
+        if bus is not None:
+            line = _wait_for_line(bus, 'Dynamixel bus on', stop, timeout=120.0)
+            if line is None:
+                print('plag-ros: the Dynamixel bus did not start', file=sys.stderr)
+                print(bus.tail(), file=sys.stderr)
+                return 1
+            print(f'plag-ros: {line.split(": ", 1)[-1]}', flush=True)
         foxglove = None
         if args.foxglove:
             foxglove = (args.foxglove_host, args.foxglove_port,
                         bool(getattr(args, 'control', False)))
-        status = _monitor(children, stop, duration=args.duration,
-                          startup_timeout=args.startup_timeout, motion=motion, out=sys.stdout,
+        timeout = 60.0 if args.startup_timeout is None else args.startup_timeout
+        status = _monitor(children, stop, duration=args.duration, startup_timeout=timeout,
+                          motion=motion, out=sys.stdout,
                           report=getattr(args, 'report', None), foxglove=foxglove)
     finally:
         for child in reversed(children):
@@ -440,6 +456,19 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
+
+
+def _wait_for_line(child: NodeProcess, text: str, stop: threading.Event, timeout: float
+                   ) -> str | None:
+    """The first line of ``child``'s output holding ``text`` (None if it exits, ``stop`` is
+    set or ``timeout`` passes first)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and child.alive() and not stop.is_set():
+        for line in child.output().splitlines():
+            if text in line:
+                return line
+        time.sleep(0.05)
+    return None
 
 
 def sim_specs(control: bool) -> list[NodeSpec]:
@@ -484,9 +513,49 @@ def run_sim(args: argparse.Namespace) -> int:
         print('plag-ros: --control needs plag_ros.ros.nodes.impedance_node, which is not '
               'installed', file=sys.stderr)
         return 2
+    if args.dynamixel:
+        return _run_dynamixel(args)
+    if args.dynamixel_link or args.dynamixel_record:
+        print('plag-ros: --dynamixel-link and --dynamixel-record need --dynamixel',
+              file=sys.stderr)
+        return 2
     specs = with_model(with_overlay(sim_specs(args.control), SIM_CONTROL_DEMO), args.model,
                        args.sim_model)
     return _bring_up(specs, args, motion=not args.control and args.motion == 'swing')
+
+
+@dataclass
+class BusSpec:
+    """The emulated servo bus's process (:mod:`plag_ros.apps.dynamixel_bus`), started
+    like a node."""
+
+    link: str | None = None
+    record: Path | None = None
+    module: str = 'dynamixel_bus'
+
+    def command(self) -> list[str]:
+        args = [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus']
+        if self.link:
+            args += ['--link', self.link]
+        if self.record:
+            args += ['--record', str(Path(self.record).resolve())]
+        return args
+
+
+def _run_dynamixel(args: argparse.Namespace) -> int:
+    """``plag-ros sim --dynamixel``: the bus in place of the simulator node, the dynamics node
+    on the bundled URDF (nothing publishes ``robot_description`` until a driver's launch
+    does), no demo motion (commands go through whatever driver is on the bus)."""
+    if args.control or args.sim_model:
+        print('plag-ros: --dynamixel serves the bus only: the controller needs a driver on '
+              'it, and the simulated arm is the bundled model (--control and --sim-model '
+              'do not apply)', file=sys.stderr)
+        return 2
+    specs: list = [BusSpec(args.dynamixel_link, args.dynamixel_record),
+                   *with_model(robot_specs('file'), args.model)]
+    if args.startup_timeout is None:
+        args.startup_timeout = math.inf      # the dynamics node waits for a driver
+    return _bring_up(specs, args, motion=False)
 
 
 def run_dynamics_only(args: argparse.Namespace) -> int:
@@ -511,9 +580,10 @@ def with_model(specs: list[NodeSpec], model: Path | None, sim_model: Path | None
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--duration', type=float, default=None, metavar='S',
                         help='stop after S seconds of output (default: until Ctrl-C)')
-    parser.add_argument('--startup-timeout', type=float, default=60.0, metavar='S',
+    parser.add_argument('--startup-timeout', type=float, default=None, metavar='S',
                         help='give up if the dynamics node has not published within S '
-                             'seconds (default 60)')
+                             'seconds (default 60; with --dynamixel it waits for a driver '
+                             'however long)')
     parser.add_argument('--log-dir', default=None,
                         help="folder for the nodes' logs (default: a new temporary folder)")
     parser.add_argument('--foxglove', action='store_true',
@@ -555,6 +625,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--motion', choices=('swing', 'none'), default='swing',
                         help='position commands sent to the simulator (default: a slow '
                              'elbow/shoulder/wrist swing)')
+    parser.add_argument('--dynamixel', action='store_true',
+                        help="serve the simulated arm as the CRANE-X7's servo bus (eight "
+                             'Dynamixel servos, Protocol 2.0) on a pseudo-terminal, printed '
+                             'first, instead of publishing its joint states: a driver on the '
+                             'bus (crane_x7_control, dynamixel-sdk) publishes them')
+    parser.add_argument('--dynamixel-link', default=None, metavar='PATH',
+                        help='with --dynamixel, also reach the bus at PATH (a symlink; keep '
+                             'it short, as /tmp/dxl0)')
+    parser.add_argument('--dynamixel-record', type=Path, default=None, metavar='NPZ',
+                        help="with --dynamixel, write the physics' state of every step to "
+                             "NPZ at the end (ground truth for the driver's joint states)")
 
 
 def configure_run(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,91 @@
+"""``python -m plag_ros.apps.dynamixel_bus``: the simulated CRANE-X7 as its servo bus on a pty.
+
+What ``plag-ros sim --dynamixel`` runs in its own process (so that its replies never wait
+for another interpreter's work): the bundled CRANE-X7 model in the simulator, its eight
+servos (``plag_ros/bus/crane_x7.yaml``) on a pseudo-terminal (:mod:`plag_ros.bus.server`).
+The first line it prints names the device. SIGINT or SIGTERM stops it; with ``--record`` it
+then writes the physics' state of every step (``t`` [s], ``q`` [rad], ``qd`` [rad/s],
+``effort`` [N*m], each (steps, 8) in the servos' joint order, ``joints``, ``ids``) and
+``served`` (physics steps taken, instructions taken, after each read that held an
+instruction) to an npz file: the ground truth a driver's joint states can be compared with.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ['build_parser', 'main']
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='python -m plag_ros.apps.dynamixel_bus',
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument('--link', default=None, metavar='PATH',
+                        help='also reach the bus at PATH (a symlink; keep it short)')
+    parser.add_argument('--record', type=Path, default=None, metavar='NPZ',
+                        help="at exit, write the physics' state of every step to NPZ")
+    parser.add_argument('--physics-rate', type=float, default=500.0, metavar='HZ',
+                        help='physics steps per second of wall time (default 500)')
+    parser.add_argument('--chain', type=Path, default=None, metavar='YAML',
+                        help='servo chain file (default: the CRANE-X7, '
+                             'plag_ros/bus/crane_x7.yaml)')
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not (args.physics_rate > 0.0):
+        print('dynamixel_bus: --physics-rate must be positive', file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    from plag_ros.bus.arm import CRANE_X7_BUS, BusArm, BusConfig
+    from plag_ros.bus.server import PtyBus
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+    from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
+
+    dt = 1.0 / args.physics_rate
+    model = RobotModel.from_urdf(default_urdf_path())
+    # The first steps compile the engine's loop: take them on a scratch arm, so that no
+    # client waits for the compiler on its first packets.
+    scratch = Simulator(model, SimulatorConfig(dt=dt))
+    for _ in range(3):
+        scratch.step(effort=np.full(scratch.n_actuated, 0.1))
+    simulator = Simulator(model, SimulatorConfig(dt=dt))
+    arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS))
+    states: list[tuple] = []
+
+    def record(arm: BusArm) -> None:
+        m = arm.simulator.measure()
+        states.append((arm.simulator.t, m.q, m.qd, m.effort))
+
+    with PtyBus(arm, dt, args.link, keep_served=args.record is not None) as bus:
+        where = f' (link {bus.link})' if bus.link else ''
+        print(f'dynamixel_bus: Dynamixel bus on {bus.path}{where}, servos '
+              f'{sorted(s.id for s in arm.servos)}', flush=True)
+        if args.record is not None:
+            record(arm)                # states[k] is the state after k steps
+        bus.serve(stop.is_set, record if args.record is not None else None)
+        chain = arm.chain
+        print(f'dynamixel_bus: {bus.steps} physics steps, {chain.instructions} instructions, '
+              f'{chain.replies} replies, {bus.dropped_s:.3f} s of physics dropped, longest step '
+              f'{bus.longest_step * 1e3:.1f} ms', flush=True)
+        if args.record is not None:
+            t, q, qd, effort = (np.array(x) for x in zip(*states)) if states else (
+                np.zeros(0), np.zeros((0, 8)), np.zeros((0, 8)), np.zeros((0, 8)))
+            np.savez(args.record, t=t, q=q, qd=qd, effort=effort,
+                     joints=np.array(simulator.actuated_names),
+                     ids=np.array([s.id for s in arm.servos]),
+                     served=np.array(bus.served, dtype=np.int64).reshape(-1, 2))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -428,10 +428,19 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     children: list[NodeProcess] = []
     status = 1
     try:
+        nodes = [spec for spec in specs if spec.module != 'dynamixel_bus']
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
-                                     label=spec.module) for spec in specs)
-        bus = next((c for c in children if c.label == 'dynamixel_bus'), None)
-        if bus is not None:
+                                     label=spec.module) for spec in nodes)
+        bus_spec = next((spec for spec in specs if spec.module == 'dynamixel_bus'), None)
+        if bus_spec is not None:
+            # The bus answers in real time: start it once the nodes have started up (a
+            # node's imports and compiles take both cores for seconds; a driver on the bus
+            # meanwhile could miss a reply, which crane_x7_control takes as a dead bus).
+            dynamics = next(c for c in children if c.label == 'dynamics_node')
+            _wait_for_line(dynamics, "model '", stop, timeout=180.0)
+            bus = NodeProcess(bus_spec.command(), log_dir / 'dynamixel_bus.log',
+                              label='dynamixel_bus')
+            children.append(bus)
             line = _wait_for_line(bus, 'Dynamixel bus on', stop, timeout=120.0)
             if line is None:
                 print('plag-ros: the Dynamixel bus did not start', file=sys.stderr)

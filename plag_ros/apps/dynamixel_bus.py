@@ -12,6 +12,7 @@ instruction) to an npz file: the ground truth a driver's joint states can be com
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 import threading
@@ -20,6 +21,29 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ['build_parser', 'main']
+
+
+class _Record:
+    """The physics' state of every step, in arrays that grow by doubling (no Python object
+    per step for the collector to walk)."""
+
+    def __init__(self, m: int) -> None:
+        self.n = 0
+        self._t = np.zeros(1024)
+        self._x = np.zeros((1024, 3, m))
+
+    def append(self, t: float, q: np.ndarray, qd: np.ndarray, effort: np.ndarray) -> None:
+        if self.n == len(self._t):
+            self._t = np.concatenate([self._t, np.zeros_like(self._t)])
+            self._x = np.concatenate([self._x, np.zeros_like(self._x)])
+        self._t[self.n] = t
+        self._x[self.n, 0], self._x[self.n, 1], self._x[self.n, 2] = q, qd, effort
+        self.n += 1
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """t (steps,), q, qd, effort (steps, m)."""
+        x = self._x[:self.n]
+        return self._t[:self.n].copy(), x[:, 0].copy(), x[:, 1].copy(), x[:, 2].copy()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         scratch.step(effort=np.full(scratch.n_actuated, 0.1))
     simulator = Simulator(model, SimulatorConfig(dt=dt))
     arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS))
-    states: list[tuple] = []
+    states = _Record(simulator.n_actuated)
 
     def record(arm: BusArm) -> None:
         m = arm.simulator.measure()
-        states.append((arm.simulator.t, m.q, m.qd, m.effort))
+        states.append(arm.simulator.t, m.q, m.qd, m.effort)
 
     with PtyBus(arm, dt, args.link, keep_served=args.record is not None) as bus:
         where = f' (link {bus.link})' if bus.link else ''
@@ -72,14 +96,16 @@ def main(argv: list[str] | None = None) -> int:
               f'{sorted(s.id for s in arm.servos)}', flush=True)
         if args.record is not None:
             record(arm)                # states[k] is the state after k steps
+        # Everything made so far lives to the end: keep the collector off it, so that a
+        # full collection never holds a reply back (the SDK gives up after 34 ms).
+        gc.freeze()
         bus.serve(stop.is_set, record if args.record is not None else None)
         chain = arm.chain
         print(f'dynamixel_bus: {bus.steps} physics steps, {chain.instructions} instructions, '
               f'{chain.replies} replies, {bus.dropped_s:.3f} s of physics dropped, longest step '
               f'{bus.longest_step * 1e3:.1f} ms', flush=True)
         if args.record is not None:
-            t, q, qd, effort = (np.array(x) for x in zip(*states)) if states else (
-                np.zeros(0), np.zeros((0, 8)), np.zeros((0, 8)), np.zeros((0, 8)))
+            t, q, qd, effort = states.arrays()
             np.savez(args.record, t=t, q=q, qd=qd, effort=effort,
                      joints=np.array(simulator.actuated_names),
                      ids=np.array([s.id for s in arm.servos]),

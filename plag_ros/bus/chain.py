@@ -1,8 +1,9 @@
 """Servos on one bus: instruction packets in, the status packets real servos send out.
 
-The Protocol 2.0 rules applied here (ROBOTIS e-manual, ``docs/en/dxl/protocol2.md`` of
-ROBOTIS-GIT/emanual @ 01179568a085cfc99bdad6e880e43fa871bd318a and the newer text of the
-same page, "Response Policy"; the servo rules in :mod:`plag_ros.bus.servo`):
+The Protocol 2.0 rules applied here (ROBOTIS e-manual,
+``ROBOTIS-GIT/emanual/docs/en/dxl/protocol2.md`` @ 01179568a085cfc99bdad6e880e43fa871bd318a
+and the newer text of the same page, "Response Policy"; the servo rules in
+:mod:`plag_ros.bus.servo`):
 
 * every servo hears every packet (that is what feeds each one's Bus Watchdog); a packet to
   an ID nobody has is not answered;

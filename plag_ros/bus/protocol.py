@@ -8,7 +8,7 @@ FD`` (byte stuffing), and the CRC (16 bit, polynomial 0x8005, initial value 0, n
 CRC-16/BUYPASS) covers every byte from the header to the last parameter as sent, stuffing
 included. Numbers in parameters are little endian, negative ones two's complement.
 
-Facts read in the ROBOTIS e-manual, ``docs/en/dxl/protocol2.md`` of ROBOTIS-GIT/emanual at
+Facts read in the ROBOTIS e-manual, ``ROBOTIS-GIT/emanual/docs/en/dxl/protocol2.md`` at
 01179568a085cfc99bdad6e880e43fa871bd318a ("Instruction Packet", "Status Packet", "Packet
 Process", the error table); the CRC parameters are those that reproduce every worked example
 there (``test/data/dynamixel/protocol2.yaml``). Pure Python, no I/O: the emulated

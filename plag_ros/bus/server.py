@@ -20,6 +20,7 @@ The C++ handler copies the device path into a 100-byte buffer: keep link paths s
 """
 from __future__ import annotations
 
+import array
 import errno
 import os
 import pty
@@ -72,9 +73,9 @@ class PtyBus:
         self.dropped_s = 0.0
         self.bytes_in = 0
         self.keep_served = keep_served
-        self.served: list[tuple[int, int]] = []
-        """(physics steps taken, instructions taken) after each read of the pty that held
-        an instruction: which step's state its replies came from."""
+        self.served = array.array('q')
+        """Pairs (physics steps taken, instructions taken), flat, after each read of the pty
+        that held an instruction: which step's state its replies came from."""
 
     def close(self) -> None:
         """Close the pty (clients see the device go) and remove the link."""
@@ -126,7 +127,7 @@ class PtyBus:
         before = self.arm.chain.instructions
         replies = self.arm.receive(data)
         if self.keep_served and self.arm.chain.instructions != before:
-            self.served.append((self.steps, self.arm.chain.instructions))
+            self.served.extend((self.steps, self.arm.chain.instructions))
         pending = b''                  # replies due at once go out in one write
         for reply in replies:
             if reply.delay > 0.0:

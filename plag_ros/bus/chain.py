@@ -97,6 +97,10 @@ class ServoChain:
         """Packets taken (CRC failures included)."""
         self.replies = 0
         """Status packets sent (dropped ones not counted)."""
+        self.frame_errors = 0
+        """Packets taken off the bus that failed their CRC or length."""
+        self.foreign_status = 0
+        """Status packets seen on the bus (another device's answers, or an echo)."""
 
     def servo(self, servo_id: int) -> Servo | None:
         """The servo answering ``servo_id`` now (IDs and baud rates can be rewritten)."""
@@ -118,12 +122,14 @@ class ServoChain:
         for each in self.servos:
             each.last_packet = t
         if isinstance(packet, FrameError):
+            self.frame_errors += 1
             named = self.servo(packet.id)
             if packet.reason != 'crc' or named is None:
                 return []
             return self._replies([(named, ErrorNumber.CRC | (ALERT if named.alert else 0),
                                    b'')])
         if packet.instruction == Instruction.STATUS:
+            self.foreign_status += 1
             return []                  # another servo's answer on the same wire
         # A servo answers as it was when the instruction came: a write of Status Return
         # Level is answered at the old level, a reboot with the alert it clears.

@@ -59,13 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--chain', type=Path, default=None, metavar='YAML',
                         help='servo chain file (default: the CRANE-X7, '
                              'plag_ros/bus/crane_x7.yaml)')
-    parser.add_argument('--no-realtime', action='store_true',
+    parser.add_argument('--keep-priority', action='store_true',
                         help='keep the normal priority (by default the bus raises its '
                              'priority where it may: nice -5)')
     return parser
 
 
-def _realtime() -> bool:
+def _raise_priority() -> bool:
     """Raise the process's priority (nice -5) where it may: a real servo answers within
     microseconds whatever else the machine does, and in a crowd of normal processes the
     bus can be kept off the CPU for longer than a client waits (dynamixel-sdk: 34 ms). Not
@@ -107,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         m = arm.simulator.measure()
         states.append(arm.simulator.t, m.q, m.qd, m.effort)
 
-    realtime = _realtime() if not args.no_realtime else False
+    raised = _raise_priority() if not args.keep_priority else False
     with PtyBus(arm, dt, args.link, keep_served=args.record is not None) as bus:
         where = f' (link {bus.link})' if bus.link else ''
         print(f'dynamixel_bus: Dynamixel bus on {bus.path}{where}, servos '
               f'{sorted(s.id for s in arm.servos)}'
-              + (', raised priority' if realtime else ''), flush=True)
+              + (', raised priority' if raised else ''), flush=True)
         if args.record is not None:
             record(arm)                # states[k] is the state after k steps
         # Everything made so far lives to the end: keep the collector off it, so that a

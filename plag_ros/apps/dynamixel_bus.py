@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     states = _Record(simulator.n_actuated)
 
     def record(arm: BusArm) -> None:
-        m = arm.simulator.measure()
+        m = arm.measured            # what the servos read this step, not a second copy
         states.append(arm.simulator.t, m.q, m.qd, m.effort)
 
     raised = _raise_priority() if not args.keep_priority else False

@@ -86,6 +86,7 @@ class BusArm:
     Attributes:
         chain: the servos on the bus.
         servos: (m,) the servo of each actuated joint, in the simulator's order.
+        measured: the simulator's measurement the present items were last made from.
     """
 
     def __init__(self, simulator: Simulator, config: BusConfig) -> None:
@@ -134,7 +135,7 @@ class BusArm:
         self._sense()
 
     def _sense(self) -> None:
-        measured = self.simulator.measure()
+        self.measured = measured = self.simulator.measure()
         t = self.simulator.t
         for k, servo in enumerate(self.servos):
             servo.sense(float(measured.q[k]), float(measured.qd[k]), float(measured.effort[k]),

@@ -47,6 +47,7 @@ from scipy import linalg, signal
 
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix
+from plag_ros.core.dynamics.motors import armature as motor_armature
 from plag_ros.core.dynamics.motors import servo_gains
 from plag_ros.core.estimation.filters import FIVE_POINT, EstimatorConfig, design_lowpass
 
@@ -264,8 +265,8 @@ def damping_bound(loop: JointLoop, stiffness: float, estimator: EstimatorConfig,
 def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
                 servo_stiffness: ArrayLike | None = None,
                 servo_damping: ArrayLike | None = None,
-                delay_periods: float = 1.0, engine: PartialLagrangian | None = None
-                ) -> list[JointLoop]:
+                delay_periods: float = 1.0, engine: PartialLagrangian | None = None,
+                armature: ArrayLike | None = None) -> list[JointLoop]:
     """One :class:`JointLoop` per actuated joint of ``model`` (model order).
 
     Args:
@@ -277,14 +278,22 @@ def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
         servo_damping: the servo's back-EMF damping (position path); default likewise.
         delay_periods: sample-to-effect delay [periods].
         engine: the model's engine (built if None).
+        armature: (n_act,) reflected rotor inertia [kg*m^2] on each joint's own inertia.
+            Default: on the effort path the low end of the motor table's range
+            (:func:`plag_ros.core.dynamics.motors.armature`, 0 outside the table), the end
+            that allows the smaller gains; on the position path none (its margins were
+            verified on the rigid-body simulator; with armature the servo spring's own
+            loop rings more, which is checked apart, in bench/bench_stability.py).
 
     Returns:
-        The loops, inertia the smallest effective one over seeded poses.
+        The loops, inertia the smallest effective one over seeded poses, armature included.
     """
 
     G, _ = actuation_matrix(model)
     act = np.flatnonzero(model.actuated)
-    inertia = smallest_inertia(model, engine)
+    if armature is None and command_interface == 'effort':
+        armature = motor_armature(model, 'low')
+    inertia = smallest_inertia(model, engine, armature)
     # A mimic joint's damping acts on the joint it follows (times its multiplier squared).
     damping = np.diag(G.T @ np.diag(model.damping) @ G)
     Ks: np.ndarray | list[None]
@@ -304,15 +313,19 @@ def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
                       delay_periods) for m, c, k in zip(inertia, damping, Ks)]
 
 
-_INERTIA_CACHE: dict[tuple[str, str], np.ndarray] = {}
+_INERTIA_CACHE: dict[tuple[str, str, tuple[float, ...]], np.ndarray] = {}
 
 
-def smallest_inertia(model: RobotModel, engine: PartialLagrangian | None = None
-                     ) -> np.ndarray:
+def smallest_inertia(model: RobotModel, engine: PartialLagrangian | None = None,
+                     armature: ArrayLike | None = None) -> np.ndarray:
     """(n_act,) each actuated joint's smallest effective inertia ``1 / (M^-1)_aa`` over
-    the zero pose and seeded random poses within the limits [kg*m^2] (cached per URDF)."""
+    the zero pose and seeded random poses within the limits [kg*m^2] (cached per URDF and
+    armature). ``armature``: (n_act,) added to the reduced mass matrix's diagonal (default
+    none: the rigid bodies alone)."""
 
-    key = (model.name, model.urdf_xml)
+    extra = np.zeros(int(model.actuated.sum())) if armature is None else np.broadcast_to(
+        np.asarray(armature, dtype=np.float64), (int(model.actuated.sum()),))
+    key = (model.name, model.urdf_xml, tuple(extra.tolist()))
     if key not in _INERTIA_CACHE:
         engine = engine or PartialLagrangian(model, dtype=torch.float64)
         G, offset = actuation_matrix(model)
@@ -326,7 +339,7 @@ def smallest_inertia(model: RobotModel, engine: PartialLagrangian | None = None
         inertia = np.full(act.size, np.inf)
         with torch.inference_mode():
             for z in poses:
-                M = G.T @ engine.mass_matrix(G @ z + offset).cpu().numpy() @ G
+                M = G.T @ engine.mass_matrix(G @ z + offset).cpu().numpy() @ G + np.diag(extra)
                 inertia = np.minimum(inertia, 1.0 / np.diag(np.linalg.inv(M)))
         inertia.setflags(write=False)
         _INERTIA_CACHE[key] = inertia

@@ -17,6 +17,27 @@ one per arm joint plus finger a. Sources (facts only, no code copied):
   a torque constant of about 1.78 / 2.41 N*m/A (the 1.783 / 2.409 of manipulator_links.csv).
   The driver's 2.20 / 3.60 are larger (origin not documented): its ``effort`` reads about
   1.24x / 1.49x the motor torque. :func:`effort_to_torque` undoes that.
+* gear ratio (e-manual ``_data/dxl_x_info.yml`` at 00280385, ``gearratio``): 353.5:1
+  (XM430-W350), 272.5:1 (XM540-W270).
+* armature, the rotor's inertia reflected through the gear [kg*m^2 at the joint]: no
+  source publishes or has identified it for these two servos. The nominal figure is scaled
+  from the Dynamixels that Rhoban's BAM identified (Rhoban/bam ``bam/params/<servo>/
+  m*.json`` ``armature`` at ea216102: MX-64 0.0117 at 200:1, MX-106 0.0258 at 225:1, XL330
+  0.0019 at 288.35:1): their rotor inertia per unit of motor-side stall torque (stall
+  torque / gear ratio) is 1.0-1.4e-8 kg*m^2 per mN*m, which gives 0.014-0.020 for the
+  XM430-W350 (11.6 mN*m) and 0.028-0.040 for the XM540-W270 (38.9 mN*m). Nominal 0.016 and
+  0.035 with a relative uncertainty of +-50 %. The stability analysis and the gain check use
+  the low end (:func:`armature` ``bound='low'``): a model heavier than the arm lets through
+  gains the arm cannot take. Identify it (``plag-ros identify`` fits armature) before
+  raising effort-path gains.
+* torque constant, both published figures: the e-manual's stall torque over stall current
+  (1.783 / 2.409 N*m/A, also rt_manipulators_cpp ``samples/samples03/config/
+  crane-x7_links.csv`` column "torque constant" at faa42591) and crane_x7_description's
+  ``current_to_effort`` (2.20 / 3.60, origin not documented). The servo emulator and the
+  torque-mode driver's effort-to-current conversion use the first
+  (:attr:`Motor.torque_constant`); ``joint_states`` effort keeps the robot driver's
+  convention (:attr:`Motor.current_to_effort`). An identified ``effort_scale`` multiplies
+  the first in both places.
 * position loop: e-manual "Position P Gain" (address 84): ``KPP = P / 128``; the output is
   a PWM value whose full scale is the PWM limit 885 (e-manual "PWM Limit", address 36), and
   a stalled motor at full duty gives its stall torque. Encoder: 4096 pulses per turn.
@@ -52,7 +73,7 @@ import numpy as np
 if TYPE_CHECKING:
     from plag_ros.core.dynamics.model import RobotModel
 
-__all__ = ['ARM_JOINTS', 'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION',
+__all__ = ['ARM_JOINTS', 'armature', 'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION',
            'DRIVER_P_GAIN', 'DRIVER_STOP_P_GAIN', 'GRIPPER_JOINT',
            'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
            'back_emf_damping', 'current_to_effort', 'driver_effort_to_torque',
@@ -102,12 +123,18 @@ class Motor(NamedTuple):
         current_to_effort: [N*m/A], the factor the CRANE-X7 driver multiplies the
             present current by to publish ``effort``.
         torque_constant: [N*m/A], stall torque / stall current of the e-manual.
+        gear_ratio: output turns per motor turn, inverted (353.5 for 353.5:1).
+        armature: [kg*m^2] nominal reflected rotor inertia at the joint.
+        armature_uncertainty: relative half-width of the armature's range.
     """
 
     model: str
     stall_torque: float
     current_to_effort: float
     torque_constant: float
+    gear_ratio: float = 1.0
+    armature: float = 0.0
+    armature_uncertainty: float = 0.0
 
     def stiffness_per_p_gain(self) -> float:
         """K_s per unit of the Position P Gain register [N*m/rad]."""
@@ -119,8 +146,8 @@ class Motor(NamedTuple):
 
 
 MOTORS: dict[str, Motor] = {
-    'XM430-W350': Motor('XM430-W350', 4.1, 2.20, 4.1 / 2.3),
-    'XM540-W270': Motor('XM540-W270', 10.6, 3.60, 10.6 / 4.4),
+    'XM430-W350': Motor('XM430-W350', 4.1, 2.20, 4.1 / 2.3, 353.5, 0.016, 0.5),
+    'XM540-W270': Motor('XM540-W270', 10.6, 3.60, 10.6 / 4.4, 272.5, 0.035, 0.5),
 }
 
 ARM_JOINTS: tuple[str, ...] = (
@@ -194,6 +221,28 @@ def driver_effort_to_torque(model: RobotModel) -> np.ndarray:
     if model.effort_calibration is not None:
         scale = scale * model.effort_calibration
     return scale
+
+
+def armature(model: RobotModel, bound: str = 'nominal') -> np.ndarray:
+    """(m,) armature [kg*m^2] of the model's actuated joints from the motor table (0 for
+    joints outside it).
+
+    Args:
+        bound: ``'nominal'``, or ``'low'``: nominal times (1 - uncertainty), the end that
+            allows the smaller gains (the stability analysis and the gain check).
+    """
+    if bound not in ('nominal', 'low'):
+        raise ValueError(f"bound must be 'nominal' or 'low', got {bound!r}")
+    out = []
+    for j in np.flatnonzero(model.actuated):
+        name = model.joint_names[j]
+        if not known([name]):
+            out.append(0.0)
+            continue
+        motor = motor_of(name)
+        low = 1.0 - motor.armature_uncertainty if bound == 'low' else 1.0
+        out.append(motor.armature * low)
+    return np.array(out)
 
 
 def servo_saturation(model: RobotModel) -> np.ndarray:

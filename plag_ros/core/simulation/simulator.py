@@ -107,6 +107,10 @@ class SimulatorConfig:
         kd: servo damping [N*m*s/rad], scalar or per actuated joint; None = back-EMF figure.
         armature: reflected rotor inertia [kg*m^2] added to each actuated joint's own
             inertia (the diagonal of the reduced mass matrix), scalar or per actuated joint.
+            The default 0 keeps the simulator the engine's rigid bodies (every identity the
+            tests check against the engine and Pinocchio); the emulated servo bus and the
+            torque-mode scenarios pass the motor table's figure
+            (:func:`plag_ros.core.dynamics.motors.armature`).
         p_gain: Dynamixel position P gain used when ``kp`` is None.
         quantize_position: round measured positions to ``position_resolution``.
         quantize_velocity: round measured velocities to ``velocity_resolution``.

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,21 +31,66 @@ class _Record:
 
     def __init__(self, m: int) -> None:
         self.n = 0
-        self._t = np.zeros(1024)
+        self._t = np.zeros((1024, 2))
         self._x = np.zeros((1024, 3, m))
 
     def append(self, t: float, q: np.ndarray, qd: np.ndarray, effort: np.ndarray) -> None:
         if self.n == len(self._t):
             self._t = np.concatenate([self._t, np.zeros_like(self._t)])
             self._x = np.concatenate([self._x, np.zeros_like(self._x)])
-        self._t[self.n] = t
+        self._t[self.n] = t, time.monotonic()
         self._x[self.n, 0], self._x[self.n, 1], self._x[self.n, 2] = q, qd, effort
         self.n += 1
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """t (steps,), q, qd, effort (steps, m)."""
-        x = self._x[:self.n]
-        return self._t[:self.n].copy(), x[:, 0].copy(), x[:, 1].copy(), x[:, 2].copy()
+        """t, wall (steps,), q, qd, effort (steps, m): wall is the step's
+        ``time.monotonic()``, the machine's clock other processes read too."""
+        x, t = self._x[:self.n], self._t[:self.n]
+        return t[:, 0].copy(), t[:, 1].copy(), x[:, 0].copy(), x[:, 1].copy(), x[:, 2].copy()
+
+
+class _FaultInput:
+    """Fault lines from a FIFO, applied between physics steps (tests drive the bus process
+    with it): ``drop ID N`` and ``corrupt ID N`` (the next N replies of servo ID),
+    ``silent ID 0|1``, ``hardware ID BITS`` (Hardware Error Status bits, 32 = overload),
+    ``power 0|1``. A line it cannot read is printed and ignored."""
+
+    def __init__(self, path: Path, arm) -> None:
+        os.mkfifo(path)
+        self.path, self.arm = path, arm
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.buffer = b''
+
+    def poll(self) -> None:
+        try:
+            data = os.read(self.fd, 4096)
+        except BlockingIOError:
+            return
+        if not data:
+            return
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b'\n')
+        for line in lines:
+            self.apply(line.decode(errors='replace').split())
+
+    def apply(self, words: list[str]) -> None:
+        chain = self.arm.chain
+        try:
+            what, *numbers = words
+            values = [int(w) for w in numbers]
+            if what == 'power':
+                chain.powered = bool(values[0])
+            elif what == 'hardware':
+                next(s for s in self.arm.servos if s.id == values[0]).hardware_error(values[1])
+            elif what in ('drop', 'corrupt', 'silent'):
+                faults = chain.fault(values[0])
+                setattr(faults, what, bool(values[1]) if what == 'silent' else values[1])
+            else:
+                raise ValueError(what)
+        except (ValueError, IndexError, StopIteration):
+            print(f'dynamixel_bus: fault line {" ".join(words)!r} not understood', flush=True)
+            return
+        print(f'dynamixel_bus: fault {" ".join(words)}', flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--chain', type=Path, default=None, metavar='YAML',
                         help='servo chain file (default: the CRANE-X7, '
                              'plag_ros/bus/crane_x7.yaml)')
+    parser.add_argument('--faults', type=Path, default=None, metavar='FIFO',
+                        help='tests: make FIFO and take fault lines from it between physics '
+                             "steps: 'drop ID N', 'corrupt ID N', 'silent ID 0|1', "
+                             "'hardware ID BITS', 'power 0|1'")
     parser.add_argument('--keep-priority', action='store_true',
                         help='keep the normal priority (by default the bus raises its '
                              'priority where it may: nice -5)')
@@ -89,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from plag_ros.bus.arm import CRANE_X7_BUS, BusArm, BusConfig
     from plag_ros.bus.server import PtyBus
+    from plag_ros.core.dynamics import motors
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
@@ -99,13 +150,23 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Simulator(model, SimulatorConfig(dt=dt))
     for _ in range(3):
         scratch.step(effort=np.full(scratch.n_actuated, 0.1))
-    simulator = Simulator(model, SimulatorConfig(dt=dt))
+    # the real arm's servos have geared rotors: the motor table's armature
+    simulator = Simulator(model, SimulatorConfig(dt=dt, armature=tuple(
+        motors.armature(model).tolist())))
     arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS))
     states = _Record(simulator.n_actuated)
 
     def record(arm: BusArm) -> None:
         m = arm.measured            # what the servos read this step, not a second copy
         states.append(arm.simulator.t, m.q, m.qd, m.effort)
+
+    faults = _FaultInput(args.faults, arm) if args.faults is not None else None
+
+    def on_step(arm: BusArm) -> None:
+        if args.record is not None:
+            record(arm)
+        if faults is not None:
+            faults.poll()
 
     raised = _raise_priority() if not args.keep_priority else False
     with PtyBus(arm, dt, args.link, keep_served=args.record is not None) as bus:
@@ -118,15 +179,16 @@ def main(argv: list[str] | None = None) -> int:
         # Everything made so far lives to the end: keep the collector off it, so that a
         # full collection never holds a reply back (the SDK gives up after 34 ms).
         gc.freeze()
-        bus.serve(stop.is_set, record if args.record is not None else None)
+        bus.serve(stop.is_set, on_step if args.record is not None or faults is not None
+                  else None)
         chain = arm.chain
         print(f'dynamixel_bus: {bus.steps} physics steps, {chain.instructions} instructions, '
               f'{chain.replies} replies ({chain.frame_errors} bad frames, {chain.foreign_status} '
               f'status packets heard), {bus.dropped_s:.3f} s of physics dropped, longest step '
               f'{bus.longest_step * 1e3:.1f} ms', flush=True)
         if args.record is not None:
-            t, q, qd, effort = states.arrays()
-            np.savez(args.record, t=t, q=q, qd=qd, effort=effort,
+            t, wall, q, qd, effort = states.arrays()
+            np.savez(args.record, t=t, wall=wall, q=q, qd=qd, effort=effort,
                      joints=np.array(simulator.actuated_names),
                      ids=np.array([s.id for s in arm.servos]),
                      served=np.array(bus.served, dtype=np.int64).reshape(-1, 2))

@@ -1,0 +1,656 @@
+"""The host's side of the CRANE-X7's servo bus: one sync read and one sync write a cycle,
+position (3) or current (0) mode per joint, and the safety rules of torque mode.
+
+This is the bus half of ``plag_driver`` (:mod:`plag_ros.ros.nodes.driver_node`), without
+ROS: it speaks to the servos through ROBOTIS' ``dynamixel-sdk`` (PyPI), so it runs against
+the real arm and against the emulated chain (:mod:`plag_ros.bus.server`) alike. Register
+addresses, units and rules are the e-manual's (the sources are in ``tables/*.yaml`` and
+``docs/concepts/servo-bus.md``); what the robot's own driver does on the bus is recorded in
+``test/data/dynamixel/crane_x7_control_sequence.yaml``.
+
+One cycle (:meth:`BusDriver.cycle`):
+
+1. SYNC READ of 12 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
+   Present Current, Present Velocity, Present Position (:data:`READ_ITEMS`).
+2. The checks: a failed read counts, and :attr:`DriverSettings.failed_reads` in a row are a
+   fault; a Hardware Error Status other than 0 or a servo whose torque went off is a fault.
+   Nothing is written from a failed read.
+3. A pending mode change (:meth:`BusDriver.request_mode`): torque off, Operating Mode,
+   the first goal (the gravity torque of the present pose as current, or the present
+   position), the gains the mode change reset, torque on: sync writes in one burst, so the
+   torque is off for well under one cycle.
+4. SYNC WRITE of 6 bytes at Indirect Data 13 (236): Goal Current and Goal Position
+   (:data:`WRITE_ITEMS`). Position joints get their command (clipped to the position
+   limits); current joints get the effort command over the torque constant. An effort
+   command that is stale, not finite or beyond the joint's torque limit is a fault.
+
+A fault is latched (:attr:`BusDriver.fault`): every joint in current mode goes to position
+mode holding the pose it has (after a failed bus, the last pose read), and current mode is
+refused until :meth:`BusDriver.clear_fault`. While the driver runs, the Bus Watchdog (98)
+of every servo is armed (:attr:`DriverSettings.watchdog_s`), so a dead or frozen host stops
+the servos: in position mode they hold where they are; in current mode their current goes
+to 0 (the e-manual's "stops"), which is why torque mode needs someone at the power switch.
+:meth:`BusDriver.close` holds every joint in position mode at its present pose and puts
+back what :meth:`BusDriver.open` changed (return delay, current limit, gains, profile,
+indirect addresses, watchdog); the torque stays on: the package never leaves the arm limp.
+
+Size (over ~600 lines): the bus's start, cycle, mode switches and faults share one state
+(modes, hold goals, the latched fault) that each rule reads; split, every part would
+reach into the others.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from plag_ros.bus.arm import BusConfig
+from plag_ros.bus.servo import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, WATCHDOG_UNIT
+from plag_ros.core.common.options import option, options
+from plag_ros.core.control.settings import EFFORT_CONTROLLER
+from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD, Motor
+
+__all__ = ['DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES', 'READ_ITEMS', 'WRITE_ITEMS',
+           'BusDriver', 'BusError', 'DriverSettings', 'Reading', 'hardware_error_text']
+
+MODES = {'current': 0, 'position': 3}
+"""Operating Mode (11) values the driver uses."""
+READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
+              ('Present Current', 126, 2), ('Present Velocity', 128, 4),
+              ('Present Position', 132, 4))
+"""What the cycle's sync read brings, in Indirect Data order (12 bytes from 224)."""
+WRITE_ITEMS = (('Goal Current', 102, 2), ('Goal Position', 116, 4))
+"""What the cycle's sync write sets, in Indirect Data order (6 bytes after the read's)."""
+INDIRECT_ADDRESS_1, INDIRECT_DATA_1 = 168, 224
+READ_LENGTH = sum(size for _, _, size in READ_ITEMS)
+WRITE_LENGTH = sum(size for _, _, size in WRITE_ITEMS)
+WRITE_AT = INDIRECT_DATA_1 + READ_LENGTH
+SLOTS = READ_LENGTH + WRITE_LENGTH
+# Items open() changes and close() puts back: (name, address, size), EEPROM ones first.
+SAVED = (('Return Delay Time', 9, 1), ('Operating Mode', 11, 1), ('Current Limit', 38, 2),
+         ('Position D Gain', 80, 2), ('Position I Gain', 82, 2), ('Position P Gain', 84, 2),
+         ('Bus Watchdog', 98, 1), ('Profile Acceleration', 108, 4),
+         ('Profile Velocity', 112, 4))
+EEPROM_END = 64
+_ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
+               0x10: 'electrical shock', 0x20: 'overload'}
+
+
+def hardware_error_text(bits: int) -> str:
+    """Hardware Error Status (70) in words (e-manual bit names)."""
+    names = [name for bit, name in _ERROR_BITS.items() if bits & bit]
+    return ', '.join(names) or f'0x{bits:02x}'
+
+
+class BusError(RuntimeError):
+    """The bus cannot be opened or a servo does not answer as it must at start-up."""
+
+
+ArmController = Literal['crane_x7_arm_controller', 'plag_arm_position_controller',
+                        'plag_arm_effort_controller', 'none']
+"""Names the driver answers to as ``active_arm_controller`` (the impedance node's switch,
+``switch.method driver``): the effort controller puts the arm joints in current mode, any
+other in position mode."""
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """What the driver writes and checks (``plag_driver``'s parameters, config/torque_mode.yaml).
+
+    Attributes:
+        port: serial device of the bus.
+        chain: the chain file ('' = the CRANE-X7's, plag_ros/bus/crane_x7.yaml).
+        baud_rate: [bit/s]; 0: the chain file's.
+        rate_hz: cycles per second.
+        p_gain: Position P Gain written in position mode (the robot's driver writes 800).
+        torque_limit: [N*m] per servo in chain order, or one value; 0: the stall torque.
+            The largest effort an arm joint may be commanded in current mode, and (as
+            Current Limit) the most the servo makes.
+        torque_constant: 'datasheet' (stall torque over stall current, the e-manual) or
+            'driver' (crane_x7_description's current_to_effort): the published figure that
+            turns an effort command into current (:mod:`plag_ros.core.dynamics.motors`); an
+            identified ``effort_scale`` multiplies it.
+        watchdog_s: Bus Watchdog period [s], a multiple of 20 ms.
+        failed_reads: consecutive failed reads that are a fault.
+        stale_s: an effort command older than this, in current mode, is a fault [s].
+        return_delay: Return Delay Time written [2 us units].
+        active_arm_controller: what drives the arm joints (the effort controller: current
+            mode).
+    """
+
+    port: str = option('/dev/ttyUSB0', 'serial device of the servo bus', read_only=True)
+    chain: str = option('', "servo chain file ('' = the CRANE-X7's)", read_only=True)
+    baud_rate: int = option(0, "bus speed [bit/s]; 0 = the chain file's", low=0,
+                            high=4_500_000, read_only=True)
+    rate_hz: float = option(200.0, 'bus cycles (joint_states) per second [Hz]', low=1.0,
+                            high=1000.0, read_only=True)
+    p_gain: int = option(800, 'Position P Gain written in position mode', low=1,
+                         high=16383, read_only=True)
+    torque_limit: list[float] = option(
+        [0.0], "largest commanded effort and the servos' Current Limit [N*m], per servo in "
+        'chain order or one value; 0 = stall torque', read_only=True)
+    torque_constant: Literal['datasheet', 'driver'] = option(
+        'datasheet', "torque constant for effort commands: 'datasheet' (stall torque / stall "
+        "current) or 'driver' (crane_x7_description current_to_effort)", read_only=True)
+    watchdog_s: float = option(0.1, 'Bus Watchdog period, a multiple of 0.02 [s]', low=0.02,
+                               high=2.54, read_only=True)
+    failed_reads: int = option(3, 'consecutive failed reads that are a fault', low=1,
+                               high=100, read_only=True)
+    stale_s: float = option(0.1, 'effort command older than this in current mode is a '
+                            'fault [s]', low=0.005, high=5.0, read_only=True)
+    return_delay: int = option(0, 'Return Delay Time written [2 us]', low=0, high=254,
+                               read_only=True)
+    active_arm_controller: ArmController = option(
+        'crane_x7_arm_controller', "what drives the arm: 'plag_arm_effort_controller' = "
+        'current mode, any other = position mode')
+
+    def __post_init__(self) -> None:
+        units = self.watchdog_s / WATCHDOG_UNIT
+        if not (1 <= round(units) <= 127 and abs(units - round(units)) < 1e-6):
+            raise ValueError(f'watchdog_s must be 0.02 to 2.54 s in steps of 0.02 s, got '
+                             f'{self.watchdog_s}')
+        if self.watchdog_s < 2.0 / self.rate_hz:
+            raise ValueError(f'watchdog_s {self.watchdog_s} s is shorter than two cycles')
+        if self.torque_constant not in ('datasheet', 'driver'):
+            raise ValueError(f"torque_constant must be 'datasheet' or 'driver', got "
+                             f'{self.torque_constant!r}')
+        if self.failed_reads < 1 or not (self.stale_s > 0.0):
+            raise ValueError('failed_reads must be 1 or more and stale_s positive')
+
+
+DRIVER_OPTIONS = options(DriverSettings())
+
+
+@dataclass
+class Reading:
+    """One cycle's state of the servos, in the chain file's joint order.
+
+    Attributes:
+        t: [s] monotonic time the read completed.
+        position: (8,) [rad]. velocity: (8,) [rad/s]. current: (8,) [A].
+        effort: (8,) current times the robot driver's current_to_effort [N*m], the
+            ``joint_states`` convention of crane_x7_control.
+        counts: (8,) Present Position [counts].
+    """
+
+    t: float
+    position: np.ndarray
+    velocity: np.ndarray
+    current: np.ndarray
+    effort: np.ndarray
+    counts: np.ndarray
+
+
+@dataclass
+class _Command:
+    values: np.ndarray | None = None
+    at: float = -math.inf
+
+
+@dataclass
+class _Trajectory:
+    """A JointTrajectory's points for the arm joints, from ``start`` [s monotonic]."""
+    start: float
+    times: np.ndarray               # (P,) [s] from start
+    positions: np.ndarray           # (P, 7) [rad]
+    first: np.ndarray = field(default_factory=lambda: np.zeros(0))   # goal at start
+
+    def at(self, t: float) -> np.ndarray:
+        s = t - self.start
+        times = np.concatenate([[0.0], self.times])
+        points = np.vstack([self.first, self.positions])
+        return np.array([np.interp(s, times, points[:, j]) for j in range(points.shape[1])])
+
+
+class BusDriver:
+    """The CRANE-X7's servos through dynamixel-sdk.
+
+    Args:
+        config: the chain (IDs, models, joints, position limits).
+        settings: what to write and check (``settings.port``: ``/dev/ttyUSB0`` on the arm,
+            the emulator's pty in tests).
+        torque_calibration: (8,) identified factor on the torque constant (the
+            ``effort_scale`` of an identified.yaml), or None.
+        gravity: (8,) positions [rad] -> (8,) gravity torque [N*m] of the present pose,
+            in chain order; current mode starts with it.
+        arm_joints: the joints that may go to current mode (default all but the last,
+            the gripper).
+        clock: monotonic seconds.
+
+    Attributes:
+        joints: (8,) joint names, chain order. modes: (8,) 'position' or 'current'.
+        fault: '' or the latched fault. counts: failed reads, rejections, faults by kind.
+        reading: the last good :class:`Reading` (None before the first).
+    """
+
+    def __init__(self, config: BusConfig, settings: DriverSettings = DriverSettings(),
+                 *, torque_calibration: Sequence[float] | None = None,
+                 gravity: Callable[[np.ndarray], np.ndarray] | None = None,
+                 arm_joints: Sequence[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        import dynamixel_sdk as sdk  # the bus's only dependency beyond the core
+        self._sdk, self.config, self.settings, self.clock = sdk, config, settings, clock
+        self.port_name = settings.port
+        self.ids = [s.id for s in config.servos]
+        self.joints = [s.joint for s in config.servos]
+        n = len(self.ids)
+        self.motors: list[Motor] = [MOTORS[s.model] for s in config.servos]
+        self.limits = np.array([s.position_limits for s in config.servos], dtype=np.int64)
+        arm = self.joints[:-1] if arm_joints is None else list(arm_joints)
+        self.arm = np.array([j in arm for j in self.joints])
+        self._gravity = gravity or (lambda q: np.zeros(n))
+        self._gravity(np.zeros(n))    # a first call may compile: never inside a cycle
+        self.current_to_effort = np.array([m.current_to_effort for m in self.motors])
+        kt = np.array([m.torque_constant if settings.torque_constant == 'datasheet'
+                       else m.current_to_effort for m in self.motors])
+        if torque_calibration is not None:
+            kt = kt * np.broadcast_to(np.asarray(torque_calibration, float), (n,))
+        self.torque_constant = kt            # N*m per A, the figure commands go through
+        stall = np.array([m.stall_torque for m in self.motors])
+        given = np.asarray(settings.torque_limit, dtype=np.float64)
+        if given.shape not in ((1,), (n,)):
+            raise ValueError(f'torque_limit needs 1 or {n} values, got {given.tolist()}')
+        limit = np.where(np.broadcast_to(given, (n,)) == 0.0, stall, given)
+        if not (np.all(np.isfinite(limit)) and np.all(limit > 0) and np.all(limit <= stall)):
+            raise ValueError(f'torque_limit {limit.tolist()} must be positive and at most '
+                             f'the stall torques {stall.tolist()} N*m')
+        self.torque_limit = limit
+        self.stiffness = np.array([m.stiffness(settings.p_gain) for m in self.motors])
+        # Current Limit [2.69 mA units] that makes at most torque_limit through the servo's
+        # own constant (the datasheet ratio; a calibration only scales what we command)
+        self.current_limit = np.floor(limit / np.array([m.torque_constant for m in
+                                                        self.motors]) / CURRENT_UNIT).astype(int)
+        self.modes = ['position'] * n
+        self.fault = ''
+        self.counts: dict[str, int] = {'cycles': 0, 'failed_reads': 0, 'faults': 0,
+                                       'rejected_commands': 0, 'mode_switches': 0,
+                                       'writes': 0, 'failed_writes': 0}
+        self.reading: Reading | None = None
+        self.torque_off_s = 0.0          # longest torque-off window of a mode switch [s]
+        self._failed = 0
+        self._hold = np.zeros(n, dtype=np.int64)       # position goals [counts]
+        self._effort = _Command()
+        self._forward = _Command()
+        self._trajectory: _Trajectory | None = None
+        self._pending: str | None = None
+        self._saved: dict[int, dict[int, int]] = {}
+        self._port: Any = None
+        self.log: Callable[[str], object] = lambda message: None
+
+    def gravity_torque(self, positions: np.ndarray) -> np.ndarray:
+        """(8,) gravity torque [N*m] of (8,) positions [rad], chain order."""
+        return self._gravity(positions)
+
+    # ------------------------------------------------------------------ bus primitives
+    def _group_write(self, address: int, size: int, values: dict[int, int]) -> None:
+        sdk = self._sdk
+        group = sdk.GroupSyncWrite(self._port, self._packets, address, size)
+        for servo_id, value in values.items():
+            group.addParam(servo_id, int(value).to_bytes(size, 'little', signed=value < 0))
+        result = group.txPacket()
+        if result != sdk.COMM_SUCCESS:
+            raise BusError(f'sync write at {address}: {self._packets.getTxRxResult(result)}')
+
+    def _read(self, servo_id: int, address: int, size: int) -> int:
+        sdk = self._sdk
+        fn = {1: self._packets.read1ByteTxRx, 2: self._packets.read2ByteTxRx,
+              4: self._packets.read4ByteTxRx}[size]
+        for _ in range(3):
+            value, result, error = fn(self._port, servo_id, address)
+            if result == sdk.COMM_SUCCESS and not error & 0x7F:
+                return _signed(value, size)
+        raise BusError(f'ID {servo_id} does not answer a read of {size} bytes at {address} '
+                       f'({self._packets.getTxRxResult(result)})')
+
+    def _write(self, servo_id: int, address: int, size: int, value: int) -> None:
+        sdk = self._sdk
+        fn = {1: self._packets.write1ByteTxRx, 2: self._packets.write2ByteTxRx,
+              4: self._packets.write4ByteTxRx}[size]
+        for _ in range(3):
+            result, error = fn(self._port, servo_id, address, value & ((1 << 8 * size) - 1))
+            if result == sdk.COMM_SUCCESS and not error & 0x7F:
+                return
+        raise BusError(f'ID {servo_id} refuses {value} at {address} '
+                       f'({self._packets.getTxRxResult(result)}, error {error})')
+
+    # ------------------------------------------------------------------ start and stop
+    def open(self) -> Reading:
+        """Open the port, find every servo, save what will be changed, configure, hold.
+
+        The servos end in position mode holding their present pose with the torque on.
+
+        Raises:
+            BusError: the port, or a servo that does not answer.
+        """
+        sdk = self._sdk
+        baud = self.settings.baud_rate or self.config.baud_rate
+        self._port = sdk.PortHandler(self.port_name)
+        self._packets = sdk.PacketHandler(2.0)
+        if not (self._port.setBaudRate(baud) and self._port.openPort()):
+            raise BusError(f'cannot open {self.port_name} at {baud} bit/s')
+        for servo_id in self.ids:
+            self._saved[servo_id] = {address: self._read(servo_id, address, size)
+                                     for _, address, size in SAVED}
+            self._saved[servo_id].update({
+                INDIRECT_ADDRESS_1 + 2 * k: self._read(servo_id, INDIRECT_ADDRESS_1 + 2 * k, 2)
+                for k in range(SLOTS)})
+            self._saved[servo_id][64] = self._read(servo_id, 64, 1)
+        everyone = dict.fromkeys(self.ids, 0)
+        self._group_write(64, 1, everyone)                       # EEPROM needs the torque off
+        targets = [a + k for _, a, size in READ_ITEMS + WRITE_ITEMS for k in range(size)]
+        for k, target in enumerate(targets):
+            self._group_write(INDIRECT_ADDRESS_1 + 2 * k, 2, dict.fromkeys(self.ids, target))
+        self._group_write(9, 1, dict.fromkeys(self.ids, self.settings.return_delay))
+        self._group_write(11, 1, dict.fromkeys(self.ids, MODES['position']))
+        self._group_write(38, 2, dict(zip(self.ids, self.current_limit.tolist())))
+        for address, value in ((84, self.settings.p_gain), (82, 0), (80, 0), (108, 0),
+                               (112, 0)):
+            self._group_write(address, 4 if address >= 108 else 2, dict.fromkeys(self.ids, value))
+        self._read_group = sdk.GroupSyncRead(self._port, self._packets, INDIRECT_DATA_1,
+                                             READ_LENGTH)
+        self._write_group = sdk.GroupSyncWrite(self._port, self._packets, WRITE_AT,
+                                               WRITE_LENGTH)
+        for servo_id in self.ids:
+            self._read_group.addParam(servo_id)
+            self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
+        reading = None
+        for _ in range(5):
+            reading = self._sync_read()
+            if reading is not None:
+                break
+        if reading is None:
+            raise BusError('no sync read answered by every servo')
+        self._hold = self._clip(self._holding_goal(reading))
+        self._group_write(116, 4, dict(zip(self.ids, self._hold.tolist())))
+        self._group_write(98, 1, dict.fromkeys(self.ids, round(self.settings.watchdog_s
+                                                               / WATCHDOG_UNIT)))
+        self._group_write(64, 1, dict.fromkeys(self.ids, 1))
+        self.reading = reading
+        return reading
+
+    def close(self) -> None:
+        """Hold every joint in position mode at its present pose and put back what
+        :meth:`open` changed (the torque stays on). Safe to call twice.
+
+        Everything is a sync write computed beforehand, so that the torque is off only
+        for the few EEPROM writes (return delay, current limit, operating mode), well
+        under a millisecond on the bus."""
+        if self._port is None:
+            return
+        try:
+            reading = self._sync_read() or self.reading
+            goals = self._clip(self._hold if reading is None else self._holding_goal(reading))
+            saved = self._saved
+            ids = [i for i in self.ids if i in saved]
+
+            def put_back(address: int, size: int) -> None:
+                self._group_write(address, size, {i: saved[i][address] for i in ids})
+
+            self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+            for k in range(SLOTS):
+                put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
+            off = time.perf_counter()
+            self._group_write(64, 1, dict.fromkeys(self.ids, 0))
+            put_back(9, 1)
+            put_back(38, 2)
+            self._group_write(11, 1, dict.fromkeys(self.ids, MODES['position']))
+            self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
+            self._group_write(64, 1, dict.fromkeys(self.ids, 1))
+            self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
+            # RAM, with the torque on: the found gains and profile (a mode write resets them)
+            for _, address, size in SAVED:
+                if address >= EEPROM_END and address != 98:
+                    put_back(address, size)
+            self.modes = ['position'] * len(self.ids)
+        finally:
+            self._port.closePort()
+            self._port = None
+
+    # ------------------------------------------------------------------ commands
+    def command_positions(self, positions: Sequence[float], joints: Sequence[str]) -> bool:
+        """A forward position command [rad] for ``joints``; False (counted) if not finite
+        or a joint is unknown. It replaces any trajectory."""
+        values = self._arm_values(positions, joints)
+        if values is None:
+            return False
+        self._forward = _Command(values, self.clock())
+        self._trajectory = None
+        return True
+
+    def command_trajectory(self, times: Sequence[float], positions: Sequence[Sequence[float]],
+                           joints: Sequence[str]) -> bool:
+        """A joint trajectory: (P,) times from now [s], (P, len(joints)) positions [rad],
+        followed by linear interpolation from the present goal. False (counted) on bad
+        input."""
+        maybe = [self._arm_values(p, joints) for p in positions]
+        points = [p for p in maybe if p is not None]
+        times_a = np.asarray(times, dtype=np.float64)
+        if (not points or len(points) != len(maybe) or times_a.shape != (len(points),)
+                or not np.all(np.isfinite(times_a)) or np.any(np.diff(times_a) < 0)
+                or times_a[0] < 0):
+            self.counts['rejected_commands'] += 1
+            return False
+        first = self._goal_radians()
+        self._trajectory = _Trajectory(self.clock(), times_a, np.vstack(points), first)
+        self._forward = _Command()
+        return True
+
+    def command_effort(self, effort: Sequence[float], joints: Sequence[str]) -> None:
+        """An effort command [N*m] for ``joints`` (the arm's). Checked at the next cycle in
+        current mode: NaN, beyond ``torque_limit`` or stale there is a fault."""
+        values = np.full(len(self.ids), np.nan)
+        for name, value in zip(joints, effort):
+            if name in self.joints:
+                values[self.joints.index(name)] = value
+        self._effort = _Command(values, self.clock())
+
+    def request_mode(self, mode: str) -> tuple[bool, str]:
+        """Switch the arm joints to ``'current'`` or ``'position'`` at the next cycle."""
+        if mode not in MODES:
+            return False, f"mode must be 'current' or 'position', got {mode!r}"
+        if mode == 'current' and self.fault:
+            return False, f'fault latched ({self.fault}): clear it first'
+        if mode == 'current' and self.reading is None:
+            return False, 'no reading yet'
+        self._pending = mode
+        return True, f'arm joints to {mode} mode at the next cycle'
+
+    def clear_fault(self) -> str:
+        """Unlatch the fault (the joints stay in position mode); the old fault's text."""
+        old, self.fault, self._failed = self.fault, '', 0
+        return old
+
+    # ------------------------------------------------------------------ the cycle
+    def cycle(self) -> Reading | None:
+        """One read, the checks, a pending mode change, one write. None after a failed
+        read (nothing is written then)."""
+        self.counts['cycles'] += 1
+        reading = self._sync_read()
+        if reading is None:
+            self.counts['failed_reads'] += 1
+            self._failed += 1
+            if self._failed >= self.settings.failed_reads:
+                self._fail(f'{self._failed} consecutive failed reads', self.reading)
+            return None
+        self._failed = 0
+        self.reading = reading
+        if self._alerts:
+            self._fail('hardware error: ' + '; '.join(self._alerts), reading)
+        elif self._torque_off:
+            self._fail(f'torque off on IDs {self._torque_off}', reading)
+        if self._pending is not None:
+            mode, self._pending = self._pending, None
+            if not (mode == 'current' and self.fault):
+                self._switch(mode, reading)
+        current = np.zeros(len(self.ids), dtype=np.int64)
+        in_current = np.array([m == 'current' for m in self.modes])
+        if in_current.any():
+            effort = self._checked_effort(reading, in_current)
+            if effort is None:
+                in_current[:] = False
+            else:
+                effort = np.where(in_current, effort, 0.0)
+                current = np.round(effort / self.torque_constant / CURRENT_UNIT).astype(np.int64)
+                current = np.clip(current, -self.current_limit, self.current_limit)
+        goals = self._position_goals(reading, in_current)
+        group = self._write_group
+        for k, servo_id in enumerate(self.ids):
+            group.changeParam(servo_id, int(current[k]).to_bytes(2, 'little', signed=True)
+                              + int(goals[k]).to_bytes(4, 'little', signed=True))
+        self.counts['writes'] += 1
+        if group.txPacket() != self._sdk.COMM_SUCCESS:
+            self.counts['failed_writes'] += 1
+        return reading
+
+    def _checked_effort(self, reading: Reading, joints: np.ndarray) -> np.ndarray | None:
+        """The effort command of the current-mode joints, or None after a fault."""
+        command, now = self._effort, self.clock()
+        if command.values is None or now - command.at > self.settings.stale_s:
+            if command.values is None and now - self._entered_current <= self.settings.stale_s:
+                return self._start_effort          # gravity until the first command
+            age = 'no command' if command.values is None else \
+                f'the last is {now - command.at:.3f} s old'
+            self._fail(f'stale effort command ({age}; stale_s {self.settings.stale_s:g})',
+                       reading)
+            return None
+        values = command.values
+        bad = joints & ~(np.abs(values) <= self.torque_limit)   # NaN fails the comparison
+        if bad.any():
+            what = {self.joints[k]: float(values[k]) for k in np.flatnonzero(bad)}
+            self._fail(f'effort command out of range or not finite: {what} (limits '
+                       f'{self.torque_limit[bad].tolist()} N*m)', reading)
+            return None
+        return values
+
+    def _position_goals(self, reading: Reading, in_current: np.ndarray) -> np.ndarray:
+        """(8,) Goal Position counts: the command for the arm's position joints, the hold
+        for the rest, the present position for current joints."""
+        goals = self._hold.copy()
+        arm_position = self.arm & ~in_current
+        command = None
+        if self._trajectory is not None:
+            command = self._trajectory.at(self.clock())
+        elif self._forward.values is not None:
+            command = self._forward.values
+        if command is not None:
+            counts = np.round(command / PULSE_RAD + HOME_COUNT).astype(np.int64)
+            goals[arm_position] = counts[arm_position]
+            self._hold[arm_position] = goals[arm_position]
+        goals[in_current] = reading.counts[in_current]
+        return self._clip(goals)
+
+    # ------------------------------------------------------------------ internals
+    def _sync_read(self) -> Reading | None:
+        sdk, group = self._sdk, self._read_group
+        if group.txRxPacket() != sdk.COMM_SUCCESS:
+            return None
+        raw = np.zeros((len(self.ids), 5), dtype=np.int64)
+        for k, servo_id in enumerate(self.ids):
+            if not group.isAvailable(servo_id, INDIRECT_DATA_1, READ_LENGTH):
+                return None
+            offset = INDIRECT_DATA_1
+            for j, (_, _, size) in enumerate(READ_ITEMS):
+                raw[k, j] = _signed(group.getData(servo_id, offset, size), size)
+                offset += size
+        torque, errors, current, velocity, counts = raw.T
+        self._alerts = [f'ID {i}: {hardware_error_text(int(e))}'
+                        for i, e in zip(self.ids, errors) if e]
+        self._torque_off = [i for i, on in zip(self.ids, torque) if not on] \
+            if self._port is not None and self.reading is not None else []
+        amps = current * CURRENT_UNIT
+        return Reading(self.clock(), (counts - HOME_COUNT) * PULSE_RAD,
+                       velocity * VELOCITY_UNIT, amps, amps * self.current_to_effort,
+                       counts.copy())
+
+    def _switch(self, mode: str, reading: Reading) -> None:
+        """Torque off, mode, first goal, gains, torque on for the arm joints not in
+        ``mode``; one burst of sync writes."""
+        which = [k for k in range(len(self.ids)) if self.arm[k] and self.modes[k] != mode]
+        if not which:
+            return
+        ids = [self.ids[k] for k in which]
+        # everything computed before the torque goes off: the window is bus writes only
+        if mode == 'current':
+            start = np.clip(self._gravity(reading.position), -self.torque_limit,
+                            self.torque_limit)
+            amps = np.clip(np.round(start / self.torque_constant / CURRENT_UNIT).astype(int),
+                           -self.current_limit, self.current_limit)
+            first = (102, 2, {self.ids[k]: int(amps[k]) for k in which})
+        else:
+            held = self._clip(self._holding_goal(reading))
+            first = (116, 4, {self.ids[k]: int(held[k]) for k in which})
+        off = time.perf_counter()
+        self._group_write(64, 1, dict.fromkeys(ids, 0))
+        self._group_write(11, 1, dict.fromkeys(ids, MODES[mode]))
+        self._group_write(*first)
+        if mode == 'position':
+            self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
+        self._group_write(64, 1, dict.fromkeys(ids, 1))
+        self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
+        if mode == 'current':
+            self._start_effort, self._entered_current = start, self.clock()
+            self._effort = _Command()
+        else:
+            self._hold[which] = held[which]
+            self._forward, self._trajectory = _Command(), None
+        for k in which:
+            self.modes[k] = mode
+        self.counts['mode_switches'] += 1
+        self.log(f'IDs {ids} in {mode} mode')
+
+    def _holding_goal(self, reading: Reading) -> np.ndarray:
+        """(8,) Goal Position [counts] that holds the present pose: a P-only position loop
+        makes torque from an error, so the goal sits the gravity torque's deflection
+        (g / K_s at the written P gain) beyond the present position, or the arm would sag
+        by it (37 mrad on the elbow at the bent pose) when current mode ends."""
+        g = np.clip(self._gravity(reading.position), -self.torque_limit, self.torque_limit)
+        return reading.counts + np.round(g / self.stiffness / PULSE_RAD).astype(np.int64)
+
+    def _fail(self, reason: str, reading: Reading | None) -> None:
+        """Latch ``reason`` (the first one stays) and hold every current joint."""
+        if not self.fault:
+            self.fault = reason
+            self.counts['faults'] += 1
+            self.log(f'fault: {reason}; holding in position mode')
+        self._pending = None
+        if reading is not None and 'current' in self.modes:
+            try:
+                self._switch('position', reading)
+            except BusError as err:
+                self.log(f'hold after the fault failed ({err}); the Bus Watchdog stops the '
+                         'servos')
+
+    def _arm_values(self, positions: Sequence[float], joints: Sequence[str]
+                    ) -> np.ndarray | None:
+        """(8,) radians: ``positions`` placed by joint name, the present goal elsewhere."""
+        values = self._goal_radians()
+        try:
+            given = np.asarray(positions, dtype=np.float64)
+            index = [self.joints.index(j) for j in joints]
+        except (ValueError, TypeError):
+            given, index = np.zeros(0), []
+        if given.shape != (len(joints),) or not index or not np.all(np.isfinite(given)):
+            self.counts['rejected_commands'] += 1
+            return None
+        values[index] = given
+        return values
+
+    def _goal_radians(self) -> np.ndarray:
+        return (self._hold - HOME_COUNT) * PULSE_RAD
+
+    def _clip(self, counts: np.ndarray) -> np.ndarray:
+        return np.clip(counts, self.limits[:, 0], self.limits[:, 1])
+
+    _alerts: list[str] = []
+    _torque_off: list[int] = []
+    _start_effort: np.ndarray = np.zeros(0)
+    _entered_current: float = -math.inf
+
+
+def _signed(value: int, size: int) -> int:
+    bits = 8 * size
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value

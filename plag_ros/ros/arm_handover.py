@@ -50,11 +50,14 @@ class ArmHandover:
         self.node, self.kind, self.command_names = node, settings.command_kind, command_names
         self.controller = settings.target_controller
         self.switch: ControllerSwitch | None = None
-        if self.kind == 'forward':
-            sw = settings.switch
+        sw = settings.switch
+        # the forward path always switches; the effort path only on the bus driver, whose
+        # current mode it switches to (elsewhere efforts need no switch: the simulator)
+        if self.kind == 'forward' or (self.kind == 'effort' and sw.method == 'driver'):
             self.switch = ControllerSwitch(
                 node, sw.method, controller=self.controller, fallback=sw.fallback,
-                manager=sw.controller_manager, sim_node=sw.sim_node, timeout_s=sw.timeout_s,
+                manager=sw.controller_manager, sim_node=sw.sim_node,
+                driver_node=sw.driver_node, timeout_s=sw.timeout_s,
                 callback_group=callback_group)
             if self.switch.error:
                 # Not an error until someone enables: ~/enable then refuses with this reason.

@@ -22,6 +22,9 @@ Three targets:
 * ``sim``: the simulator's emulated controller manager, the ``active_arm_controller``
   parameter of ``plag_sim`` set through rcl_interfaces/srv/SetParameters. It exercises the
   same switch logic end to end over DDS; it is not the controller manager.
+* ``driver``: our bus driver ``plag_driver``'s ``active_arm_controller`` parameter, the same
+  request as ``sim``; naming ``plag_arm_effort_controller`` there puts the arm's servos in
+  current mode (:mod:`plag_ros.ros.nodes.driver_node`).
 * ``none``: no switch (the user switched by hand).
 """
 from __future__ import annotations
@@ -119,13 +122,15 @@ class ControllerSwitch:
         fallback: the controller it replaces (the driver's JTC).
         manager: controller manager node (``controller_manager`` method).
         sim_node: simulator node (``sim`` method).
+        driver_node: bus driver node (``driver`` method).
         timeout_s: deadline of one switch [s].
         callback_group: of the service client; reentrant (see :func:`call`).
     """
 
     def __init__(self, node: Node, method: str, *, controller: str, fallback: str,
                  manager: str = '/controller_manager', sim_node: str = '/plag_sim',
-                 timeout_s: float = 5.0, callback_group=None) -> None:
+                 driver_node: str = '/plag_driver', timeout_s: float = 5.0,
+                 callback_group=None) -> None:
         if method not in METHODS:
             raise ValueError(f'switch.method must be one of {METHODS}, got {method!r}')
         self.node, self.method = node, method
@@ -150,9 +155,10 @@ class ControllerSwitch:
                 self._client = node.create_client(
                     SwitchController, f'{manager.rstrip("/")}/switch_controller',
                     callback_group=callback_group)
-        elif method == 'sim':
+        elif method in ('sim', 'driver'):
+            target = sim_node if method == 'sim' else driver_node
             self._client = node.create_client(SetParameters,
-                                              f'{sim_node.rstrip("/")}/set_parameters',
+                                              f'{target.rstrip("/")}/set_parameters',
                                               callback_group=callback_group)
 
     async def activate(self) -> tuple[bool, str]:
@@ -196,7 +202,7 @@ class ControllerSwitch:
             return False, f'switch {what}: no answer from {client.srv_name}'
         if not response.results or not response.results[0].successful:
             return False, f'switch {what} refused: {response.results[0].reason}'
-        return True, f'switched {what} (simulator)'
+        return True, f'switched {what} ({"simulator" if self.method == "sim" else "bus driver"})'
 
 
 async def read_parameters(node: Node, client, names: list[str], timeout_s: float

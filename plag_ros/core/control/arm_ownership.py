@@ -47,10 +47,12 @@ class ArmOwnership:
 
     @property
     def commanding(self) -> bool:
-        """Whether commands go out: always on the effort interface and on a forward path
-        switched by hand; else only while we hold the arm. A disabled node leaves the
-        driver's controller to other users (MoveIt)."""
-        return self.kind == 'effort' or self.switch_method == 'none' or self.switched
+        """Whether commands go out: always on an effort interface without a switch (the
+        simulator) and on a forward path switched by hand; else only while we hold the arm
+        (the bus driver's current mode included). A disabled node leaves the driver's
+        controller to other users (MoveIt)."""
+        return (self.kind == 'effort' and self.switch_method is None) or \
+            self.switch_method == 'none' or self.switched
 
     def taken(self) -> None:
         """The arm is ours after an enable (a switch made, or none needed)."""

@@ -45,20 +45,23 @@ from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.core.estimation.plausibility import PlausibilityConfig
 
-__all__ = ['FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
+__all__ = ['EFFORT_CONTROLLER', 'FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
            'TRAJECTORY_CONTROLLER', 'CommandKind', 'CommandSettings', 'CommandType',
            'CompensateSettings', 'FaultSettings', 'ImpedanceSettings', 'OscillationSettings',
            'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings']
 
 FORWARD_CONTROLLER = 'plag_arm_position_controller'
 """Our forward position controller (config/crane_x7_controllers.yaml), switched in."""
+EFFORT_CONTROLLER = 'plag_arm_effort_controller'
+"""The effort path on the bus driver ``plag_driver``: its current mode (``switch.method
+driver``)."""
 TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
 """The driver's joint trajectory controller: the trajectory path's target, the fallback."""
 
 CommandType = Literal['forward', 'trajectory']
 CommandKind = Literal['forward', 'trajectory', 'effort']
 """What the node publishes: a command type, or efforts on the effort interface."""
-SwitchMethod = Literal['controller_manager', 'sim', 'none']
+SwitchMethod = Literal['controller_manager', 'sim', 'driver', 'none']
 SWITCH_METHODS: tuple[str, ...] = typing.get_args(SwitchMethod)
 ReferenceMode = Literal['hold', 'sine']
 
@@ -110,11 +113,14 @@ class SwitchSettings:
 
     method: SwitchMethod = option(
         'controller_manager', "forward: switch the arm controllers through "
-        "'controller_manager' (controller_manager/switch_controller), the simulator ('sim') "
-        "or not at all ('none')", read_only=True)
+        "'controller_manager' (controller_manager/switch_controller), the simulator ('sim'), "
+        "the bus driver plag_driver ('driver', also the effort interface's current mode) or "
+        "not at all ('none')", read_only=True)
     controller_manager: str = option('/controller_manager', 'controller manager node',
                                      read_only=True)
     sim_node: str = option('/plag_sim', 'simulator node (switch.method sim)', read_only=True)
+    driver_node: str = option('/plag_driver', 'bus driver node (switch.method driver)',
+                              read_only=True)
     fallback: str = option(TRAJECTORY_CONTROLLER, 'the controller ours replaces, switched '
                            'back after a hold', read_only=True)
     hold_s: float = option(0.5, 'hold this long before switching back [s]', low=0.0,
@@ -300,13 +306,16 @@ class ImpedanceSettings:
         return self.command.topic or {
             'forward': f'/{FORWARD_CONTROLLER}/commands',
             'trajectory': f'/{TRAJECTORY_CONTROLLER}/joint_trajectory',
-            'effort': 'effort_controller/commands'}[self.command_kind]
+            'effort': f'/{EFFORT_CONTROLLER}/commands' if self.switch.method == 'driver'
+            else 'effort_controller/commands'}[self.command_kind]
 
     @property
     def target_controller(self) -> str:
         """``command.controller``, or the controller the command path feeds."""
+        kind = self.command_kind
         return self.command.controller or (
-            TRAJECTORY_CONTROLLER if self.command_kind == 'trajectory' else FORWARD_CONTROLLER)
+            TRAJECTORY_CONTROLLER if kind == 'trajectory' else
+            EFFORT_CONTROLLER if kind == 'effort' else FORWARD_CONTROLLER)
 
     def command_joints(self, model: RobotModel) -> list[str]:
         """The validated ``command.joints``: distinct actuated joints of ``model``.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes stays cheap
     from rclpy.node import Node
 
-__all__ = ['dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
+__all__ = ['driver_main', 'dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
 
 SPIN_POLL_S = 0.1
 """Longest executor wait [s]: the spin loop looks at the context and Ctrl-C this often."""
@@ -91,6 +91,11 @@ def dynamics_main() -> None:
 def sim_main() -> None:
     """Console script ``sim_node``."""
     _console('sim_node')
+
+
+def driver_main() -> None:
+    """Console script ``plag_driver``: the servo bus driver (torque mode)."""
+    _console('driver_node')
 
 
 def impedance_main() -> None:

@@ -1,0 +1,272 @@
+"""``plag_driver``: the CRANE-X7's servo bus as a ROS 2 node, with torque (current) mode.
+
+It replaces rt-net's ``crane_x7_control`` on the bus (never run both on one port) and
+speaks to the servos through ROBOTIS' dynamixel-sdk (:class:`plag_ros.bus.driver.BusDriver`
+does the bus; this node is its ROS face). What it offers, with the robot driver's names:
+
+* ``joint_states`` (sensor_msgs/JointState, reliable) at ``rate_hz``: the 8 servos' joints
+  in chain order, position [rad], velocity [rad/s], effort = current x current_to_effort
+  (2.20 or 3.60 N*m/A: crane_x7_control's convention, which every reader here undoes);
+* ``/crane_x7_arm_controller/joint_trajectory`` (trajectory_msgs/JointTrajectory, linear
+  between points) and ``/plag_arm_position_controller/commands`` (std_msgs/Float64MultiArray,
+  the 7 arm joints) in position mode;
+* ``/plag_arm_effort_controller/commands`` (Float64MultiArray, 7 efforts [N*m], motor
+  torque) in current mode;
+* the parameter ``active_arm_controller``, which says whose commands count:
+  ``plag_arm_effort_controller`` puts the arm joints in current mode (with the gravity
+  torque of the present pose until the first command), any other in position mode holding
+  the present pose. The impedance node sets it (``switch.method: driver``);
+* ``~/state`` (std_msgs/String, JSON, transient local): modes, fault, counters, on every
+  change and once a second; ``~/clear_fault`` (std_srvs/Trigger).
+
+The gripper stays in position mode, holding where it is. MoveIt's trajectory controller
+is not there: trajectories are followed point to point, without its tolerances or its
+action interface. The bus runs in a thread of its own at ``rate_hz``; callbacks only hand
+commands over. On SIGINT/SIGTERM the node holds every joint in position mode at its pose,
+puts back the servo settings it changed, and exits with 0.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from plag_ros.bus.arm import CRANE_X7_BUS, BusConfig
+from plag_ros.bus.driver import EFFORT_CONTROLLER, BusDriver, BusError, DriverSettings, Reading
+from plag_ros.core.common.options import build, group, inline, option, options
+from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
+from plag_ros.core.dynamics.model_parameters import ModelSettings, model_with_parameters
+from plag_ros.core.dynamics.motors import ARM_JOINTS
+from plag_ros.ros import messages as msgs
+from plag_ros.ros.parameters import declare_options, option_values
+
+__all__ = ['NODE_NAME', 'DriverNode', 'DriverNodeSettings', 'main']
+
+NODE_NAME = 'plag_driver'
+TRAJECTORY_TOPIC = '/crane_x7_arm_controller/joint_trajectory'
+FORWARD_TOPIC = '/plag_arm_position_controller/commands'
+EFFORT_TOPIC = f'/{EFFORT_CONTROLLER}/commands'
+_RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+@dataclass(frozen=True)
+class DriverNodeSettings:
+    """``plag_driver``'s parameters: the bus's (:class:`DriverSettings`) and the model's."""
+
+    bus: DriverSettings = inline(DriverSettings)
+    urdf_path: str = option('', "URDF for the gravity torque ('' = the bundled crane_x7.urdf)",
+                            read_only=True)
+    model: ModelSettings = group(ModelSettings)
+
+
+NODE_OPTIONS = options(DriverNodeSettings())
+
+
+class DriverNode(Node):
+    """The bus driver node (module docstring).
+
+    Raises:
+        ValueError: bad parameters. BusError: the bus cannot be opened or configured.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        values = declare_options(self, NODE_OPTIONS)
+        s = self.settings = build(DriverNodeSettings, values)
+        config = BusConfig.load(s.bus.chain or CRANE_X7_BUS)
+        model, parameters = model_with_parameters(
+            RobotModel.from_urdf(s.urdf_path or default_urdf_path()), s.model.parameters)
+        torch.set_num_threads(1)
+        joints = [spec.joint for spec in config.servos]
+        calibration = None
+        if model.effort_calibration is not None:
+            calibration = [float(model.effort_calibration[model.joint_names.index(j)])
+                           for j in joints]
+        self.driver = BusDriver(config, s.bus, torque_calibration=calibration,
+                                gravity=_gravity_in_chain_order(model, joints),
+                                arm_joints=ARM_JOINTS)
+        self.driver.log = self.get_logger().warning
+        log = self.get_logger()
+        if parameters is not None:
+            log.info(parameters.summary())
+        reading = self.driver.open()
+        self._names = list(joints)
+        self._active = s.bus.active_arm_controller
+        self._stop = threading.Event()
+        self._state_key: tuple = ()
+        self._state_at = 0.0
+        self.rejected = 0
+        self.publish_errors = 0
+        self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
+        self._pub_state = self.create_publisher(String, '~/state', QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self.create_subscription(JointTrajectory, TRAJECTORY_TOPIC, self._on_trajectory,
+                                 _RELIABLE)
+        self.create_subscription(Float64MultiArray, FORWARD_TOPIC, self._on_forward, _RELIABLE)
+        self.create_subscription(Float64MultiArray, EFFORT_TOPIC, self._on_effort, _RELIABLE)
+        self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        if self._active == EFFORT_CONTROLLER:
+            self.driver.request_mode('current')
+        self._publish(reading)
+        self._thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
+        self._thread.start()
+        kt = ', '.join(f'{k:.3g}' for k in self.driver.torque_constant)
+        log.info(f'bus {s.bus.port}: servos {self.driver.ids} at {s.bus.rate_hz:g} Hz; '
+                 f'active_arm_controller {self._active}; torque constants [{kt}] N*m/A '
+                 f'({s.bus.torque_constant}); Bus Watchdog {s.bus.watchdog_s:g} s')
+
+    # ------------------------------------------------------------------ the bus thread
+    def _loop(self) -> None:
+        period = 1.0 / self.settings.bus.rate_hz
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            reading = self.driver.cycle()
+            if reading is not None:
+                self._publish(reading)
+            self._report()
+            deadline += period
+            wait = deadline - time.monotonic()
+            if wait > 0:
+                self._stop.wait(wait)
+            else:
+                deadline = time.monotonic()   # late: start again from now, do not burst
+
+    def _publish(self, reading: Reading) -> None:
+        try:
+            self._pub.publish(msgs.joint_state(self._names, reading.position,
+                                               reading.velocity, reading.effort,
+                                               t_ns=self.get_clock().now().nanoseconds))
+        except Exception:  # noqa: BLE001 - a publish racing shutdown; counted, not fatal
+            self.publish_errors += 1
+
+    def _report(self, *, force: bool = False) -> None:
+        d = self.driver
+        key = (tuple(d.modes), d.fault, self._active)
+        now = time.monotonic()
+        if not force and key == self._state_key and now - self._state_at < 1.0:
+            return
+        if key != self._state_key and d.fault and (not self._state_key
+                                                   or d.fault != self._state_key[1]):
+            self.get_logger().error(f'fault latched: {d.fault} (~/clear_fault to clear)')
+        self._state_key, self._state_at = key, now
+        try:
+            self._pub_state.publish(String(data=json.dumps({
+                'modes': dict(zip(self._names, d.modes)), 'fault': d.fault,
+                'active_arm_controller': self._active, 'counts': d.counts,
+                'rejected': self.rejected})))
+        except Exception:  # noqa: BLE001 - as in _publish
+            self.publish_errors += 1
+
+    # ------------------------------------------------------------------ commands
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        if not self._accepting('crane_x7_arm_controller', TRAJECTORY_TOPIC):
+            return
+        times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
+        if not self.driver.command_trajectory(times, [list(p.positions) for p in msg.points],
+                                              list(msg.joint_names)):
+            self._reject(f'{TRAJECTORY_TOPIC}: unknown joints, not finite or unordered points')
+
+    def _on_forward(self, msg: Float64MultiArray) -> None:
+        if self._accepting('plag_arm_position_controller', FORWARD_TOPIC) and \
+                not self.driver.command_positions(list(msg.data), ARM_JOINTS):
+            self._reject(f'{FORWARD_TOPIC}: need {len(ARM_JOINTS)} finite positions')
+
+    def _on_effort(self, msg: Float64MultiArray) -> None:
+        if not self._accepting(EFFORT_CONTROLLER, EFFORT_TOPIC):
+            return
+        if len(msg.data) != len(ARM_JOINTS):
+            self._reject(f'{EFFORT_TOPIC}: need {len(ARM_JOINTS)} efforts, got {len(msg.data)}')
+            return
+        self.driver.command_effort(list(msg.data), ARM_JOINTS)   # checked by the bus thread
+
+    def _accepting(self, controller: str, topic: str) -> bool:
+        if self._active == controller:
+            return True
+        self._reject(f'{topic}: {controller} is not the active arm controller '
+                     f'({self._active})', quiet=True)
+        return False
+
+    def _reject(self, reason: str, *, quiet: bool = False) -> None:
+        self.rejected += 1
+        if not quiet or self.rejected == 1:
+            self.get_logger().warning(f'command rejected: {reason}')
+
+    def _on_set_parameters(self, parameters: Sequence[Parameter]) -> SetParametersResult:
+        for p in parameters:
+            if p.name != 'active_arm_controller':
+                continue
+            try:
+                s = build(DriverNodeSettings, option_values(self, NODE_OPTIONS, [p]))
+            except (ValueError, TypeError) as err:
+                return SetParametersResult(successful=False, reason=str(err))
+            active = s.bus.active_arm_controller
+            ok, message = self.driver.request_mode(
+                'current' if active == EFFORT_CONTROLLER else 'position')
+            if not ok:
+                return SetParametersResult(successful=False, reason=message)
+            self._active = active
+            self.get_logger().info(f'active_arm_controller {active}: {message}')
+        return SetParametersResult(successful=True)
+
+    def _on_clear_fault(self, request: Trigger.Request, response: Trigger.Response
+                        ) -> Trigger.Response:
+        old = self.driver.clear_fault()
+        response.success = True
+        response.message = f'cleared: {old}' if old else 'no fault latched'
+        self.get_logger().info(f'~/clear_fault: {response.message}')
+        return response
+
+    def destroy_node(self) -> None:
+        """Stop the bus thread, hold in position mode, put the servos' settings back."""
+        self._stop.set()
+        if getattr(self, '_thread', None) is not None:
+            self._thread.join(timeout=2.0)
+        try:
+            self.driver.close()
+            self.get_logger().info('bus closed: every joint holds its pose in position mode')
+        except BusError as err:
+            self.get_logger().error(f'closing the bus: {err}; the Bus Watchdog stops the servos')
+        super().destroy_node()
+
+
+def _gravity_in_chain_order(model: RobotModel, joints: Sequence[str]):
+    """positions (chain order) -> gravity torque (chain order) [N*m] of the model."""
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    G, offset = actuation_matrix(model)
+    act_names = model.actuated_names
+    index = np.array([act_names.index(j) for j in joints])
+
+    def gravity(q_chain: np.ndarray) -> np.ndarray:
+        q_act = np.zeros(len(act_names))
+        q_act[index] = q_chain
+        with torch.inference_mode():
+            g = engine.gravity_torque(G @ q_act + offset).cpu().numpy()
+        return (G.T @ g)[index]
+
+    return gravity
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console script ``plag_driver`` (``plag-ros run --driver PORT`` starts it)."""
+    from plag_ros.ros.nodes import spin_node
+    spin_node(DriverNode, args)
+
+
+if __name__ == '__main__':
+    main()

@@ -196,6 +196,28 @@ def test_an_overload_alert_latches_a_fault_and_holds(bus):
     bus.stop()
 
 
+def test_a_stalled_host_is_caught_by_the_watchdog_and_held(bus):
+    """The driver's loop stalls for 0.3 s in current mode: the servos' Bus Watchdog stops
+    them (no torque); the next cycle sees it, latches the fault, clears the watchdog and
+    catches the arm in position mode."""
+    driver = new_driver(bus.link)
+    driver.open()
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    driver.request_mode('current')
+    loop(driver, 0.3, gravity_feed(driver))
+    time.sleep(0.3)
+    driver.cycle()
+    assert driver.fault.startswith('Bus Watchdog expired on IDs [2, 3, 4, 5, 6, 7, 8, 9]')
+    assert driver.modes == ['position'] * 8
+    loop(driver, 1.0)
+    held = driver.reading.position.copy()
+    loop(driver, 0.5)
+    assert np.abs(driver.reading.position - held).max() <= 2 * math.pi / 4096
+    assert driver.counts['failed_writes'] == 0
+    driver.close()
+    bus.stop()
+
+
 @pytest.mark.parametrize('bad', ['nan', 'beyond_limit', 'stale'])
 def test_a_bad_effort_command_ends_in_a_position_hold(bus, bad):
     """NaN, an effort beyond the torque limit, or no command for stale_s: the fault is

@@ -10,16 +10,17 @@ addresses, units and rules are the e-manual's (the sources are in ``tables/*.yam
 
 One cycle (:meth:`BusDriver.cycle`):
 
-1. SYNC READ of 12 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
-   Present Current, Present Velocity, Present Position (:data:`READ_ITEMS`).
+1. SYNC READ of 13 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
+   Bus Watchdog, Present Current, Present Velocity, Present Position (:data:`READ_ITEMS`).
 2. The checks: a failed read counts, and :attr:`DriverSettings.failed_reads` in a row are a
-   fault; a Hardware Error Status other than 0 or a servo whose torque went off is a fault.
+   fault; a Hardware Error Status other than 0, a servo whose torque went off or an expired
+   Bus Watchdog (the host stalled) is a fault.
    Nothing is written from a failed read.
 3. A pending mode change (:meth:`BusDriver.request_mode`): torque off, Operating Mode,
    the first goal (the gravity torque of the present pose as current, or the present
    position), the gains the mode change reset, torque on: sync writes in one burst, so the
    torque is off for well under one cycle.
-4. SYNC WRITE of 6 bytes at Indirect Data 13 (236): Goal Current and Goal Position
+4. SYNC WRITE of 6 bytes at Indirect Data 14 (237): Goal Current and Goal Position
    (:data:`WRITE_ITEMS`). Position joints get their command (clipped to the position
    limits); current joints get the effort command over the torque constant. An effort
    command that is stale, not finite or beyond the joint's torque limit is a fault.
@@ -60,9 +61,9 @@ __all__ = ['DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES', 'READ_ITEMS', 'WRITE_
 MODES = {'current': 0, 'position': 3}
 """Operating Mode (11) values the driver uses."""
 READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
-              ('Present Current', 126, 2), ('Present Velocity', 128, 4),
-              ('Present Position', 132, 4))
-"""What the cycle's sync read brings, in Indirect Data order (12 bytes from 224)."""
+              ('Bus Watchdog', 98, 1), ('Present Current', 126, 2),
+              ('Present Velocity', 128, 4), ('Present Position', 132, 4))
+"""What the cycle's sync read brings, in Indirect Data order (13 bytes from 224)."""
 WRITE_ITEMS = (('Goal Current', 102, 2), ('Goal Position', 116, 4))
 """What the cycle's sync write sets, in Indirect Data order (6 bytes after the read's)."""
 INDIRECT_ADDRESS_1, INDIRECT_DATA_1 = 168, 224
@@ -478,7 +479,15 @@ class BusDriver:
             return None
         self._failed = 0
         self.reading = reading
-        if self._alerts:
+        if self._expired:
+            # the servos stopped (current mode: no torque) and refuse goals until 98 := 0
+            expired, self._expired = self._expired, []
+            self._group_write(98, 1, dict.fromkeys(expired, 0))
+            self._group_write(98, 1, dict.fromkeys(expired, round(self.settings.watchdog_s
+                                                                  / WATCHDOG_UNIT)))
+            self._fail(f'Bus Watchdog expired on IDs {expired}: the host was silent longer '
+                       f'than {self.settings.watchdog_s:g} s', reading)
+        elif self._alerts:
             self._fail('hardware error: ' + '; '.join(self._alerts), reading)
         elif self._torque_off:
             self._fail(f'torque off on IDs {self._torque_off}', reading)
@@ -548,7 +557,7 @@ class BusDriver:
         sdk, group = self._sdk, self._read_group
         if group.txRxPacket() != sdk.COMM_SUCCESS:
             return None
-        raw = np.zeros((len(self.ids), 5), dtype=np.int64)
+        raw = np.zeros((len(self.ids), len(READ_ITEMS)), dtype=np.int64)
         for k, servo_id in enumerate(self.ids):
             if not group.isAvailable(servo_id, INDIRECT_DATA_1, READ_LENGTH):
                 return None
@@ -556,7 +565,8 @@ class BusDriver:
             for j, (_, _, size) in enumerate(READ_ITEMS):
                 raw[k, j] = _signed(group.getData(servo_id, offset, size), size)
                 offset += size
-        torque, errors, current, velocity, counts = raw.T
+        torque, errors, watchdog, current, velocity, counts = raw.T
+        self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._alerts = [f'ID {i}: {hardware_error_text(int(e))}'
                         for i, e in zip(self.ids, errors) if e]
         self._torque_off = [i for i, on in zip(self.ids, torque) if not on] \
@@ -646,6 +656,7 @@ class BusDriver:
         return np.clip(counts, self.limits[:, 0], self.limits[:, 1])
 
     _alerts: list[str] = []
+    _expired: list[int] = []
     _torque_off: list[int] = []
     _start_effort: np.ndarray = np.zeros(0)
     _entered_current: float = -math.inf

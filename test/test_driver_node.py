@@ -13,7 +13,7 @@ import pytest
 from ros_helpers import LATCHED, RosClient, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
-from torque_rig import JOINTS, EmulatedBus
+from torque_rig import JOINTS, ROOT, EmulatedBus
 
 pytest.importorskip('dynamixel_sdk')
 DOMAIN_ID = 77
@@ -72,5 +72,79 @@ def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):
     finally:
         if node is not None and node.alive():
             node.stop()
+        if bus.process.poll() is None:
+            bus.process.kill()
+
+
+def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_path):
+    """The torque-mode stack over DDS: plag_driver on the emulated bus and plag_impedance
+    with config/torque_mode.yaml (effort interface, switch.method driver). ~/enable true
+    puts the arm joints in current mode with the law's torque; ~/enable false holds, then
+    gives the arm back to position mode; no joint moves 2 mrad through both switches (the
+    emulator's record); the driver latches no fault."""
+    from std_srvs.srv import SetBool
+
+    bus = EmulatedBus(tmp_path)
+    nodes = []
+    try:
+        with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
+            reports = client.collect(String, '/plag_driver/state', LATCHED)
+            states = client.collect(String, '/plag_impedance/state', LATCHED)
+            nodes.append(start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                                    params={'port': str(bus.link)}))
+            # the arm bent first, in position mode, through the forward position path
+            client.wait_for(lambda: reports, 60.0, 'the driver')
+            forward = client.publisher(Float64MultiArray,
+                                       '/plag_arm_position_controller/commands')
+            client.set_parameters('/plag_driver',
+                                  {'active_arm_controller': 'plag_arm_position_controller'})
+            client.wait_for_subscribers(forward)
+            for k in range(200):
+                s = min(1.0, k / 150)
+                forward.publish(Float64MultiArray(data=[0.0, 0.6 * s, 0.0, -1.2 * s, 0.0,
+                                                        0.5 * s, 0.0]))
+                time.sleep(0.01)
+            client.set_parameters('/plag_driver',
+                                  {'active_arm_controller': 'crane_x7_arm_controller'})
+            time.sleep(0.5)
+            nodes.append(start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                                    params_file=ROOT / 'config' / 'torque_mode.yaml'))
+            client.wait_for(lambda: states and json.loads(states[-1][1].data)['state']
+                            != 'waiting', 60.0, 'the impedance node')
+            before = time.monotonic()
+            response = client.call(SetBool, '/plag_impedance/enable', SetBool.Request(data=True),
+                                   timeout=10.0, tries=3)
+            assert response.success, response.message
+
+            def modes() -> dict:
+                return json.loads(reports[-1][1].data)['modes']
+
+            client.wait_for(lambda: modes()[JOINTS[3]] == 'current', 5.0, 'current mode')
+            time.sleep(2.0)
+            report = json.loads(reports[-1][1].data)
+            assert report['fault'] == '' and report['counts']['rejected_commands'] == 0
+            assert json.loads(states[-1][1].data)['state'] == 'enabled'
+            response = client.call(SetBool, '/plag_impedance/enable',
+                                   SetBool.Request(data=False), timeout=10.0)
+            assert response.success, response.message
+            client.wait_for(lambda: modes()[JOINTS[3]] == 'position', 5.0, 'position mode')
+            time.sleep(0.5)
+            after = time.monotonic()
+            assert json.loads(reports[-1][1].data)['fault'] == ''
+            for node in reversed(nodes):
+                assert node.stop() == 0, node.tail()
+        record = bus.stop()
+        inside = (record['wall'] >= before) & (record['wall'] <= after)
+        q = record['q'][inside]
+        moved = np.abs(q - q[0]).max(axis=0)
+        print(f'largest move through enable and disable: {moved.max() * 1e3:.3f} mrad')
+        assert moved.max() < 0.002, moved
+        # current mode really ran: the servos made the law's (gravity) torque without
+        # a position error to make it from
+        assert np.abs(record['effort'][inside][:, 1]).max() > 0.3
+    finally:
+        for node in nodes:
+            if node.alive():
+                node.stop()
         if bus.process.poll() is None:
             bus.process.kill()

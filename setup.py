@@ -33,7 +33,7 @@ setup(
             'dynamics_node = plag_ros.ros.nodes:dynamics_main',
             'sim_node = plag_ros.ros.nodes:sim_main',
             'impedance_node = plag_ros.ros.nodes:impedance_main',
-            'plag_driver = plag_ros.ros.nodes:driver_main',
+            'driver_node = plag_ros.ros.nodes:driver_main',
         ],
     },
 )

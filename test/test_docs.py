@@ -35,6 +35,7 @@ PAGES = [REPO / 'README.md', *sorted((REPO / 'docs').rglob('*.md'))]
 PAGES = [p for p in PAGES if '_build' not in p.parts and 'generated' not in p.parts]
 LAUNCH_ARGUMENTS = {'sim.launch.py': node_setups.sim_arguments,
                     'crane_x7.launch.py': node_setups.robot_arguments,
+                    'torque.launch.py': node_setups.torque_arguments,
                     'replay.launch.py': node_setups.replay_arguments}
 
 

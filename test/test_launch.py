@@ -47,7 +47,7 @@ OWN_LAUNCH_FILES = [REPO / 'launch' / 'crane_x7.launch.py', REPO / 'launch' / 's
 RVIZ = REPO / 'config' / 'plag_ros.rviz'
 # Default node names (the name each node gives itself) by executable.
 NODE_NAMES = {'dynamics_node': 'plag_dynamics', 'sim_node': 'plag_sim',
-              'impedance_node': 'plag_impedance'}
+              'impedance_node': 'plag_impedance', 'driver_node': 'plag_driver'}
 RVIZ_TYPES = {
     'rviz_default_plugins/RobotModel': 'std_msgs/msg/String',
     'rviz_default_plugins/Effort': 'sensor_msgs/msg/JointState',

@@ -37,7 +37,8 @@ from plag_ros.ros.node_setups import NO_TF, replay_player, replay_tf
 LAUNCH = yaml.safe_load((REPO / 'test' / 'data' / 'launch_upstream.yaml').read_text())
 TABLES = {'sim.launch.py': node_setups.sim_arguments,
           'crane_x7.launch.py': node_setups.robot_arguments,
-          'replay.launch.py': node_setups.replay_arguments}
+          'replay.launch.py': node_setups.replay_arguments,
+          'torque.launch.py': node_setups.torque_arguments}
 # What the launch files' docstrings and the README promise a user: name -> default
 # (None: must be given).
 PROMISED_DEFAULTS = {
@@ -49,6 +50,7 @@ PROMISED_DEFAULTS = {
     'replay.launch.py': {'bag': None, 'rate': '1.0', 'loop': 'false', 'player': 'plag',
                          'rviz': 'false', 'control': 'false',
                          'robot_description_source': 'file', 'robot_state_publisher': 'auto'},
+    'torque.launch.py': {'port': '/dev/ttyUSB0', 'control': 'false', 'rviz': 'false'},
 }
 
 

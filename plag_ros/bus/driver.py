@@ -282,6 +282,11 @@ class BusDriver:
         self._port: Any = None
         self.log: Callable[[str], object] = lambda message: None
 
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`close` has not run."""
+        return self._port is not None
+
     def gravity_torque(self, positions: np.ndarray) -> np.ndarray:
         """(8,) gravity torque [N*m] of (8,) positions [rad], chain order."""
         return self._gravity(positions)
@@ -331,8 +336,24 @@ class BusDriver:
         baud = self.settings.baud_rate or self.config.baud_rate
         self._port = sdk.PortHandler(self.port_name)
         self._packets = sdk.PacketHandler(2.0)
-        if not (self._port.setBaudRate(baud) and self._port.openPort()):
-            raise BusError(f'cannot open {self.port_name} at {baud} bit/s')
+        try:
+            opened = self._port.setBaudRate(baud) and self._port.openPort()
+        except OSError as err:       # pyserial: no such device
+            opened, why = False, f': {err}'
+        else:
+            why = ''
+        if not opened:
+            self._port = None
+            raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
+        try:
+            return self._configure()
+        except BusError:
+            self._port.closePort()
+            self._port = None
+            raise
+
+    def _configure(self) -> Reading:
+        sdk = self._sdk
         for servo_id in self.ids:
             self._saved[servo_id] = {address: self._read(servo_id, address, size)
                                      for _, address, size in SAVED}

@@ -30,7 +30,8 @@ from plag_ros.ros.controller_file import CONTROLLER
 __all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'VIEW_INPUTS',
            'LaunchArgument', 'NodeSetup', 'ReplayTf', 'is_true', 'replay_arguments',
            'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
-           'running', 'sim_arguments', 'sim_setup', 'view_inputs_line']
+           'running', 'sim_arguments', 'sim_setup', 'torque_arguments', 'torque_setup',
+           'view_inputs_line']
 
 PACKAGE = 'plag_ros'
 PLAYERS = ('plag', 'ros2')
@@ -109,6 +110,19 @@ def replay_arguments() -> list[LaunchArgument]:
                        DESCRIPTION_SOURCES),
         LaunchArgument('robot_state_publisher', "/tf from the replayed joint states: 'auto' "
                        "(when installed), 'true' (required) or 'false'", 'auto', TF_MODES),
+    ]
+
+
+def torque_arguments() -> list[LaunchArgument]:
+    """The arguments of ``torque.launch.py``."""
+    return [
+        LaunchArgument('port', 'serial device of the servo bus (plag_driver replaces '
+                       'crane_x7_control on it)', '/dev/ttyUSB0'),
+        LaunchArgument('control', 'start the partial-impedance controller on the effort path '
+                       '(~/enable puts the arm in current mode)', 'false', boolean=True),
+        LaunchArgument('rviz', 'start rviz2 with the plag_ros displays (and '
+                       'robot_state_publisher with the bundled URDF for its /tf)', 'false',
+                       boolean=True),
     ]
 
 
@@ -240,6 +254,18 @@ def robot_setup(description_source: object = 'topic', controller_file: object = 
         _dynamics(description_source),
         NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml', impedance,
                   control_only=True),
+    ]
+
+
+def torque_setup(port: object = '/dev/ttyUSB0') -> list[NodeSetup]:
+    """Torque mode on the real CRANE-X7 (docs/concepts/torque-mode.md): our bus driver on
+    ``port`` in place of the robot's, the dynamics node on the bundled URDF (no
+    robot_description is published in this mode), the controller on the effort path with
+    ``control`` (config/torque_mode.yaml, ``switch.method: driver``)."""
+    return [
+        NodeSetup('driver_node', 'plag_driver', 'torque_mode.yaml', {'port': port}),
+        _dynamics('file'),
+        NodeSetup('impedance_node', 'plag_impedance', 'torque_mode.yaml', control_only=True),
     ]
 
 

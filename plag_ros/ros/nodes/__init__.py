@@ -94,7 +94,7 @@ def sim_main() -> None:
 
 
 def driver_main() -> None:
-    """Console script ``plag_driver``: the servo bus driver (torque mode)."""
+    """Console script ``driver_node``: the servo bus driver ``plag_driver`` (torque mode)."""
     _console('driver_node')
 
 

@@ -103,7 +103,6 @@ class DriverNode(Node):
         log = self.get_logger()
         if parameters is not None:
             log.info(parameters.summary())
-        reading = self.driver.open()
         self._names = list(joints)
         self._active = s.bus.active_arm_controller
         self._stop = threading.Event()
@@ -121,9 +120,6 @@ class DriverNode(Node):
         self.create_subscription(Float64MultiArray, EFFORT_TOPIC, self._on_effort, _RELIABLE)
         self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        if self._active == EFFORT_CONTROLLER:
-            self.driver.request_mode('current')
-        self._publish(reading)
         self._thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
         self._thread.start()
         kt = ', '.join(f'{k:.3g}' for k in self.driver.torque_constant)
@@ -132,7 +128,27 @@ class DriverNode(Node):
                  f'({s.bus.torque_constant}); Bus Watchdog {s.bus.watchdog_s:g} s')
 
     # ------------------------------------------------------------------ the bus thread
+    def _open(self) -> None:
+        """Open the bus, trying again every second until it answers (a USB adapter
+        plugged in late, the arm's power switched on after the node)."""
+        log, said = self.get_logger(), ''
+        while not self._stop.is_set():
+            try:
+                reading = self.driver.open()
+            except BusError as err:
+                if str(err) != said:
+                    said = str(err)
+                    log.error(f'{err}; trying again every second')
+                self._stop.wait(1.0)
+                continue
+            log.info(f'bus open: servos {self.driver.ids} hold their pose in position mode')
+            self._publish(reading)
+            if self._active == EFFORT_CONTROLLER:
+                self.driver.request_mode('current')
+            return
+
     def _loop(self) -> None:
+        self._open()
         period = 1.0 / self.settings.bus.rate_hz
         deadline = time.monotonic()
         while not self._stop.is_set():
@@ -238,8 +254,10 @@ class DriverNode(Node):
         if getattr(self, '_thread', None) is not None:
             self._thread.join(timeout=2.0)
         try:
-            self.driver.close()
-            self.get_logger().info('bus closed: every joint holds its pose in position mode')
+            if self.driver.is_open:
+                self.driver.close()
+                self.get_logger().info('bus closed: every joint holds its pose in position '
+                                       'mode')
         except BusError as err:
             self.get_logger().error(f'closing the bus: {err}; the Bus Watchdog stops the servos')
         super().destroy_node()
@@ -263,7 +281,7 @@ def _gravity_in_chain_order(model: RobotModel, joints: Sequence[str]):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Console script ``plag_driver`` (``plag-ros run --driver PORT`` starts it)."""
+    """Console script ``driver_node`` (launch/torque.launch.py starts it)."""
     from plag_ros.ros.nodes import spin_node
     spin_node(DriverNode, args)
 

@@ -1,0 +1,57 @@
+"""plag_ros torque mode on the real CRANE-X7: our bus driver in place of the robot's.
+
+Read docs/concepts/torque-mode.md (the safety checklist) first. Do not run the robot's own
+bring-up (``crane_x7_control``) beside this: both would own the servo bus. This file starts:
+
+* ``plag_driver`` (config/torque_mode.yaml) on ``port``: ``/joint_states`` like
+  crane_x7_control, position mode until the controller switches it to current mode;
+* ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml) on the bundled URDF;
+* ``plag_impedance`` (impedance_node, config/torque_mode.yaml: effort interface,
+  ``switch.method: driver``) when ``control:=true``; ``~/enable`` puts the arm joints in
+  current mode, a disable or a fault gives them back to position mode;
+* rviz2 (node ``plag_rviz``, config/plag_ros.rviz) and robot_state_publisher with the bundled
+  URDF on ``/joint_states`` (its ``/tf`` and ``robot_description``) when ``rviz:=true``.
+
+The plag_ros nodes are those of ``torque_setup()`` in plag_ros/ros/node_setups.py.
+
+Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=true]
+[rviz:=true]``. The arguments, their defaults and the values each accepts are
+``torque_arguments()`` of plag_ros/ros/node_setups.py.
+"""
+from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
+from launch.conditions import IfCondition
+from launch.substitutions import Command, LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.substitutions import FindPackageShare
+
+from plag_ros.ros.launch_actions import launch_argument, plag_node
+from plag_ros.ros.node_setups import PACKAGE, torque_arguments, torque_setup
+
+
+def generate_launch_description():
+    share = FindPackageShare(PACKAGE)
+    control = LaunchConfiguration('control')
+    rviz = LaunchConfiguration('rviz')
+    return LaunchDescription([
+        *(launch_argument(argument, share) for argument in torque_arguments()),
+        *(plag_node(setup, share, control)
+          for setup in torque_setup(LaunchConfiguration('port'))),
+        Node(
+            package='robot_state_publisher',
+            executable='robot_state_publisher',
+            name='robot_state_publisher',
+            parameters=[{'robot_description': ParameterValue(
+                Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
+                value_type=str)}],
+            output='screen',
+            condition=IfCondition(rviz),
+        ),
+        Node(
+            package='rviz2',
+            executable='rviz2',
+            name='plag_rviz',
+            arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
+            condition=IfCondition(rviz),
+        ),
+    ])

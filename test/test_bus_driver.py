@@ -94,6 +94,9 @@ def test_enable_and_disable_move_no_joint_more_than_2_mrad(bus):
     after = time.monotonic()
     assert driver.modes == ['position'] * 8 and not driver.fault
     assert driver.counts['mode_switches'] == 2
+    # Current Limit from the torque limits (stall torque over the datasheet constant)
+    assert [driver._read(i, 38, 2) for i in driver.ids] == driver.current_limit.tolist()
+    assert driver.current_limit.tolist() == [855, 1635] + [855] * 6
     window = driver.torque_off_s
     driver.close()
     stopped = time.monotonic()

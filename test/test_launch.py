@@ -39,7 +39,13 @@ from parameter_files import flatten
 from rcl_interfaces.srv import ListParameters
 from ros_helpers import REPO, RosClient, start_node
 
-from plag_ros.apps.bringup import SIM_CONTROL_DEMO, NodeSpec, robot_specs, sim_specs
+from plag_ros.apps.bringup import (
+    SIM_CONTROL_DEMO,
+    NodeSpec,
+    robot_specs,
+    sim_specs,
+    torque_specs,
+)
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file
 
 DOMAIN_ID = 13
@@ -172,6 +178,9 @@ def test_plag_ros_sim_and_run_start_what_the_launch_files_start():
         shipped = "PathJoinSubstitution([share, 'config', 'crane_x7_controllers.yaml'])"
         assert _launched(robot, control) == _spawned(
             robot_specs('topic', control, controller_file=shipped)), control
+        # plag-ros run --driver PORT: the port argument's default in the launch file
+        assert _launched(REPO / 'launch' / 'torque.launch.py', control) == _spawned(
+            torque_specs('/dev/ttyUSB0', control)), control
     # The simulator's model is waited for without a timeout, with and without ros2 launch.
     dynamics, = [s for s in sim_specs(False) if s.module == 'dynamics_node']
     assert dynamics.params['robot_description_timeout'] == 0.0

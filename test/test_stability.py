@@ -368,3 +368,27 @@ def test_monitor_trips_on_a_fast_swing_and_on_alternating_saturation():
     sign = np.where((np.arange(600) // 10) % 2 == 0, 1.0, -1.0)[:, None]   # 10 Hz square
     first = _feed(monitor, np.zeros((600, 1)), command=sign, saturated=np.ones((600, 1), bool))
     assert first is not None and first < 0.5
+
+
+def test_an_identified_armature_reaches_the_effort_paths_gain_check(model, tmp_path):
+    """The gain check of the effort path takes the motor table's low-end armature, or the
+    armature of an identified.yaml: gains refused on the table's figure pass with a heavier
+    identified rotor, through ImpedanceConfig.with_model_parameters."""
+    from plag_ros.core.dynamics.model_parameters import load_model_parameters
+
+    K, D = np.zeros(8), np.zeros(8)
+    K[3], D[3] = 8.0, 0.35                 # the elbow: margin about 1.3 on the table's 0.008
+    config = ImpedanceConfig(stiffness=K, damping=D, delay_periods=1.0)
+    loops = stability.joint_loops(model, 'effort', 200.0)
+    # the Schur complement: a diagonal armature a adds at least a to the effective inertia
+    assert loops[3].inertia >= stability.smallest_inertia(model)[3] + 0.008
+    assert stability.check_gains(loops, model.actuated_names, K, D, config.estimator)
+    act = model.actuated_names
+    path = tmp_path / 'identified.yaml'
+    path.write_text(yaml.safe_dump({'bodies': [], 'joints': [
+        {'joint': name, 'viscous': 0.0, 'coulomb': 0.0, 'armature': 0.05} for name in act]}))
+    parameters = load_model_parameters(path)
+    heavier = config.with_model_parameters(parameters, model)
+    assert np.allclose(heavier.armature, 0.05)
+    loops = stability.joint_loops(model, 'effort', 200.0, armature=heavier.armature)
+    assert not stability.check_gains(loops, act, K, D, config.estimator)

@@ -26,6 +26,11 @@ hosts the small ``plag_monitor`` node that prints the summary.
 in place of the simulator node: the arm is then reached as the real one is, through its
 servos, and a driver on the bus publishes the joint states.
 
+``plag-ros run --driver PORT`` is torque mode on the real arm (docs/concepts/torque-mode.md):
+our bus driver on PORT in place of the robot's, the dynamics node on the bundled URDF and,
+with ``--control``, the impedance node on the effort path, as ``launch/torque.launch.py``
+starts them (``torque_setup()``).
+
 Size (over ~600 lines): the two commands and their three set-ups share one bring-up, one
 monitor and one argument set; split, each part would import the others.
 """
@@ -49,11 +54,11 @@ import numpy as np
 
 from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.ros.domains import isolate
-from plag_ros.ros.node_setups import NodeSetup, robot_setup, running, sim_setup
+from plag_ros.ros.node_setups import NodeSetup, robot_setup, running, sim_setup, torque_setup
 
 __all__ = ['SIM_CONTROL_DEMO', 'NodeProcess', 'NodeSpec', 'Summary', 'config_path',
            'configure', 'configure_run', 'robot_specs', 'run', 'run_dynamics_only', 'run_sim',
-           'sim_specs', 'with_overlay']
+           'sim_specs', 'torque_specs', 'with_overlay']
 
 DYNAMICS = '/plag_dynamics'
 
@@ -567,8 +572,23 @@ def _run_dynamixel(args: argparse.Namespace) -> int:
     return _bring_up(specs, args, motion=False)
 
 
+def torque_specs(port: str, control: bool = False) -> list[NodeSpec]:
+    """The torque-mode nodes, as ``torque.launch.py port:=<port> control:=<control>``
+    starts them."""
+    return [NodeSpec.from_setup(s) for s in running(torque_setup(port), control)]
+
+
 def run_dynamics_only(args: argparse.Namespace) -> int:
-    """``plag-ros run``: the dynamics node joining a running robot's graph."""
+    """``plag-ros run``: the dynamics node joining a running robot's graph; with
+    ``--driver PORT``, the torque-mode nodes on the robot's bus."""
+    if args.driver:
+        return _bring_up(with_model(torque_specs(args.driver, args.control), args.model),
+                         args, motion=False)
+    if args.control:
+        print('plag-ros: run --control needs --driver PORT (torque mode); the position path '
+              "on the robot's own driver is `ros2 launch plag_ros crane_x7.launch.py "
+              'control:=true`', file=sys.stderr)
+        return 2
     return _bring_up(with_model(robot_specs(args.description_source), args.model), args,
                      motion=False)
 
@@ -653,6 +673,14 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--description-source', choices=('topic', 'file'),
                         default='topic', help='where the dynamics node takes the model from '
                         "(default: the robot's robot_description topic)")
+    parser.add_argument('--driver', default=None, metavar='PORT',
+                        help="torque mode: our bus driver plag_driver on the servo bus PORT "
+                             "(/dev/ttyUSB0) in place of the robot's driver, the dynamics node "
+                             'on the bundled URDF (docs/concepts/torque-mode.md)')
+    parser.add_argument('--control', action='store_true',
+                        help='with --driver, also start impedance_node on the effort path '
+                             '(config/torque_mode.yaml; ~/enable puts the arm in current '
+                             'mode)')
 
 
 def run(args: argparse.Namespace) -> int:

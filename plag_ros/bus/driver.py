@@ -503,9 +503,12 @@ class BusDriver:
         if self._expired:
             # the servos stopped (current mode: no torque) and refuse goals until 98 := 0
             expired, self._expired = self._expired, []
-            self._group_write(98, 1, dict.fromkeys(expired, 0))
-            self._group_write(98, 1, dict.fromkeys(expired, round(self.settings.watchdog_s
-                                                                  / WATCHDOG_UNIT)))
+            try:
+                self._group_write(98, 1, dict.fromkeys(expired, 0))
+                self._group_write(98, 1, dict.fromkeys(
+                    expired, round(self.settings.watchdog_s / WATCHDOG_UNIT)))
+            except BusError as err:
+                self.log(f'clearing the Bus Watchdog failed: {err}')
             self._fail(f'Bus Watchdog expired on IDs {expired}: the host was silent longer '
                        f'than {self.settings.watchdog_s:g} s', reading)
         elif self._alerts:
@@ -515,7 +518,10 @@ class BusDriver:
         if self._pending is not None:
             mode, self._pending = self._pending, None
             if not (mode == 'current' and self.fault):
-                self._switch(mode, reading)
+                try:
+                    self._switch(mode, reading)
+                except BusError as err:       # the port failed under the burst
+                    self._fail(f'mode switch to {mode} failed: {err}', reading)
         current = np.zeros(len(self.ids), dtype=np.int64)
         in_current = np.array([m == 'current' for m in self.modes])
         if in_current.any():

@@ -94,6 +94,10 @@ class ImpedanceConfig:
             :data:`SERVO_STIFFNESS_TOLERANCE` from the table is reported in
             :attr:`PartialImpedanceController.warnings`.
         max_position_step: largest position command change per cycle [rad], > 0.
+        armature: (n_act,) reflected rotor inertia [kg*m^2] >= 0 the gain check puts on each
+            joint's loop on the effort path; None takes the low end of the motor table's
+            range (:func:`plag_ros.core.dynamics.motors.armature`); an identified.yaml's
+            figures come in through :meth:`with_model_parameters`.
         effort_scale: fraction of the URDF effort limits allowed, in (0, 1].
         rate_hz: nominal joint_states / control rate [Hz].
         stale_periods: hold when no valid state for this many periods, > 1.
@@ -136,6 +140,7 @@ class ImpedanceConfig:
     command_interface: CommandInterface = 'effort'
     servo_stiffness: ArrayLike | None = None
     max_position_step: ArrayLike = 0.02
+    armature: ArrayLike | None = None
     effort_scale: float = 1.0
     rate_hz: float = 200.0
     stale_periods: float = 3.0
@@ -154,8 +159,8 @@ class ImpedanceConfig:
     oscillation_window_s: float = 0.8
 
     def __post_init__(self) -> None:
-        fields = _ARRAY_FIELDS + (('servo_stiffness',) if self.servo_stiffness is not None
-                                  else ())
+        fields = _ARRAY_FIELDS + tuple(name for name in ('servo_stiffness', 'armature')
+                                       if getattr(self, name) is not None)
         for name in fields:
             a = _frozen(getattr(self, name), name, (0, 1))
             object.__setattr__(self, name, a)
@@ -220,16 +225,23 @@ class ImpedanceConfig:
 
     def with_model_parameters(self, parameters: ModelParameters, model: RobotModel
                               ) -> ImpedanceConfig:
-        """This configuration with the identified ``K_s`` of ``parameters`` (where the file
-        has it) over the configured one: the position path's compensation ``tau / K_s``
-        needs the arm's own servo stiffness."""
-        if not parameters.servo_stiffness:
-            return self
+        """This configuration with the identified ``K_s`` and armature of ``parameters``
+        (where the file has them) over the configured ones: the position path's compensation
+        ``tau / K_s`` needs the arm's own servo stiffness, and the effort path's gain check
+        its own rotor inertia."""
         act = model.actuated_names
+        config = self
+        if parameters.armature:
+            default = (motors.armature(model, 'low') if self.armature is None else
+                       np.broadcast_to(np.asarray(self.armature, dtype=np.float64), (len(act),)))
+            config = dataclasses.replace(config, armature=parameters.per_joint(
+                'armature', act, default))
+        if not parameters.servo_stiffness:
+            return config
         configured = np.broadcast_to(np.asarray(
             self.servo_stiffness if self.servo_stiffness is not None
             else motors.servo_stiffness(act), dtype=np.float64), (len(act),))
-        return dataclasses.replace(self, servo_stiffness=parameters.per_joint(
+        return dataclasses.replace(config, servo_stiffness=parameters.per_joint(
             'servo_stiffness', act, configured))
 
 def propagation_mask(model: RobotModel, paths: Iterable[str | tuple[str, str]], *,

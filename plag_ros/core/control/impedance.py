@@ -321,7 +321,8 @@ class PartialImpedanceController:
             return []
         loops = stability.joint_loops(
             self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
-            delay_periods=config.delay_periods, engine=self.engine)
+            delay_periods=config.delay_periods, engine=self.engine,
+            armature=config.armature if config.command_interface == 'effort' else None)
         failing = stability.check_gains(loops, self.joint_names, K, D, config.estimator,
                                         only=monitored & ((K > 0) | (D > 0)))
         if not failing:

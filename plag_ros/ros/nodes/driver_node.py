@@ -110,6 +110,7 @@ class DriverNode(Node):
         self._state_at = 0.0
         self.rejected = 0
         self.publish_errors = 0
+        self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -151,8 +152,17 @@ class DriverNode(Node):
         self._open()
         period = 1.0 / self.settings.bus.rate_hz
         deadline = time.monotonic()
+        failures: set[str] = set()
         while not self._stop.is_set():
-            reading = self.driver.cycle()
+            try:
+                reading = self.driver.cycle()
+            except Exception as err:  # noqa: BLE001 - the bus thread must outlive any cycle
+                reading = None
+                self.cycle_errors += 1
+                if repr(err) not in failures:    # once per kind: no log flood at 200 Hz
+                    failures.add(repr(err))
+                    self.get_logger().error(f'bus cycle failed: {err!r} (counted; the next '
+                                            'cycle goes on, the Bus Watchdog covers a gap)')
             if reading is not None:
                 self._publish(reading)
             self._report()
@@ -185,7 +195,7 @@ class DriverNode(Node):
             self._pub_state.publish(String(data=json.dumps({
                 'modes': dict(zip(self._names, d.modes)), 'fault': d.fault,
                 'active_arm_controller': self._active, 'counts': d.counts,
-                'rejected': self.rejected})))
+                'rejected': self.rejected, 'cycle_errors': self.cycle_errors})))
         except Exception:  # noqa: BLE001 - as in _publish
             self.publish_errors += 1
 

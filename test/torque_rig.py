@@ -37,14 +37,20 @@ class EmulatedBus:
         self.link, self.fifo, self.npz = tmp / 'bus', tmp / 'faults', tmp / 'record.npz'
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get(
             'PYTHONPATH', ''))
-        self.process = subprocess.Popen(
-            [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus', '--link', str(self.link),
-             '--faults', str(self.fifo), '--record', str(self.npz)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        # stderr apart: a library's warning there (llvmlite's on Humble's Python) must not
+        # be taken for the bus's first line
+        self.stderr = tmp / 'bus.stderr'
+        with open(self.stderr, 'w') as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus', '--link', str(self.link),
+                 '--faults', str(self.fifo), '--record', str(self.npz)],
+                stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         line = self.process.stdout.readline()
         if 'Dynamixel bus on' not in line:
             self.process.kill()
-            raise RuntimeError(f'the bus did not start: {line!r}')
+            self.process.wait()
+            raise RuntimeError(f'the bus did not start: {line!r}; stderr: '
+                               f'{self.stderr.read_text()[-2000:]}')
         self._fault_fd = os.open(self.fifo, os.O_WRONLY)
 
     def fault(self, line: str) -> None:

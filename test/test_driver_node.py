@@ -120,10 +120,12 @@ def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_pat
                 return json.loads(reports[-1][1].data)['modes']
 
             client.wait_for(lambda: modes()[JOINTS[3]] == 'current', 5.0, 'current mode')
-            time.sleep(2.0)
+            # the gains ramp in over ramp_s (2 s), then the law holds the arm
+            client.wait_for(lambda: json.loads(states[-1][1].data)['state'] == 'enabled',
+                            20.0, 'the ramp')
+            time.sleep(1.0)
             report = json.loads(reports[-1][1].data)
             assert report['fault'] == '' and report['counts']['rejected_commands'] == 0
-            assert json.loads(states[-1][1].data)['state'] == 'enabled'
             response = client.call(SetBool, '/plag_impedance/enable',
                                    SetBool.Request(data=False), timeout=10.0)
             assert response.success, response.message

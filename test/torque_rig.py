@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from plag_ros.bus.arm import BusConfig
-from plag_ros.bus.driver import BusDriver, DriverSettings, Reading
+from plag_ros.bus.driver import BusDriver, DriverSettings, Reading, gravity_in_chain_order
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import ARM_JOINTS
-from plag_ros.ros.nodes.driver_node import _gravity_in_chain_order
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = BusConfig.load()
@@ -69,7 +68,7 @@ class EmulatedBus:
 def new_driver(port: Path, **settings) -> BusDriver:
     model = RobotModel.from_urdf(default_urdf_path())
     driver = BusDriver(CONFIG, DriverSettings(port=str(port), **settings),
-                       gravity=_gravity_in_chain_order(model, JOINTS), arm_joints=ARM_JOINTS)
+                       gravity=gravity_in_chain_order(model, JOINTS), arm_joints=ARM_JOINTS)
     driver.messages = []
     driver.log = driver.messages.append
     return driver

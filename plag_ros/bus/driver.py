@@ -45,7 +45,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -55,8 +55,12 @@ from plag_ros.core.common.options import option, options
 from plag_ros.core.control.settings import EFFORT_CONTROLLER
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD, Motor
 
+if TYPE_CHECKING:
+    from plag_ros.core.dynamics.model import RobotModel
+
 __all__ = ['DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES', 'READ_ITEMS', 'WRITE_ITEMS',
-           'BusDriver', 'BusError', 'DriverSettings', 'Reading', 'hardware_error_text']
+           'BusDriver', 'BusError', 'DriverSettings', 'Reading', 'gravity_in_chain_order',
+           'hardware_error_text']
 
 MODES = {'current': 0, 'position': 3}
 """Operating Mode (11) values the driver uses."""
@@ -278,6 +282,13 @@ class BusDriver:
         self._forward = _Command()
         self._trajectory: _Trajectory | None = None
         self._pending: str | None = None
+        # what the last read found wrong (set by _sync_read, acted on by cycle)
+        self._expired: list[int] = []
+        self._alerts: list[str] = []
+        self._torque_off: list[int] = []
+        # current mode's start: the gravity torque written at the switch, and when
+        self._start_effort = np.zeros(n)
+        self._entered_current = -math.inf
         self._saved: dict[int, dict[int, int]] = {}
         self._port: Any = None
         self.log: Callable[[str], object] = lambda message: None
@@ -311,17 +322,6 @@ class BusDriver:
                 return _signed(value, size)
         raise BusError(f'ID {servo_id} does not answer a read of {size} bytes at {address} '
                        f'({self._packets.getTxRxResult(result)})')
-
-    def _write(self, servo_id: int, address: int, size: int, value: int) -> None:
-        sdk = self._sdk
-        fn = {1: self._packets.write1ByteTxRx, 2: self._packets.write2ByteTxRx,
-              4: self._packets.write4ByteTxRx}[size]
-        for _ in range(3):
-            result, error = fn(self._port, servo_id, address, value & ((1 << 8 * size) - 1))
-            if result == sdk.COMM_SUCCESS and not error & 0x7F:
-                return
-        raise BusError(f'ID {servo_id} refuses {value} at {address} '
-                       f'({self._packets.getTxRxResult(result)}, error {error})')
 
     # ------------------------------------------------------------------ start and stop
     def open(self) -> Reading:
@@ -360,7 +360,6 @@ class BusDriver:
             self._saved[servo_id].update({
                 INDIRECT_ADDRESS_1 + 2 * k: self._read(servo_id, INDIRECT_ADDRESS_1 + 2 * k, 2)
                 for k in range(SLOTS)})
-            self._saved[servo_id][64] = self._read(servo_id, 64, 1)
         everyone = dict.fromkeys(self.ids, 0)
         self._group_write(64, 1, everyone)                       # EEPROM needs the torque off
         targets = [a + k for _, a, size in READ_ITEMS + WRITE_ITEMS for k in range(size)]
@@ -596,8 +595,9 @@ class BusDriver:
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._alerts = [f'ID {i}: {hardware_error_text(int(e))}'
                         for i, e in zip(self.ids, errors) if e]
+        # (open() reads with the torque still off: only a running bus is checked)
         self._torque_off = [i for i, on in zip(self.ids, torque) if not on] \
-            if self._port is not None and self.reading is not None else []
+            if self.reading is not None else []
         amps = current * CURRENT_UNIT
         return Reading(self.clock(), (counts - HOME_COUNT) * PULSE_RAD,
                        velocity * VELOCITY_UNIT, amps, amps * self.current_to_effort,
@@ -682,11 +682,31 @@ class BusDriver:
     def _clip(self, counts: np.ndarray) -> np.ndarray:
         return np.clip(counts, self.limits[:, 0], self.limits[:, 1])
 
-    _alerts: list[str] = []
-    _expired: list[int] = []
-    _torque_off: list[int] = []
-    _start_effort: np.ndarray = np.zeros(0)
-    _entered_current: float = -math.inf
+
+
+def gravity_in_chain_order(model: RobotModel, joints: Sequence[str]
+                           ) -> Callable[[np.ndarray], np.ndarray]:
+    """The ``gravity`` of :class:`BusDriver` for ``model``: (len(joints),) positions [rad]
+    in chain order -> gravity torque [N*m] of those joints, same order (the engine's,
+    through the model's actuation matrix, mimic joints included)."""
+    import torch
+
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.model import actuation_matrix
+
+    engine = PartialLagrangian(model, dtype=torch.float64)
+    G, offset = actuation_matrix(model)
+    act_names = model.actuated_names
+    index = np.array([act_names.index(j) for j in joints])
+
+    def gravity(q_chain: np.ndarray) -> np.ndarray:
+        q_act = np.zeros(len(act_names))
+        q_act[index] = q_chain
+        with torch.inference_mode():
+            g = engine.gravity_torque(G @ q_act + offset).cpu().numpy()
+        return (G.T @ g)[index]
+
+    return gravity
 
 
 def _signed(value: int, size: int) -> int:

@@ -33,7 +33,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -45,10 +44,16 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from plag_ros.bus.arm import CRANE_X7_BUS, BusConfig
-from plag_ros.bus.driver import EFFORT_CONTROLLER, BusDriver, BusError, DriverSettings, Reading
+from plag_ros.bus.driver import (
+    EFFORT_CONTROLLER,
+    BusDriver,
+    BusError,
+    DriverSettings,
+    Reading,
+    gravity_in_chain_order,
+)
 from plag_ros.core.common.options import build, group, inline, option, options
-from plag_ros.core.dynamics.engine import PartialLagrangian
-from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import ModelSettings, model_with_parameters
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 from plag_ros.ros import messages as msgs
@@ -97,7 +102,7 @@ class DriverNode(Node):
             calibration = [float(model.effort_calibration[model.joint_names.index(j)])
                            for j in joints]
         self.driver = BusDriver(config, s.bus, torque_calibration=calibration,
-                                gravity=_gravity_in_chain_order(model, joints),
+                                gravity=gravity_in_chain_order(model, joints),
                                 arm_joints=ARM_JOINTS)
         self.driver.log = self.get_logger().warning
         log = self.get_logger()
@@ -271,23 +276,6 @@ class DriverNode(Node):
         except BusError as err:
             self.get_logger().error(f'closing the bus: {err}; the Bus Watchdog stops the servos')
         super().destroy_node()
-
-
-def _gravity_in_chain_order(model: RobotModel, joints: Sequence[str]):
-    """positions (chain order) -> gravity torque (chain order) [N*m] of the model."""
-    engine = PartialLagrangian(model, dtype=torch.float64)
-    G, offset = actuation_matrix(model)
-    act_names = model.actuated_names
-    index = np.array([act_names.index(j) for j in joints])
-
-    def gravity(q_chain: np.ndarray) -> np.ndarray:
-        q_act = np.zeros(len(act_names))
-        q_act[index] = q_chain
-        with torch.inference_mode():
-            g = engine.gravity_torque(G @ q_act + offset).cpu().numpy()
-        return (G.T @ g)[index]
-
-    return gravity
 
 
 def main(args: list[str] | None = None) -> None:

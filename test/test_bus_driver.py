@@ -39,6 +39,18 @@ def wall_times(record: dict, closed_at: float | None = None) -> np.ndarray:
     return record['wall']
 
 
+def bent_in_current_mode(bus):
+    """A driver on ``bus`` holding the bent pose in current mode for 0.3 s with the gravity
+    torque of each reading; (driver, that gravity feed)."""
+    driver = new_driver(bus.link)
+    driver.open()
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    assert driver.request_mode('current')[0]
+    feed = gravity_feed(driver)
+    loop(driver, 0.3, feed)
+    return driver, feed
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match='watchdog_s'):
         DriverSettings(watchdog_s=0.03)
@@ -153,12 +165,7 @@ def test_sigkill_in_current_mode_stops_the_servos_within_the_watchdog(bus, tmp_p
 def test_failed_reads_are_counted_and_never_written_from(bus, fault, failed):
     """Replies of the tilt's servo dropped or corrupted: each failed read is counted, no
     write follows it; three in a row latch a fault and the arm holds in position mode."""
-    driver = new_driver(bus.link)
-    driver.open()
-    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
-    driver.request_mode('current')
-    feed = gravity_feed(driver)
-    loop(driver, 0.3, feed)
+    driver, feed = bent_in_current_mode(bus)
     writes, failures = driver.counts['writes'], driver.counts['failed_reads']
     bus.fault(f'{fault} 3 {failed}')
     results = []
@@ -181,13 +188,9 @@ def test_failed_reads_are_counted_and_never_written_from(bus, fault, failed):
 
 
 def test_an_overload_alert_latches_a_fault_and_holds(bus):
-    driver = new_driver(bus.link)
-    driver.open()
-    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
-    driver.request_mode('current')
-    loop(driver, 0.3, gravity_feed(driver))
+    driver, feed = bent_in_current_mode(bus)
     bus.fault('hardware 5 32')
-    loop(driver, 0.2, gravity_feed(driver))
+    loop(driver, 0.2, feed)
     assert driver.fault == 'hardware error: ID 5: overload'
     assert driver.modes == ['position'] * 8
     assert driver.counts['faults'] == 1
@@ -203,11 +206,7 @@ def test_a_stalled_host_is_caught_by_the_watchdog_and_held(bus):
     """The driver's loop stalls for 0.3 s in current mode: the servos' Bus Watchdog stops
     them (no torque); the next cycle sees it, latches the fault, clears the watchdog and
     catches the arm in position mode."""
-    driver = new_driver(bus.link)
-    driver.open()
-    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
-    driver.request_mode('current')
-    loop(driver, 0.3, gravity_feed(driver))
+    driver, feed = bent_in_current_mode(bus)
     time.sleep(0.3)
     driver.cycle()
     assert driver.fault.startswith('Bus Watchdog expired on IDs [2, 3, 4, 5, 6, 7, 8, 9]')
@@ -226,12 +225,7 @@ def test_a_bad_effort_command_ends_in_a_position_hold(bus, bad):
     """NaN, an effort beyond the torque limit, or no command for stale_s: the fault is
     latched, the arm holds its pose in position mode (2 mrad), nothing is commanded from
     the bad value."""
-    driver = new_driver(bus.link)
-    driver.open()
-    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
-    driver.request_mode('current')
-    feed = gravity_feed(driver)
-    loop(driver, 0.3, feed)
+    driver, feed = bent_in_current_mode(bus)
     before = driver.reading.position.copy()
     effort = driver.gravity_torque(driver.reading.position)[:7]
     if bad == 'nan':

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ['MOVING_JOINT_TYPES', 'ModelChanges', 'RobotModel', 'actuation_matrix',
-           'default_urdf_path', 'without_xml_declaration']
+           'broken_triangle', 'default_urdf_path', 'without_xml_declaration']
 
 _log = logging.getLogger(__name__)
 
@@ -145,6 +145,23 @@ def _check_inertia(mass: float, inertia: np.ndarray, what: str) -> None:
     eig = np.linalg.eigvalsh(inertia)
     if not eig[0] > 0.0:
         raise ValueError(f'{what}: inertia is not positive definite (eigenvalues {eig})')
+
+
+def broken_triangle(inertia: np.ndarray) -> str | None:
+    """The first triangle inequality a (3, 3) inertia about the COM breaks, as text, or None.
+
+    The diagonal in the given axes is checked first (the figures a URDF shows), then the
+    principal moments (an inertia can pass in its own axes and fail in the principal ones
+    only through large products of inertia)."""
+    inertia = np.asarray(inertia, dtype=np.float64)
+    for values, names in ((np.diag(inertia), [f'i{a}' for a in ('xx', 'yy', 'zz')]),
+                          (np.linalg.eigvalsh(inertia), ['I_1', 'I_2', 'I_3'])):
+        for k in range(3):
+            i, j = (k + 1) % 3, (k + 2) % 3
+            if values[k] > values[i] + values[j]:
+                return (f'{names[k]} <= {names[i]} + {names[j]} ({values[k]:.6g} > '
+                        f'{values[i]:.6g} + {values[j]:.6g} = {values[i] + values[j]:.6g})')
+    return None
 
 
 def _combine(m1: float, c1: np.ndarray, I1: np.ndarray,
@@ -410,6 +427,11 @@ class RobotModel:
             if mass == 0.0 and not I_com.any():
                 continue
             _check_inertia(mass, I_com, f'link {link_name!r}')
+            inequality = broken_triangle(I_com)
+            if inequality is not None:      # loads (the torque is linear in it), named
+                _log.warning('URDF link %r: its inertia breaks the triangle inequality %s; '
+                             'no real body has it (plag-ros identify starts from the '
+                             'nearest consistent one)', link_name, inequality)
             T = T_joint_link @ T_link_com
             R = T[:3, :3]
             com, inertia = T[:3, 3], R @ I_com @ R.T

@@ -74,6 +74,7 @@ __all__ = [
     'StateEstimate',
     'StreamingSOS',
     'design_lowpass',
+    'lowpass_offline',
     'estimate_offline',
     'grid_nodes',
     'lagrange_derivative_weights',
@@ -837,6 +838,39 @@ def estimate_offline(t_ns: ArrayLike, q: ArrayLike, config: EstimatorConfig | No
     return OfflineEstimate(out_q, out_qd, out_qdd)
 
 
+def lowpass_offline(t_ns: ArrayLike, x: ArrayLike, config: EstimatorConfig | None = None
+                    ) -> np.ndarray:
+    """(N, k) ``x`` low-passed exactly as :func:`estimate_offline` low-passes the positions.
+
+    The same Butterworth sections forward and backward, the same padding, the same
+    segments between stamp gaps (a segment under five samples is NaN, as its states are).
+    For a signal compared sample by sample with the estimated states, such as a measured
+    torque against the model's torque at those states: both then carry the same
+    filtering, and the filter's attenuation of fast content is not read as a model error.
+    A NaN column stays NaN (a joint without a measurement) without touching the others.
+
+    Args:
+        t_ns: (N,) integer stamps [ns], strictly increasing; x: (N, k) [any unit].
+        config: the estimator's settings (default ``EstimatorConfig()``).
+    """
+    config = EstimatorConfig() if config is None else config
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(t_ns):
+        raise ValueError(f'x must be (N, k) with N = len(t_ns) = {len(t_ns)}, got {x.shape}')
+    sos = design_lowpass(config)
+    out = np.full_like(x, np.nan)
+    step = np.diff(t_ns)
+    cuts = np.flatnonzero(step > config.gap_periods * 1e9 / config.rate_hz) + 1
+    finite = np.isfinite(x).all(axis=0)
+    for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(t_ns)]):
+        if stop - start < STENCIL:
+            continue
+        out[start:stop, finite] = signal.sosfiltfilt(sos, x[start:stop, finite], axis=0,
+                                                     padlen=_padding(sos, stop - start))
+    return out
+
+
 def _offline_array(name: str, x: ArrayLike, n_samples: int) -> np.ndarray:
     """Check an (N, n) float array for the offline path; ValueError says what and where."""
     try:
@@ -881,9 +915,8 @@ def _offline_segment(t_ns: np.ndarray, q: np.ndarray, sos: np.ndarray,
         qd_in = d5(grid_nodes(t_ns) if grid else t, q)
     else:
         qd_in = qd_measured
-    padlen = min(n_samples - 1, max(3 * (2 * len(sos) + 1), 2 * settling_samples(sos)))
     y = signal.sosfiltfilt(sos, np.concatenate([q, qd_in, t[:, None]], axis=1), axis=0,
-                           padlen=padlen)
+                           padlen=_padding(sos, n_samples))
     q_f, qd_f, t_f = y[:, :n], y[:, n:2 * n], y[:, 2 * n]
     # 3. The filtered values sit at the filtered stamps t_f (a smoothed grid, not the
     # jittered one): differentiate there, then move q and qd back onto the stamps.
@@ -892,6 +925,11 @@ def _offline_segment(t_ns: np.ndarray, q: np.ndarray, sos: np.ndarray,
     qdd = d5(t_f, qd_f)
     shift = (t - t_f)[:, None]
     return q_f + qd_f * shift, qd_f + qdd * shift, qdd
+
+
+def _padding(sos: np.ndarray, n_samples: int) -> int:
+    """Odd-extension length of the zero-phase filter on a segment of ``n_samples``."""
+    return min(n_samples - 1, max(3 * (2 * len(sos) + 1), 2 * settling_samples(sos)))
 
 
 def settling_samples(sos: np.ndarray, e_folds: float = 5.0) -> int:

@@ -7,19 +7,31 @@ The torque at the actuated joints is linear in every parameter fitted here::
 with ``Y`` the joint-torque regressor (:mod:`plag_ros.core.dynamics.regressor`), ``pi`` the bodies'
 ten inertial parameters, ``G^T`` folding each mimic joint's torque onto the joint it
 follows, and per actuated joint viscous friction ``F_v``, Coulomb friction ``F_c`` and
-armature (reflected rotor inertia) ``I_a``. Inside a joint's rest band its Coulomb torque
+armature (reflected rotor inertia) ``I_a``; and, where asked for (:class:`MeasurementTerms`),
+per joint a constant offset ``c`` (a torque sensor's or current sensor's bias), a Stribeck
+term ``F_s sign(qd) exp(-(qd/v_s)^2)`` (friction that is higher near rest; Armstrong-Helouvry,
+Dupont and Canudas de Wit, "A survey of models, analysis tools and compensation methods
+for the control of machines with friction", Automatica 30(7), 1994,
+doi:10.1016/0005-1098(94)90209-7) and a load-dependent term ``k_l sign(qd) |tau_load|``
+(gear friction that grows with the torque the gear carries; Duclusaud, Passault, Padois
+and Ly, "Extended Friction Models for the Physics Simulation of Servo Actuators",
+arXiv:2410.08650, 2024, model M3), with ``tau_load`` the nominal model's rigid-body torque
+at the sample (fixed, so the term stays linear). Inside a joint's rest band its Coulomb torque
 is the unknown stick reaction, not ``F_c sign`` of the encoder's flicker
 (:mod:`plag_ros.core.estimation.friction`): those (sample, joint) rows are left out of the fit.
 
 The fit is a maximum a posteriori estimate with the model's own figures as the prior: a
 parameter the data do not excite stays at its nominal value, and the data pull the rest.
-Every body stays physically consistent by construction: its parameters are those of the
-pseudo-inertia ``J = U U^T`` with ``U`` upper triangular with a positive diagonal (the
-log-Cholesky parameters of Rucker and Wensing, "Smooth Parameterization of Rigid-Body
-Inertia", IEEE RA-L 7(2), 2022, doi:10.1109/LRA.2022.3144517), which holds exactly the
-mass distributions a real body can have (positive mass, inertia satisfying the triangle
-inequalities). Friction and armature are bounded below by zero. The solver is scipy's
-``least_squares`` (trust region reflective); nothing here is an optimizer of its own.
+A body of the model that no real body can be (:mod:`plag_ros.core.dynamics.consistency`)
+is replaced, as the prior's mean, by the nearest consistent one, and named in the result.
+Every body stays physically consistent: its pseudo-inertia is constrained to be
+positive semi-definite, which holds exactly the mass distributions a real body can have
+(positive mass, inertia satisfying the triangle inequalities), and friction is bounded
+below by zero. With those linear matrix inequalities the fit is a convex problem: one
+minimum, whatever the start, solved by :func:`_consistent_map` (ADMM; the numbers of the
+Kinova Gen3 recordings showed why: a smooth but non-convex parameterisation of the same
+constraint, solved by a general least-squares solver, stopped at different points for
+different terms and priors).
 """
 from __future__ import annotations
 
@@ -27,19 +39,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
+from plag_ros.core.dynamics.consistency import (
+    nearest_consistent,
+    physically_consistent,
+    pseudo_inertia,
+)
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix
 from plag_ros.core.dynamics.regressor import (
-    inertia_about_origin,
     inertial_parameters,
     joint_torque_regressor,
 )
+from plag_ros.core.identification.consistent_map import consistent_map
 
-__all__ = ['EFFORT_SCALE_PRIOR', 'HELD', 'EffortScaleFit', 'Identified', 'IdentificationPrior',
-           'ServoFit', 'actuated_regressor', 'identify', 'identify_effort_scale',
-           'identify_servo', 'joint_friction', 'parameter_rows', 'physically_consistent',
-           'predict', 'pseudo_inertia']
+__all__ = ['EFFORT_SCALE_PRIOR', 'HELD', 'JOINT_TERMS', 'EffortScaleFit', 'Identified',
+           'IdentificationPrior', 'MeasurementTerms', 'ServoFit', 'actuated_regressor',
+           'identify', 'identify_effort_scale', 'identify_servo', 'joint_friction',
+           'parameter_rows', 'physically_consistent', 'predict', 'pseudo_inertia']
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,8 @@ class IdentificationPrior:
             about the body frame origin (of its largest entry).
         viscous [N*m*s/rad], coulomb [N*m], armature [kg*m^2]: per actuated joint, around
             the URDF's damping and friction and zero armature.
+        offset [N*m], stribeck [N*m], load_friction [1]: the optional terms of
+            :class:`MeasurementTerms`, around zero.
     """
 
     mass: float = 0.3
@@ -60,6 +78,44 @@ class IdentificationPrior:
     viscous: float = 0.5
     coulomb: float = 0.3
     armature: float = 0.01
+    offset: float = 1.0
+    stribeck: float = 0.3
+    load_friction: float = 0.05
+
+
+JOINT_TERMS = ('viscous', 'coulomb', 'armature', 'offset', 'stribeck', 'load_friction')
+"""Per actuated joint terms, in the order of their columns (:func:`parameter_rows`); the
+first three are always fitted, the rest where :class:`MeasurementTerms` asks."""
+
+
+@dataclass(frozen=True)
+class MeasurementTerms:
+    """Which optional per-joint terms the measured torque is fitted with (module docstring).
+
+    Attributes:
+        offset: a constant torque per joint [N*m]. A recording that moves a joint one way
+            only cannot tell it from Coulomb friction (both are constant there): the result
+            says so through their standard errors.
+        stribeck_velocity: v_s [rad/s] of the Stribeck term; 0 leaves it out.
+        load_friction: the load-dependent friction term.
+    """
+
+    offset: bool = False
+    stribeck_velocity: float = 0.0
+    load_friction: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.stribeck_velocity >= 0.0 and np.isfinite(self.stribeck_velocity)):
+            raise ValueError(f'stribeck_velocity must be >= 0 [rad/s], got '
+                             f'{self.stribeck_velocity}')
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The per-joint terms fitted, in column order (a prefix-free pick of
+        :data:`JOINT_TERMS`)."""
+        wanted = (True, True, True, self.offset, self.stribeck_velocity > 0.0,
+                  self.load_friction)
+        return tuple(name for name, on in zip(JOINT_TERMS, wanted) if on)
 
 
 @dataclass(frozen=True)
@@ -80,6 +136,13 @@ class Identified:
             10 B + 3 m); the rest stays at the prior.
         rows: (sample, joint) rows fitted (moving joints only); noise_std: the fitted
             residual's RMS [N*m].
+        offset, stribeck, load_friction (and ``*_std``): (m,) the optional terms, zero
+            (and not excited) where :attr:`terms` leaves them out.
+        terms: the terms fitted; repaired: names of the bodies whose nominal inertia no
+            real body has, replaced in the prior by the nearest consistent one.
+        correlation_samples: the residual's integrated autocorrelation time [samples]:
+            the fit counts ``rows / correlation_samples`` independent rows (1 when the
+            noise level was given).
     """
 
     inertial: np.ndarray
@@ -95,79 +158,29 @@ class Identified:
     rank: int
     rows: int
     noise_std: float
+    offset: np.ndarray | None = None
+    stribeck: np.ndarray | None = None
+    load_friction: np.ndarray | None = None
+    offset_std: np.ndarray | None = None
+    stribeck_std: np.ndarray | None = None
+    load_friction_std: np.ndarray | None = None
+    terms: MeasurementTerms = MeasurementTerms()
+    repaired: tuple[str, ...] = ()
+    correlation_samples: float = 1.0
+
+    def joint_values(self) -> dict[str, np.ndarray]:
+        """Term name -> (m,) value, for every fitted per-joint term."""
+        return {name: getattr(self, name) for name in self.terms.names}
 
     def predict(self, model: RobotModel, q, qd, qdd) -> np.ndarray:
         """(N, m) actuated torque of these figures on ``model`` (the one identified)."""
-        return predict(model, q, qd, qdd, inertial=self.inertial, viscous=self.viscous,
-                       coulomb=self.coulomb, armature=self.armature)
+        return predict(model, q, qd, qdd, inertial=self.inertial, terms=self.terms,
+                       **self.joint_values())
 
 
 HELD = IdentificationPrior(mass=1e-9, com=1e-9, inertia=1e-9, viscous=1e-9, coulomb=1e-9,
                            armature=1e-9)
 """A prior that holds what it applies to at its nominal figures (a known body)."""
-
-
-def pseudo_inertia(pi: np.ndarray) -> np.ndarray:
-    """(..., 10) parameters -> (..., 4, 4) pseudo-inertia ``[[Sigma, h], [h^T, m]]`` with
-    ``Sigma = tr(I)/2 E - I`` (the body's second moment of mass about its frame origin)."""
-    pi = np.asarray(pi, dtype=np.float64)
-    m, h = pi[..., 0], pi[..., 1:4]
-    inertia = inertia_about_origin(pi)
-    sigma = 0.5 * np.trace(inertia, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) - inertia
-    J = np.zeros(pi.shape[:-1] + (4, 4))
-    J[..., :3, :3] = sigma
-    J[..., :3, 3] = h
-    J[..., 3, :3] = h
-    J[..., 3, 3] = m
-    return J
-
-
-def physically_consistent(pi: np.ndarray, tol: float = 0.0) -> np.ndarray:
-    """(...,) whether each body's pseudo-inertia is positive definite (smallest eigenvalue
-    above ``tol``): positive mass and an inertia a real mass distribution can have."""
-    return np.linalg.eigvalsh(pseudo_inertia(pi))[..., 0] > tol
-
-
-def _from_pseudo_inertia(J: np.ndarray) -> np.ndarray:
-    m, h, sigma = J[..., 3, 3], J[..., :3, 3], J[..., :3, :3]
-    i = np.trace(sigma, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) - sigma
-    return np.stack([m, h[..., 0], h[..., 1], h[..., 2], i[..., 0, 0], i[..., 0, 1],
-                     i[..., 1, 1], i[..., 0, 2], i[..., 1, 2], i[..., 2, 2]], -1)
-
-
-_UPPER = np.triu_indices(4)
-_DIAG = np.array([k for k, (i, j) in enumerate(zip(*_UPPER)) if i == j])
-
-
-def _to_cholesky(pi: np.ndarray) -> np.ndarray:
-    """(B, 10) consistent parameters -> (B, 10) log-Cholesky coordinates (the upper
-    factor's entries, its diagonal as logarithms)."""
-    J = pseudo_inertia(pi)
-    flip = J[:, ::-1, ::-1]
-    U = np.linalg.cholesky(flip)[:, ::-1, ::-1]        # J = U U^T, U upper triangular
-    theta = U[:, _UPPER[0], _UPPER[1]]
-    theta[:, _DIAG] = np.log(theta[:, _DIAG])
-    return theta
-
-
-def _from_cholesky(theta: np.ndarray) -> np.ndarray:
-    values = theta.copy()
-    values[:, _DIAG] = np.exp(values[:, _DIAG])
-    U = np.zeros((len(theta), 4, 4), dtype=theta.dtype)
-    U[:, _UPPER[0], _UPPER[1]] = values
-    return _from_pseudo_inertia(U @ np.swapaxes(U, -1, -2))
-
-
-def _cholesky_jacobian(theta: np.ndarray) -> np.ndarray:
-    """(B, 10, 10) d parameters / d log-Cholesky coordinates, per body, by the complex
-    step (exact to rounding: the map is analytic)."""
-    step = 1e-30
-    out = np.empty(theta.shape + (10,))
-    for k in range(10):
-        shifted = theta.astype(np.complex128)
-        shifted[:, k] += 1j * step
-        out[:, :, k] = _from_cholesky(shifted).imag / step
-    return out
 
 
 def actuated_regressor(model: RobotModel, q: np.ndarray, qd: np.ndarray,
@@ -187,18 +200,26 @@ def joint_friction(model: RobotModel) -> tuple[np.ndarray, np.ndarray]:
 
 
 def predict(model: RobotModel, q, qd, qdd, *, inertial: np.ndarray | None = None,
-            viscous=None, coulomb=None, armature=None) -> np.ndarray:
-    """(N, m) actuated torque of a parameter set (defaults: the model's, zero armature):
-    the rows :func:`identify` fits, times the parameters."""
-    act = model.actuated
+            terms: MeasurementTerms = MeasurementTerms(), **joint: np.ndarray | None
+            ) -> np.ndarray:
+    """(N, m) actuated torque of a parameter set: the rows :func:`identify` fits, times the
+    parameters. ``joint``: a (m,) value per term of ``terms.names`` (defaults: the model's
+    friction, zero for the rest)."""
     inertial = inertial_parameters(model) if inertial is None else inertial
-    generalized = joint_friction(model)
-    viscous = generalized[0] if viscous is None else viscous
-    coulomb = generalized[1] if coulomb is None else coulomb
-    armature = np.zeros(int(act.sum())) if armature is None else armature
     q, qd, qdd = (np.atleast_2d(x) for x in (q, qd, qdd))
-    return parameter_rows(model, q, qd, qdd) @ np.concatenate(
-        [np.ravel(inertial), viscous, coulomb, armature])
+    nominal = _nominal_joint_values(model, terms)
+    values = [nominal[name] if joint.get(name) is None else np.asarray(joint[name])
+              for name in terms.names]
+    return parameter_rows(model, q, qd, qdd, terms) @ np.concatenate(
+        [np.ravel(inertial), *values])
+
+
+def _nominal_joint_values(model: RobotModel, terms: MeasurementTerms) -> dict[str, np.ndarray]:
+    """The prior's mean of each per-joint term: the URDF's friction, zero for the rest."""
+    m_act = int(model.actuated.sum())
+    viscous, coulomb = joint_friction(model)
+    return {name: (viscous if name == 'viscous' else coulomb if name == 'coulomb'
+                   else np.zeros(m_act)) for name in terms.names}
 
 
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
@@ -206,13 +227,15 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
              prior: IdentificationPrior = IdentificationPrior(),
              noise_std: float | None = None,
              body_priors: Mapping[int, IdentificationPrior] | None = None,
-             hold_joints: bool = False) -> Identified:
+             hold_joints: bool = False,
+             terms: MeasurementTerms = MeasurementTerms()) -> Identified:
     """Fit the model's parameters to measured actuated-joint torques.
 
     Args:
         model: the nominal robot (its figures are the prior's mean).
         q, qd, qdd: (N, n) every joint, mimic joints filled [rad, rad/s, rad/s^2].
-        torque: (N, m) measured torque of the actuated joints [N*m].
+        torque: (N, m) measured torque of the actuated joints [N*m]; NaN where a
+            channel is not to be fitted (those rows are left out).
         rest_band: (n,) or scalar velocity band [rad/s]: a joint inside it is at rest and
             its row is not fitted (its friction is the unknown stick reaction).
         prior: the prior's spreads.
@@ -220,25 +243,29 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
             from a first fit's residual.
         body_priors: body index -> its own spreads (:data:`HELD` holds a body at its
             figures: the arm while a payload is fitted; a broad one frees a payload).
-        hold_joints: hold friction and armature at the model's figures.
+        hold_joints: hold the per-joint terms (friction, armature, ...) at their prior.
+        terms: the optional per-joint terms to fit (:class:`MeasurementTerms`).
 
     Returns:
         :class:`Identified`.
     """
     q, qd, qdd, torque = (np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, torque))
+    model, repaired = nearest_consistent(model)
+    names = terms.names
     act = np.flatnonzero(model.actuated)
     m_act, B = len(act), model.n_bodies
     if torque.shape != (len(q), m_act):
         raise ValueError(f'torque must be (N, {m_act}) for the actuated joints, got '
                          f'{torque.shape}')
     band = np.broadcast_to(np.asarray(rest_band, dtype=np.float64), (model.n_joints,))[act]
-    moving = np.abs(qd[:, act]) > band                    # (N, m) rows fitted
+    # (N, m) rows fitted: joints that move, channels that measured something
+    moving = (np.abs(qd[:, act]) > band) & np.isfinite(torque)
     # ||Phi x - target||^2 = ||R x - c||^2 + rest: the fit sees (p, p) instead of
     # (rows, p), exactly; built block by block, so ten minutes at 200 Hz stay small
     R, c, rest, rows = None, None, 0.0, 0
     for start in range(0, len(q), BLOCK):
         block = slice(start, start + BLOCK)
-        Phi = parameter_rows(model, q[block], qd[block], qdd[block])[moving[block]]
+        Phi = parameter_rows(model, q[block], qd[block], qdd[block], terms)[moving[block]]
         target = torque[block][moving[block]]
         if R is not None:
             Phi = np.concatenate([R, Phi])
@@ -246,98 +273,111 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         R, c, more = _compressed(Phi, target)
         rest += more
         rows += int(moving[block].sum())
-    if R is None or rows == 0:
+    if R is None or c is None or rows == 0:
         raise ValueError('nothing to fit: no joint moves outside its rest band')
     pi0 = inertial_parameters(model)
-    joint0 = np.concatenate([*joint_friction(model), np.zeros(m_act)])
+    joint0 = np.concatenate(list(_nominal_joint_values(model, terms).values()))
     spreads = np.stack([_inertial_spread(pi0[b:b + 1], (body_priors or {}).get(b, prior))[0]
                         for b in range(B)])
     held = HELD if hold_joints else prior
     scale = np.concatenate([spreads.ravel(),
-                            np.repeat([held.viscous, held.coulomb, held.armature], m_act)])
-    theta0 = np.concatenate([_to_cholesky(pi0).ravel(), joint0])
-
-    def parameters(theta: np.ndarray) -> np.ndarray:
-        return np.concatenate([_from_cholesky(theta[:10 * B].reshape(B, 10)).ravel(),
-                               theta[10 * B:]])
-
+                            np.repeat([getattr(held, name) for name in names], m_act)])
     x0 = np.concatenate([pi0.ravel(), joint0])
 
     def rss(x: np.ndarray) -> float:
         return float(np.sum((R @ x - c) ** 2) + rest)
 
-    lower = np.concatenate([np.full(10 * B, -np.inf), np.zeros(3 * m_act)])
-    # the Cholesky factor's log-diagonal has a weak prior of its own: without it the fit
-    # may flatten a body towards a degenerate mass distribution (a plane, a line), whose
-    # pseudo-inertia is singular, for a vanishing gain in the parameters
-    diagonal = (10 * np.arange(B)[:, None] + _DIAG).ravel()
-
-    def solve(sigma: float, start: np.ndarray) -> np.ndarray:
-        def residual(theta: np.ndarray) -> np.ndarray:
-            x = parameters(theta)
-            return np.concatenate([(R @ x - c) / sigma, (x - x0) / scale,
-                                   (theta[diagonal] - theta0[diagonal]) / LOG_SPREAD])
-
-        def jacobian(theta: np.ndarray) -> np.ndarray:
-            D = np.eye(len(theta))              # dx / dtheta: a 10x10 block per body
-            blocks = _cholesky_jacobian(theta[:10 * B].reshape(B, 10))
-            for b in range(B):
-                D[10 * b:10 * b + 10, 10 * b:10 * b + 10] = blocks[b]
-            return np.concatenate([R @ D / sigma, D / scale[:, None],
-                                   np.eye(len(theta))[diagonal] / LOG_SPREAD])
-
-        return least_squares(residual, np.maximum(start, lower), jac=jacobian,
-                             bounds=(lower, np.inf), method='dogbox', x_scale='jac',
-                             max_nfev=1000).x
-
-    sigma = noise_std if noise_std is not None else 1.0
-    theta = solve(sigma, theta0)
-    if noise_std is None:           # the data's own noise level, then the final fit
-        sigma = max(float(np.sqrt(rss(parameters(theta)) / rows)), 1e-6)
-        theta = solve(sigma, theta)     # from the first fit: it is near
-    x = parameters(theta)
-    # posterior covariance of the linear parameters, linearised at the estimate
+    # every per-joint term opposes motion (>= 0) but the offset, which has either sign
+    lower = np.concatenate([np.full(m_act, -np.inf if name == 'offset' else 0.0)
+                            for name in names])
+    correlation = 1.0
+    if noise_std is None:
+        # the data's own noise level, from the fit without the constraints (a linear
+        # solve, where the constrained one is a long iteration at this weight), counted
+        # in independent samples: the residual of a filtered torque against a model that
+        # lacks slow effects is far from white, and N correlated rows hold N / tau
+        x = np.linalg.solve(R.T @ R + np.diag(scale ** -2.0), R.T @ c + x0 / scale ** 2)
+        for _ in range(2):      # then once more from the constrained fit's residual
+            correlation = _correlation_samples(model, q, qd, qdd, torque, moving, terms, x)
+            sigma = max(float(np.sqrt(rss(x) / rows * correlation)), 1e-6)
+            x = consistent_map(R, c, x0, scale, lower, B, sigma)
+    else:
+        sigma = noise_std
+        x = consistent_map(R, c, x0, scale, lower, B, sigma)
+    # posterior covariance of the linear parameters (the constraints left aside)
     std = np.sqrt(np.diag(np.linalg.pinv(R.T @ R / sigma ** 2 + np.diag(scale ** -2.0))))
     excited = std < 0.5 * scale
     singular = np.linalg.svd(R / np.maximum(np.linalg.norm(R, axis=0), 1e-300),
                              compute_uv=False)          # R's columns have Phi's norms
     rank = int((singular > 1e-10 * singular[0]).sum())
-    split = [10 * B, 10 * B + m_act, 10 * B + 2 * m_act]
+    split = 10 * B + m_act * np.arange(len(names))
 
-    def parts(v: np.ndarray) -> list[np.ndarray]:
-        a, b, c, d = np.split(v, split)
-        return [a.reshape(B, 10), b, c, d]
+    def parts(v: np.ndarray, empty) -> dict[str, np.ndarray]:
+        inertial, *joint = np.split(v, split)
+        out = {name: np.full(m_act, empty) for name in JOINT_TERMS}
+        return {'inertial': inertial.reshape(B, 10), **out, **dict(zip(names, joint))}
 
-    values, stds, flags = parts(x), parts(std), parts(excited)
+    values, stds, flags = parts(x, 0.0), parts(std, 0.0), parts(excited, False)
     return Identified(
-        inertial=values[0], viscous=values[1], coulomb=values[2], armature=values[3],
-        inertial_std=stds[0], viscous_std=stds[1], coulomb_std=stds[2], armature_std=stds[3],
-        excited=dict(zip(('inertial', 'viscous', 'coulomb', 'armature'), flags)),
-        condition=float(singular[0] / singular[rank - 1]), rank=rank, rows=int(rows),
-        noise_std=float(np.sqrt(rss(x) / rows)))
+        **values, **{f'{name}_std': value for name, value in stds.items()},
+        excited=flags, condition=float(singular[0] / singular[rank - 1]), rank=rank,
+        rows=int(rows), noise_std=float(np.sqrt(rss(x) / rows)), terms=terms,
+        correlation_samples=correlation,
+        repaired=tuple(finding.body for finding in repaired))
 
-
-LOG_SPREAD = 3.0
-"""Prior spread of the log-Cholesky diagonal: a body's extent along each principal
-direction is a priori within a factor e^3 (about 20) of the URDF's, one sigma."""
 
 BLOCK = 8192
 """Samples per block of the regressor (about 60 MB of float64 for the CRANE-X7)."""
 
 
-def parameter_rows(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
-                   ) -> np.ndarray:
-    """(N, m, 10 B + 3 m) rows of the actuated torque: the regressor, then per joint
-    viscous (qd), Coulomb (sign qd) and armature (qdd) columns."""
+def parameter_rows(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                   terms: MeasurementTerms = MeasurementTerms()) -> np.ndarray:
+    """(N, m, 10 B + k m) rows of the actuated torque: the regressor, then per term of
+    ``terms.names`` (k of them) one column block per joint: viscous (qd), Coulomb
+    (sign qd), armature (qdd), offset (1), Stribeck (sign qd exp(-(qd/v_s)^2)) and
+    load-dependent friction (sign qd |tau_load|, the model's own rigid-body torque)."""
     act = np.flatnonzero(model.actuated)
     m_act = len(act)
     Y = actuated_regressor(model, q, qd, qdd)
-    joint = np.zeros(Y.shape[:2] + (3 * m_act,))
-    for j in range(m_act):
-        joint[:, j, j] = qd[:, act[j]]
-        joint[:, j, m_act + j] = np.sign(qd[:, act[j]])
-        joint[:, j, 2 * m_act + j] = qdd[:, act[j]]
+    v, a = qd[:, act], qdd[:, act]
+    sign = np.sign(v)
+    columns = {'viscous': v, 'coulomb': sign, 'armature': a, 'offset': np.ones_like(v)}
+    if terms.stribeck_velocity > 0.0:
+        columns['stribeck'] = sign * np.exp(-(v / terms.stribeck_velocity) ** 2)
+    if terms.load_friction:
+        columns['load_friction'] = sign * np.abs(Y @ inertial_parameters(model).ravel())
+    names = terms.names
+    joint = np.zeros(Y.shape[:2] + (len(names) * m_act,))
+    diagonal = np.arange(m_act)
+    for k, name in enumerate(names):
+        joint[:, diagonal, k * m_act + diagonal] = columns[name]
     return np.concatenate([Y, joint], axis=-1)
+
+
+def _correlation_samples(model: RobotModel, q, qd, qdd, torque, moving, terms, x) -> float:
+    """The residual's integrated autocorrelation time [samples], averaged over the joints
+    by their rows: ``tau = 1 + 2 sum_k rho(k)`` up to the first lag ``M >= 5 tau`` (Sokal's
+    automatic window; Sokal, "Monte Carlo Methods in Statistical Mechanics", 1997, section
+    3), each joint's residual taken over the samples where it moves, in order."""
+    residual = np.concatenate([
+        parameter_rows(model, q[block], qd[block], qdd[block], terms) @ x - torque[block]
+        for block in (slice(start, start + BLOCK) for start in range(0, len(q), BLOCK))])
+    taus, weights = [], []
+    for j in range(residual.shape[1]):
+        series = residual[moving[:, j], j]
+        if len(series) < 20:
+            continue
+        series = series - series.mean()
+        spectrum = np.fft.rfft(series, 2 * len(series))
+        acf = np.fft.irfft(spectrum * np.conj(spectrum))[:len(series)]
+        if not acf[0] > 0.0:
+            continue
+        acf = acf / acf[0]
+        tau = np.cumsum(2.0 * acf) - 1.0            # tau(M) = 1 + 2 sum_{k=1..M} rho(k)
+        window = np.flatnonzero(np.arange(len(tau)) >= 5.0 * tau)
+        taus.append(float(max(tau[window[0]] if len(window) else tau[-1], 1.0)))
+        weights.append(len(series))
+    return float(np.average(taus, weights=weights)) if taus else 1.0
 
 
 def _compressed(Phi: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:

@@ -1,0 +1,126 @@
+"""Which effort channels of a recording are measurements, and which are not.
+
+Real recordings carry channels that must not be fitted: a joint whose sensor was not
+recorded (NaN), a channel that is all zeros or constant (a logger that wrote a
+placeholder), and channels that a logging tool computed from a model. The last kind is
+the worst: it looks like a clean measurement, and an identification fitted to it only
+recovers the model that made it.
+
+A model's output is told from a measurement by two signs, both required:
+
+* one rigid-body parameter set explains every joint of the recording at once (ordinary
+  least squares on the regressor with each joint's viscous and Coulomb friction, all
+  samples) to within :data:`MODEL_OUTPUT_RATIO` of the channels' RMS: a real arm's effort
+  also carries cogging, gear and cable effects;
+* the channels have almost no noise of their own: their white-noise floor, from the third
+  difference (``std(diff^3 x) / sqrt(20)`` is the standard deviation of white noise, and
+  smooth motion adds almost nothing to it at these rates), is below
+  :data:`NOISE_FLOOR_RATIO` of their RMS: a sensor's reading always has one.
+
+On the Kinova Gen3 recordings of ``../shared/data/real_arms`` (states estimated at 5 Hz)
+the motor-current torque leaves 12-36 % of its RMS unexplained, with a noise floor of
+4.7-16 %; the channels the recording's own tools computed leave 0.9-3.1 %, with a floor
+below 0.5 %. A simulated torque sensor (the CRANE-X7's rigid-body torque plus 0.02 N*m of
+white noise) is explained to 2.3 % but has a 2.7 % floor: a measurement.
+``bench/bench_identify_real.py --channels`` prints these figures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.identification.fit import parameter_rows
+
+__all__ = ['MODEL_OUTPUT_RATIO', 'NOISE_FLOOR_RATIO', 'ChannelFinding', 'audit_effort',
+           'explained_fraction', 'noise_floor']
+
+MODEL_OUTPUT_RATIO = 0.08
+"""Effort channels whose least-squares rigid-body residual is below this fraction of their
+RMS, and whose noise floor is below :data:`NOISE_FLOOR_RATIO`, are a model's output."""
+
+NOISE_FLOOR_RATIO = 0.01
+"""The noise floor below which channels count as noiseless (module docstring)."""
+
+
+@dataclass(frozen=True)
+class ChannelFinding:
+    """One effort channel left out of a fit.
+
+    Attributes:
+        joint: the actuated joint's name; kind: ``'missing'`` (no finite value),
+            ``'zero'``, ``'constant'`` or ``'model_output'``; detail: why, with figures.
+    """
+
+    joint: str
+    kind: str
+    detail: str
+
+    def message(self) -> str:
+        return f'{self.joint}: {self.kind.replace("_", " ")} ({self.detail})'
+
+
+def explained_fraction(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                       effort: np.ndarray, joints: np.ndarray) -> float:
+    """RMS of the least-squares rigid-body residual over the RMS of ``effort``, over the
+    actuated joints ``joints`` (indices into the actuated set) and every sample.
+
+    Args:
+        q, qd, qdd: (N, n) states; effort: (N, m) actuated effort [N*m];
+        joints: (k,) which actuated channels to fit together.
+    """
+    Phi = parameter_rows(model, q, qd, qdd)[:, joints]
+    Phi = Phi.reshape(-1, Phi.shape[-1])
+    target = effort[:, joints].ravel()
+    coefficients, *_ = np.linalg.lstsq(Phi, target, rcond=None)
+    residual = Phi @ coefficients - target
+    return float(np.sqrt(np.mean(residual ** 2)) / np.sqrt(np.mean(target ** 2)))
+
+
+def noise_floor(effort: np.ndarray) -> float:
+    """The white-noise floor of (N, k) channels over their RMS (module docstring)."""
+    floor = np.std(np.diff(effort, 3, axis=0), axis=0) / np.sqrt(20.0)
+    return float(np.sqrt(np.mean(floor ** 2)) / np.sqrt(np.mean(effort ** 2)))
+
+
+def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                 effort: np.ndarray) -> list[ChannelFinding]:
+    """The actuated effort channels of one recording that must not be fitted.
+
+    Args:
+        model: the robot; q, qd, qdd: (N, n) estimated states of the recording.
+        effort: (N, m) the effort as recorded (not filtered: filtering would strip the
+            noise that tells a measurement from a model) [N*m].
+
+    Returns:
+        one finding per channel left out (an empty list: every channel is a measurement).
+    """
+    effort = np.asarray(effort, dtype=np.float64)
+    names = model.actuated_names
+    findings = []
+    alive = []
+    for j, name in enumerate(names):
+        values = effort[:, j][np.isfinite(effort[:, j])]
+        if not len(values):
+            findings.append(ChannelFinding(name, 'missing', 'no finite sample'))
+        elif not values.any():
+            findings.append(ChannelFinding(name, 'zero', f'all {len(values)} samples are 0'))
+        elif np.ptp(values) <= 1e-9 * max(1.0, float(np.abs(values).max())):
+            findings.append(ChannelFinding(name, 'constant', f'every sample is {values[0]:g}'))
+        else:
+            alive.append(j)
+    rows = np.isfinite(effort[:, alive]).all(axis=1)
+    if len(alive) >= 2 and rows.sum() >= 100:
+        ratio = explained_fraction(model, q[rows], qd[rows], qdd[rows], effort[rows],
+                                   np.array(alive))
+        floor = noise_floor(effort[rows][:, alive])
+        if ratio < MODEL_OUTPUT_RATIO and floor < NOISE_FLOOR_RATIO:
+            findings += [ChannelFinding(names[j], 'model_output',
+                                        f'one rigid-body parameter set explains these '
+                                        f'{len(alive)} channels to {ratio:.1%} of their RMS '
+                                        f'(below {MODEL_OUTPUT_RATIO:.0%}) and their noise '
+                                        f'floor is {floor:.2%} of it (below '
+                                        f'{NOISE_FLOOR_RATIO:.0%}): a model computed them')
+                         for j in alive]
+    return findings

@@ -16,6 +16,7 @@ setup(
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml') + glob('config/*.rviz')
          + glob('config/*.json') + glob('config/*.xml')),
+        ('share/' + package_name + '/config/columns', glob('config/columns/*.yaml')),
         ('share/' + package_name + '/urdf', glob('urdf/*.urdf')),
     ],
     install_requires=['setuptools'],

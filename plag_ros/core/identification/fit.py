@@ -27,11 +27,12 @@ is replaced, as the prior's mean, by the nearest consistent one, and named in th
 Every body stays physically consistent: its pseudo-inertia is constrained to be
 positive semi-definite, which holds exactly the mass distributions a real body can have
 (positive mass, inertia satisfying the triangle inequalities), and friction is bounded
-below by zero. With those linear matrix inequalities the fit is a convex problem: one
-minimum, whatever the start, solved by :func:`_consistent_map` (ADMM; the numbers of the
-Kinova Gen3 recordings showed why: a smooth but non-convex parameterisation of the same
-constraint, solved by a general least-squares solver, stopped at different points for
-different terms and priors).
+below by zero. With those linear matrix inequalities the fit is a convex problem, a
+semidefinite program with one minimum whatever the start
+(:func:`~plag_ros.core.identification.consistent_map.consistent_map`, Clarabel). The
+Kinova Gen3 recordings showed why it matters: a smooth but non-convex parameterisation of
+the same constraint, solved by a general least-squares solver, stopped at different
+points for different terms and priors.
 """
 from __future__ import annotations
 
@@ -358,26 +359,44 @@ def _correlation_samples(model: RobotModel, q, qd, qdd, torque, moving, terms, x
     """The residual's integrated autocorrelation time [samples], averaged over the joints
     by their rows: ``tau = 1 + 2 sum_k rho(k)`` up to the first lag ``M >= 5 tau`` (Sokal's
     automatic window; Sokal, "Monte Carlo Methods in Statistical Mechanics", 1997, section
-    3), each joint's residual taken over the samples where it moves, in order."""
-    residual = np.concatenate([
-        parameter_rows(model, q[block], qd[block], qdd[block], terms) @ x - torque[block]
-        for block in (slice(start, start + BLOCK) for start in range(0, len(q), BLOCK))])
+    3), each joint's residual taken over the samples where it moves, in order. A long
+    recording is sampled in :data:`CORRELATION_WINDOWS` windows spread over it: the time is
+    the noise's property, and evaluating the regressor again on every sample would cost
+    as much as the fit."""
+    if len(q) > CORRELATION_WINDOWS * BLOCK:
+        starts = np.linspace(0, len(q) - BLOCK, CORRELATION_WINDOWS).astype(int)
+        windows = [slice(start, start + BLOCK) for start in starts]
+    else:
+        windows = [slice(start, start + BLOCK) for start in range(0, len(q), BLOCK)]
     taus, weights = [], []
-    for j in range(residual.shape[1]):
-        series = residual[moving[:, j], j]
-        if len(series) < 20:
-            continue
-        series = series - series.mean()
-        spectrum = np.fft.rfft(series, 2 * len(series))
-        acf = np.fft.irfft(spectrum * np.conj(spectrum))[:len(series)]
-        if not acf[0] > 0.0:
-            continue
-        acf = acf / acf[0]
-        tau = np.cumsum(2.0 * acf) - 1.0            # tau(M) = 1 + 2 sum_{k=1..M} rho(k)
-        window = np.flatnonzero(np.arange(len(tau)) >= 5.0 * tau)
-        taus.append(float(max(tau[window[0]] if len(window) else tau[-1], 1.0)))
-        weights.append(len(series))
+    for block in windows:
+        residual = parameter_rows(model, q[block], qd[block], qdd[block], terms) @ x \
+            - torque[block]
+        for j in range(residual.shape[1]):
+            tau = _integrated_time(residual[moving[block, j], j])
+            if tau is not None:
+                taus.append(tau)
+                weights.append(int(moving[block, j].sum()))
     return float(np.average(taus, weights=weights)) if taus else 1.0
+
+
+CORRELATION_WINDOWS = 4
+"""Windows of :data:`BLOCK` samples the residual's correlation time is taken from."""
+
+
+def _integrated_time(series: np.ndarray) -> float | None:
+    """Integrated autocorrelation time of one series [samples] (see above); None when it is
+    too short or constant."""
+    if len(series) < 20:
+        return None
+    series = series - series.mean()
+    spectrum = np.fft.rfft(series, 2 * len(series))
+    acf = np.fft.irfft(spectrum * np.conj(spectrum))[:len(series)]
+    if not acf[0] > 0.0:
+        return None
+    tau = np.cumsum(2.0 * acf / acf[0]) - 1.0       # tau(M) = 1 + 2 sum_{k=1..M} rho(k)
+    window = np.flatnonzero(np.arange(len(tau)) >= 5.0 * tau)
+    return float(max(tau[window[0]] if len(window) else tau[-1], 1.0))
 
 
 def _compressed(Phi: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:

@@ -73,10 +73,10 @@ def run(tmp_path_factory):
 
 def test_the_held_out_torque_error_is_cut_by_80_percent(run):
     _, _, report = run
-    before = np.array(report['held_out_rms']['nominal'])
-    after = np.array(report['held_out_rms']['identified'])
+    before = np.array(report['held_out_rms']['nominal'], dtype=float)   # NaN: not moving
+    after = np.array(report['held_out_rms']['identified'], dtype=float)
     print('held-out RMS [N*m] nominal -> identified:', before.round(4), after.round(4))
-    assert np.sqrt(np.mean(after ** 2)) <= 0.2 * np.sqrt(np.mean(before ** 2))
+    assert np.sqrt(np.nanmean(after ** 2)) <= 0.2 * np.sqrt(np.nanmean(before ** 2))
     loaded = before > 0.05
     assert loaded.sum() >= 7 and (after[loaded] <= 0.2 * before[loaded]).all()
 
@@ -102,7 +102,7 @@ def test_the_result_is_consistent_and_goes_back_into_the_package(run, nominal):
         assert sim.kp[act.index(joint)] == pytest.approx(true, rel=0.05)
     control = ImpedanceConfig(stiffness=5.0, damping=0.5).with_model_parameters(parameters, model)
     np.testing.assert_array_equal(np.asarray(control.servo_stiffness), sim.kp)
-    assert report['provenance']['bags'] == [str(tmp / 'fit')]
+    assert report['provenance']['recordings'] == [str(tmp / 'fit')]
 
 
 PAYLOAD = ('crane_x7_gripper_base_link', 0.35, (0.01, 0.0, 0.07))
@@ -182,6 +182,11 @@ def test_a_known_payload_gives_each_joints_effort_scale_within_2_percent(miscali
               f'{found[joint]["scale_std"]:.4f}, true {true:.2f}')
         assert found[joint]['excited']
         assert found[joint]['scale'] == pytest.approx(true, rel=0.02)
+        # the simulated servos' constants are the data sheet's times the scale: within
+        # 10 % of it, 23-49 % from the driver's, so the report must name the data sheet
+        datasheet = motors.motor_of(joint).torque_constant
+        assert found[joint]['torque_constant'] == pytest.approx(true * datasheet, rel=0.02)
+        assert found[joint]['closer_to'] == 'data_sheet'
     gripper = found[motors.GRIPPER_JOINT]          # the payload does not load the fingers
     assert not gripper['excited'] and gripper['scale'] == 1.0
 
@@ -198,9 +203,9 @@ def test_with_the_effort_scale_K_s_and_the_held_out_error_are_right(miscalibrate
         print(name, 'K_s off by', off[name].round(4))
     assert np.abs(off['plain']).max() > 0.05
     assert np.abs(off['scaled']).max() <= 0.05
-    before = np.array(scaled['held_out_rms']['nominal'])
-    after = np.array(scaled['held_out_rms']['identified'])
-    assert np.sqrt(np.mean(after ** 2)) <= 0.2 * np.sqrt(np.mean(before ** 2))
+    before = np.array(scaled['held_out_rms']['nominal'], dtype=float)
+    after = np.array(scaled['held_out_rms']['identified'], dtype=float)
+    assert np.sqrt(np.nanmean(after ** 2)) <= 0.2 * np.sqrt(np.nanmean(before ** 2))
 
 
 def test_the_effort_scale_goes_back_into_the_package(miscalibrated, nominal):

@@ -1,14 +1,18 @@
-"""``plag-ros identify BAG... -o OUT``: the arm's inertial parameters, friction and armature
-from its recordings.
+"""``plag-ros identify RECORDING... -o OUT``: the arm's inertial parameters, friction and
+armature from its recordings.
 
-Each bag's joint states are read and checked as ``plag-ros analyze`` does (the same
-reader, plausibility limits and zero-phase estimator); the driver's ``effort`` becomes
-motor torque through the motor table (:func:`plag_ros.core.dynamics.motors.effort_to_torque`:
-``torque_constant / current_to_effort`` per servo). The fit is
-:func:`plag_ros.core.identification.fit.identify` (the URDF as prior, every body physically
-consistent). The held-out data are the ``--holdout`` bags, else the last
-``--holdout-fraction`` of each bag; on them the torque error of the nominal and of the
-identified model is reported per joint.
+A recording is a bag (the driver's ``joint_states``; its ``effort`` becomes motor torque
+through the motor table, :func:`plag_ros.core.dynamics.motors.effort_to_torque`) or a table
+(CSV, gzip CSV, Parquet, read through ``--columns MAPPING``: docs/howto/tabular-recordings.md).
+Each is estimated at its own rate, its effort filtered as its states, its effort channels
+audited and its effort's delay estimated (:mod:`plag_ros.apps.identify_input`). Any URDF is
+accepted: a body no real body can be is named and the fit starts from the nearest
+consistent one. The fit is :func:`plag_ros.core.identification.fit.identify` (the URDF as
+prior, every body physically consistent, the optional terms ``--offset``, ``--stribeck``,
+``--load-friction``). The held-out data are the ``--holdout`` recordings, else the last
+``--holdout-fraction`` of each; on them the nominal, the identified and a least-squares
+peer on Pinocchio's regressor are compared per joint that moves
+(:mod:`plag_ros.apps.identify_report`).
 
 ``--effort-scale BAG`` corrects the driver's effort-to-torque conversion per joint: BAG
 plays one of the fitted excitations again with a known payload on the gripper
@@ -16,56 +20,58 @@ plays one of the fitted excitations again with a known payload on the gripper
 what it added to the measured torque (the run without it subtracted at the same trajectory
 time) gives each joint's scale (:func:`~plag_ros.core.identification.fit.identify_effort_scale`),
 and the arm is fitted again in true torque. The factors go into ``identified.yaml``
-(``effort_scale``) and from there into every reader of the driver's effort.
+(``effort_scale``) and from there into every reader of the driver's effort; the report
+also says which of the servo's two published torque constants the result is closer to.
 
 Written to OUT:
 
 * ``identified.yaml``: per body mass, COM and inertia about the COM in its joint frame,
-  with standard errors and whether the data excite them; per actuated joint viscous and
-  Coulomb friction and armature; the regressor's condition number, the fit's residual, the
-  held-out errors and the provenance (bags, date, nominal URDF);
+  with standard errors and whether the data excite them; per actuated joint each fitted
+  term; the model checks, the recordings (rate, channels left out, delay), the held-out
+  errors of the three models, how believable the figures are, and the provenance;
 * ``identified.urdf``: the nominal URDF with each body's figures on its link (links lumped
   into it by fixed joints lose theirs, so the dynamics are the same) and the joints'
   ``damping``/``friction``; armature has no URDF element and is in the yaml only;
-* ``held_out.png``: measured against predicted torque per joint, nominal and identified.
+* ``held_out.png``: measured against predicted torque per joint, for the three models.
 
-Exit codes: 0, 2 on a bag or input error (no effort in the bag, nothing moving).
+Exit codes: 0, 2 on a recording or input error (no effort, nothing moving).
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from plag_ros.core.decomposition.analysis import AnalysisOptions, estimate_recording
+from plag_ros.apps.identify_input import Estimated, read_estimated
+from plag_ros.apps.identify_payload import (
+    effort_scale_section,
+    known_payload_model,
+    payload_difference,
+    with_payload_prior,
+)
+from plag_ros.apps.identify_report import write_report, write_urdf
 from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.consistency import inertia_findings
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import (
     ModelParameters,
     apply_model_parameters,
     load_model_parameters,
-    payload_in_link_frame,
-    urdf_with_figures,
 )
-from plag_ros.core.dynamics.regressor import body_figures, inertial_parameters
-from plag_ros.core.estimation.friction import rest_band
 from plag_ros.core.identification.fit import (
-    EFFORT_SCALE_PRIOR,
-    HELD,
-    EffortScaleFit,
     IdentificationPrior,
     Identified,
+    MeasurementTerms,
     identify,
     identify_effort_scale,
     identify_servo,
-    predict,
 )
+from plag_ros.core.identification.peer import fit_peer
 from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
-from plag_ros.io.bag import BagError, read_joint_states, read_trajectory_commands
+from plag_ros.io.bag import BagError, read_trajectory_commands
+from plag_ros.io.table import ColumnMapping
 
 __all__ = ['configure', 'run']
 
@@ -93,22 +99,6 @@ class Recording:
 
     def __len__(self) -> int:
         return sum(len(x) for x in self.q)
-
-
-def read_recording(model: RobotModel, bag: Path, options: AnalysisOptions
-                   ) -> tuple[np.ndarray, ...]:
-    """(q, qd, qdd, torque, t) of a bag: estimated states, measured actuated torque [N*m],
-    sample times [s]."""
-    js = read_joint_states(bag, model)
-    if js.effort is None:
-        raise BagError(f'{bag}: its joint states carry no effort: identification needs the '
-                       'torque the driver reports')
-    index, q, qd, qdd, _ = estimate_recording(model, js.t_ns, js.q, options=options)
-    act = np.flatnonzero(model.actuated)
-    torque = js.effort[index][:, act] * motors.driver_effort_to_torque(model)[act]
-    finite = np.isfinite(torque).all(axis=1)
-    t = js.t_ns[index] * 1e-9
-    return q[finite], qd[finite], qdd[finite], torque[finite], t[finite]
 
 
 def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarray
@@ -152,114 +142,41 @@ def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarr
     return names, commanded
 
 
-def write_urdf(model: RobotModel, result: Identified, path: Path,
-               payload: int | None = None) -> None:
-    """The nominal URDF with the identified figures (see the module doc); body ``payload``
-    (a fitted payload) as a link of its own."""
-    act = model.actuated_names
-    arm = [i for i in range(model.n_bodies) if i != payload]
-    xml = urdf_with_figures(
-        model, {str(model.body_link[i]): result.inertial[i] for i in arm},
-        dict(zip(act, result.viscous.tolist())), dict(zip(act, result.coulomb.tolist())),
-        None if payload is None else payload_in_link_frame(model, payload,
-                                                           result.inertial[payload]))
-    path.write_text(xml.replace('\n', '\n<!-- identified by plag-ros identify: see '
-                                'identified.yaml -->\n', 1))
-
-
-def _rms(error: np.ndarray, moving: np.ndarray) -> list[float]:
-    """Per joint RMS over the rows where it moves (at rest its friction is the stick
-    reaction, which no model predicts); 0 for a joint that never moves."""
-    squares = np.where(moving, error ** 2, 0.0).sum(axis=0)
-    return [float(v) for v in np.sqrt(squares / np.maximum(moving.sum(axis=0), 1))]
-
-
-def write_report(out: Path, model: RobotModel, result: Identified, held_out: tuple,
-                 bags: list[Path], holdout_bags: list[Path], band: np.ndarray,
-                 extra: dict | None = None, payload: int | None = None) -> dict:
-    """identified.yaml and held_out.png; returns the yaml's content. ``band``: (n,) rest
-    band [rad/s] (the held-out errors are over the rows where a joint moves); body
-    ``payload``, a fitted payload, goes into its own section."""
-    q, qd, qdd, torque = held_out
-    moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
-    nominal = predict(model, q, qd, qdd)
-    fitted = result.predict(model, q, qd, qdd)
-    act = model.actuated_names
-    bodies = []
-    pi0 = inertial_parameters(model)
-    for i, name in enumerate(model.body_names):
-        if i == payload:
-            link, mass, com, inertia = payload_in_link_frame(model, i, result.inertial[i])
-            extra = {**(extra or {}), 'payload': {
-                'link': link, 'mass': mass, 'mass_std': float(result.inertial_std[i][0]),
-                'com': com.tolist(), 'inertia_about_com': inertia.tolist(),
-                'frame': f'{link} (the link it is fixed to)'}}
-            continue
-        m, c, inertia = body_figures(result.inertial[i])
-        m0, c0, _ = body_figures(pi0[i])
-        bodies.append({'body': name, 'link': str(model.body_link[i]), 'mass': m,
-                       'mass_nominal': m0, 'com': c.tolist(), 'com_nominal': c0.tolist(),
-                       'inertia_about_com': inertia.tolist(),
-                       'parameters': result.inertial[i].tolist(),
-                       'parameters_std': result.inertial_std[i].tolist(),
-                       'excited': result.excited['inertial'][i].tolist()})
-    joints = [{'joint': name, 'viscous': float(result.viscous[k]),
-               'viscous_std': float(result.viscous_std[k]),
-               'coulomb': float(result.coulomb[k]), 'coulomb_std': float(result.coulomb_std[k]),
-               'armature': float(result.armature[k]),
-               'armature_std': float(result.armature_std[k]),
-               'excited': {kind: bool(result.excited[kind][k])
-                           for kind in ('viscous', 'coulomb', 'armature')}}
-              for k, name in enumerate(act)]
-    content = {
-        'provenance': {'bags': [str(b) for b in bags],
-                       'held_out': [str(b) for b in holdout_bags] or 'the last part of each bag',
-                       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-                           timespec='seconds'),
-                       'nominal_model': model.name, 'parameter_order':
-                       ['m', 'mc_x', 'mc_y', 'mc_z', 'I_xx', 'I_xy', 'I_yy', 'I_xz', 'I_yz',
-                        'I_zz']},
-        'fit': {'rows': result.rows, 'residual_rms': result.noise_std,
-                'condition_number': result.condition, 'identified_combinations':
-                result.rank, 'parameters': int(result.inertial.size + 3 * len(act))},
-        'held_out_rms': {'samples': int(len(q)), 'joints': act,
-                         'moving_samples': moving.sum(axis=0).tolist(),
-                         'rows': 'per joint, the samples where it moves (outside its rest '
-                                 'band: at rest the friction is an unknown stick reaction)',
-                         'nominal': _rms(nominal - torque, moving),
-                         'identified': _rms(fitted - torque, moving)},
-        'bodies': bodies, 'joints': joints, **(extra or {})}
-    (out / 'identified.yaml').write_text(yaml.safe_dump(content, sort_keys=False))
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(act), 1, figsize=(10, 1.8 * len(act)), sharex=True)
-    for k, ax in enumerate(np.atleast_1d(axes)):
-        # the models only where the joint moves: at rest its friction is the stick
-        # reaction, which neither predicts (nor the errors count)
-        ax.plot(torque[:, k], color='k', lw=0.8, label='measured')
-        ax.plot(np.where(moving[:, k], nominal[:, k], np.nan), color='tab:red', lw=0.8,
-                label='nominal model')
-        ax.plot(np.where(moving[:, k], fitted[:, k], np.nan), color='tab:blue', lw=0.8,
-                label='identified model (where the joint moves)')
-        ax.set_ylabel(f'{act[k].removeprefix(model.name + "_")}\n[N m]', fontsize=7)
-    np.atleast_1d(axes)[0].legend(fontsize=7, loc='upper right')
-    np.atleast_1d(axes)[-1].set_xlabel('held-out sample')
-    fig.tight_layout()
-    fig.savefig(out / 'held_out.png', dpi=110)
-    plt.close(fig)
-    return content
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``plag-ros identify``."""
-    parser.add_argument('bag', type=Path, nargs='+', help='recordings with effort')
+    parser.add_argument('bag', type=Path, nargs='+', metavar='RECORDING',
+                        help='recordings with effort: bags, or tables (.csv, .csv.gz, '
+                             '.parquet) read through --columns')
     parser.add_argument('-o', '--output', type=Path, required=True, help='output folder')
     parser.add_argument('--holdout', type=Path, nargs='*', default=[],
                         help='recordings held out from the fit, for the error report')
     parser.add_argument('--holdout-fraction', type=float, default=0.2,
-                        help='without --holdout: the last part of each bag held out')
+                        help='without --holdout: the last part of each recording held out')
+    parser.add_argument('--columns', type=Path, metavar='MAPPING',
+                        help='column mapping of the tables (YAML; config/columns/ has '
+                             'examples, docs/howto/tabular-recordings.md every key)')
+    parser.add_argument('--cutoff', type=float, metavar='HZ',
+                        help="the estimator's low-pass cut-off, designed at each "
+                             "recording's own rate (default 10 Hz); the effort is "
+                             'filtered the same way')
+    parser.add_argument('--position-resolution', type=float, metavar='RAD',
+                        help="the encoder's step, for the rest band (default: 4096 counts "
+                             "a turn for bags, the recording's smallest step for tables)")
+    parser.add_argument('--delay', default='none', metavar='none|auto|SECONDS',
+                        help="the effort's delay behind the states: always estimated and "
+                             "reported; 'auto' removes the estimate, a number that delay")
+    parser.add_argument('--offset', action='store_true',
+                        help='fit a constant torque offset per joint (a sensor bias)')
+    parser.add_argument('--stribeck', type=float, default=0.0, metavar='V_S',
+                        help='fit a Stribeck friction term with this velocity [rad/s]')
+    parser.add_argument('--load-friction', action='store_true',
+                        help='fit load-dependent friction (grows with the torque the gear '
+                             'carries)')
+    parser.add_argument('--mass-prior', type=float, default=IdentificationPrior.mass,
+                        metavar='REL', help="one standard deviation of each body's mass, "
+                                            'relative (a per-robot choice: how good its URDF is)')
+    parser.add_argument('--com-prior', type=float, default=IdentificationPrior.com,
+                        metavar='M', help="one standard deviation of each body's COM [m]")
     parser.add_argument('--urdf', type=Path, help='nominal URDF (default: bundled CRANE-X7)')
     parser.add_argument('--model', type=Path,
                         help='an earlier identified.yaml as the starting figures (the prior)')
@@ -285,132 +202,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--servo', action='store_true',
                         help="also fit each servo's position-loop stiffness K_s from the "
                              'recorded trajectory commands (plag-ros excite --play)')
-
-
-def with_payload_prior(model: RobotModel, link: str, mass: float
-                       ) -> tuple[RobotModel, int, dict[int, IdentificationPrior]]:
-    """``model`` with a payload body on ``link`` (a first guess: ``mass`` at the link's
-    origin, a 2 cm sphere), its index, and the priors that hold every other body and
-    leave the payload free (mass within about 1 kg, COM within about 10 cm).
-
-    Raises:
-        ValueError: an unknown or unmoving link, a mass that is not positive.
-    """
-    if not mass > 0.0:
-        raise ValueError(f'--payload-mass must be positive, got {mass}')
-    guess = model.with_payload('payload', link=link, mass=mass, com=(0.0, 0.0, 0.0),
-                               inertia=np.eye(3) * 0.4 * mass * 0.02 ** 2)
-    body = guess.n_bodies - 1
-    priors = {b: HELD for b in range(body)}
-    priors[body] = IdentificationPrior(mass=1.0 / mass, com=0.1 / mass, inertia=100.0)
-    return guess, body, priors
-
-
-def known_payload_model(model: RobotModel, link: str, mass: float, com: list[float],
-                        inertia: list[float] | None) -> RobotModel:
-    """``model`` with a known payload on ``link``: ``mass`` [kg] at ``com`` (3,) [m] in the
-    link's frame, principal inertia ``inertia`` (3,) [kg*m^2] about the COM along the link's
-    axes (None: a solid sphere of 1 cm radius, as good as a point mass).
-
-    Raises:
-        ValueError: an unknown or unmoving link, a mass that is not positive.
-    """
-    if mass is None or not mass > 0.0:
-        raise ValueError("--effort-scale needs the payload's --payload-mass [kg] (weigh it)")
-    principal = [0.4 * mass * 0.01 ** 2] * 3 if inertia is None else inertia
-    return model.with_payload('payload', link=link, mass=mass, com=tuple(com),
-                              inertia=np.diag(principal))
-
-
-def _excitation_commands(bag: Path) -> list[tuple[np.ndarray, float]]:
-    """(positions (P, J) in name-sorted joint order, time of the first point [s]) of every
-    trajectory command of ``bag`` with more than one point: what identifies a replay of
-    the same trajectory (the approach to its first point, which depends on where the arm
-    was, is left out)."""
-    out = []
-    for msg in read_trajectory_commands(bag):
-        if len(msg.times) < 2:
-            continue
-        order = np.argsort(msg.joint_names)
-        out.append((msg.positions[:, order], msg.start_ns * 1e-9 + float(msg.times[0])))
-    return out
-
-
-def payload_difference(model: RobotModel, loaded: RobotModel, arm: Identified,
-                       with_payload: tuple, bag: Path, references: dict[Path, tuple],
-                       band: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The inputs of :func:`~plag_ros.core.identification.fit.identify_effort_scale` from a
-    recording with the payload on.
-
-    The recording's trajectory command must also have been played without the payload in
-    one of ``references`` (the same points, for as many cycles or more or fewer:
-    ``plag-ros excite --play`` of the same file); rows are matched by time since the first
-    point, over the trajectory proper and the time both runs cover.
-
-    Args:
-        model: the arm; loaded: the arm with the known payload; arm: the identified arm
-            (its torque at each run's own states is subtracted from that run).
-        with_payload: (q, qd, qdd, torque, t) of ``bag``; references: bag ->
-            (q, qd, qdd, torque, t) of the recordings without the payload.
-        band: (n,) rest band [rad/s]: rows where a joint rests are left out.
-
-    Returns:
-        (payload torque, difference, rows), each (N, m) over the actuated joints.
-
-    Raises:
-        BagError: ``bag`` has no trajectory command of more than one point; ValueError: no
-            reference played its trajectory.
-    """
-    q, qd, qdd, torque, t = with_payload
-    commands = _excitation_commands(bag)
-    if not commands:
-        raise BagError(f'{bag}: no trajectory command of more than one point (record the '
-                       'excitation with plag-ros record)')
-    positions, first = commands[-1]
-    match = None
-    for ref, recording in references.items():
-        for ref_positions, ref_first in _excitation_commands(ref):
-            common = min(len(ref_positions), len(positions))
-            if ref_positions.shape[1:] == positions.shape[1:] and np.allclose(
-                    ref_positions[:common], positions[:common], rtol=0.0, atol=1e-9):
-                match = (recording, ref_first)
-    if match is None:
-        raise ValueError(f'{bag}: none of {[str(b) for b in references]} plays its '
-                         'trajectory: record the same excitation without the payload')
-    (rq, rqd, rqdd, rtorque, rt), ref_first = match
-    since, ref_since = t - first, rt - ref_first
-    overlap = (since >= 0.0) & (since <= min(ref_since.max(), since.max()))
-    act = model.actuated
-    residual = rtorque - arm.predict(model, rq, rqd, rqdd)
-    unexplained = torque - arm.predict(model, q, qd, qdd)
-    difference = np.column_stack([
-        unexplained[:, k] - np.interp(since, ref_since, residual[:, k])
-        for k in range(residual.shape[1])])
-    payload = predict(loaded, q, qd, qdd) - predict(model, q, qd, qdd)
-    rows = overlap[:, None] & (np.abs(qd[:, act]) > band[act])
-    return payload, difference, rows
-
-
-def effort_scale_section(model: RobotModel, fit: EffortScaleFit, bag: Path,
-                         payload: dict) -> dict:
-    """The ``effort_scale`` section of identified.yaml: per actuated joint the factor on
-    the driver's effort-to-torque conversion (the model's calibration so far times the
-    fitted correction)."""
-    before = np.ones(model.n_joints) if model.effort_calibration is None \
-        else model.effort_calibration
-    before = before[model.actuated]
-    return {'bag': str(bag), 'payload': payload,
-            'model': 'torque = scale * effort * torque_constant / current_to_effort',
-            'prior_std': EFFORT_SCALE_PRIOR,
-            'joints': [{'joint': name, 'scale': float(before[k] * fit.scale[k]),
-                        'scale_std': float(before[k] * fit.scale_std[k]),
-                        'estimate': float(before[k] * fit.estimate[k]),
-                        'estimate_std': float(before[k] * fit.estimate_std[k]),
-                        'excited': bool(fit.excited[k]),
-                        'payload_torque_rms': float(fit.payload_torque_rms[k]),
-                        'residual_rms': float(fit.residual_rms[k]),
-                        'samples': int(fit.samples[k])}
-                       for k, name in enumerate(model.actuated_names)]}
 
 
 def carried_sections(start: ModelParameters | None) -> dict:
@@ -464,44 +255,111 @@ def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]
                        for k, name in enumerate(names)]}
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``plag-ros identify``; 2 on a bag or input error."""
-    options = AnalysisOptions(progress=False)
+def _terms(args: argparse.Namespace) -> MeasurementTerms:
+    return MeasurementTerms(offset=args.offset, stribeck_velocity=args.stribeck,
+                            load_friction=args.load_friction)
+
+
+def _delay(value: str) -> str | float:
+    if value in ('none', 'auto'):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f'--delay must be none, auto or seconds, got {value!r}') from None
+
+
+def _read_one(model: RobotModel, path: Path, settings: dict) -> Estimated:
+    """One recording, its left-out channels said at once (before any fit can fail)."""
+    recording = read_estimated(model, path, **settings)
+    for channel in recording.channels:
+        print(f'plag-ros identify: {path}: {channel.joint} left out: '
+              f'{channel.kind.replace("_", " ")} ({channel.detail})')
+    return recording
+
+
+def _read_all(args: argparse.Namespace, model: RobotModel
+              ) -> tuple[Recording, Recording, dict[Path, Estimated], list[tuple]]:
+    """Every recording read (:func:`~plag_ros.apps.identify_input.read_estimated`), split
+    into the fitted and the held-out rows; and the servo fit's inputs."""
+    columns = ColumnMapping.from_yaml(args.columns) if args.columns else None
+    settings = {'columns': columns, 'cutoff_hz': args.cutoff,
+                'position_resolution': args.position_resolution, 'delay': _delay(args.delay)}
     fit, held = Recording(), Recording()
+    recordings: dict[Path, Estimated] = {}
     servo: list[tuple] = []
-    recordings: dict[Path, tuple] = {}
+    for path in args.bag:
+        recording = recordings[path] = _read_one(model, path, settings)
+        n = len(recording.q)
+        cut = n if args.holdout else int(round(n * (1 - args.holdout_fraction)))
+        fit.add(*recording.part(slice(0, cut)).arrays())
+        held.add(*recording.part(slice(cut, n)).arrays())
+        if args.servo:
+            head = recording.part(slice(0, cut))
+            names, commanded = commanded_positions(model, path, head.t, head.q)
+            servo.append((names, commanded, head.q, head.qd, head.qdd))
+    for path in args.holdout:
+        recordings[path] = _read_one(model, path, settings)
+        held.add(*recordings[path].arrays())
+    if args.effort_scale:
+        recordings[args.effort_scale] = _read_one(model, args.effort_scale, settings)
+    return fit, held, recordings, servo
+
+
+def _recordings_section(recordings: dict[Path, Estimated]) -> list[dict]:
+    """Per recording: its rate and filter, the channels left out and the effort's delay."""
+    out = []
+    for path, r in recordings.items():
+        delay = None if r.delay is None else {
+            'estimate_s': r.delay.delay_s, 'within_1_percent_s': list(r.delay.bracket_s),
+            'at_edge_of_search': r.delay.at_edge}
+        out.append({'path': str(path), 'samples': int(len(r.q)), 'rate_hz': r.rate_hz,
+                    'cutoff_hz': r.cutoff_hz, 'position_resolution': r.resolution,
+                    'rest_band': float(r.band.max()),
+                    'missing_joints': list(r.missing_joints),
+                    'channels_left_out': [{'joint': f.joint, 'kind': f.kind,
+                                           'detail': f.detail} for f in r.channels],
+                    'effort_delay': delay, 'delay_removed_s': r.delay_removed_s})
+    return out
+
+
+def _peer(model: RobotModel, fit: Recording, band: np.ndarray, terms: MeasurementTerms,
+          extra: dict):
+    """The least-squares peer, or None with the reason in ``extra``."""
+    try:
+        return fit_peer(model, *fit.arrays(), rest_band=band, terms=terms)
+    except ImportError as err:
+        extra['least_squares'] = {'skipped': str(err)}
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``plag-ros identify``; 2 on a recording or input error."""
     if args.payload and args.effort_scale:
         print('plag-ros identify: --payload fits an unknown payload, --effort-scale needs a '
               'known one: give one of them', file=sys.stderr)
         return 2
     try:
+        terms = _terms(args)
+        prior = IdentificationPrior(mass=args.mass_prior, com=args.com_prior)
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
         start = load_model_parameters(args.model) if args.model else None
         if start is not None:
             model = apply_model_parameters(model, start)
-        for bag in args.bag:
-            q, qd, qdd, torque, t = recordings[bag] = read_recording(model, bag, options)
-            cut = len(q) if args.holdout else int(round(len(q) * (1 - args.holdout_fraction)))
-            fit.add(q[:cut], qd[:cut], qdd[:cut], torque[:cut])
-            held.add(q[cut:], qd[cut:], qdd[cut:], torque[cut:])
-            if args.servo:
-                names, commanded = commanded_positions(model, bag, t[:cut], q[:cut])
-                servo.append((names, commanded, q[:cut], qd[:cut], qdd[:cut]))
-        for bag in args.holdout:
-            recordings[bag] = read_recording(model, bag, options)
-            held.add(*recordings[bag][:4])
+        findings = inertia_findings(model)
+        fit, held, recordings, servo = _read_all(args, model)
         loaded = None
         if args.effort_scale:
             loaded = known_payload_model(model, args.payload_link, args.payload_mass,
                                          args.payload_com, args.payload_inertia)
-            with_payload = read_recording(model, args.effort_scale, options)
     except (BagError, ValueError, OSError) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
     if not len(fit) or not len(held):
         print('plag-ros identify: no samples to fit or none held out', file=sys.stderr)
         return 2
-    band = rest_band(model, options.estimator)
+    band = np.max([r.band for r in recordings.values()], axis=0)
+    tuples = {path: (r.q, r.qd, r.qdd, r.torque, r.t) for path, r in recordings.items()}
     payload = None
     extra: dict = carried_sections(start)
     try:
@@ -509,13 +367,14 @@ def run(args: argparse.Namespace) -> int:
             model, payload, priors = with_payload_prior(model, args.payload_link,
                                                         args.payload_mass or 0.2)
             result = identify(model, *fit.arrays(), rest_band=band, body_priors=priors,
-                              hold_joints=True)
+                              hold_joints=True, prior=prior, terms=terms)
         else:
-            result = identify(model, *fit.arrays(), rest_band=band)
+            result = identify(model, *fit.arrays(), rest_band=band, prior=prior, terms=terms)
         if loaded is not None:
             # the scale from the payload, then the arm again in true torque
             payload_torque, difference, rows = payload_difference(
-                model, loaded, result, with_payload, args.effort_scale, recordings, band)
+                model, loaded, result, tuples.pop(args.effort_scale), args.effort_scale,
+                tuples, band)
             scale = identify_effort_scale(payload_torque, difference, rows=rows)
             extra['effort_scale'] = effort_scale_section(model, scale, args.effort_scale, {
                 'link': args.payload_link, 'mass': args.payload_mass,
@@ -523,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
                 args.payload_inertia or 'a 1 cm sphere (about a point mass)'})
             fit.rescale(scale.scale)
             held.rescale(scale.scale)
-            result = identify(model, *fit.arrays(), rest_band=band)
+            result = identify(model, *fit.arrays(), rest_band=band, prior=prior, terms=terms)
     except (BagError, ValueError) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
@@ -533,33 +392,64 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f'plag-ros identify --servo: {err}', file=sys.stderr)
             return 2
+    peer = _peer(model, fit, band, terms, extra) if payload is None else None
+    extra['recordings'] = _recordings_section(recordings)
     args.output.mkdir(parents=True, exist_ok=True)
-    content = write_report(args.output, model, result, held.arrays(), list(args.bag),
-                           list(args.holdout), band, extra, payload)
+    content = write_report(args.output, model, result, held.arrays(),
+                           [str(p) for p in args.bag], [str(p) for p in args.holdout], band,
+                           prior=prior, extra=extra, payload=payload, peer=peer,
+                           findings=findings)
     write_urdf(model, result, args.output / 'identified.urdf', payload)
-    errors = content['held_out_rms']
-    before, after = np.array(errors['nominal']), np.array(errors['identified'])
+    _print_summary(args, model, result, content, findings)
+    return 0
+
+
+def _print_summary(args: argparse.Namespace, model: RobotModel, result: Identified,
+                   content: dict, findings: list) -> None:
+    for finding in findings:
+        print(f'plag-ros identify: {finding.message()}; the fit starts from the nearest '
+              'consistent one')
     print(f'plag-ros identify: {result.rows} rows fitted; the data identify {result.rank} '
-          f'parameter combinations of {result.inertial.size + 3 * len(result.viscous)} '
+          f'parameter combinations of {content["fit"]["parameters"]} '
           f'(condition number {result.condition:.3g}; the rest stay at the URDF); '
-          f'residual {result.noise_std:.4f} N*m')
-    for name, b, a in zip(errors['joints'], before, after):
-        print(f'  {name:50s} held-out RMS {b:8.4f} -> {a:8.4f} N*m')
-    total_b, total_a = float(np.sqrt(np.mean(before ** 2))), float(np.sqrt(np.mean(after ** 2)))
-    print(f'  all joints: {total_b:.4f} -> {total_a:.4f} N*m ({1 - total_a / total_b:.0%} '
-          f'less)')
-    for joint in extra['servo']['joints'] if args.servo else []:
+          f'residual {result.noise_std:.4f} N*m, correlated over '
+          f'{result.correlation_samples:.0f} samples')
+    errors = content['held_out_rms']
+    peer = errors.get('least_squares')
+    for k, name in enumerate(errors['joints']):
+        if errors['nominal'][k] is None:
+            print(f'  {name:50s} does not move in the held-out rows')
+            continue
+        line = (f'  {name:50s} held-out RMS {errors["nominal"][k]:8.4f} -> '
+                f'{errors["identified"][k]:8.4f} N*m')
+        print(line + (f' (least squares {peer[k]:8.4f})' if peer else ''))
+    overall = errors['over_moving_joints']
+    if overall.get('nominal'):
+        print(f'  joints that move: {overall["nominal"]:.4f} -> {overall["identified"]:.4f} '
+              f'N*m ({overall["cut_against_nominal"]["identified"]:.0%} less)'
+              + (f'; least squares {overall["least_squares"]:.4f} N*m' if peer else ''))
+    mass = content['believability']['total_mass']
+    print(f'  total mass {mass["nominal"]:.3f} -> {mass["identified"]:.3f} kg '
+          f'({mass["change"]:+.0%}); flagged bodies: '
+          f'{content["believability"]["flagged"] or "none"}')
+    for joint in content['servo']['joints'] if args.servo else []:
         print(f'  {joint["joint"]:50s} K_s {joint["stiffness"]:7.2f} +- '
               f'{joint["stiffness_std"]:.2f} N*m/rad (motor table '
               f'{joint["stiffness_motor_table"]:.2f})')
-    for joint in extra['effort_scale']['joints'] if args.effort_scale else []:
+    for joint in content['effort_scale']['joints'] if args.effort_scale else []:
         state = 'identified' if joint['excited'] else 'not loaded enough: kept'
         print(f'  {joint["joint"]:50s} effort scale {joint["scale"]:.4f} +- '
               f'{joint["scale_std"]:.4f} ({state}; payload torque RMS '
               f'{joint["payload_torque_rms"]:.3f} N*m)')
+        if joint['excited'] and 'torque_constant' in joint:
+            published = joint['published_torque_constants']
+            print(f'  {"":50s} torque constant {joint["torque_constant"]:.3f} +- '
+                  f'{joint["torque_constant_std"]:.3f} N*m/A: closer to the '
+                  f'{joint["closer_to"].replace("_", " ")}\'s '
+                  f'{published[joint["closer_to"]]:.3f} (data sheet '
+                  f'{published["data_sheet"]:.3f}, driver {published["driver"]:.3f})')
     if 'payload' in content:
         found = content['payload']
         print(f'  payload on {found["link"]}: {found["mass"]:.4f} +- {found["mass_std"]:.4f} '
               f'kg, COM {np.round(found["com"], 4).tolist()} m')
     print(f'  wrote {args.output}/identified.yaml, identified.urdf, held_out.png')
-    return 0

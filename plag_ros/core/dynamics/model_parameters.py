@@ -75,10 +75,12 @@ class ModelParameters:
     def summary(self) -> str:
         """One line for a node's start-up log."""
         held = self.provenance.get('held_out_rms') or {}
+        identified = [v for v in held.get('identified') or [] if v is not None]
+        nominal = [v for v in held.get('nominal') or [] if v is not None]
         error = ''
-        if held.get('identified'):
-            error = (f', held-out torque RMS {max(held["identified"]):.3g} N*m '
-                     f'(nominal {max(held["nominal"]):.3g})')
+        if identified and nominal:          # None: a joint that did not move there
+            error = (f', held-out torque RMS {max(identified):.3g} N*m '
+                     f'(nominal {max(nominal):.3g})')
         date = (self.provenance.get('provenance') or {}).get('date', '?')
         payload = '' if self.payload is None else (
             f', a {self.payload[1]:.3f} kg payload on {self.payload[0]}')

@@ -1,0 +1,175 @@
+"""Identification on a real arm's recordings: the Kinova Gen3 at 1 kHz, timed against the
+least-squares peer in the same run.
+
+The split of ``test/test_identify_real.py`` (fitted on ``RecordTrajectory_quadratic``,
+``joint_2_trapez`` and ``joint_4_trapez``; scored on ``RunTrajectory1`` and
+``Trajectory1``), the torque derived from the motor current as effort, the URDF as
+published, a 5 Hz cut-off. Timed, medians of ``--repeat`` runs: reading and estimating the
+five recordings (``read_estimated``), ``identify`` (the physically consistent MAP, two
+solves and the residual's correlation), and the peer ``fit_peer`` (Pinocchio's regressor,
+one call per sample, and ``numpy.linalg.lstsq``); the ratio is ours / the peer's. Then the
+held-out RMS over the joints that move for the nominal model, the identified one and the
+peer, and the total mass.
+
+``--spectrum`` prints where each recording's motion and torque have their power (the
+reason for the 5 Hz cut-off); ``--channels`` the two signs that tell a model's output from
+a measurement (:mod:`plag_ros.core.identification.channels`) for the measured and the
+model-computed torque columns of every recording, and for a simulated torque sensor.
+
+The recordings are found under ``$PLAG_SHARED_DATA/real_arms/kinova_gen3`` or
+``../shared/data/real_arms/kinova_gen3`` beside the repository.
+
+Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--spectrum]
+[--channels]``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from timing import median_time_s
+
+from plag_ros.apps.identify_input import read_estimated
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
+from plag_ros.core.identification.channels import explained_fraction, noise_floor
+from plag_ros.core.identification.fit import identify, predict
+from plag_ros.core.identification.peer import fit_peer
+from plag_ros.io.table import ColumnMapping, read_table
+
+REPO = Path(__file__).resolve().parents[1]
+FITTED = ('RecordTrajectory_quadratic', 'joint_2_trapez', 'joint_4_trapez')
+HELD_OUT = ('RunTrajectory1', 'Trajectory1')
+CUTOFF_HZ = 5.0
+
+
+def data_folder() -> Path:
+    places = [Path(os.environ['PLAG_SHARED_DATA'])] if os.environ.get('PLAG_SHARED_DATA') \
+        else []
+    places.append(REPO.parent / 'shared' / 'data')
+    for place in places:
+        folder = place / 'real_arms' / 'kinova_gen3'
+        if folder.is_dir():
+            return folder
+    sys.exit(f'bench_identify_real: no Kinova recordings under {places}')
+
+
+def stacked(recordings) -> tuple[np.ndarray, ...]:
+    return tuple(np.concatenate(parts) for parts in zip(*(r.arrays() for r in recordings)))
+
+
+def spectrum(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
+    """Velocity power percentiles (a 50 Hz estimate: the motion, not the filter) and the
+    torque's power above the cut-off."""
+    for name in FITTED + HELD_OUT:
+        table = read_table(folder / f'{name}.csv.gz', columns, model)
+        qd = estimate_offline(table.t_ns, table.q, EstimatorConfig(
+            rate_hz=table.rate_hz, cutoff_hz=50.0)).qd
+        frequency = np.fft.rfftfreq(len(qd), 1.0 / table.rate_hz)
+        power = np.cumsum((np.abs(np.fft.rfft(qd - qd.mean(0), axis=0)) ** 2).sum(1))
+        effort = table.effort[:, model.actuated]
+        torque = np.cumsum((np.abs(np.fft.rfft(effort - effort.mean(0), axis=0)) ** 2).sum(1))
+        below = {p: frequency[np.searchsorted(power, p * power[-1])] for p in (0.95, 0.99)}
+        above = 1.0 - torque[np.searchsorted(frequency, CUTOFF_HZ)] / torque[-1]
+        print(f'{name:28s} velocity power: 95 % below {below[0.95]:5.2f} Hz, 99 % below '
+              f'{below[0.99]:5.2f} Hz; torque power above {CUTOFF_HZ:g} Hz: {above:.1%}')
+
+
+def channels(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
+    """Explained fraction and noise floor per recording and torque column."""
+    for name in FITTED + HELD_OUT:
+        for column in ('TorqueCur{index}', 'Torque{index}'):
+            mapping = dataclasses.replace(columns, effort=column)
+            table = read_table(folder / f'{name}.csv.gz', mapping, model)
+            effort = table.effort[:, model.actuated]
+            if not effort.any():
+                print(f'{name:28s} {column:18s} all zero')
+                continue
+            q, qd, qdd = estimate_offline(table.t_ns, table.q, EstimatorConfig(
+                rate_hz=table.rate_hz, cutoff_hz=CUTOFF_HZ))
+            joints = np.arange(effort.shape[1])
+            print(f'{name:28s} {column:18s} unexplained '
+                  f'{explained_fraction(model, q, qd, qdd, effort, joints):6.1%}, noise '
+                  f'floor {noise_floor(effort):7.3%}')
+    crane = RobotModel.from_urdf(default_urdf_path())
+    t = np.arange(0.0, 10.0, 0.005)
+    q = np.zeros((len(t), crane.n_joints))
+    qd, qdd = np.zeros_like(q), np.zeros_like(q)
+    for j in range(4):
+        w = 2 * np.pi * (0.2 + 0.1 * j)
+        q[:, j], qd[:, j], qdd[:, j] = (0.5 * np.sin(w * t), 0.5 * w * np.cos(w * t),
+                                        -0.5 * w * w * np.sin(w * t))
+    sensor = predict(crane, q, qd, qdd) + np.random.default_rng(0).normal(
+        0.0, 0.02, (len(t), int(crane.actuated.sum())))
+    joints = np.arange(4)
+    print(f'{"simulated torque sensor":28s} {"(CRANE-X7, 0.02)":18s} unexplained '
+          f'{explained_fraction(crane, q, qd, qdd, sensor, joints):6.1%}, noise floor '
+          f'{noise_floor(sensor[:, joints]):7.3%}')
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--repeat', type=int, default=3)
+    parser.add_argument('--spectrum', action='store_true')
+    parser.add_argument('--channels', action='store_true')
+    args = parser.parse_args()
+    folder = data_folder()
+    model = RobotModel.from_urdf(folder / 'kinovaGen3.urdf')
+    columns = ColumnMapping.from_yaml(REPO / 'config' / 'columns' / 'kinova_gen3.yaml')
+    print(f'bench_identify_real: Kinova Gen3 ({model.n_joints} joints), {os.cpu_count()} '
+          f'CPUs, load average {os.getloadavg()[0]:.2f}')
+    if args.spectrum:
+        spectrum(folder, model, columns)
+    if args.channels:
+        channels(folder, model, columns)
+
+    def read(names):
+        return [read_estimated(model, folder / f'{name}.csv.gz', columns=columns,
+                               cutoff_hz=CUTOFF_HZ) for name in names]
+
+    reading = median_time_s(lambda: read(FITTED + HELD_OUT), args.repeat)
+    fitted, held = read(FITTED), read(HELD_OUT)
+    band = np.max([r.band for r in fitted + held], axis=0)
+    q, qd, qdd, torque = stacked(fitted)
+    results = {}
+
+    def ours() -> None:
+        results['identified'] = identify(model, q, qd, qdd, torque, rest_band=band)
+
+    def peer() -> None:
+        results['peer'] = fit_peer(model, q, qd, qdd, torque, rest_band=band)
+
+    ours_s = median_time_s(ours, args.repeat)
+    peer_s = median_time_s(peer, args.repeat)
+    print(f'read and estimate {len(FITTED) + len(HELD_OUT)} recordings '
+          f'({sum(len(r.q) for r in fitted + held)} samples): {reading:.2f} s')
+    print(f'identify on {len(q)} samples: {ours_s:.2f} s; least-squares peer (Pinocchio '
+          f'regressor + lstsq): {peer_s:.2f} s; ratio {ours_s / peer_s:.2f}')
+    hq, hqd, hqdd, htorque = stacked(held)
+    moving = np.abs(hqd[:, model.actuated]) > band[model.actuated]
+
+    def rms(prediction: np.ndarray) -> float:
+        per_joint = [np.sqrt(np.mean((prediction - htorque)[moving[:, k], k] ** 2))
+                     for k in range(htorque.shape[1]) if moving[:, k].any()]
+        return float(np.sqrt(np.mean(np.square(per_joint))))
+
+    nominal = rms(predict(model, hq, hqd, hqdd))
+    identified = rms(results['identified'].predict(model, hq, hqd, hqdd))
+    least = rms(results['peer'].predict(model, hq, hqd, hqdd))
+    mass = results['identified'].inertial[:, 0].sum()
+    print(f'held-out RMS over the moving joints: nominal {nominal:.3f}, identified '
+          f'{identified:.3f} ({1 - identified / nominal:.0%} less), least squares '
+          f'{least:.3f} N*m (identified / least squares {identified / least:.2f}); total '
+          f'mass {model.body_mass.sum():.3f} -> {mass:.3f} kg '
+          f'({mass / model.body_mass.sum() - 1:+.0%})')
+    print(f'finished {time.strftime("%Y-%m-%d %H:%M:%S")}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

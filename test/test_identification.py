@@ -216,7 +216,9 @@ def test_plag_ros_identify_from_tables_without_the_gripper(nominal, true_arm, tm
         for k, j in enumerate(cols):
             table[f'q{k + 1}'] = q[:, j] * unit
             table[f'tau{k + 1}'] = torque[:, act.index(j)]
-        if degrees:
+        if degrees:             # a dropped position cell and a dropped effort cell
+            table['q3'][700] = np.nan
+            table['tau2'][1200] = np.nan
             path = tmp_path / f'arm{seed}.csv'
             names = list(table)
             np.savetxt(path, np.column_stack([table[n] for n in names]), delimiter=',',
@@ -251,6 +253,9 @@ def test_plag_ros_identify_from_tables_without_the_gripper(nominal, true_arm, tm
                  str(csv_out)]) == 0
     again = yaml.safe_load((csv_out / 'identified.yaml').read_text())
     assert again['recordings'][0]['rate_hz'] == pytest.approx(RATE_HZ)
+    # the row without a position is left out, the effort's gap costs only its own channel
+    assert again['recordings'][0]['samples'] == int(round(15.0 * RATE_HZ)) - 1
+    assert [c['kind'] for c in again['recordings'][0]['channels_left_out']] == ['missing']
     assert again['held_out_rms']['over_moving_joints']['cut_against_nominal'][
         'identified'] >= 0.8
 

@@ -240,6 +240,19 @@ def test_the_effort_is_filtered_exactly_as_the_positions():
     out = lowpass_offline(t_ns, with_nan, config)
     assert np.isnan(out[:, 1]).all()
     np.testing.assert_allclose(out[:, [0, 2]], filtered[:, [0, 2]], rtol=0, atol=1e-12)
+    # a missing sample is a gap of its own column: the runs on either side are filtered
+    # apart, as two recordings would be; a run too short to filter is NaN
+    gaps = x.copy()
+    gaps[1000, 0] = np.nan
+    gaps[2996:2998, 2] = np.nan
+    out = lowpass_offline(t_ns, gaps, config)
+    np.testing.assert_array_equal(out[:, 1], filtered[:, 1])
+    np.testing.assert_allclose(out[:1000, 0], lowpass_offline(t_ns[:1000], x[:1000, :1],
+                                                              config)[:, 0], atol=1e-12)
+    np.testing.assert_allclose(out[1001:, 0], lowpass_offline(t_ns[1001:], x[1001:, :1],
+                                                              config)[:, 0], atol=1e-12)
+    assert np.isnan(out[1000, 0]) and np.isnan(out[2996:, 2]).all()
+    assert np.isfinite(out[:2996, 2]).all()
 
 
 def test_a_joint_that_does_not_move_is_not_scored(nominal):

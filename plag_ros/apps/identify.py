@@ -392,7 +392,12 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f'plag-ros identify --servo: {err}', file=sys.stderr)
             return 2
-    peer = _peer(model, fit, band, terms, extra) if payload is None else None
+    peer = None
+    if payload is None:
+        peer = _peer(model, fit, band, terms, extra)
+    else:
+        extra['least_squares'] = {'skipped': 'a payload fit holds the arm at its figures: '
+                                             'no least-squares fit of the same rows'}
     extra['recordings'] = _recordings_section(recordings)
     args.output.mkdir(parents=True, exist_ok=True)
     content = write_report(args.output, model, result, held.arrays(),

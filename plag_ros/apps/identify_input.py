@@ -120,8 +120,14 @@ def _read_raw(model: RobotModel, path: Path, columns: ColumnMapping | None
         constant[model.actuated] = [motors.motor_of(j).torque_constant
                                     for j in model.actuated_names]
         effort = effort * constant
-    q = np.where(np.isnan(table.q), 0.0, table.q)      # a joint the table lacks: at rest
-    return table.t_ns, model.fill_mimic(q), effort, table.missing_joints, True
+    lacking = np.isin(model.joint_names, table.missing_joints)
+    q = table.q.copy()
+    q[:, lacking] = 0.0                                 # a joint the table lacks: at rest
+    # a row without a position of a joint the table has is no sample at all: left out
+    # (the estimator spans it as it spans a late stamp)
+    rows = np.isfinite(q).all(axis=1)
+    return (table.t_ns[rows], model.fill_mimic(q[rows]), effort[rows], table.missing_joints,
+            True)
 
 
 def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | None = None,

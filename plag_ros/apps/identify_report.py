@@ -50,8 +50,8 @@ def _rms(error: np.ndarray, moving: np.ndarray) -> list[float | None]:
     reaction, which no model predicts); None for a joint that never moves there."""
     use = moving & np.isfinite(error)
     squares = np.where(use, error, 0.0) ** 2
-    return [float(np.sqrt(squares[:, k].sum() / use[:, k].sum())) if use[:, k].any()
-            else None for k in range(error.shape[1])]
+    return [float(np.sqrt(float(squares[:, k].sum()) / int(use[:, k].sum())))
+            if use[:, k].any() else None for k in range(error.shape[1])]
 
 
 def held_out_errors(model: RobotModel, predictions: dict[str, np.ndarray],

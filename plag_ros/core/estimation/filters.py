@@ -847,7 +847,9 @@ def lowpass_offline(t_ns: ArrayLike, x: ArrayLike, config: EstimatorConfig | Non
     For a signal compared sample by sample with the estimated states, such as a measured
     torque against the model's torque at those states: both then carry the same
     filtering, and the filter's attenuation of fast content is not read as a model error.
-    A NaN column stays NaN (a joint without a measurement) without touching the others.
+    A NaN sample is a gap of its own column: the finite runs on either side are filtered
+    apart (a run under five samples is NaN), and the other columns are not touched; a
+    column of NaN (a joint without a measurement) stays NaN.
 
     Args:
         t_ns: (N,) integer stamps [ns], strictly increasing; x: (N, k) [any unit].
@@ -868,6 +870,14 @@ def lowpass_offline(t_ns: ArrayLike, x: ArrayLike, config: EstimatorConfig | Non
             continue
         out[start:stop, finite] = signal.sosfiltfilt(sos, x[start:stop, finite], axis=0,
                                                      padlen=_padding(sos, stop - start))
+        for column in np.flatnonzero(~finite):     # gaps of one column: its finite runs
+            good = np.isfinite(x[start:stop, column])
+            edges = np.flatnonzero(np.diff(np.r_[0, good.astype(np.int8), 0]))
+            for run_start, run_stop in zip(edges[::2] + start, edges[1::2] + start):
+                if run_stop - run_start >= STENCIL:
+                    out[run_start:run_stop, column] = signal.sosfiltfilt(
+                        sos, x[run_start:run_stop, column],
+                        padlen=_padding(sos, run_stop - run_start))
     return out
 
 

@@ -105,6 +105,8 @@ def consistent_map(R: np.ndarray, c: np.ndarray, x0: np.ndarray, scale: np.ndarr
     # deviations for a term the data do not touch (an unmoved joint's friction): the
     # per-joint terms are solved once more, exactly, given the bodies (a bounded linear
     # least-squares problem, scipy's BVLS active set).
+    if p == 10 * B:
+        return x0 + scale * y
     joint = slice(10 * B, p)
     polished = optimize.lsq_linear(
         np.vstack([A[:, joint], np.eye(p - 10 * B)]),

@@ -293,10 +293,11 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
                             for name in names])
     correlation = 1.0
     if noise_std is None:
-        # the data's own noise level, from the fit without the constraints (a linear
-        # solve, where the constrained one is a long iteration at this weight), counted
-        # in independent samples: the residual of a filtered torque against a model that
-        # lacks slow effects is far from white, and N correlated rows hold N / tau
+        # the data's own noise level, first from the fit without the constraints (a
+        # linear solve: no noise level is known yet to weigh the data against the prior),
+        # counted in independent samples: the residual of a filtered torque against a
+        # model that lacks slow effects is far from white, and N correlated rows hold
+        # N / tau
         x = np.linalg.solve(R.T @ R + np.diag(scale ** -2.0), R.T @ c + x0 / scale ** 2)
         for _ in range(2):      # then once more from the constrained fit's residual
             correlation = _correlation_samples(model, q, qd, qdd, torque, moving, terms, x)

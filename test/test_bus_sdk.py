@@ -33,12 +33,12 @@ LIMITS = {s['id']: s['position_limits'] for s in CHAIN['servos']}
 class Bus:
     """The emulator process: ``link`` is its device, :meth:`stop` returns its record."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *options: str) -> None:
         self.link = folder / 'dxl'
         self.record = folder / 'bus.npz'
         self.process = subprocess.Popen(
             [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus', '--link', str(self.link),
-             '--record', str(self.record)], stdout=subprocess.PIPE, text=True)
+             '--record', str(self.record), *options], stdout=subprocess.PIPE, text=True)
         first = self.process.stdout.readline()
         assert 'Dynamixel bus on /dev/pts/' in first, first
 
@@ -146,6 +146,45 @@ def test_the_bus_watchdog_stops_a_servo_without_traffic(bus, port):
     assert P.write1ByteTxRx(port, 7, 98, 0) == (sdk.COMM_SUCCESS, 0)
     assert P.write4ByteTxRx(port, 7, 116, 2100) == (sdk.COMM_SUCCESS, 0)
     bus.stop()
+
+
+def test_a_lockstep_bus_steps_one_period_per_group_read_and_only_then(tmp_path):
+    """``--lockstep 200``: each SYNC READ or BULK READ advances the physics 5 ms in 2 ms
+    steps before it is answered, the remainder carried (2, 3, 2, 3... steps); single reads,
+    writes and wall time advance nothing."""
+    bus = Bus(tmp_path, '--lockstep', '200')
+    try:
+        port = sdk.PortHandler(str(bus.link))
+        assert port.openPort() and port.setBaudRate(3_000_000)
+        read = sdk.GroupSyncRead(port, P, 132, 4)
+        for i in IDS:
+            read.addParam(i)
+        bulk = sdk.GroupBulkRead(port, P)
+        assert bulk.addParam(5, 132, 4)
+        for k in range(5):
+            assert P.read4ByteTxRx(port, 4, 132)[1] == sdk.COMM_SUCCESS
+            assert P.write1ByteTxRx(port, 4, 65, k % 2) == (sdk.COMM_SUCCESS, 0)
+            time.sleep(0.05)                     # 25 physics steps of wall time
+            group = bulk if k == 4 else read
+            assert group.txRxPacket() == sdk.COMM_SUCCESS
+        port.closePort()
+    finally:
+        record = bus.stop()
+    served = record['served']            # (steps taken, instructions taken) per pty read
+    # per period: a read, a write, a group read; the group read's replies come after its steps
+    assert served[:, 1].tolist() == list(range(1, 16))
+    assert served[:, 0].tolist() == [0, 0, 2, 2, 2, 5, 5, 5, 7, 7, 7, 10, 10, 10, 12]
+    assert len(record['t']) == 13                                  # the start, then 12 steps
+    np.testing.assert_allclose(record['t'], 0.002 * np.arange(13), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize('option', [['--lockstep', '0'], ['--lockstep', 'nan'],
+                                    ['--lockstep', 'inf'], ['--physics-rate', '-500']])
+def test_a_rate_that_is_not_positive_is_refused(option, capsys):
+    from plag_ros.apps import dynamixel_bus
+
+    assert dynamixel_bus.main(option) == 2
+    assert f'{option[0]} must be positive' in capsys.readouterr().err
 
 
 def _recorded_packets():

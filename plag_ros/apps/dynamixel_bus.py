@@ -8,6 +8,9 @@ then writes the physics' state of every step (``t`` [s], ``q`` [rad], ``qd`` [ra
 ``effort`` [N*m], each (steps, 8) in the servos' joint order, ``joints``, ``ids``) and
 ``served`` (physics steps taken, instructions taken, after each read that held an
 instruction) to an npz file: the ground truth a driver's joint states can be compared with.
+With ``--lockstep HZ`` the physics follows the client's reads instead of the wall clock: each
+SYNC READ or BULK READ advances it 1/HZ s (tests and benches whose figure must not depend on
+the machine's load; :class:`plag_ros.bus.server.PtyBus`).
 """
 from __future__ import annotations
 
@@ -109,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help='tests: make FIFO and take fault lines from it between physics '
                              "steps: 'drop ID N', 'corrupt ID N', 'silent ID 0|1', "
                              "'hardware ID BITS', 'power 0|1'")
+    parser.add_argument('--lockstep', type=float, default=None, metavar='HZ',
+                        help='advance the physics 1/HZ s at each group read (the client '
+                             'cycles at HZ on a simulated clock) instead of following the '
+                             'wall clock')
     parser.add_argument('--keep-priority', action='store_true',
                         help='keep the normal priority (by default the bus raises its '
                              'priority where it may: nice -5)')
@@ -130,9 +137,12 @@ def _raise_priority() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not (args.physics_rate > 0.0):
-        print('dynamixel_bus: --physics-rate must be positive', file=sys.stderr)
-        return 2
+    for name in ('physics_rate', 'lockstep'):
+        value = getattr(args, name)
+        if value is not None and not (0.0 < value < float('inf')):
+            print(f"dynamixel_bus: --{name.replace('_', '-')} must be positive",
+                  file=sys.stderr)
+            return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -169,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             faults.poll()
 
     raised = _raise_priority() if not args.keep_priority else False
-    with PtyBus(arm, dt, args.link, keep_served=args.record is not None) as bus:
+    with PtyBus(arm, dt, args.link, keep_served=args.record is not None,
+                lockstep=None if args.lockstep is None else 1.0 / args.lockstep) as bus:
         where = f' (link {bus.link})' if bus.link else ''
+        if args.lockstep is not None:
+            where += f', lockstep at {args.lockstep:g} Hz'
         print(f'dynamixel_bus: Dynamixel bus on {bus.path}{where}, servos '
               f'{sorted(s.id for s in arm.servos)}'
               + (', raised priority' if raised else ''), flush=True)

@@ -14,6 +14,7 @@ one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7 (:meth:`BusConfig.load
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +22,16 @@ import numpy as np
 
 from plag_ros.bus import control_table
 from plag_ros.bus.chain import BAUD_CODES, Reply, ServoChain
-from plag_ros.bus.protocol import PacketReader
+from plag_ros.bus.protocol import Instruction, Packet, PacketReader
 from plag_ros.bus.servo import Servo
 from plag_ros.core.dynamics.motors import MOTORS
 from plag_ros.core.simulation.simulator import Simulator
 
-__all__ = ['CRANE_X7_BUS', 'BusArm', 'BusConfig', 'ServoSpec']
+__all__ = ['CRANE_X7_BUS', 'GROUP_READS', 'BusArm', 'BusConfig', 'ServoSpec']
 
 CRANE_X7_BUS = Path(__file__).with_name('crane_x7.yaml')
+GROUP_READS = frozenset({Instruction.SYNC_READ, Instruction.BULK_READ})
+"""The reads a client makes once a cycle for the whole chain."""
 
 
 @dataclass(frozen=True)
@@ -113,12 +116,19 @@ class BusArm:
         """Simulated time [s]."""
         return self.simulator.t
 
-    def receive(self, data: bytes) -> list[Reply]:
-        """Bytes from the bus in, the status packets to send back out (in order)."""
-        t = self.t
+    def receive(self, data: bytes,
+                before_group_read: Callable[[], None] | None = None) -> list[Reply]:
+        """Bytes from the bus in, the status packets to send back out (in order).
+
+        ``before_group_read()`` is called before a SYNC READ or BULK READ is answered (a
+        client's once-a-cycle read): the pty server's lockstep mode steps the physics there.
+        """
         replies: list[Reply] = []
         for packet in self.reader.feed(data):
-            replies.extend(self.chain.handle(packet, t))
+            if before_group_read is not None and isinstance(packet, Packet) and \
+                    packet.instruction in GROUP_READS:
+                before_group_read()
+            replies.extend(self.chain.handle(packet, self.t))
         return replies
 
     def step(self, dt: float) -> None:

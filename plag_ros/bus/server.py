@@ -12,6 +12,15 @@ step (after each servo's Return Delay Time), and steps the physics of the bus's 
 up to ``max_catch_up``; beyond that simulated time falls behind and the shortfall is counted in
 :attr:`PtyBus.dropped_s`.
 
+In lockstep (``lockstep=`` a control period) the physics does not follow the wall clock: it
+advances one control period, in steps of at most ``dt``, each time a client's group read
+(SYNC READ or BULK READ, a driver's once-a-cycle read) comes, and then answers it. A client
+that cycles on a simulated clock advanced by the same period then sees the arm it would see
+in real time with no jitter at all, however slow or busy the machine: what a test of a
+control law's effect needs. Time between the read and the next one's arrival does not exist
+for the physics (a mode switch's torque-off window lasts no simulated time), and the
+servos' Bus Watchdog, which counts simulated time, cannot expire.
+
 Facts about clients on a pty (read in dynamixel-sdk 4.1.0 from PyPI, ``port_handler.py``;
 the same in DynamixelSDK's C++ ``port_handler_linux.cpp``, humble 0d3403df): the SDK flushes
 its input before every instruction and reopens the port on every ``setBaudRate``, and a pty
@@ -22,12 +31,14 @@ from __future__ import annotations
 
 import array
 import errno
+import math
 import os
 import pty
 import select
 import termios
 import time
 import tty
+from collections.abc import Callable
 from pathlib import Path
 
 from plag_ros.bus.arm import BusArm
@@ -45,6 +56,7 @@ class PtyBus:
         max_catch_up: the most simulated time [s] one late step may take (default two
             steps: a longer catch-up costs more substeps and falls further behind).
         keep_served: keep :attr:`served` (tests, ``--dynamixel-record``).
+        lockstep: None (real time), or the simulated time [s] each group read advances.
 
     Attributes:
         path: the pty's slave device.
@@ -53,8 +65,14 @@ class PtyBus:
     """
 
     def __init__(self, arm: BusArm, dt: float = 0.002, link: str | Path | None = None,
-                 max_catch_up: float | None = None, keep_served: bool = False) -> None:
+                 max_catch_up: float | None = None, keep_served: bool = False,
+                 lockstep: float | None = None) -> None:
         self.arm, self.dt = arm, float(dt)
+        if lockstep is not None and not (lockstep > 0.0 and math.isfinite(lockstep)):
+            raise ValueError(f'lockstep must be a positive period [s], got {lockstep}')
+        self.lockstep = lockstep
+        self._owed = 0.0                # lockstep: simulated time not yet stepped [s]
+        self._on_step: Callable[[BusArm], None] | None = None
         self.max_catch_up = 2.0 * self.dt if max_catch_up is None else float(max_catch_up)
         self._master, self._slave = pty.openpty()
         tty.setraw(self._slave)
@@ -93,8 +111,17 @@ class PtyBus:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def serve(self, should_stop, on_step=None) -> None:
+    def serve(self, should_stop: Callable[[], bool],
+              on_step: Callable[[BusArm], None] | None = None) -> None:
         """Serve until ``should_stop()`` is true; ``on_step(arm)`` after every physics step."""
+        if self.lockstep is not None:
+            self._on_step = on_step
+            while not should_stop():
+                # the timeout only lets should_stop be seen while no client speaks
+                ready, _, _ = select.select([self._master], [], [], 0.05)
+                if ready:
+                    self._answer()
+            return
         arm, dt = self.arm, self.dt
         next_step = time.monotonic() + dt
         while not should_stop():
@@ -125,7 +152,7 @@ class PtyBus:
             raise
         self.bytes_in += len(data)
         before = self.arm.chain.instructions
-        replies = self.arm.receive(data)
+        replies = self.arm.receive(data, self._advance if self.lockstep is not None else None)
         if self.keep_served and self.arm.chain.instructions != before:
             self.served.extend((self.steps, self.arm.chain.instructions))
         pending = b''                  # replies due at once go out in one write
@@ -138,6 +165,21 @@ class PtyBus:
             pending += reply.packet
         if pending:
             self._write(pending)
+
+    def _advance(self) -> None:
+        """Lockstep: one control period of physics in steps of ``dt`` (a period that is not
+        a whole number of steps carries its remainder to the next read)."""
+        assert self.lockstep is not None
+        self._owed += self.lockstep
+        n = max(0, math.floor(self._owed / self.dt + 1e-9))
+        for _ in range(n):
+            began = time.perf_counter()
+            self.arm.step(self.dt)
+            self.longest_step = max(self.longest_step, time.perf_counter() - began)
+            self.steps += 1
+            if self._on_step is not None:
+                self._on_step(self.arm)
+        self._owed = max(0.0, self._owed - n * self.dt)
 
     def _write(self, packet: bytes) -> None:
         view = memoryview(packet)

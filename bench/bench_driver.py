@@ -16,15 +16,18 @@ would, at each rate. Per rate it prints:
   traffic (crane_x7_control: SYNC READ 10 bytes, SYNC WRITE 4 bytes; ``test/dxl_client.py``).
 
 With ``--scenario N``: the partial-impedance scenario on the bus, N times (each on a fresh
-bus): the elbow swings 0.5 rad at 1 Hz about a bent pose under the shipped current-mode gains
-(config/torque_mode.yaml, which the gain check accepts), the elbow -> tilt paths compensated
-from the elbow's desired motion or not, and the same on the position path with the shipped
-position gains; the controller runs in this process as the impedance node would, each
-reading's command written at the next cycle. It prints the tilt's deviation (RMS of q - q_d
-from 1 s on) and the cut. This is a measurement, not a test: on a shared 2-core machine the
-cut swings between runs (docs/concepts/torque-mode.md, "Open").
+bus; ``test/torque_rig.py``): the elbow swings 0.5 rad at 1 Hz about a bent pose; the laws
+are the shipped parameter files as the impedance node reads them (config/torque_mode.yaml
+with and without its elbow -> tilt compensation, config/impedance.yaml on the position
+path), built under ``gain_check: refuse``; the controller runs in this process as the
+impedance node would, each reading's command written at the next cycle. It prints the tilt's
+deviation (RMS of q - q_d from 1 s on), the elbow's swing and the cut, in real time (the
+machine's jitter included) and, with ``--lockstep``, with the bus in lockstep at 200 Hz
+(deterministic; ``test_bus_driver.py`` gates that run at 80 %). ``--motion-source desired``
+compensates from the elbow's desired motion instead of the measured one the files give.
 
-Usage: ``python bench/bench_driver.py [--duration 10] [--rates 200 500] [--scenario 3]``.
+Usage: ``python bench/bench_driver.py [--duration 10] [--rates 200 500] [--scenario 3]
+[--lockstep] [--motion-source desired]``.
 """
 from __future__ import annotations
 
@@ -121,122 +124,34 @@ def peer_cycle(n: int = 400) -> tuple[float, float]:
     return float(np.median(peer) * 1e3), float(np.median(ours) * 1e3)
 
 
-ELBOW, TILT = 3, 1
-BENT = [0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0]
-
-
-def tilt_deviation(driver, controller, seconds: float = 6.0) -> tuple[float, float, set]:
-    """Run ``controller`` on ``driver`` (each reading's command at the next cycle); the RMS
-    of the tilt's q - q_d from 1 s on, the elbow's swing (ptp) and the controller's states."""
-    from torque_rig import loop
-
-    from plag_ros.core.dynamics.motors import ARM_JOINTS
-
-    errors, elbow, states = [], [], set()
-    begin = time.monotonic()
-    effort_path = controller.config.command_interface == 'effort'
-
-    def step(reading) -> None:
-        now = time.monotonic()
-        command = controller.update(int(now * 1e9), reading.position, reading.velocity)
-        if command is None:          # the estimator's first samples
-            if effort_path:
-                driver.command_effort(driver.gravity_torque(reading.position)[:7],
-                                      ARM_JOINTS)
-            return
-        states.add(command.state)
-        if effort_path:
-            driver.command_effort(command.effort[:7], ARM_JOINTS)
-        else:
-            driver.command_positions(command.position[:7], ARM_JOINTS)
-        if now - begin >= 1.0:
-            errors.append(reading.position[TILT] - command.q_desired[TILT])
-            elbow.append(reading.position[ELBOW])
-
-    if effort_path:
-        driver.request_mode('current')
-    loop(driver, seconds, step)
-    driver.request_mode('position')
-    loop(driver, 0.2)
-    return float(np.sqrt(np.mean(np.square(errors)))), float(np.ptp(elbow)), states
-
-
-def scenario() -> dict[str, tuple[float, float, set, str]]:
-    import dataclasses
-
-    import yaml
-    from torque_rig import EmulatedBus, move_to, new_driver
-
-    from plag_ros.core.control.config import (
-        CONTROL_ESTIMATOR,
-        ImpedanceConfig,
-        propagation_mask,
-    )
-    from plag_ros.core.control.impedance import PartialImpedanceController
-    from plag_ros.core.control.references import SineReference
-    from plag_ros.core.dynamics.engine import PartialLagrangian
-    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
-
-    model = RobotModel.from_urdf(default_urdf_path())
-    engine = PartialLagrangian(model)
-    torque = yaml.safe_load((ROOT / 'config' / 'torque_mode.yaml').read_text())[
-        'plag_impedance']['ros__parameters']
-    position = yaml.safe_load((ROOT / 'config' / 'impedance.yaml').read_text())[
-        'plag_impedance']['ros__parameters']
-    names = model.actuated_names
-    path = propagation_mask(model, [f'{names[TILT]}<-{names[ELBOW]}'])
-    # the impedance node's estimator: the driver's velocities, filtered
-    common = {'estimator': dataclasses.replace(CONTROL_ESTIMATOR, velocity_source='measured'),
-              'motion_source': 'desired', 'gain_check': 'refuse', 'start_enabled': True,
-              'ramp_s': 0.0}
-    effort = ImpedanceConfig(stiffness=np.array(torque['stiffness']),
-                             damping=np.array(torque['damping']), fault_action='hold',
-                             **common)
-    configs = {'plain': effort,
-               'compensated': effort.replace(acceleration_mask=path, velocity_mask=path),
-               'position path': ImpedanceConfig(
-                   stiffness=np.array(position['stiffness']),
-                   damping=np.array(position['damping']), command_interface='position',
-                   acceleration_mask=path, velocity_mask=path, **common)}
-    amplitude = np.zeros(8)
-    amplitude[ELBOW] = 0.5
-    bent = np.array(BENT + [0.0])
-    warm = PartialImpedanceController(engine, effort)
-    for k in range(8):      # the kernels compile here: the Bus Watchdog allows no stall
-        warm.update(k * 5_000_000, bent, np.zeros(8))
-    controllers = {name: PartialImpedanceController(engine, config,
-                                                    SineReference(amplitude, 1.0))
-                   for name, config in configs.items()}
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        bus = EmulatedBus(Path(tmp))
-        try:
-            driver = new_driver(bus.link)
-            driver.open()
-            for name, controller in controllers.items():
-                move_to(driver, bent[:7], 1.5, 0.5)
-                results[name] = (*tilt_deviation(driver, controller), driver.fault)
-                driver.clear_fault()
-            driver.close()
-        finally:
-            bus.stop()
-    return results
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--duration', type=float, default=10.0)
     parser.add_argument('--rates', type=float, nargs='*', default=[200.0, 500.0])
     parser.add_argument('--scenario', type=int, default=0, metavar='N',
                         help='also run the partial-impedance scenario N times')
+    parser.add_argument('--lockstep', action='store_true',
+                        help='run each scenario also with the bus in lockstep at 200 Hz '
+                             '(what test_bus_driver.py gates)')
+    parser.add_argument('--motion-source', choices=['desired', 'measured'], default=None,
+                        help="the propagation torques' motion (default: the files', "
+                             'measured)')
     args = parser.parse_args()
+    from torque_rig import run_scenario
+
     for run in range(args.scenario):
-        results = scenario()
-        line = '; '.join(f'{name} {rms * 1e3:.1f} mrad (elbow {swing:.2f} rad'
-                         + (f', {fault}' if fault else '') + ')'
-                         for name, (rms, swing, _, fault) in results.items())
-        cut = 1.0 - results['compensated'][0] / results['plain'][0]
-        print(f'scenario {run + 1}: tilt rms {line}; current mode cut {cut:.1%}')
+        for lockstep in (None, 200.0) if args.lockstep else (None,):
+            with tempfile.TemporaryDirectory() as tmp:
+                began = time.monotonic()
+                results = run_scenario(Path(tmp), lockstep, args.motion_source)
+                took = time.monotonic() - began
+            line = '; '.join(f'{name} {r.tilt_rms * 1e3:.1f} mrad (elbow {r.elbow_swing:.2f} '
+                             'rad' + (f', {r.fault}' if r.fault else '') + ')'
+                             for name, r in results.items())
+            cut = 1.0 - results['compensated'].tilt_rms / results['plain'].tilt_rms
+            where = 'real time' if lockstep is None else f'lockstep {lockstep:g} Hz'
+            print(f'scenario {run + 1}, {where}: tilt rms {line}; current mode cut {cut:.1%} '
+                  f'({took:.1f} s)')
     if not args.rates:
         return
     peer, ours = peer_cycle()

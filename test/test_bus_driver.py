@@ -12,7 +12,16 @@ import time
 
 import numpy as np
 import pytest
-from torque_rig import ROOT, EmulatedBus, gravity_feed, loop, move_to, new_driver
+from torque_rig import (
+    ROOT,
+    EmulatedBus,
+    gravity_feed,
+    loop,
+    move_to,
+    new_driver,
+    run_scenario,
+    scenario_controllers,
+)
 
 from plag_ros.bus.driver import DriverSettings, hardware_error_text
 from plag_ros.core.dynamics.motors import ARM_JOINTS
@@ -87,6 +96,48 @@ def test_gravity_compensation_holds_three_poses_for_10_s(bus):
               f'{t[inside][-1] - t[inside][0]:.2f} s')
         assert t[inside][-1] - t[inside][0] > 9.5
         assert drift.max() < 0.010, (name, drift)
+
+
+def test_the_scenarios_laws_are_the_shipped_files_with_a_gain_check_that_refuses():
+    """The scenario's laws come from the shipped parameter files through the node's own
+    settings; each is built under ``gain_check: refuse`` at the delay the driver has (1.5
+    periods for the effort path: a reading's command is written at the next cycle and acts
+    until the one after), so building them is the gain check accepting their gains."""
+    laws = scenario_controllers()
+    for name, controller in laws.items():
+        config = controller.config
+        assert config.gain_check == 'refuse', name
+        assert config.motion_source == 'measured', name
+        assert config.command_interface == ('position' if name == 'position path'
+                                            else 'effort'), name
+        assert (config.acceleration_mask is None) == (name == 'plain'), name
+    assert laws['compensated'].config.delay_periods == 1.5
+    np.testing.assert_array_equal(laws['plain'].config.stiffness,
+                                  laws['compensated'].config.stiffness)
+
+
+@pytest.mark.long
+def test_partial_impedance_scenario_cuts_the_tilt_deviation_by_80_percent(tmp_path):
+    """The elbow swings 0.5 rad at 1 Hz about the bent pose; on the effort path (current
+    mode) compensating elbow -> tilt cuts the tilt's deviation (RMS of q - q_d from 1 s on)
+    by at least 80 % against the same gains uncompensated; the position path runs the same
+    scenario in the same bus for comparison.
+
+    The bus runs in lockstep (the physics advances one 5 ms period per sync read, the
+    driver runs on that simulated clock): the SDK, the pty, the servos' firmware and the
+    physics are the same as in real time, the machine's scheduling is not in the result
+    (in real time on this 2-core machine the cut was 88.5-89.4 % in two runs of
+    ``bench/bench_driver.py --rates --scenario 2``)."""
+    runs = run_scenario(tmp_path, lockstep_hz=200.0)
+    for name, run in runs.items():
+        print(f'{name}: tilt rms {run.tilt_rms * 1e3:.2f} mrad, elbow {run.elbow_swing:.2f} '
+              'rad peak to peak')
+        assert run.fault == '' and run.states == {'enabled'}, (name, run)
+        assert run.elbow_swing > 0.5, name              # the elbow really swings
+    cut = 1.0 - runs['compensated'].tilt_rms / runs['plain'].tilt_rms
+    print(f'current mode cut {cut:.1%}')
+    assert cut >= 0.80
+    assert runs['position path'].tilt_rms < runs['plain'].tilt_rms
 
 
 def test_enable_and_disable_move_no_joint_more_than_2_mrad(bus):

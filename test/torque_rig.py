@@ -5,6 +5,11 @@
 FIFO and a record of every physics step (the ground truth: positions, velocities and the
 torque each servo made); :func:`loop` runs a :class:`~plag_ros.bus.driver.BusDriver` at a
 rate with a callback per good reading, as ``plag_driver``'s bus thread does.
+
+A bus started with ``lockstep_hz`` steps its physics one period per sync read
+(:class:`plag_ros.bus.server.PtyBus`); a driver made with ``clock=LockstepClock(...)`` then
+runs on simulated time, and :func:`loop` cycles it back to back, advancing the clock one
+period per cycle: the run no longer depends on how busy the machine is.
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from plag_ros.bus.arm import BusConfig
 from plag_ros.bus.driver import BusDriver, DriverSettings, Reading, gravity_in_chain_order
+from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 
@@ -28,10 +35,26 @@ CONFIG = BusConfig.load()
 JOINTS = [s.joint for s in CONFIG.servos]
 
 
-class EmulatedBus:
-    """The bus process; ``record()`` after :meth:`stop` gives its npz."""
+class LockstepClock:
+    """Simulated time [s] for a driver on a lockstep bus: :func:`loop` advances it."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, rate_hz: float = 200.0) -> None:
+        self.period, self.t = 1.0 / rate_hz, 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class EmulatedBus:
+    """The bus process; :meth:`stop` gives its npz.
+
+    Args:
+        tmp: a folder for the link, the fault FIFO, the record and stderr.
+        lockstep_hz: None (the physics follows the wall clock) or the rate whose period each
+            sync read advances the physics by.
+    """
+
+    def __init__(self, tmp: Path, lockstep_hz: float | None = None) -> None:
         self.tmp = tmp
         self.link, self.fifo, self.npz = tmp / 'bus', tmp / 'faults', tmp / 'record.npz'
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get(
@@ -42,7 +65,8 @@ class EmulatedBus:
         with open(self.stderr, 'w') as errors:
             self.process = subprocess.Popen(
                 [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus', '--link', str(self.link),
-                 '--faults', str(self.fifo), '--record', str(self.npz)],
+                 '--faults', str(self.fifo), '--record', str(self.npz)]
+                + ([] if lockstep_hz is None else ['--lockstep', str(lockstep_hz)]),
                 stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         line = self.process.stdout.readline()
         if 'Dynamixel bus on' not in line:
@@ -65,10 +89,12 @@ class EmulatedBus:
             return dict(record)
 
 
-def new_driver(port: Path, **settings) -> BusDriver:
+def new_driver(port: Path, clock: Callable[[], float] = time.monotonic,
+               **settings) -> BusDriver:
     model = RobotModel.from_urdf(default_urdf_path())
     driver = BusDriver(CONFIG, DriverSettings(port=str(port), **settings),
-                       gravity=gravity_in_chain_order(model, JOINTS), arm_joints=ARM_JOINTS)
+                       gravity=gravity_in_chain_order(model, JOINTS), arm_joints=ARM_JOINTS,
+                       clock=clock)
     driver.messages = []
     driver.log = driver.messages.append
     return driver
@@ -76,7 +102,19 @@ def new_driver(port: Path, **settings) -> BusDriver:
 
 def loop(driver: BusDriver, seconds: float, on_reading: Callable[[Reading], None] | None = None,
          rate_hz: float = 200.0) -> list[float]:
-    """Cycle ``driver`` for ``seconds`` at ``rate_hz``; the cycle start times [s]."""
+    """Cycle ``driver`` for ``seconds`` at ``rate_hz``; the cycle start times [s]. On a
+    :class:`LockstepClock` the cycles run back to back, each one period later in simulated
+    time (``rate_hz`` is then the clock's)."""
+    clock = driver.clock
+    if isinstance(clock, LockstepClock):
+        starts = []
+        for _ in range(round(seconds / clock.period)):
+            clock.t += clock.period        # the bus advances one period at the read
+            starts.append(clock.t)
+            reading = driver.cycle()
+            if reading is not None and on_reading is not None:
+                on_reading(reading)
+        return starts
     period, starts = 1.0 / rate_hz, []
     begin = time.monotonic()
     k = 0
@@ -98,10 +136,10 @@ def move_to(driver: BusDriver, pose: np.ndarray, seconds: float = 2.0,
             settle: float = 1.0) -> None:
     """Position mode: a straight line to ``pose`` (7 arm joints) in ``seconds``, then settle."""
     start = driver.reading.position[:7].copy()
-    begin = time.monotonic()
+    begin = driver.clock()
 
     def ramp(_: Reading) -> None:
-        s = min(1.0, (time.monotonic() - begin) / seconds)
+        s = min(1.0, (driver.clock() - begin) / seconds)
         driver.command_positions(start + s * (pose - start), ARM_JOINTS)
 
     loop(driver, seconds + settle, ramp)
@@ -115,3 +153,121 @@ def gravity_feed(driver: BusDriver) -> Callable[[Reading], None]:
         driver.command_effort(gravity(reading.position)[:7], ARM_JOINTS)
 
     return feed
+
+
+# ---------------------------------------------------------------- the elbow-swing scenario
+ELBOW, TILT = 3, 1
+"""Indices of the elbow (the swinging joint) and the tilt (the joint it loads) in the chain."""
+BENT = np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0])
+"""The pose the elbow swings about [rad], the 7 arm joints."""
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """One law's run: the tilt's RMS deviation ``tilt_rms`` (q - q_d from 1 s on) [rad], the
+    elbow's swing (peak to peak) [rad], the controller's states and the driver's fault."""
+
+    tilt_rms: float
+    elbow_swing: float
+    states: frozenset[str]
+    fault: str
+
+
+def scenario_controllers(motion_source: str | None = None
+                         ) -> dict[str, PartialImpedanceController]:
+    """The three laws of the scenario, each configured as the impedance node configures itself
+    from a shipped parameter file (``ImpedanceSettings.from_values``, then
+    ``controller_config``), with the scenario's changes: enabled at once, no ramp, the elbow
+    swinging 0.5 rad at 1 Hz about the pose at enable.
+
+    * ``plain`` and ``compensated``: config/torque_mode.yaml (effort path, current-mode gains,
+      ``gain_check: refuse`` at ``delay_periods: 1.5``: a controller is only built if the gain
+      check accepts its gains), with no compensation or with its elbow -> tilt paths.
+    * ``position path``: config/impedance.yaml, its elbow -> tilt paths compensated.
+
+    ``motion_source``: None keeps the files' (the measured motion), or ``'desired'``.
+    """
+    from parameter_files import node_parameters
+
+    from plag_ros.core.control.settings import ImpedanceSettings
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+
+    model = RobotModel.from_urdf(default_urdf_path())
+    engine = PartialLagrangian(model)
+    n = len(model.actuated_names)
+    amplitude = [0.0] * n
+    amplitude[ELBOW] = 0.5
+    scenario = {'start_enabled': True, 'ramp_s': 0.0, 'reference.mode': 'sine',
+                'reference.amplitude': amplitude, 'reference.frequency_hz': [1.0]}
+    if motion_source is not None:
+        scenario['motion_source'] = motion_source
+    plain = {'compensate.acceleration': ['none'], 'compensate.velocity': ['none']}
+    laws = {'plain': ('torque_mode.yaml', plain), 'compensated': ('torque_mode.yaml', {}),
+            'position path': ('impedance.yaml', {})}
+    controllers = {}
+    for name, (file, change) in laws.items():
+        settings = ImpedanceSettings.from_values(
+            {**node_parameters(file, 'plag_impedance'), **scenario, **change})
+        controllers[name] = PartialImpedanceController(
+            engine, settings.controller_config(model), settings.reference_trajectory(n))
+    warm = controllers['plain']
+    bent = np.append(BENT, 0.0)
+    for k in range(8):      # the kernels compile here: the Bus Watchdog allows no stall
+        warm.update(k * 5_000_000, bent, np.zeros(n))
+    warm.reset()
+    return controllers
+
+
+def tilt_deviation(driver: BusDriver, controller: PartialImpedanceController,
+                   seconds: float = 6.0) -> ScenarioRun:
+    """Run ``controller`` on ``driver`` for ``seconds``, each reading's command written at the
+    next cycle as in plag_driver, then back to position mode."""
+    errors, elbow, states = [], [], set()
+    begin = driver.clock()
+    effort_path = controller.config.command_interface == 'effort'
+
+    def step(reading: Reading) -> None:
+        now = driver.clock()
+        command = controller.update(round(now * 1e9), reading.position, reading.velocity)
+        if command is None:          # the estimator's first samples
+            if effort_path:
+                driver.command_effort(driver.gravity_torque(reading.position)[:7],
+                                      ARM_JOINTS)
+            return
+        states.add(command.state)
+        if effort_path:
+            driver.command_effort(command.effort[:7], ARM_JOINTS)
+        else:
+            driver.command_positions(command.position[:7], ARM_JOINTS)
+        if now - begin >= 1.0:
+            errors.append(reading.position[TILT] - command.q_desired[TILT])
+            elbow.append(reading.position[ELBOW])
+
+    if effort_path:
+        driver.request_mode('current')
+    loop(driver, seconds, step)
+    driver.request_mode('position')
+    loop(driver, 0.2)
+    return ScenarioRun(float(np.sqrt(np.mean(np.square(errors)))), float(np.ptp(elbow)),
+                       frozenset(states), driver.fault)
+
+
+def run_scenario(tmp: Path, lockstep_hz: float | None = None,
+                 motion_source: str | None = None) -> dict[str, ScenarioRun]:
+    """The three laws of :func:`scenario_controllers` one after the other on one fresh bus,
+    each from the bent pose; in real time, or in lockstep at ``lockstep_hz``."""
+    controllers = scenario_controllers(motion_source)
+    results = {}
+    bus = EmulatedBus(tmp, lockstep_hz)
+    try:
+        clock = time.monotonic if lockstep_hz is None else LockstepClock(lockstep_hz)
+        driver = new_driver(bus.link, clock)
+        driver.open()
+        for name, controller in controllers.items():
+            move_to(driver, BENT, 1.5, 0.5)
+            results[name] = tilt_deviation(driver, controller)
+            driver.clear_fault()
+        driver.close()
+    finally:
+        bus.stop()
+    return results

@@ -19,7 +19,8 @@ that cycles on a simulated clock advanced by the same period then sees the arm i
 in real time with no jitter at all, however slow or busy the machine: what a test of a
 control law's effect needs. Time between the read and the next one's arrival does not exist
 for the physics (a mode switch's torque-off window lasts no simulated time), and the
-servos' Bus Watchdog, which counts simulated time, cannot expire.
+servos' Bus Watchdog, which counts simulated time, expires only when one period is longer
+than it: a stalled client stalls the physics too.
 
 Facts about clients on a pty (read in dynamixel-sdk 4.1.0 from PyPI, ``port_handler.py``;
 the same in DynamixelSDK's C++ ``port_handler_linux.cpp``, humble 0d3403df): the SDK flushes

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import array
 import errno
+import functools
 import math
 import os
 import pty
@@ -73,7 +74,6 @@ class PtyBus:
             raise ValueError(f'lockstep must be a positive period [s], got {lockstep}')
         self.lockstep = lockstep
         self._owed = 0.0                # lockstep: simulated time not yet stepped [s]
-        self._on_step: Callable[[BusArm], None] | None = None
         self.max_catch_up = 2.0 * self.dt if max_catch_up is None else float(max_catch_up)
         self._master, self._slave = pty.openpty()
         tty.setraw(self._slave)
@@ -116,14 +116,14 @@ class PtyBus:
               on_step: Callable[[BusArm], None] | None = None) -> None:
         """Serve until ``should_stop()`` is true; ``on_step(arm)`` after every physics step."""
         if self.lockstep is not None:
-            self._on_step = on_step
+            advance = functools.partial(self._advance, on_step)
             while not should_stop():
                 # the timeout only lets should_stop be seen while no client speaks
                 ready, _, _ = select.select([self._master], [], [], 0.05)
                 if ready:
-                    self._answer()
+                    self._answer(advance)
             return
-        arm, dt = self.arm, self.dt
+        dt = self.dt
         next_step = time.monotonic() + dt
         while not should_stop():
             now = time.monotonic()
@@ -131,20 +131,26 @@ class PtyBus:
                 late = now - next_step
                 take = min(dt + late, self.max_catch_up)
                 self.dropped_s += dt + late - take
-                began = time.perf_counter()
-                arm.step(take)
-                self.longest_step = max(self.longest_step, time.perf_counter() - began)
-                self.steps += 1
+                self._step(take, on_step)
                 next_step = next_step + dt if late < dt else now + dt
-                if on_step is not None:
-                    on_step(arm)
                 now = time.monotonic()
             # after every step, before the next: a loop behind on physics still answers
             ready, _, _ = select.select([self._master], [], [], max(0.0, next_step - now))
             if ready:
                 self._answer()
 
-    def _answer(self) -> None:
+    def _step(self, dt: float, on_step: Callable[[BusArm], None] | None) -> None:
+        """One physics step of ``dt`` [s], timed and counted; then ``on_step(arm)``."""
+        began = time.perf_counter()
+        self.arm.step(dt)
+        self.longest_step = max(self.longest_step, time.perf_counter() - began)
+        self.steps += 1
+        if on_step is not None:
+            on_step(self.arm)
+
+    def _answer(self, before_group_read: Callable[[], None] | None = None) -> None:
+        """Take what the pty holds and write the replies (``before_group_read``: see
+        :meth:`BusArm.receive`)."""
         try:
             data = os.read(self._master, 65536)
         except OSError as err:
@@ -153,7 +159,7 @@ class PtyBus:
             raise
         self.bytes_in += len(data)
         before = self.arm.chain.instructions
-        replies = self.arm.receive(data, self._advance if self.lockstep is not None else None)
+        replies = self.arm.receive(data, before_group_read)
         if self.keep_served and self.arm.chain.instructions != before:
             self.served.extend((self.steps, self.arm.chain.instructions))
         pending = b''                  # replies due at once go out in one write
@@ -167,19 +173,14 @@ class PtyBus:
         if pending:
             self._write(pending)
 
-    def _advance(self) -> None:
+    def _advance(self, on_step: Callable[[BusArm], None] | None) -> None:
         """Lockstep: one control period of physics in steps of ``dt`` (a period that is not
         a whole number of steps carries its remainder to the next read)."""
         assert self.lockstep is not None
         self._owed += self.lockstep
         n = max(0, math.floor(self._owed / self.dt + 1e-9))
         for _ in range(n):
-            began = time.perf_counter()
-            self.arm.step(self.dt)
-            self.longest_step = max(self.longest_step, time.perf_counter() - began)
-            self.steps += 1
-            if self._on_step is not None:
-                self._on_step(self.arm)
+            self._step(self.dt, on_step)
         self._owed = max(0.0, self._owed - n * self.dt)
 
     def _write(self, packet: bytes) -> None:

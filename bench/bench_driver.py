@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / 'test'))
 
 
 def one_rate(rate: float, duration: float) -> dict[str, float]:
-    from torque_rig import EmulatedBus, loop, move_to, new_driver
+    from torque_rig import BENT, EmulatedBus, loop, move_to, new_driver
 
     from plag_ros.core.dynamics.motors import ARM_JOINTS
 
@@ -53,7 +53,7 @@ def one_rate(rate: float, duration: float) -> dict[str, float]:
         try:
             driver = new_driver(bus.link, rate_hz=rate)
             driver.open()
-            move_to(driver, np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0]), 1.0, 0.5)
+            move_to(driver, BENT, 1.0, 0.5)
             driver.request_mode('current')
             read_at: list[float] = []
             written: list[tuple[float, float]] = []   # (reading time, write time) pairs

@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pytest
 from torque_rig import (
+    BENT,
+    ELBOW,
     ROOT,
     EmulatedBus,
     gravity_feed,
@@ -27,8 +29,7 @@ from plag_ros.bus.driver import DriverSettings, hardware_error_text
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 
 pytest.importorskip('dynamixel_sdk')   # requirements/test-tools.txt installs it
-TILT, ELBOW = 1, 3
-POSES = {'bent': [0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0],
+POSES = {'bent': BENT.tolist(),
          'reaching': [0.4, 1.0, -0.3, -0.6, 0.3, -0.4, 0.2],
          'folded': [-0.5, 0.3, 0.5, -2.0, -0.4, 0.8, -0.3]}
 

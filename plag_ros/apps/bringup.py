@@ -49,12 +49,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.ros.domains import isolate
 from plag_ros.ros.node_setups import NodeSetup, robot_setup, running, sim_setup, torque_setup
+
+if TYPE_CHECKING:
+    from trajectory_msgs.msg import JointTrajectory
 
 __all__ = ['SIM_CONTROL_DEMO', 'NodeProcess', 'NodeSpec', 'Summary', 'config_path',
            'configure', 'configure_run', 'robot_specs', 'run', 'run_dynamics_only', 'run_sim',
@@ -255,47 +259,101 @@ def _num(text: str) -> str:
         return f'{text:>6}'
 
 
-def _swing(t: float, q0: np.ndarray, actuated: np.ndarray) -> np.ndarray:
-    """Slow demo motion (position command, model order of the actuated joints) at ``t`` [s].
+SWING = ((3, 0.6, 0.4), (1, 0.3, 0.25), (6, 0.5, 0.3))
+"""The demo swing: (model joint index, amplitude [rad], frequency [Hz]) of each moving joint."""
+SWING_EASE_S = 2.0
+"""The swing eases in over this long [s]."""
+TRAJECTORY_HORIZON_S = 2.0
+"""Each trajectory message of the swing reaches this far [s] past its start stamp."""
+TRAJECTORY_RESEND_S = 0.1
+"""A new trajectory message every this many seconds of the simulator's stamps."""
+TRAJECTORY_SPACING_S = 0.02
+"""Spacing [s] of a message's points (cubic segments, positions and velocities)."""
+
+
+def _swing(t: np.ndarray, q0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slow demo motion: positions [rad] and velocities [rad/s], (P, n) in model order, at
+    times ``t`` (P,) [s] from its start.
 
     The elbow swings 0.6 rad at 0.4 Hz, the shoulder tilt 0.3 rad at 0.25 Hz and the
     wrist 0.5 rad at 0.3 Hz, each eased in over the first two seconds: the same spirit as
     the CRANE-X7 experiment of Gunji, Kusaka and Tanaka 2025 (Robotics 14(5), 54,
     doi:10.3390/robotics14050054): one joint moves, the others feel it.
     """
-    ease = 0.5 - 0.5 * math.cos(math.pi * min(t / 2.0, 1.0))
-    q = q0.copy()
-    for k, amp, freq in ((3, 0.6, 0.4), (1, 0.3, 0.25), (6, 0.5, 0.3)):
-        if k < q.size:
-            q[k] += ease * amp * math.sin(2 * math.pi * freq * t)
-    return q[actuated]
+    t = np.asarray(t, dtype=np.float64)
+    x = np.clip(t / SWING_EASE_S, 0.0, 1.0)
+    ease = 0.5 - 0.5 * np.cos(np.pi * x)
+    dease = np.where(t < SWING_EASE_S, 0.5 * np.pi / SWING_EASE_S * np.sin(np.pi * x), 0.0)
+    q = np.repeat(q0[None].astype(np.float64), t.size, axis=0)
+    qd = np.zeros_like(q)
+    for k, amp, freq in SWING:
+        if k < q0.size:
+            w = 2 * np.pi * freq
+            q[:, k] += ease * amp * np.sin(w * t)
+            qd[:, k] = dease * amp * np.sin(w * t) + ease * amp * w * np.cos(w * t)
+    return q, qd
+
+
+def _swing_trajectory(start_ns: int, origin_ns: int, q0: np.ndarray, joints: np.ndarray,
+                      names: list[str]) -> JointTrajectory:
+    """The swing from ``start_ns`` on as a JointTrajectory stamped ``start_ns``.
+
+    The arm's trajectory controller plays it on the simulator's clock, the one that stamps
+    the joint states, so the motion keeps its timing when this process stalls (a stream of
+    position commands would hold, then jump); each message reaches
+    :data:`TRAJECTORY_HORIZON_S` ahead, the next replaces it from its own start.
+
+    Args:
+        start_ns: the message's start stamp [ns]; origin_ns: the swing's t = 0 [ns].
+        q0: (n,) rest positions [rad] in model order; joints: (J,) model indices of
+            ``names``, the arm controller's joints.
+    """
+    from plag_ros.ros import messages as msgs
+
+    tau = np.arange(0.0, TRAJECTORY_HORIZON_S + 1e-9, TRAJECTORY_SPACING_S)
+    q, qd = _swing((start_ns - origin_ns) * 1e-9 + tau, q0)
+    msg = msgs.joint_trajectory(names, tau, q[:, joints], qd[:, joints])
+    msg.header.stamp = msgs.ns_to_stamp(start_ns)
+    return msg
 
 
 def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: float | None,
              startup_timeout: float, motion: bool, out, report: Path | None = None,
              foxglove: tuple[str, int, bool] | None = None) -> int:
-    """Host ``plag_monitor``: print the summary once a second until ``duration`` or
-    ``stop`` (a signal; exit status 0); with
-    ``report``, then write the run's picture and table there (:mod:`.live_report`); with
-    ``foxglove`` (host, port, control), serve the view topics to Foxglove meanwhile
-    (:mod:`plag_ros.ros.foxglove_view`)."""
+    """Host ``plag_monitor``: once the dynamics node publishes, start the swing (``motion``),
+    print the summary once a second until the node's output reaches ``duration`` seconds of
+    stamp time past that start, or until ``stop`` (a signal; exit status 0); with
+    ``report``, then write the run's picture and table over that stretch there
+    (:mod:`.live_report`); with ``foxglove`` (host, port, control), serve the view topics to
+    Foxglove meanwhile (:mod:`plag_ros.ros.foxglove_view`).
+
+    The run's clock is the stamps, not this process's: the simulator's (or the robot's)
+    clock, on which the arm's trajectory controller also plays the swing. A stall of this
+    process then neither stretches the record nor holds the command and jumps it on.
+    Without output for ``startup_timeout`` seconds the run fails, as at start-up.
+    """
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray, String
+    from trajectory_msgs.msg import JointTrajectory
 
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+    from plag_ros.core.dynamics.motors import ARM_JOINTS
+    from plag_ros.core.simulation.settings import JTC
     from plag_ros.ros import messages as msgs
 
     summary = Summary()
     recording = None
+    model = RobotModel.from_urdf(default_urdf_path())
+    reader = msgs.JointStateReader(model)
     if report is not None:
         from plag_ros.apps.live_report import LiveRecording
 
-        recorded_model = RobotModel.from_urdf(default_urdf_path())
-        recording = LiveRecording(recorded_model)
-        reader = msgs.JointStateReader(recorded_model)
+        recording = LiveRecording(model)
+    # Newest stamps [ns] of the simulator's joint states and of the node's output.
+    clock = {'input': 0, 'output': 0}
     context = rclpy.Context()
     # No rclpy signal handlers here: this process's Ctrl-C is ``stop``, which the loops
     # below read between spins, and the finally blocks stop the node subprocesses.
@@ -306,16 +364,19 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
     def on_state(msg: JointState) -> None:
-        summary.on_output(msgs.stamp_to_ns(msg.header.stamp), time.time_ns())
+        t_ns = msgs.stamp_to_ns(msg.header.stamp)
+        summary.on_output(t_ns, time.time_ns())
+        clock['output'] = max(clock['output'], t_ns)
         if recording is not None:
-            recording.on_output(msgs.stamp_to_ns(msg.header.stamp), np.array(msg.effort))
+            recording.on_output(t_ns, np.array(msg.effort))
 
     def on_input(msg: JointState) -> None:
         try:
             t_ns, q, _, _ = reader.read(msg)
         except msgs.JointStateError:
             return                     # the node rejects it too
-        if recording is not None:      # subscribed only when recording (below)
+        clock['input'] = max(clock['input'], t_ns)
+        if recording is not None:
             recording.on_input(t_ns, q, reader.optional_effort(msg))
 
     def on_names(msg: String) -> None:
@@ -329,7 +390,7 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
     node.create_subscription(JointState, f'{DYNAMICS}/joint_states', on_state, reliable)
     node.create_subscription(String, f'{DYNAMICS}/names', on_names, latched)
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, reliable)
-    if recording is not None:
+    if recording is not None or motion:
         node.create_subscription(JointState, 'joint_states', on_input, reliable)
 
     def on_array(kind: str) -> Callable[[Float64MultiArray], None]:
@@ -338,14 +399,14 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
     for kind in ('velocity', 'acceleration'):
         node.create_subscription(Float64MultiArray, f'{DYNAMICS}/{kind}', on_array(kind),
                                  reliable)
-    command_pub = None
+    trajectory_pub = None
     if motion:
-        model = RobotModel.from_urdf(default_urdf_path())
-        actuated = np.flatnonzero(model.actuated)
+        arm = list(ARM_JOINTS)
+        arm_index = np.array([model.joint_names.index(name) for name in arm])
         q0 = np.zeros(model.n_joints)
-        command_pub = node.create_publisher(Float64MultiArray, 'position_controller/commands',
-                                            QoSProfile(depth=10,
-                                                       reliability=ReliabilityPolicy.RELIABLE))
+        trajectory_pub = node.create_publisher(
+            JointTrajectory, f'{JTC}/joint_trajectory',
+            QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
     view = None
     if foxglove is not None:
         from plag_ros.ros.foxglove_view import FoxgloveView, view_topics
@@ -364,6 +425,7 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
     executor = rclpy.executors.SingleThreadedExecutor(context=context)
     executor.add_node(node)
     status = 0
+    start_ns = end_ns = None
     try:
         begin = time.monotonic()
         while summary.total_outputs == 0 and not stop.is_set():   # the graph comes up
@@ -379,18 +441,37 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
         if not stop.is_set():
             print(f'plag-ros: graph up after {time.monotonic() - begin:.1f} s', file=out,
                   flush=True)
-        start = time.monotonic()
+        # The run starts now on the stamps' clock: the newest joint state's stamp, where the
+        # swing's first trajectory starts (the controller plays it from its stamp on).
+        start_ns = max(clock['input'], clock['output'])
+        if recording is not None:
+            recording.set_window(start_ns)
+        sent_ns = None
         summary._reset()
-        next_print = start + 1.0
-        while not stop.is_set() and (duration is None or time.monotonic() - start < duration):
+        last_output, last_output_at = clock['output'], time.monotonic()
+        next_print = time.monotonic() + 1.0
+        while not stop.is_set():
+            if trajectory_pub is not None and clock['input'] >= start_ns and (
+                    sent_ns is None or clock['input'] - sent_ns >= TRAJECTORY_RESEND_S * 1e9):
+                sent_ns = clock['input'] if sent_ns is not None else start_ns
+                trajectory_pub.publish(_swing_trajectory(sent_ns, start_ns, q0, arm_index,
+                                                          arm))
+            elapsed = max(clock['output'] - start_ns, 0) * 1e-9
+            if duration is not None and elapsed >= duration:
+                end_ns = start_ns + round(duration * 1e9)
+                break
             executor.spin_once(timeout_sec=0.01)
             now = time.monotonic()
-            if command_pub is not None:
-                command_pub.publish(Float64MultiArray(data=_swing(now - start, q0,
-                                                                  actuated).tolist()))
+            if clock['output'] != last_output:
+                last_output, last_output_at = clock['output'], now
+            elif now - last_output_at > startup_timeout:
+                print(f'plag-ros: no output from {DYNAMICS} for {startup_timeout:g} s',
+                      file=sys.stderr)
+                status = 1
+                break
             if now >= next_print:
                 next_print += 1.0
-                print(summary.line(now - start), file=out, flush=True)
+                print(summary.line(elapsed), file=out, flush=True)
             dead = [c for c in children if not c.alive()]
             if dead:
                 print(f'plag-ros: {dead[0].label} exited with '
@@ -413,6 +494,7 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
     if recording is not None and report is not None and status == 0 and len(recording):
         from plag_ros.apps.live_report import write_report
 
+        recording.set_window(start_ns, end_ns)
         png, text = write_report(report, recording, title='plag-ros sim')
         print(f'\n{text}plag-ros: wrote {png} and {report / "summary.txt"}', file=out,
               flush=True)
@@ -608,7 +690,9 @@ def with_model(specs: list[NodeSpec], model: Path | None, sim_model: Path | None
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--duration', type=float, default=None, metavar='S',
-                        help='stop after S seconds of output (default: until Ctrl-C)')
+                        help="stop after S seconds of the dynamics node's output, by its "
+                             "stamps (the simulator's or the robot's clock; default: until "
+                             'Ctrl-C)')
     parser.add_argument('--startup-timeout', type=float, default=None, metavar='S',
                         help='give up if the dynamics node has not published within S '
                              'seconds (default 60; with --dynamixel it waits for a driver '
@@ -652,8 +736,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the simulated arm's own figures (an identified.yaml), instead "
                              'of --model, for the simulator only')
     parser.add_argument('--motion', choices=('swing', 'none'), default='swing',
-                        help='position commands sent to the simulator (default: a slow '
-                             'elbow/shoulder/wrist swing)')
+                        help="trajectories sent to the simulator's arm controller "
+                             '(default: a slow elbow/shoulder/wrist swing)')
     parser.add_argument('--dynamixel', action='store_true',
                         help="serve the simulated arm as the CRANE-X7's servo bus (eight "
                              'Dynamixel servos, Protocol 2.0) on a pseudo-terminal, printed '

@@ -6,6 +6,10 @@
 * :class:`RosClient` is the test's side of the graph: its own rclpy ``Context`` (so tests
   never touch the global one and can pick their domain), one node, a background executor
   thread, publishers and message collectors.
+
+Every domain id given to these helpers is a logical one (or a :class:`ros_domains.Domain`):
+it reaches DDS as the physical id :func:`ros_domains.domain` gives, one that no other
+process on this machine holds.
 """
 from __future__ import annotations
 
@@ -19,12 +23,13 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_domains import Domain, domain, physical
 
 from plag_ros.apps.bringup import NodeProcess, NodeSpec
 from plag_ros.ros.rclpy_compat import confine_to_localhost
 
-__all__ = ['LATCHED', 'RELIABLE', 'REPO', 'NodeProcess', 'RosClient', 'publish_at_rate', 'ros_env',
-           'start_node', 'wait_until']
+__all__ = ['LATCHED', 'RELIABLE', 'REPO', 'Domain', 'NodeProcess', 'RosClient', 'domain',
+           'physical', 'publish_at_rate', 'ros_env', 'start_node', 'wait_until']
 
 REPO = Path(__file__).resolve().parents[1]
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -54,10 +59,12 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str = ''
 
 
 def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a node subprocess: this machine only, Fast DDS, ``domain_id``."""
+    """Environment for a node subprocess: this machine only, Fast DDS, the physical domain
+    of ``domain_id`` (:func:`ros_domains.domain`)."""
     env = dict(os.environ)
     confine_to_localhost(env)
-    env.update({'ROS_DOMAIN_ID': str(domain_id), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
+    env.update({'ROS_DOMAIN_ID': str(domain(domain_id)),
+                'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
                 'PYTHONUNBUFFERED': '1'})
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO), env.get('PYTHONPATH')]))
     env.update(extra or {})
@@ -71,7 +78,7 @@ def start_node(module: str, *, domain_id: int, log_dir: Path, params_file: Path 
 
     Args:
         module: node module name, e.g. ``'dynamics_node'``.
-        domain_id: ROS_DOMAIN_ID of the test module.
+        domain_id: the test's logical domain id (or a :class:`Domain`).
         log_dir: folder for the node's output log.
         params_file: a ``--params-file``.
         params: ``-p name:=value`` overrides (values are written as YAML scalars).
@@ -86,14 +93,15 @@ class RosClient:
     """The test's own node in its own rclpy context and domain, spun in a thread.
 
     Args:
-        domain_id: ROS domain of the test module.
+        domain_id: the test's logical domain id (or a :class:`Domain`).
         name: node name.
     """
 
     def __init__(self, domain_id: int, name: str = 'plag_test_client') -> None:
-        os.environ['ROS_DOMAIN_ID'] = str(domain_id)
+        self.domain_id = domain(domain_id)
+        os.environ['ROS_DOMAIN_ID'] = str(self.domain_id)
         self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
+        rclpy.init(context=self.context, domain_id=self.domain_id)
         self.node = rclpy.create_node(name, context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 from real_stack import ROS2_CONTROL_ENABLE, missing_or_fail
-from ros_helpers import REPO, RosClient, ros_env
+from ros_helpers import REPO, RosClient, domain, ros_env
 
 __all__ = ['ARM', 'DRIVER_CONTROLLERS', 'ENABLE', 'MockCraneX7', 'executable', 'missing_tools',
            'mock_urdf', 'require_real_stack']
@@ -121,16 +121,16 @@ class MockCraneX7:
     """robot_state_publisher, the controller manager and the driver's two active controllers.
 
     Args:
-        domain_id: ROS domain of the test.
+        domain_id: the test's logical domain id (or a Domain).
         workdir: for the generated files, the logs and ``ROS_HOME`` (the spawner's lock).
         initial: the mock's start pose per joint [rad].
     """
 
     def __init__(self, domain_id: int, workdir: Path,
                  initial: dict[str, float] | None = None) -> None:
-        self.domain_id, self.workdir = domain_id, Path(workdir)
+        self.domain_id, self.workdir = domain(domain_id), Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.env = ros_env(domain_id, {'ROS_HOME': str(self.workdir / 'ros_home')})
+        self.env = ros_env(self.domain_id, {'ROS_HOME': str(self.workdir / 'ros_home')})
         urdf = mock_urdf(initial)
         self.rsp_params = self.workdir / 'robot_state_publisher.yaml'
         self.rsp_params.write_text(yaml.safe_dump(
@@ -195,7 +195,7 @@ class MockCraneX7:
 
         # (a query: asked again when a restarted manager has not matched the client yet)
         response = client.call(ListControllers, f'{MANAGER}/list_controllers',
-                               ListControllers.Request(), timeout=5.0, tries=4)
+                               ListControllers.Request())
         return {c.name: c.state for c in response.controller}
 
     def close(self) -> None:

@@ -5,7 +5,7 @@
   SIGINT (the node's own shutdown path) and returns its output.
 * :class:`RosClient` is the test's side of the graph: its own rclpy ``Context`` (so tests
   never touch the global one and can pick their domain), one node, a background executor
-  thread, publishers and message collectors.
+  thread, publishers and message collectors, and service calls that survive discovery.
 
 Every domain id given to these helpers is a logical one (or a :class:`ros_domains.Domain`):
 it reaches DDS as the physical id :func:`ros_domains.domain` gives, one that no other
@@ -124,7 +124,9 @@ class RosClient:
     def collect(self, msg_type, topic: str, qos: QoSProfile = RELIABLE) -> list:
         """Subscribe and return the list that received messages are appended to.
 
-        Each entry is ``(receipt time.time_ns(), message)``.
+        Each entry is ``(receipt time.time_ns(), message)``. The receipt time measures this
+        process's executor as much as the sender: rates and latencies come from the
+        messages' own stamps.
         """
         received: list = []
 
@@ -158,31 +160,84 @@ class RosClient:
         with self._lock:
             return self.node.create_publisher(msg_type, topic, qos)
 
-    def call(self, srv_type, name: str, request, timeout: float = 15.0, tries: int = 1):
-        """Call service ``name`` and return its response (AssertionError on a timeout).
+    def call(self, srv_type, name: str, request, timeout: float = 60.0, *,
+             once: bool = False, resend_s: float = 5.0, probe: str | None = None):
+        """Call service ``name`` and return its response (AssertionError after ``timeout``).
 
-        ``tries`` > 1 sends the request again after each ``timeout``: only for requests that
-        change nothing (a query). A request sent while the server has not matched this new
-        client yet is lost, and a server killed a moment ago still counts as ready until
-        its DDS lease ends.
+        A request sent before the server has matched this client is lost (the client's own
+        side is matched once ``wait_for_service`` is true, on Fast DDS; the server's side
+        may not be yet). So:
+
+        * by default the request goes again every ``resend_s`` without an answer, every
+          earlier one still awaited (the first answer wins): right for a query and for a
+          request that sets a value, where a second copy changes nothing;
+        * ``once=True`` is for a request that must not act twice (``~/enable``, a
+          controller switch): it goes out once, after the server has been seen to match
+          this client both ways (:meth:`_wait_server_matched`, through the query service
+          ``probe`` of the same node, by default its ``get_parameters``).
+
+        A server killed a moment ago still counts as ready until its DDS lease ends: for a
+        query, the re-sending also covers the one that comes back.
         """
+        deadline = time.monotonic() + timeout
         cli = self._client(srv_type, name)
-        assert cli.wait_for_service(timeout_sec=30.0), name
-        for attempt in range(1, tries + 1):
-            future = cli.call_async(request)
-            try:
-                self.wait_for(future.done, timeout, f'{name} response')
-            except AssertionError:
-                cli.remove_pending_request(future)
-                if attempt == tries:
-                    raise
-                continue
-            return future.result()
-        raise AssertionError('tries must be at least 1')
+        self._wait_for_service(cli, name, deadline)
+        if once:
+            self._wait_server_matched(name, probe, deadline)
+        return self._answer(cli, name, request, deadline, None if once else resend_s)
+
+    def _wait_for_service(self, cli, name: str, deadline: float) -> None:
+        if not cli.wait_for_service(timeout_sec=max(deadline - time.monotonic(), 0.1)):
+            raise AssertionError(f'service {name} not available')
+
+    def _answer(self, cli, name: str, request, deadline: float, resend_s: float | None):
+        """Send ``request`` on ``cli`` (again every ``resend_s`` unless None) until a reply;
+        every request still pending is dropped when one is answered or at ``deadline``."""
+        futures = [cli.call_async(request)]
+        next_send = time.monotonic() + (resend_s or 0.0)
+        try:
+            while True:
+                done = next((f for f in futures if f.done()), None)
+                if done is not None:
+                    return done.result()
+                now = time.monotonic()
+                if now >= deadline:
+                    raise AssertionError(f'no answer from {name} within the deadline '
+                                         f'({len(futures)} request(s) sent)')
+                if resend_s is not None and now >= next_send:
+                    futures.append(cli.call_async(request))
+                    next_send = now + resend_s
+                time.sleep(0.01)
+        finally:
+            for future in futures:
+                if not future.done():
+                    cli.remove_pending_request(future)
+
+    def _wait_server_matched(self, name: str, probe: str | None, deadline: float) -> None:
+        """Until the server of ``name`` has matched this process's client of it both ways.
+
+        A participant announces its endpoints on reliable builtin topics in creation order,
+        and a server takes a request only from a client whose request writer it has
+        matched, and can answer only a reply reader it has matched. A client made *after*
+        the one of ``name``, for a query service of the same node (``probe``), that gets an
+        answer therefore proves that the server has matched the earlier client's writer and
+        reader too. The probe is a query, so it is sent again until answered.
+        """
+        from rcl_interfaces.srv import GetParameters
+
+        probe = probe or name.rsplit('/', 1)[0] + '/get_parameters'
+        with self._lock:
+            cli = self.node.create_client(GetParameters, probe)
+        try:
+            self._wait_for_service(cli, probe, deadline)
+            self._answer(cli, probe, GetParameters.Request(), deadline, 2.0)
+        finally:
+            with self._lock:
+                self.node.destroy_client(cli)
 
     def _client(self, srv_type, name: str):
         """One client per service, kept: a second call to a service goes out at once, with
-        no new client to discover and match (a timed call measures the server, not DDS)."""
+        no new client to discover and match."""
         key = (srv_type, name)
         with self._lock:
             if key not in self._clients:
@@ -193,15 +248,18 @@ class RosClient:
         """Set the double parameter ``name`` of the running node ``node`` ('/plag_sim')."""
         self.set_parameters(node, {name: float(value)})
 
-    def set_parameters(self, node: str, values: Mapping[str, object]) -> None:
+    def set_parameters(self, node: str, values: Mapping[str, object],
+                       timeout: float = 60.0) -> None:
         """Set parameters of the running node ``node``, each typed from its Python value
-        (rclpy's ``Parameter``: bool, float, str, ...), in one request."""
+        (rclpy's ``Parameter``: bool, float, str, ...), in one request, sent once (a node's
+        parameter callback may act on a change)."""
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
         request = SetParameters.Request(parameters=[
             Parameter(name, value=value).to_parameter_msg() for name, value in values.items()])
-        results = self.call(SetParameters, f'{node}/set_parameters', request).results
+        results = self.call(SetParameters, f'{node}/set_parameters', request, timeout,
+                            once=True).results
         refused = [f'{name} = {value}: {r.reason}' for (name, value), r in
                    zip(values.items(), results, strict=True) if not r.successful]
         assert not refused, f'{node} refused {refused}'
@@ -216,7 +274,7 @@ class RosClient:
             time.sleep(0.02)
         raise AssertionError(f'timed out after {timeout} s waiting for {what or predicate}')
 
-    def wait_for_subscribers(self, publisher, count: int = 1, timeout: float = 30.0) -> None:
+    def wait_for_subscribers(self, publisher, count: int = 1, timeout: float = 60.0) -> None:
         self.wait_for(lambda: publisher.get_subscription_count() >= count, timeout,
                       f'{count} subscriber(s) on {publisher.topic_name}')
 

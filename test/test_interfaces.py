@@ -117,7 +117,7 @@ def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict) 
             if node == 'controller_manager':
                 continue
             declared = set(client.call(ListParameters, f'/{node}/list_parameters',
-                                       ListParameters.Request(), tries=3).result.names)
+                                       ListParameters.Request()).result.names)
             assert declared - _RCLPY_PARAMETERS == {o.name for o in node_options(node)}, node
         for node, settings in nodes.items():
             for e in NODE_INTERFACES[node]:

@@ -8,7 +8,7 @@ every parameter file passed must exist and address the node by the name it is gi
 every launch configuration must be declared, and every parameter set on top of the files
 or in the YAML files must be one the node declares. ``plag-ros sim``/``plag-ros run``
 start the same nodes with the same files and overrides as the launch files. The declared
-names come from the real nodes: each is started over DDS (ROS_DOMAIN_ID 13) and asked
+names come from the real nodes: each is started over DDS (logical domain 13) and asked
 through its ``list_parameters`` service. The rviz config must be YAML whose topics are
 published, with the display's message type, by those running nodes. The launch
 arguments are checked in test_launch_arguments.py.
@@ -233,13 +233,12 @@ def running(tmp_path_factory):
 
 def _declared(client: RosClient, node_name: str, process) -> set[str]:
     name = f'/{node_name}/list_parameters'
-    service = client._client(ListParameters, name)
-    assert service.wait_for_service(timeout_sec=60.0), (
-        f'{node_name} did not come up:\n{process.output()[-3000:]}')
-    # A query, so it may be sent again: a request sent before the server has matched
-    # this new client is lost (seen once in CI while a node was still starting up).
-    response = client.call(ListParameters, name, ListParameters.Request(), timeout=10.0,
-                           tries=6)
+    try:
+        # (a query, sent again until answered: RosClient.call)
+        response = client.call(ListParameters, name, ListParameters.Request(), timeout=120.0)
+    except AssertionError as err:
+        raise AssertionError(f'{err}: {node_name} did not answer:\n'
+                             f'{process.output()[-3000:]}') from None
     return set(response.result.names)
 
 

@@ -38,7 +38,8 @@ sys.exit(service.run())
 
 
 def child_env(domain_id: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """ros_env without this checkout on PYTHONPATH: the nodes run the installed package."""
+    """ros_env without this checkout on PYTHONPATH: the nodes run the installed package
+    (``domain_id``: the test's logical id, or a Domain; ros_env maps it)."""
     env = ros_env(domain_id, extra)
     env['PYTHONPATH'] = os.pathsep.join(
         p for p in env['PYTHONPATH'].split(os.pathsep)
@@ -128,7 +129,7 @@ class LaunchRun:
             r'^\[INFO\] \[(\S+)\]: process has finished cleanly \[pid (\d+)\]', out, re.M)}
         assert finished == started, f'started {started}, finished cleanly {finished}'
         left = [pid for pid in (self.process.pid, *started.values()) if _alive(pid)]
-        deadline = time.monotonic() + 5.0      # the kernel reaps asynchronously
+        deadline = time.monotonic() + 30.0     # the kernel reaps asynchronously
         while (left or self._group_alive()) and time.monotonic() < deadline:
             time.sleep(0.05)
             left = [pid for pid in left if _alive(pid)]

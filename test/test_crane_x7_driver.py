@@ -1,5 +1,5 @@
 """Acceptance over real DDS: plag_impedance against plag_sim standing in for the CRANE-X7
-ROS 2 driver (ROS_DOMAIN_ID 50-54).
+ROS 2 driver (logical domains 50-54).
 
 What is real: the DDS graph, the node processes, the topics and message types of the
 driver's controllers (``/crane_x7_arm_controller/joint_trajectory``,
@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
-from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.msg import Log, ParameterEvent, ParameterType
 from rcl_interfaces.srv import GetParameters
 from ros_helpers import REPO, RosClient, start_node
 from sensor_msgs.msg import JointState
@@ -65,6 +64,11 @@ def set_sim_parameter(client: RosClient, name: str, value: float) -> None:
     client.set_double_parameter('/plag_sim', name, value)
 
 
+def enable(client: RosClient, on: bool) -> SetBool.Response:
+    """``~/enable``, sent once the node has matched the client both ways (RosClient.call)."""
+    return client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=on), once=True)
+
+
 def wait_still(client: RosClient, joint_states, seconds: float = 0.5) -> np.ndarray:
     """Wait until the arm moved less than 1 mrad over ``seconds``; its mean pose then."""
     n = int(200 * seconds)
@@ -75,13 +79,13 @@ def wait_still(client: RosClient, joint_states, seconds: float = 0.5) -> np.ndar
         q = np.array([arm_q(m) for _, m in joint_states[-n:]])
         return float(np.ptp(q, axis=0).max()) < 1e-3
 
-    client.wait_for(still, 20.0, 'the arm at rest')
+    client.wait_for(still, 60.0, 'the arm at rest')
     return np.array([arm_q(m) for _, m in joint_states[-n:]]).mean(0)
 
 
 def max_drift(client: RosClient, joint_states, pose: np.ndarray, seconds: float) -> float:
     start = len(joint_states)
-    client.wait_for(lambda: len(joint_states) - start >= int(200 * seconds), seconds + 10.0,
+    client.wait_for(lambda: len(joint_states) - start >= int(200 * seconds), seconds + 60.0,
                     f'{seconds} s of joint states')
     q = np.array([arm_q(m) for _, m in joint_states[start:]])
     return float(np.abs(q - pose).max())
@@ -128,11 +132,11 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
     try:
         client.wait_for(lambda: state and states(state)[-1]['state'] == 'disabled', 60.0,
                         'impedance node holding')
-        client.wait_for(lambda: states(state)[-1]['joint_check'] == 'ok', 20.0,
+        client.wait_for(lambda: states(state)[-1]['joint_check'] == 'ok', 60.0,
                         "joint list checked against the controller's joints parameter")
         before = wait_still(client, joint_states)
         # Enable: the impedance law (hold reference at the enable pose) under gravity.
-        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+        response = enable(client, True)
         assert response.success, response.message
         if kind == 'forward':
             assert 'switched crane_x7_arm_controller -> plag_arm_position_controller' \
@@ -141,7 +145,7 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
                 'plag_arm_position_controller'
         else:
             assert sim_parameter(client, 'active_arm_controller') == 'crane_x7_arm_controller'
-        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 'enabled')
+        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 60.0, 'enabled')
         held = wait_still(client, joint_states)
         error = np.abs(held - before)
         print(f'\n[{kind}] steady-state |q - q_ref| per arm joint [mrad]: '
@@ -157,7 +161,7 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         client.wait_for_subscribers(reference)
         reference.publish(JointState(name=[*ARM, motors.GRIPPER_JOINT],
                                      position=target.tolist()))
-        client.wait_for(lambda: abs(arm_q(joint_states[-1][1])[3] - target[3]) < 0.03, 10.0,
+        client.wait_for(lambda: abs(arm_q(joint_states[-1][1])[3] - target[3]) < 0.03, 60.0,
                         'the elbow at its new set point')
         held = wait_still(client, joint_states)
         error = np.abs(held - target[:7])
@@ -166,20 +170,20 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         assert error[3] < 0.2 / 10.0 + 2 * 2 * np.pi / 4096
         assert np.delete(error, 3).max() < 0.02
         # Disable: hold at the set point in force; then (forward) the JTC is switched back.
-        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=False))
+        response = enable(client, False)
         assert response.success
         drift = max_drift(client, joint_states, held, 1.0)
         print(f'[{kind}] disable: max drift {drift * 1e3:.2f} mrad')
         assert drift < HOLD_TOL
         if kind == 'forward':
-            client.wait_for(lambda: not states(state)[-1]['switched'], 10.0, 'switch back')
+            client.wait_for(lambda: not states(state)[-1]['switched'], 60.0, 'switch back')
             assert sim_parameter(client, 'active_arm_controller') == 'crane_x7_arm_controller'
             drift = max_drift(client, joint_states, held, 0.5)
             assert drift < HOLD_TOL, f'after the switch back: {drift}'
         # Fault: enable again, then a NaN joint state; hold (resume_after_fault false).
-        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+        response = enable(client, True)
         assert response.success, response.message
-        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 're-enabled')
+        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 60.0, 're-enabled')
         held = wait_still(client, joint_states)
         names = [*ARM, motors.GRIPPER_JOINT]
         bad = JointState(name=names, position=[math.nan] * 8, velocity=[0.0] * 8,
@@ -190,16 +194,16 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
         start = len(state)
         pub.publish(bad)
         client.wait_for(lambda: any(s['reason'] == 'nan' for s in states(state)[start:]),
-                        5.0, 'nan fault')
-        client.wait_for(lambda: states(state)[-1]['state'] == 'disabled', 5.0,
+                        60.0, 'nan fault')
+        client.wait_for(lambda: states(state)[-1]['state'] == 'disabled', 60.0,
                         'disabled after the fault (resume_after_fault false)')
         drift = max_drift(client, joint_states, held, 1.0)
         print(f'[{kind}] fault: max drift {drift * 1e3:.2f} mrad')
         assert drift < HOLD_TOL
         if kind == 'forward':
-            client.wait_for(lambda: not states(state)[-1]['switched'], 10.0, 'switch back')
+            client.wait_for(lambda: not states(state)[-1]['switched'], 60.0, 'switch back')
             # Shutdown while enabled (Ctrl-C): hold, then switch the JTC back, then exit 0.
-            response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+            response = enable(client, True)
             assert response.success, response.message
             held = wait_still(client, joint_states)
             assert ctl.stop() == 0, ctl.output()[-3000:]
@@ -212,37 +216,54 @@ def test_enable_hold_disable_and_fault(model, tmp_path, kind, domain):
 
 
 def test_p_gain_drop_detected_within_half_a_second(tmp_path):
+    """The servos lose their P gain (the driver's deactivation gain 5): the impedance node
+    faults within 0.5 s. Timed by the two processes' own stamps, the simulator's of the
+    change (its /parameter_events message) and the impedance node's of the fault (its
+    /rosout line), not by when this test's executor got the messages."""
     client, sim, ctl = bring_up(52, tmp_path)
     joint_states = client.collect(JointState, 'joint_states')
     state = client.collect(String, f'{NODE}/state')
+    events = client.collect(ParameterEvent, '/parameter_events')
+    logs = client.collect(Log, '/rosout')
     try:
         client.wait_for(lambda: state and states(state)[-1]['state'] == 'disabled', 60.0,
                         'impedance node holding')
         wait_still(client, joint_states)
-        assert client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True)).success
-        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 'enabled')
+        assert enable(client, True).success
+        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 60.0, 'enabled')
         wait_still(client, joint_states)
-        # The same gain once first: the timed call below then reuses a matched client, so
-        # the latency is the node's, not the discovery of a new service client.
-        set_sim_parameter(client, 'position_p_gain', sim_parameter(client, 'position_p_gain'))
         start = len(state)
-        t_drop = time.time_ns()
         set_sim_parameter(client, 'position_p_gain', 5.0)   # the driver's deactivation gain
 
+        def dropped_ns() -> int | None:
+            return next((_ns(e.stamp) for _, e in events if e.node == '/plag_sim' and any(
+                c.name == 'position_p_gain' and c.value.double_value == 5.0
+                for c in e.changed_parameters)), None)
+
+        def fault_log() -> tuple[int, str] | None:
+            return next(((_ns(m.stamp), m.msg) for _, m in logs if m.name.endswith(
+                'plag_impedance') and m.msg.startswith('state fault')), None)
+
         def fault():
-            return next(((t, json.loads(m.data)) for t, m in state[start:]
+            return next((json.loads(m.data) for _, m in state[start:]
                          if json.loads(m.data)['state'] == 'fault'), None)
 
-        client.wait_for(lambda: fault() is not None, 5.0, 'fault state')
-        t_fault, detail = fault()
-        latency = (t_fault - t_drop) * 1e-9
-        print(f'\n[P=5] detected after {latency * 1e3:.0f} ms: {detail["reason"]}')
-        assert latency < 0.5
-        assert detail['reason'].startswith(('effort', 'tracking'))
-        client.wait_for(lambda: not states(state)[-1]['switched'], 10.0, 'switch back')
+        client.wait_for(lambda: fault() is not None and dropped_ns() is not None
+                        and fault_log() is not None, 60.0,
+                        'the fault state, the gain change and the fault log line')
+        fault_ns, line = fault_log()
+        latency = (fault_ns - dropped_ns()) * 1e-9
+        print(f'\n[P=5] detected after {latency * 1e3:.0f} ms: {line}')
+        assert 0.0 < latency < 0.5
+        assert fault()['reason'].startswith(('effort', 'tracking'))
+        client.wait_for(lambda: not states(state)[-1]['switched'], 60.0, 'switch back')
         assert states(state)[-1]['state'] == 'fault'            # latched until disable
     finally:
         stop(client, sim, ctl)
+
+
+def _ns(stamp) -> int:
+    return stamp.sec * 10**9 + stamp.nanosec
 
 
 def test_enable_refused_without_subscriber(tmp_path):
@@ -251,7 +272,7 @@ def test_enable_refused_without_subscriber(tmp_path):
                      params_file=REPO / 'config' / 'impedance.yaml',
                      params={'switch.method': 'sim'})
     try:
-        response = client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True))
+        response = enable(client, True)
         assert not response.success
         assert 'nothing subscribes to /plag_arm_position_controller/commands' \
             in response.message
@@ -271,17 +292,19 @@ def test_100_hz_joint_states_end_to_end(tmp_path):
         client.wait_for(lambda: state and states(state)[-1]['state'] == 'disabled', 60.0,
                         'impedance node holding')
         before = wait_still(client, joint_states, 1.0)
-        assert client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=True)).success
-        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 10.0, 'enabled')
+        assert enable(client, True).success
+        client.wait_for(lambda: states(state)[-1]['state'] == 'enabled', 60.0, 'enabled')
         start = len(state)
         held = wait_still(client, joint_states, 1.0)
-        stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec
-                  for _, m in joint_states[-100:]]
-        rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-        print(f'\n[100 Hz] joint_states {rate:.1f} Hz, steady-state error '
-              f'{np.abs(held - before).max() * 1e3:.2f} mrad')
-        # The premise: about 100 Hz, not the node's 200 (a loaded 2-core machine slows the
-        # simulator's ticks: 76 Hz once, under another suite's load).
+        stamps = np.array([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec
+                           for _, m in joint_states[-200:]])
+        # The premise: about 100 Hz, not the node's 200. From the simulator's stamps, as the
+        # median period: a loaded 2-core machine delays some of its timer's ticks (76 Hz on
+        # average once, under another suite's load), which the median leaves out.
+        rate = 1.0 / np.median(np.diff(stamps))
+        print(f'\n[100 Hz] joint_states {rate:.1f} Hz (median period; '
+              f'{(len(stamps) - 1) / (stamps[-1] - stamps[0]):.1f} Hz on average), '
+              f'steady-state error {np.abs(held - before).max() * 1e3:.2f} mrad')
         assert 60.0 < rate < 110.0
         assert np.abs(held - before).max() < 0.02
         assert all(s['state'] == 'enabled' for s in states(state)[start:])

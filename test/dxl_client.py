@@ -9,12 +9,16 @@ Every packet it sends is counted (:attr:`DriverClient.sent`), so that a test can
 physics step of the emulator's record (``--record``) answered which read.
 
 Run as a script it holds the arm in position mode for a while at a rate and writes what it
-read (``python test/dxl_client.py PORT SECONDS RATE OUT.npz``).
+read (``python test/dxl_client.py PORT SECONDS RATE OUT.npz [--cycles] [--latency-ms MS]``):
+for SECONDS of wall time (bench/bench_bus.py: the cycles a machine keeps), or with
+``--cycles`` for exactly SECONDS x RATE cycles on the RATE schedule (a test: the count does
+not depend on how busy the machine is); ``--latency-ms`` replaces the SDK's 16 ms latency
+timer, which with 2 ms more is half its wait for a reply.
 """
 from __future__ import annotations
 
+import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -142,35 +146,50 @@ def _signed(value: int, size: int) -> int:
     return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
 
-def hold(port: str, seconds: float, rate: float) -> dict[str, np.ndarray]:
-    """Start like the driver, hold the present pose at ``rate`` for ``seconds``; per cycle:
-    the packet count of its SYNC READ, the counts, velocities and currents read, the comm
-    result, the cycle's duration [s]."""
+def hold(port: str, seconds: float, rate: float, *, cycles: int | None = None
+         ) -> dict[str, np.ndarray]:
+    """Start like the driver, hold the present pose on a ``rate`` schedule (a late cycle is
+    followed at once by the next) for ``seconds``, or for ``cycles`` cycles however long
+    they take; per cycle: the packet count of its SYNC READ, the counts, velocities and
+    currents read, the comm result, its start and its duration [s]."""
     client = DriverClient(port)
     client.on_init()
     goals = client.activate()
-    index, counts, results, durations = [], [], [], []
+    index, counts, results, starts, durations = [], [], [], [], []
     period = 1.0 / rate
     start = time.perf_counter()
     k = 0
-    while time.perf_counter() - start < seconds:
+    while (k < cycles) if cycles is not None else (time.perf_counter() - start < seconds):
+        k += 1
         begin = time.perf_counter()
+        starts.append(begin)
         result, state = client.sync_read()
         index.append(client.sent)
         results.append(result)
         counts.append([state.get(i, (0, 0, 0)) for i in IDS])
         client.sync_write(goals)
         durations.append(time.perf_counter() - begin)
-        k += 1
         delay = start + k * period - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
     client.deactivate()
     client.close()
     return {'index': np.array(index), 'state': np.array(counts), 'result': np.array(results),
-            'duration': np.array(durations)}
+            'start': np.array(starts), 'duration': np.array(durations)}
 
 
 if __name__ == '__main__':
-    port, seconds, rate, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-    np.savez(out, **hold(port, seconds, rate))
+    parser = argparse.ArgumentParser(description='hold the arm as the CRANE-X7 driver does')
+    parser.add_argument('port')
+    parser.add_argument('seconds', type=float)
+    parser.add_argument('rate', type=float)
+    parser.add_argument('out')
+    parser.add_argument('--cycles', action='store_true',
+                        help='run seconds x rate cycles, however long they take')
+    parser.add_argument('--latency-ms', type=int, default=None,
+                        help="the SDK's LATENCY_TIMER [ms] (default 16)")
+    args = parser.parse_args()
+    if args.latency_ms is not None:
+        sdk.port_handler.LATENCY_TIMER = args.latency_ms
+    np.savez(args.out, **hold(args.port, args.seconds, args.rate,
+                              cycles=round(args.seconds * args.rate) if args.cycles else None))

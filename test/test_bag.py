@@ -5,11 +5,10 @@ and mcap storage, message definitions from the Humble, Jazzy and Kilted typestor
 names in a driver's shuffled order without the mimic finger, and an extra topic. The bulk
 CDR parser is checked against ``rosbags``' own per-message deserializer, and the bulk CDR
 writer against ``rclpy.serialization.serialize_message`` of the ``plag_ros.ros.messages``
-builders. No DDS here (ROS_DOMAIN_ID 21 is reserved for this module).
+builders. No DDS here, and no domain: nothing in this module starts a node.
 """
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
@@ -39,8 +38,6 @@ from plag_ros.io.bag_writer import BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.output_bag import write_joint_state_bag
-
-os.environ['ROS_DOMAIN_ID'] = '21'
 
 T0_NS = 1_700_000_000_123_456_789
 PERIOD_NS = 5_000_000

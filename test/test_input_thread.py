@@ -1,6 +1,6 @@
 """InputThread: a subscription served by a thread of its own, over real DDS.
 
-ROS_DOMAIN_ID 15 is this module's. The publisher is a test client spun by an executor in
+Logical domain 15 is this module's. The publisher is a test client spun by an executor in
 another context; the subscribing node is spun by an executor too, which must leave the
 input thread's subscription alone (each message is delivered once, in the input thread).
 The tests run on both ways of serving it: the public executor (the default) and the
@@ -21,7 +21,7 @@ from parameter_files import node_parameters
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.serialization import serialize_message
-from ros_helpers import RELIABLE, RosClient, wait_until
+from ros_helpers import RELIABLE, RosClient, domain, wait_until
 from std_msgs.msg import Int64
 
 from plag_ros.ros import input_thread
@@ -50,7 +50,7 @@ def graph():
     """(publishing client, subscribing node, its executor) in two contexts."""
     client = RosClient(DOMAIN_ID, 'plag_test_input_pub')
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
     node = rclpy.create_node('plag_test_input_sub', context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -73,9 +73,15 @@ def graph():
         client.close()
 
 
-def _publish(client: RosClient, values, raw_topic: str, subscribers: int = 1) -> None:
+def _publish(client: RosClient, values, raw_topic: str, readers: list) -> None:
+    """Publish ``values`` once every subscription in ``readers`` (this process's) and the
+    publisher have matched each other: a message sent before a reader has matched the
+    writer is lost to it, though the writer already counts it."""
     publisher = client.publisher(Int64, raw_topic)
-    client.wait_for_subscribers(publisher, subscribers)
+    client.wait_for_subscribers(publisher, len(readers))
+    client.wait_for(lambda: all(r.get_publisher_count() >= 1 for r in readers
+                                if hasattr(r, 'get_publisher_count')), 60.0,
+                    f'the subscriptions of {raw_topic} to match the publisher')
     for value in values:
         publisher.publish(Int64(data=value))
         time.sleep(0.001)
@@ -95,24 +101,24 @@ def test_every_message_once_in_order_on_the_input_thread(graph, private, topic):
     assert inputs.private_wait_set is private
     # The public way subscribes from its helper node, the private one from the node itself.
     owner = 'plag_test_input_sub' if private else 'plag_test_input_sub_input'
-    wait_until(lambda: owner in _subscriber_nodes(node, f'/{topic}'), 10.0, owner)
+    wait_until(lambda: owner in _subscriber_nodes(node, f'/{topic}'), 60.0, owner)
     # A witness the executor does serve, on the same topic: once it has every message the
     # executor has been through the rounds in which it would have run the input thread's
     # subscription too (both are ready together), so a duplicate would be in `got` by then.
     witnessed: list[int] = []
-    node.create_subscription(Int64, topic, lambda msg: witnessed.append(msg.data),
-                             RELIABLE)
+    witness = node.create_subscription(Int64, topic, lambda msg: witnessed.append(msg.data),
+                                       RELIABLE)
     assert inputs.topic_name == f'/{topic}'
-    _publish(client, range(COUNT), topic, subscribers=2)
-    client.wait_for(lambda: len(got) >= COUNT, 20.0, f'{COUNT} numbers')
-    client.wait_for(lambda: len(witnessed) >= COUNT, 20.0, f'{COUNT} numbers, executor')
+    _publish(client, range(COUNT), topic, [inputs.subscription, witness])
+    client.wait_for(lambda: len(got) >= COUNT, 60.0, f'{COUNT} numbers')
+    client.wait_for(lambda: len(witnessed) >= COUNT, 60.0, f'{COUNT} numbers, executor')
     assert witnessed == list(range(COUNT))
     assert [value for _, value in got] == list(range(COUNT))
     assert {name for name, _ in got} == {f'plag_test_input_sub:/{topic}'}
     inputs.destroy()
     inputs.destroy()   # idempotent
     assert not inputs.alive
-    client.wait_for(lambda: client.node.count_subscribers(f'/{topic}') == 1, 10.0,
+    client.wait_for(lambda: client.node.count_subscribers(f'/{topic}') == 1, 60.0,
                     'the subscription to leave the graph (the witness stays)')
 
 
@@ -131,8 +137,8 @@ def test_raw_delivery_and_failing_callback(graph, private, topic):
     inputs = InputThread(node, Int64, topic, callback, RELIABLE, raw=True,
                          private_wait_set=private)
     try:
-        _publish(client, range(20), topic)
-        client.wait_for(lambda: len(got) >= 20, 20.0, '20 numbers')
+        _publish(client, range(20), topic, [inputs.subscription])
+        client.wait_for(lambda: len(got) >= 20, 60.0, '20 numbers')
         assert inputs.errors == 10
         assert got[::2] == [serialize_message(Int64(data=v)) for v in range(0, 20, 2)]
     finally:
@@ -143,12 +149,12 @@ def test_raw_delivery_and_failing_callback(graph, private, topic):
 def test_context_shutdown_ends_the_thread(private, topic):
     """Shutting the context down without destroy() ends the thread quietly."""
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
     node = rclpy.create_node('plag_test_input_shutdown', context=context)
     inputs = InputThread(node, Int64, topic, lambda msg: None, RELIABLE,
                          private_wait_set=private)
     context.shutdown()
-    wait_until(lambda: not inputs.alive, 5.0, 'the input thread to end')
+    wait_until(lambda: not inputs.alive, 60.0, 'the input thread to end')
 
 
 @WAYS
@@ -161,7 +167,7 @@ def test_shutdown_under_a_publishing_callback_is_quiet(private, topic):
     """
     client = RosClient(DOMAIN_ID, 'plag_test_input_race_pub')
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
     node = rclpy.create_node('plag_test_input_race', context=context)
     echo = node.create_publisher(Int64, 'echo', RELIABLE)
     entered, shut = threading.Event(), threading.Event()
@@ -178,11 +184,11 @@ def test_shutdown_under_a_publishing_callback_is_quiet(private, topic):
 
     inputs = InputThread(node, Int64, topic, callback, RELIABLE, private_wait_set=private)
     try:
-        _publish(client, [1], topic)
-        client.wait_for(entered.is_set, 20.0, 'the callback to run')
+        _publish(client, [1], topic, [inputs.subscription])
+        client.wait_for(entered.is_set, 60.0, 'the callback to run')
         context.shutdown()
         shut.set()
-        wait_until(lambda: not inputs.alive, 5.0, 'the input thread to end')
+        wait_until(lambda: not inputs.alive, 60.0, 'the input thread to end')
         assert raised, 'the publish after shutdown did not fail: the test shows nothing'
         assert inputs.errors == 0
     finally:
@@ -202,8 +208,8 @@ def test_private_wait_set_falls_back_to_the_public_executor_where_rclpy_differs(
                          private_wait_set=True)
     try:
         assert not inputs.private_wait_set
-        _publish(client, range(20), topic)
-        client.wait_for(lambda: len(got) >= 20, 20.0, '20 numbers')
+        _publish(client, range(20), topic, [inputs.subscription])
+        client.wait_for(lambda: len(got) >= 20, 60.0, '20 numbers')
         assert got == list(range(20))
         log = capfd.readouterr().err
         assert 'the private wait set is not used' in log
@@ -225,12 +231,12 @@ def test_shipped_config_serves_joint_states_the_public_way():
     shipped['robot_description_source'] = 'file'   # no robot_description publisher here
     switch_interval = sys.getswitchinterval()
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
     node = None
     try:
         node = DynamicsNode(context=context, namespace='/shipped', parameter_overrides=[
             Parameter(name, value=value) for name, value in shipped.items()])
-        wait_until(lambda: _subscriber_nodes(node, '/shipped/joint_states'), 10.0,
+        wait_until(lambda: _subscriber_nodes(node, '/shipped/joint_states'), 60.0,
                    'the joint_states subscription')
         assert _subscriber_nodes(node, '/shipped/joint_states') == \
             [f'{node.get_name()}_input']

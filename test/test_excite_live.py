@@ -1,4 +1,4 @@
-"""``plag-ros excite --play`` on a real ROS 2 graph (domain 58): the simulator node's
+"""``plag-ros excite --play`` on a real ROS 2 graph (logical domain 58): the simulator node's
 trajectory controller plays it, ``plag-ros record`` records it, and the recording says what
 the arm was commanded.
 
@@ -90,6 +90,12 @@ def test_play_record_and_read_back_the_command(tmp_path, model):
         out, _ = refused.communicate(timeout=120)
         assert refused.returncode == 2 and 'nothing was sent' in out, out
         recorder = _cli('record', bag)
+        # The player waits 10 s for its second subscriber, the recorder, which subscribes
+        # to a topic once it sees a publisher on it: the recorder is running (it records
+        # the simulator's joint states) before the player starts, so that its start-up on a
+        # loaded machine is not in those 10 s.
+        client.wait_for(lambda: client.node.count_subscribers('/joint_states') > 0, 120.0,
+                        'plag-ros record subscribed')
         play = _cli('excite', '--play', tmp_path / 'exc' / 'excitation.yaml',
                     '--wait-subscribers', '2', '--cycles', '1')
         out, _ = play.communicate(timeout=180)

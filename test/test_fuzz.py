@@ -1,6 +1,6 @@
 """10 000 joint states at 1 kHz, one in five damaged: nothing absurd comes out, all is counted.
 
-The dynamics node runs as a process over DDS (ROS_DOMAIN_ID 18). The feed is a smooth
+The dynamics node runs as a process over DDS (logical domain 18). The feed is a smooth
 motion inside the CRANE-X7's joint ranges, sampled at 1 kHz, into which seeded damaged
 messages are mixed, at most three in a row so the estimator never sees a gap that restarts
 it. Each damage has one known reason the node must count it under: NaN, a position of

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from identified_files import write_identified
+from ros_domains import domain
 
 from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.dynamics.engine import PartialLagrangian
@@ -137,7 +138,7 @@ def test_every_node_takes_the_figures(nominal, true_arm, tmp_path):
 
     path = _write(tmp_path / 'identified.yaml', true_arm)
     context = Context()
-    rclpy.init(context=context, domain_id=57)
+    rclpy.init(context=context, domain_id=domain(57))
     figures = [Parameter('model.parameters', value=path)]
     try:
         node = DynamicsNode(context=context, parameter_overrides=[

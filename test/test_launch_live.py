@@ -55,7 +55,7 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
 from parameter_files import flatten  # noqa: E402
 from rcl_interfaces.srv import GetParameters  # noqa: E402
-from ros_helpers import LATCHED, RELIABLE, RosClient, start_node  # noqa: E402
+from ros_helpers import LATCHED, RELIABLE, RosClient, start_node, wait_until  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
@@ -130,17 +130,13 @@ def launched_nodes(run: LaunchRun, share: Path) -> list[tuple]:
 
 
 def assert_parameters(client: RosClient, node: str, expected: dict[str, object]) -> None:
-    """Every expected parameter, read back from ``node`` over ``get_parameters``."""
-    service = client.node.create_client(GetParameters, f'/{node}/get_parameters')
-    try:
-        assert service.wait_for_service(timeout_sec=START_TIMEOUT_S), f'{node} not up'
-        names = sorted(expected)
-        future = service.call_async(GetParameters.Request(names=names))
-        client.wait_for(future.done, 30.0, f'{node} get_parameters')
-        got = dict(zip(names, (rclpy.parameter.parameter_value_to_python(v)
-                               for v in future.result().values), strict=True))
-    finally:
-        client.node.destroy_client(service)
+    """Every expected parameter, read back from ``node`` over ``get_parameters`` (a query:
+    sent again until the node, which may still be starting, answers)."""
+    names = sorted(expected)
+    response = client.call(GetParameters, f'/{node}/get_parameters',
+                           GetParameters.Request(names=names), timeout=START_TIMEOUT_S)
+    got = dict(zip(names, (rclpy.parameter.parameter_value_to_python(v)
+                           for v in response.values), strict=True))
     wrong = {}
     for name in names:
         want, have = expected[name], got[name]
@@ -158,17 +154,21 @@ def assert_parameters(client: RosClient, node: str, expected: dict[str, object])
     assert not wrong, f'{node}: parameter (expected, node has): {wrong}'
 
 
-def measured_rates(*received: list, window_s: float = 3.0) -> list[float]:
-    """Messages per second of each list over the same next ``window_s`` (receipt times)."""
-    starts = [len(r) for r in received]
-    time.sleep(window_s)   # the measurement window itself, not a wait for a condition
-    begin, end = time.time_ns() - int(window_s * 1e9), time.time_ns()
-    rates = []
-    for r, start in zip(received, starts, strict=True):
-        stamps = [t for t, _ in r[start:] if begin <= t <= end]
-        assert len(stamps) > 2, 'no data in the window'
-        rates.append((len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9))
-    return rates
+def measured_rates(states: list, outputs: list, window_s: float = 3.0) -> tuple[float, float]:
+    """Messages per second of /joint_states and of the decomposition over the next
+    ``window_s`` of stamp time: the simulator's stamps (its ticks) and the dynamics node's
+    (each the stamp of the input it decomposed), counted once both lists are past the
+    window, not by when this test's executor got them."""
+    start = len(states)
+    wait_until(lambda: len(states) > start, START_TIMEOUT_S, 'joint_states')
+    begin = _stamp(states[start][1])
+    end = begin + round(window_s * 1e9)
+    for received, what in ((states, 'joint_states'), (outputs, 'the decomposition')):
+        wait_until(lambda r=received: r and _stamp(r[-1][1]) >= end, START_TIMEOUT_S,
+                   f'{what} past {window_s} s of stamps')
+    counted = [sum(begin <= _stamp(m) < end for _, m in r) for r in (states, outputs)]
+    assert counted[0] > 2, 'no data in the window'
+    return counted[0] / window_s, counted[1] / window_s
 
 
 def assert_rates(states: list, outputs: list, nominal: float) -> None:

@@ -20,7 +20,7 @@ What the mock leaves untested: it holds exactly and has no gravity, so the servo
 walk by g/K_s every cycle. The serial bus, the servos' P gain switch (800 on activate, 5 on
 deactivate) and the 1 s communication timeout of crane_x7_hardware are not exercised.
 
-ROS domains 80-85. Marked ``ros2_control``. Needs the real ros2_control and
+Logical ROS domains 80-84 (ros_domains). Marked ``ros2_control``. Needs the real ros2_control and
 robot_state_publisher and the real launch stack, from a ROS 2 install (test/real_stack.py
 has the commands). Skips where they are absent, as in CI, which has no package registry
 that carries them; with ``PLAG_REQUIRE_ROS2_CONTROL=1`` that is a failure.
@@ -40,7 +40,7 @@ require_real_stack()
 
 from builtin_interfaces.msg import Duration  # noqa: E402
 from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
-from ros_helpers import LATCHED, RosClient, start_node  # noqa: E402
+from ros_helpers import LATCHED, RosClient, domain, start_node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 from std_srvs.srv import SetBool  # noqa: E402
@@ -103,7 +103,7 @@ class Session:
     def node_state(self) -> dict:
         return json.loads(self.state[-1][1].data) if self.state else {}
 
-    def wait_state(self, predicate, what: str, timeout: float = 30.0) -> None:
+    def wait_state(self, predicate, what: str, timeout: float = 60.0) -> None:
         self.client.wait_for(lambda: bool(self.state) and predicate(self.node_state()),
                              timeout, what)
 
@@ -123,13 +123,14 @@ class Session:
                 break
             except AssertionError:
                 continue
-        self.client.wait_for(lambda: np.abs(self.arm() - pose).max() < 1e-6, 20.0,
+        self.client.wait_for(lambda: np.abs(self.arm() - pose).max() < 1e-6, 60.0,
                              f'the JTC moving the arm to {pose}')
 
     def enable(self, on: bool) -> SetBool.Response:
         if on:
             self.enables.append((len(self.joint_states), self.arm()))
-        return self.client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=on))
+        # (sent once, after the node has matched the client both ways: an enable switches)
+        return self.client.call(SetBool, f'{NODE}/enable', SetBool.Request(data=on), once=True)
 
     def reference(self, pose: np.ndarray) -> None:
         """A new set point for the 7 arm joints (finger a stays where it is)."""
@@ -159,7 +160,7 @@ class Session:
         """The largest distance from ``pose`` of every joint state over ``seconds``."""
         start = len(self.joint_states)
         self.client.wait_for(lambda: len(self.joint_states) - start >= int(150 * seconds),
-                             seconds + 20.0, f'{seconds} s of joint states')
+                             seconds + 60.0, f'{seconds} s of joint states')
         names = list(self.joint_states[start][1].name)
         index = [names.index(j) for j in ARM]
         q = np.array([[m.position[i] for i in index] for _, m in self.joint_states[start:]])
@@ -185,8 +186,8 @@ def hold_set_point(q: np.ndarray) -> np.ndarray:
 
 @pytest.fixture
 def session(request, tmp_path):
-    domain = request.node.get_closest_marker('domain').args[0]
-    s = Session(domain, tmp_path)
+    # the marker's id is a logical one: the session's physical domain is this process's own
+    s = Session(domain(request.node.get_closest_marker('domain').args[0]), tmp_path)
     yield s
     s.close()
 
@@ -273,7 +274,7 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         assert response.success and SWITCH_IN in response.message, response.message
         assert s.controllers()[CONTROLLER] == 'active' and s.controllers()[JTC] == 'inactive'
         assert switch_count(run, SWITCH_IN) == 1
-        s.client.wait_for(lambda: len(s.commands) > first + 50, 20.0, 'commands')
+        s.client.wait_for(lambda: len(s.commands) > first + 50, 60.0, 'commands')
         # No jump at the switch: the commands start at the hold of the pose taken over,
         # q + g(q)/K_s (on the robot that keeps the sagging servo where it was; the mock
         # does not sag, it follows), approached at most max_position_step (0.02 rad) a
@@ -287,15 +288,15 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         # The commands reach the command interfaces: a set point moves the arm there.
         target = POSE + np.array([0.1, 0.0, 0.0, -0.1, 0.0, 0.0, 0.0])
         s.reference(target)
-        s.client.wait_for(lambda: np.abs(s.arm() - target).max() < 2e-3, 20.0,
+        s.client.wait_for(lambda: np.abs(s.arm() - target).max() < 2e-3, 60.0,
                           'the arm at the new set point')
         last = np.array(s.commands[-1][1].data)
         s.client.wait_for(lambda: np.abs(s.arm() - np.array(s.commands[-1][1].data)).max()
-                          < EXACT, 5.0, 'the state equal to the command')
+                          < EXACT, 60.0, 'the state equal to the command')
 
         # Disable: hold, switch back; the JTC holds where we left the arm, not at POSE.
         assert s.enable(False).success
-        s.wait_state(lambda st: not st['switched'], 'switched back', 20.0)
+        s.wait_state(lambda st: not st['switched'], 'switched back', 60.0)
         assert s.controllers()[JTC] == 'active' and s.controllers()[CONTROLLER] == 'inactive'
         held = np.array(s.commands[-1][1].data)
         assert np.abs(held - last).max() < 2e-3
@@ -305,7 +306,7 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         # beyond a 1 mrad tracking limit. Sent until seen: a made-up sample whose stamp is
         # older than one the node has taken is rejected as out of order.
         assert s.enable(True).success
-        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled again', 20.0)
+        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled again', 60.0)
         s.client.set_parameters(NODE, {'fault.tracking_error': 1e-3,
                                         'fault.persist_s': 0.0})
 
@@ -314,8 +315,8 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
                 return True
             s.glitch(ARM[6], 3e-3)
             return False
-        s.client.wait_for(faulted, 30.0, 'a latched tracking fault')
-        s.wait_state(lambda st: not st['switched'], 'switched back after the fault', 20.0)
+        s.client.wait_for(faulted, 60.0, 'a latched tracking fault')
+        s.wait_state(lambda st: not st['switched'], 'switched back after the fault', 60.0)
         assert s.controllers()[JTC] == 'active'
         held = np.array(s.commands[-1][1].data)
         assert s.still_at(held) < EXACT, 'the JTC moved the arm after the fault'
@@ -324,7 +325,7 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
 
         # Ctrl-C while enabled: hold, switch back, exit 0.
         assert s.enable(True).success
-        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled for Ctrl-C', 20.0)
+        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled for Ctrl-C', 60.0)
         assert run.ctrl_c() == 0, run.output()[-4000:]
         run.assert_clean_exit()
         assert s.controllers()[JTC] == 'active' and s.controllers()[CONTROLLER] == 'inactive'
@@ -431,14 +432,14 @@ def test_a_controller_manager_that_dies_and_comes_back(session):
         wait_loaded(s, run)
         tune_for_the_mock(s)
         assert s.enable(True).success
-        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled', 20.0)
+        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled', 60.0)
         s.robot.kill_manager()
-        run.wait_for_output(r'no joint_states for .* taking the driver as gone', 20.0)
+        run.wait_for_output(r'no joint_states for .* taking the driver as gone', 60.0)
         s.robot.start_manager()        # the driver's bring-up again: JTC active, ours absent
         assert set(s.controllers()) == {'joint_state_controller', JTC}
-        run.wait_for_output(r'joint_states is back', 30.0)
+        run.wait_for_output(r'joint_states is back', START_TIMEOUT_S)
         s.wait_state(lambda st: st['state'] in ('disabled', 'fault') and not st['switched'],
-                     'disabled after the outage', 30.0)
+                     'disabled after the outage', 60.0)
         count = len(s.commands)
         response = s.enable(True)
         assert not response.success, response.message
@@ -449,7 +450,7 @@ def test_a_controller_manager_that_dies_and_comes_back(session):
                                  str(installed_share(ENABLE) / 'config' /
                                      'crane_x7_controllers.yaml'))
         assert loaded.returncode == 0, loaded.stdout[-2000:]
-        s.client.wait_for(lambda: s.enable(True).success, 30.0, 'enable after reloading')
+        s.client.wait_for(lambda: s.enable(True).success, 120.0, 'enable after reloading')
         assert s.controllers()[CONTROLLER] == 'active'
         assert run.ctrl_c() == 0
         assert s.controllers()[JTC] == 'active'
@@ -474,12 +475,12 @@ def test_the_trajectory_path_is_accepted_by_the_real_jtc(session):
         assert s.enable(True).success
         target = pose + np.array([0.0, 0.0, 0.0, -0.1, 0.0, 0.0, 0.1])
         s.reference(target)
-        s.client.wait_for(lambda: np.abs(s.arm() - target).max() < 5e-3, 20.0,
+        s.client.wait_for(lambda: np.abs(s.arm() - target).max() < 5e-3, 60.0,
                           'the JTC following our set point')
         assert s.controllers()[JTC] == 'active'
         assert CONTROLLER not in s.controllers()
         assert s.enable(False).success
-        s.wait_state(lambda st: st['state'] == 'disabled', 'disabled', 10.0)
+        s.wait_state(lambda st: st['state'] == 'disabled', 'disabled', 60.0)
         held = s.arm()
         assert s.still_at(held, 1.0) < 1e-3
         assert 'rejected' not in s.robot.log('controller_manager').lower()

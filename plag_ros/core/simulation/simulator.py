@@ -4,9 +4,12 @@ The simulator integrates the rigid-body dynamics the partial Lagrangian engine i
 
     M(q) qdd + C(q, qd) qd + g(q) + friction(qd) = tau,
 
-with ``M`` and ``C qd + g`` from :meth:`PartialLagrangian.mass_matrix_and_bias` (one
-kinematics pass per step) and the URDF joint damping and Coulomb friction (the Rayleigh
-dissipation term of Kusaka and Tanaka 2022 [PL]).
+with ``M`` and ``C qd + g`` from the engine's compiled loop (the code of
+:meth:`PartialLagrangian.mass_matrix_and_bias`, one kinematics pass per step) and the URDF
+joint damping and Coulomb friction (the Rayleigh dissipation term of Kusaka and Tanaka 2022
+[PL]). A step is two compiled calls, the dynamics and :mod:`plag_ros.core.simulation.stepping`
+(~20 us for the CRANE-X7, ``bench/bench_sim_step.py``); this class holds the state and the
+commands.
 
 Choices (and why):
 
@@ -19,9 +22,9 @@ Choices (and why):
 * **Semi-implicit Euler at 1 kHz, velocity level, one dynamics evaluation per step**
   (Moreau-Jean time stepping): velocity first, then ``q += dt * qd_new``. ``M`` and
   ``C qd + g`` are evaluated at the start of the step; damping, Coulomb friction, the servo's
-  P and D terms and the joint stops act on the *new* velocity. RK4 would cost four engine
-  passes per step (the engine takes ~0.7-1 ms per pass in Python, so RK4 cannot run in real
-  time) and, being explicit, is unstable here: the CRANE-X7 fingers make the system stiff.
+  P and D terms and the joint stops act on the *new* velocity. RK4 would cost four dynamics
+  evaluations per step and, being explicit, is unstable here: the CRANE-X7 fingers make the
+  system stiff.
   Their reduced inertia (both fingers through the mimic) is ~3.6e-5 kg*m^2, so the servo's
   back-EMF damping (~0.83 N*m*s/rad) gives ``Kd / I * dt ~ 23`` at dt = 1 ms (explicit
   methods need < 2-2.8), the stick-slip friction ``f / I * dt ~ 44 rad/s`` of velocity change
@@ -80,16 +83,19 @@ import numpy as np
 import torch
 
 from plag_ros.core.common.options import option
-from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics import kernel, motors
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.model_parameters import ModelParameters
 from plag_ros.core.dynamics.motors import servo_gains, servo_saturation
+from plag_ros.core.simulation import stepping
 
 __all__ = [
     'Measurement', 'SimState', 'Simulator', 'SimulatorConfig', 'mechanical_energy',
 ]
 
+_MODES = {'effort': stepping.EFFORT, 'position': stepping.POSITION, 'mixed': stepping.MIXED}
+_EFFORT, _POSITION, _SERVO, _KP, _TORQUE_LIMIT = range(len(stepping.COMMAND_ROWS))
 
 
 @dataclass(frozen=True)
@@ -197,22 +203,6 @@ class Measurement(NamedTuple):
     effort: np.ndarray
 
 
-class _Law(NamedTuple):
-    """Per-coordinate velocity law R(w) = dt (d w + f sgn(w) - sat(g - h w, T)) + N_[l,u](w)."""
-
-    d: np.ndarray
-    f: np.ndarray
-    g: np.ndarray
-    h: np.ndarray
-    T: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    servo: np.ndarray  # bool
-
-    def take(self, idx) -> _Law:
-        return _Law(*(x[idx] for x in self))
-
-
 def mechanical_energy(engine: PartialLagrangian, q, qd) -> tuple[float, float]:
     """Kinetic and potential energy of one configuration.
 
@@ -252,7 +242,9 @@ class Simulator:
     Args:
         model: the robot.
         config: options; defaults to a 1 kHz CRANE-X7-like servo.
-        engine: engine to reuse (built from ``model`` if None); float64 recommended.
+        engine: engine to reuse (built from ``model`` if None) for :meth:`energy` and
+            :meth:`gravity_effort`; float64 recommended. The step takes ``M`` and the bias
+            of its model from the compiled float64 loop, whatever its dtype.
 
     Raises:
         ValueError: bad gains, or a mimic joint following a joint outside the model.
@@ -311,7 +303,21 @@ class Simulator:
         self._kd = self._gain(cfg.kd if cfg.kd is not None else kd0, 'kd')
         self._armature = np.diag(self._gain(cfg.armature, 'armature'))
         self._p_gain = float(cfg.p_gain)
+        # What the compiled step takes: the engine model's constants (for M and the bias),
+        # the per-coordinate constants (stepping.COORD_ROWS) and the option bits.
+        emodel = self.engine.model
+        self._kernel = kernel.KernelModel.build(emodel, np.arange(emodel.n_bodies),
+                                                emodel.gravity)
+        self._options = ((stepping.FRICTION if cfg.friction else 0)
+                         | (stepping.JOINT_LIMITS if cfg.joint_limits else 0)
+                         | (stepping.SATURATION if cfg.effort_saturation else 0))
+        self._coords = np.empty((len(stepping.COORD_ROWS), m))
+        self._pack_coords()
         self.reset()
+
+    def _pack_coords(self) -> None:
+        self._coords[:] = (self._lower, self._upper, self._damping, self._coulomb,
+                           self._effort_limit, self._kp, self._kd, np.diag(self._armature))
 
     def set_p_gain(self, p_gain: float) -> None:
         """Change the servos' position P gain live: stiffness scales with it (the driver
@@ -324,12 +330,13 @@ class Simulator:
             raise ValueError(f'p_gain must be positive and finite, got {p_gain}')
         self._kp = self._kp * (float(p_gain) / self._p_gain)
         self._p_gain = float(p_gain)
+        self._pack_coords()
         self._at_rest = False
 
     @property
     def position_command(self) -> np.ndarray | None:
         """(m,) position command in force [rad], None in effort mode."""
-        return self._position_cmd.copy() if self._mode == 'position' else None
+        return self._command[_POSITION].copy() if self._mode == 'position' else None
 
     @property
     def p_gain(self) -> float:
@@ -427,9 +434,10 @@ class Simulator:
         self._a = np.zeros(m)
         self._t = 0.0
         self._mode = 'effort'
-        self._effort_cmd = np.zeros(m)
-        self._position_cmd = z.copy()
-        self._mixed: tuple[np.ndarray, ...] = ()
+        # the command in force, rows stepping.COMMAND_ROWS (effort, position, then the
+        # servo mask, stiffness and torque limit of set_joint_commands)
+        self._command = np.zeros((len(stepping.COMMAND_ROWS), m))
+        self._command[_POSITION] = z
         self._effort = np.zeros(m)
         self._friction = np.zeros(m)
         self.steps = 0
@@ -446,9 +454,9 @@ class Simulator:
             ValueError: wrong length or non-finite entries (the command is not applied).
         """
         tau = self._check(tau, 'effort command')
-        if self._mode != 'effort' or not np.array_equal(tau, self._effort_cmd):
+        if self._mode != 'effort' or not np.array_equal(tau, self._command[_EFFORT]):
             self._at_rest = False
-        self._effort_cmd = tau
+        self._command[_EFFORT] = tau
         self._mode = 'effort'
 
     def set_position_command(self, q_cmd) -> None:
@@ -459,9 +467,9 @@ class Simulator:
         """
         q_cmd = self._check(q_cmd, 'position command')
         q_cmd = np.clip(q_cmd, self._lower, self._upper)
-        if self._mode != 'position' or not np.array_equal(q_cmd, self._position_cmd):
+        if self._mode != 'position' or not np.array_equal(q_cmd, self._command[_POSITION]):
             self._at_rest = False
-        self._position_cmd = q_cmd
+        self._command[_POSITION] = q_cmd
         self._mode = 'position'
 
     def set_joint_commands(self, position, effort, position_mask, kp, torque_limit) -> None:
@@ -481,21 +489,28 @@ class Simulator:
         Raises:
             ValueError: a wrong length, a non-finite entry, a negative gain or limit.
         """
-        position = np.clip(self._check(position, 'position command'), self._lower, self._upper)
-        effort = self._check(effort, 'effort command')
-        kp = self._check(kp, 'kp')
-        torque_limit = self._check(torque_limit, 'torque limit')
+        m = self.n_actuated
+        try:               # the common case (every physics step of the bus) in one pass
+            values = np.array((position, effort, kp, torque_limit), dtype=float)
+            valid = values.shape == (4, m) and bool(np.isfinite(values).all())
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:      # the checks one by one, to say which input is wrong
+            values = np.array([self._check(x, what) for x, what in (
+                (position, 'position command'), (effort, 'effort command'), (kp, 'kp'),
+                (torque_limit, 'torque limit'))])
         mask = np.asarray(position_mask, dtype=bool)
-        if mask.shape != (self.n_actuated,):
-            raise ValueError(f'position_mask must have {self.n_actuated} entries')
-        if np.any(kp < 0.0) or np.any(torque_limit < 0.0):
+        if mask.shape != (m,):
+            raise ValueError(f'position_mask must have {m} entries')
+        if np.any(values[2:] < 0.0):
             raise ValueError('kp and torque_limit must be non-negative')
-        new = (position, effort, mask, kp, torque_limit)
-        if self._mode != 'mixed' or not all(
-                np.array_equal(a, b) for a, b in zip(new, self._mixed)):
+        command = np.empty((len(stepping.COMMAND_ROWS), m))
+        command[_EFFORT], command[_KP], command[_TORQUE_LIMIT] = values[1:]
+        command[_POSITION] = np.clip(values[0], self._lower, self._upper)
+        command[_SERVO] = mask
+        if self._mode != 'mixed' or not np.array_equal(command, self._command):
             self._at_rest = False
-        self._mixed = new
-        self._position_cmd, self._effort_cmd = position, effort
+        self._command = command
         self._mode = 'mixed'
 
     @property
@@ -569,252 +584,31 @@ class Simulator:
         if position_command is not None:
             self.set_position_command(position_command)
         count = max(1, math.ceil(dt / h - 1e-9))
-        with torch.inference_mode():
-            for _ in range(count):
-                self._substep(dt / count)
+        for _ in range(count):
+            self._substep(dt / count)
         return self.state
 
     def _substep(self, dt: float) -> None:
-        cfg, G = self.config, self._G
         if self._at_rest and dt == self._rest_dt:
             self._t += dt           # same inputs as the last step: same (resting) result
             self.steps += 1
             return
-        z, v = self._z, self._v
-        M_t, bias_t = self.engine.mass_matrix_and_bias(G @ z + self._o, G @ v)
-        M, bias = M_t.cpu().numpy(), bias_t.cpu().numpy()
-        A = G.T @ M @ G + self._armature
-        inf = self._inf
-        limit = self._effort_limit if cfg.effort_saturation else inf
-        zeros = self._zeros
-        tau_const = zeros
-        if self._mode == 'effort':
-            tau_const = np.minimum(np.maximum(self._effort_cmd, -limit), limit)
-            g_s, h_s, servo = zeros, zeros, self._servo_off
-        elif self._mode == 'mixed':
-            _, _, servo, kp, torque_limit = self._mixed
-            limit = np.minimum(limit, torque_limit)
-            tau_const = np.where(servo, 0.0, np.minimum(np.maximum(self._effort_cmd, -limit),
-                                                        limit))
-            g_s = np.where(servo, kp * (self._position_cmd - z), 0.0)
-            h_s = np.where(servo, kp * dt + self._kd, 0.0)
-        else:
-            # tau = sat(Kp (q_cmd - q - dt w) - Kd w) with w the new velocity (implicit).
-            g_s = self._kp * (self._position_cmd - z)
-            h_s = self._kp * dt + self._kd
-            servo = self._servo_on
-        if cfg.joint_limits:
-            lo, hi = (self._lower - z) / dt, (self._upper - z) / dt
-        else:
-            lo, hi = -inf, inf
-        law = _Law(d=self._damping if cfg.friction else zeros,
-                   f=self._coulomb if cfg.friction else zeros,
-                   g=g_s, h=h_s, T=limit, lo=lo, hi=hi,
-                   servo=servo)
-        c = A @ v + dt * (tau_const - G.T @ bias)
-        w = self._solve(A, c, law, dt, v)
-
-        if self._mode == 'effort':
-            effort = tau_const
-        else:
-            effort = np.where(servo, np.minimum(np.maximum(g_s - h_s * w, -limit), limit),
-                              tau_const)
-        # Generalized friction: R(w) = dt (friction - servo torque) + stop reaction.
-        servo_torque = np.where(servo, effort, 0.0)
-        reaction = (c - A @ w) / dt + servo_torque
-        slip = np.abs(w) > 1e-12
-        friction = np.where(slip, law.d * w + law.f * np.sign(w),
-                            np.minimum(np.maximum(reaction, -law.f), law.f))
-        self._a = (w - v) / dt
-        self._v = w
-        z_new = z + dt * w
-        if cfg.joint_limits:
-            z_new = np.minimum(np.maximum(z_new, self._lower), self._upper)
-        self._z = z_new
-        self._effort = effort
-        self._friction = friction
+        G = self._G
+        M, bias = kernel.mass_matrix_and_bias_into(self._kernel, (G @ self._z + self._o)[None],
+                                                   (G @ self._v)[None])
+        out, iterations, fallback, still = stepping.step(
+            M[0], bias[0], G, self._coords, self._command, _MODES[self._mode], self._options,
+            dt, self._z, self._v)
+        if iterations < 0:
+            bad = np.flatnonzero(~(np.isfinite(self._z) & np.isfinite(self._v)))
+            raise ValueError('the state is not finite for joints '
+                             f'{[self.actuated_names[k] for k in bad]}')
+        # rows of one new array, never written in place
+        self._z, self._v, self._a, self._effort, self._friction = out
         self._t += dt
         self.steps += 1
         self.evaluations += 1
-        self._at_rest = cfg.skip_rest and not v.any() and not w.any() and bool(
-            np.array_equal(z_new, z))
+        self.solver_iterations += iterations
+        self.solver_fallbacks += int(fallback)
+        self._at_rest = self.config.skip_rest and still
         self._rest_dt = dt
-
-    # ------------------------------------------------------------------ velocity solve
-    @staticmethod
-    def _law_value(law: _Law, w: np.ndarray, side: float, dt: float) -> np.ndarray:
-        """R(w) with one-sided limits (side -1: left, +1: right, 0: interior point).
-
-        ``w`` is (k,) or (k, K) with the law's (k,) parameters broadcast along rows.
-        """
-        if w.ndim == 2:
-            law = _Law(*(x[:, None] for x in law))
-        sgn = np.where(w > 0.0, 1.0, np.where(w < 0.0, -1.0, side))
-        servo = np.where(law.servo, np.minimum(np.maximum(law.g - law.h * w, -law.T), law.T),
-                         0.0)
-        value = dt * (law.d * w + law.f * sgn - servo)
-        if side < 0:
-            value = np.where(w <= law.lo, -np.inf, value)
-        elif side > 0:
-            value = np.where(w >= law.hi, np.inf, value)
-        return value
-
-    @staticmethod
-    def _pieces(law: _Law, w: np.ndarray, dt: float):
-        """Linear pieces ``R = alpha w + beta`` and pins identified from a solution ``w``.
-
-        A coordinate exactly on its lower/upper stop or exactly at zero velocity is pinned
-        there; otherwise the piece is the one of its velocity sign and servo saturation.
-        """
-        pinned = (w == law.lo) | (w == law.hi) | (w == 0.0)
-        sgn = np.sign(w)
-        drive = law.g - law.h * w
-        unsat = law.servo & (np.abs(drive) < law.T)
-        sat = np.where(drive > 0.0, law.T, -law.T)
-        alpha = dt * (law.d + np.where(unsat, law.h, 0.0))
-        beta = dt * (law.f * sgn - np.where(law.servo, np.where(unsat, law.g, sat), 0.0))
-        return w, pinned, alpha, beta
-
-    def _solve_1d(self, law: _Law, a: np.ndarray, r: np.ndarray, dt: float):
-        """Solve ``a w + R(w) ∋ r`` per coordinate (the others held fixed).
-
-        Returns:
-            w (k,), pinned (k,) bool (w sits on a breakpoint of R), alpha and beta (k,) of
-            the linear piece ``R = alpha w + beta`` holding w otherwise.
-        """
-        k = a.size
-        with np.errstate(divide='ignore', invalid='ignore'):
-            kinks = law.servo & np.isfinite(law.T)
-            k1 = np.where(kinks, (law.g - law.T) / law.h, np.nan)
-            k2 = np.where(kinks, (law.g + law.T) / law.h, np.nan)
-        bp = np.stack([np.where(np.isfinite(law.lo), law.lo, np.nan),
-                       np.where(np.isfinite(law.hi), law.hi, np.nan),
-                       np.zeros(k), k1, k2], axis=1)
-        inside = (bp >= law.lo[:, None]) & (bp <= law.hi[:, None])
-        bp = np.sort(np.where(inside, bp, np.nan), axis=1)               # nan last
-        count = np.isfinite(bp).sum(1)
-        cols = bp.shape[1]
-        with np.errstate(invalid='ignore'):
-            F_left = a[:, None] * bp + self._law_value(law, bp, -1, dt)
-            F_right = a[:, None] * bp + self._law_value(law, bp, 1, dt)
-            on = (F_left <= r[:, None]) & (r[:, None] <= F_right)     # nan compares False
-            below = (F_right < r[:, None]).sum(1)
-        pinned = on.any(1)
-        rows = np.arange(k)
-        w_pin = bp[rows, np.argmax(on, axis=1)]
-        left = np.where(below > 0, bp[rows, np.maximum(below - 1, 0)], -np.inf)
-        right = np.where(below < count, bp[rows, np.minimum(below, cols - 1)], np.inf)
-        both = np.isfinite(left) & np.isfinite(right)
-        sample = np.where(both, 0.5 * (np.where(both, left, 0.0) + np.where(both, right, 0.0)),
-                          np.where(np.isfinite(left), left + 1.0,
-                                   np.where(np.isfinite(right), right - 1.0, 0.0)))
-        sample = np.where(pinned, 0.0, sample)
-        unsat = law.servo & (np.abs(law.g - law.h * sample) < law.T)
-        alpha = dt * (law.d + np.where(unsat, law.h, 0.0))
-        beta = self._law_value(law, sample, 0, dt) - alpha * sample
-        w = np.where(pinned, w_pin, (r - beta) / (a + alpha))
-        return w, pinned, alpha, beta
-
-    @staticmethod
-    def _objective(A: np.ndarray, c: np.ndarray, law: _Law, dt: float, w: np.ndarray) -> float:
-        """Convex function whose minimiser on the box [lo, hi] solves ``A w + R(w) ∋ c``.
-
-        ``1/2 w.A w - c.w + dt sum(d w^2 / 2 + f |w| + Psi(g - h w) / h)`` with ``Psi`` the
-        primitive of the saturation (``u^2 / 2`` inside, ``T |u| - T^2 / 2`` outside).
-        """
-        with np.errstate(divide='ignore', invalid='ignore'):
-            u = law.g - law.h * w
-            psi = np.where(np.abs(u) <= law.T, 0.5 * u * u, law.T * np.abs(u) - 0.5 * law.T ** 2)
-            servo = np.where(law.servo, psi / np.where(law.servo, law.h, 1.0), 0.0)
-        return float(0.5 * w @ A @ w - c @ w
-                     + dt * np.sum(0.5 * law.d * w * w + law.f * np.abs(w) + servo))
-
-    @staticmethod
-    def _linear(A, c, pinned, alpha, beta, w_pin) -> np.ndarray:
-        """Solve the linear system of one guess of pieces (pinned coordinates fixed)."""
-        if not pinned.any():     # the common case while moving: one dense solve
-            K = A.copy()
-            K.flat[::K.shape[0] + 1] += alpha
-            return np.linalg.solve(K, c - beta)
-        w = np.where(pinned, w_pin, 0.0)
-        free = np.flatnonzero(~pinned)
-        if free.size:
-            fixed = np.flatnonzero(pinned)
-            K = A[np.ix_(free, free)]
-            K.flat[::free.size + 1] += alpha[free]
-            rhs = c[free] - beta[free] - A[np.ix_(free, fixed)] @ w[fixed]
-            w[free] = np.linalg.solve(K, rhs)
-        return w
-
-    @staticmethod
-    def _law_bounds(law: _Law, w: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
-        """Left and right limits of R at ``w`` (k,) in one pass (see :meth:`_law_value`)."""
-        base = law.d * w
-        if law.servo.any():
-            base = base - np.where(law.servo,
-                                   np.minimum(np.maximum(law.g - law.h * w, -law.T), law.T),
-                                   0.0)
-        sgn = np.sign(w)
-        left = dt * (base + law.f * np.where(w == 0.0, -1.0, sgn))
-        right = dt * (base + law.f * np.where(w == 0.0, 1.0, sgn))
-        left[w <= law.lo] = -np.inf
-        right[w >= law.hi] = np.inf
-        return left, right
-
-    def _solve(self, A: np.ndarray, c: np.ndarray, law: _Law, dt: float,
-               previous: np.ndarray) -> np.ndarray:
-        """Solve ``A w + R(w) ∋ c``: warm-started active set, Gauss-Seidel fallback."""
-        a = np.diag(A).copy()
-        tol_v = 1e-12 * (1.0 + np.max(np.abs(c / a)))
-        tol_f = 1e-12 * (1.0 + np.max(np.abs(c)))
-
-        def solved(w: np.ndarray) -> bool:
-            lam = c - A @ w   # must lie in R(w), a vertical segment where w is pinned
-            left, right = self._law_bounds(law, w, dt)
-            with np.errstate(invalid='ignore'):
-                return bool(np.all((law.lo <= w) & (w <= law.hi)
-                                   & (left - tol_f <= lam) & (lam <= right + tol_f)))
-
-        # 1. Pieces of the previous step's solution (they rarely change from step to step).
-        w_prev, pinned, alpha, beta = self._pieces(law, previous, dt)
-        w = self._linear(A, c, pinned, alpha, beta,
-                         np.minimum(np.maximum(w_prev, law.lo), law.hi))
-        if solved(w):
-            return w
-        # 2. Globalised semi-smooth Newton: a Gauss-Seidel sweep (exact coordinate descent)
-        #    identifies the pieces, a Newton step on them with a backtracking line search on
-        #    the convex objective follows. Both steps descend, so guesses cannot cycle.
-        pinned, alpha, beta = np.empty(w.size, dtype=bool), np.empty(w.size), np.empty(w.size)
-        w = np.clip(w, law.lo, law.hi)
-        for _ in range(30):
-            self.solver_iterations += 1
-            w_start = w.copy()
-            for i in range(w.size):
-                r_i = c[i] - A[i] @ w + a[i] * w[i]
-                wi, p_i, al_i, be_i = self._solve_1d(law.take([i]), a[i:i + 1],
-                                                     np.array([r_i]), dt)
-                w[i], pinned[i], alpha[i], beta[i] = wi[0], p_i[0], al_i[0], be_i[0]
-            if np.max(np.abs(w - w_start)) <= tol_v:
-                return w
-            w_newton = self._linear(A, c, pinned, alpha, beta, w)
-            if solved(w_newton):
-                return w_newton
-            step = np.clip(w_newton, law.lo, law.hi) - w
-            j0, t = self._objective(A, c, law, dt, w), 1.0
-            while t > 1e-3:
-                if self._objective(A, c, law, dt, w + t * step) < j0:
-                    w = w + t * step
-                    break
-                t *= 0.5
-        # 3. Gauss-Seidel: exact coordinate minimisation of a strictly convex function.
-        self.solver_fallbacks += 1
-        for _ in range(1000):
-            change = 0.0
-            for i in range(w.size):
-                r_i = c[i] - A[i] @ w + a[i] * w[i]
-                wi = self._solve_1d(law.take([i]), a[i:i + 1], np.array([r_i]), dt)[0][0]
-                change = max(change, abs(wi - w[i]))
-                w[i] = wi
-            if change <= tol_v:
-                break
-        return w

@@ -136,20 +136,20 @@ class BusArm:
         sim = self.simulator
         t = sim.t
         drives = [servo.drive(t, dt) for servo in self.servos]
-        sim.set_joint_commands(np.array([d.goal for d in drives]),
-                               np.array([d.torque for d in drives]),
-                               np.array([d.position for d in drives]),
-                               np.array([d.stiffness for d in drives]),
-                               np.array([d.torque_limit for d in drives]))
+        # (5, m): one array for the servos' five items, not five (a step's Python counts)
+        goal, torque, position, stiffness, limit = np.array(
+            [(d.goal, d.torque, d.position, d.stiffness, d.torque_limit) for d in drives],
+            dtype=float).T
+        sim.set_joint_commands(goal, torque, position != 0.0, stiffness, limit)
         sim.step(dt)
         self._sense()
 
     def _sense(self) -> None:
         self.measured = measured = self.simulator.measure()
         t = self.simulator.t
-        for k, servo in enumerate(self.servos):
-            servo.sense(float(measured.q[k]), float(measured.qd[k]), float(measured.effort[k]),
-                        t)
+        for servo, q, qd, effort in zip(self.servos, measured.q.tolist(), measured.qd.tolist(),
+                                        measured.effort.tolist()):
+            servo.sense(q, qd, effort, t)
 
 
 def _baud_code(baud_rate: int) -> int:

@@ -253,3 +253,52 @@ def test_a_stall_before_publishing_does_not_squeeze_the_stamps():
     assert (advanced <= interval + 1e-3).all(), \
         f'message {worst + 1}: {advanced[worst] * 1e3:.1f} ms simulated in a ' \
         f'{interval[worst] * 1e3:.1f} ms stamp interval'
+
+
+def test_a_tick_that_falls_behind_is_counted_on_diagnostics():
+    """A tick that owes more steps than it may catch up skips the rest, and /diagnostics
+    says so: a 40 ms stall after a tick leaves the next one ~45 steps to run, at most
+    ``max_steps_per_tick`` (10) of which it runs; the tick is counted in ``late_ticks``, the
+    steps it skipped in ``overrun_steps``, its lag in ``largest_lag_s``. Spun until the
+    count arrives (a deadline only against a hang)."""
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from plag_ros.ros.nodes.sim_node import SimNode
+
+    context = Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID + 50)
+    reports: list[dict[str, str]] = []
+    try:
+        sim = SimNode(context=context,
+                      parameter_overrides=[Parameter('report_period', value=0.2)])
+        tick = sim.driver.tick
+        stalls: list[float] = []
+
+        def stalling_tick(now: float | None = None) -> None:
+            tick(now)
+            if len(stalls) < 3:
+                stalls.append(time.monotonic())
+                time.sleep(0.040)        # the next tick comes ~45 ms of physics late
+
+        sim.driver.tick = stalling_tick
+        listener = rclpy.create_node('diagnostics_listener', context=context)
+        listener.create_subscription(
+            DiagnosticArray, '/diagnostics',
+            lambda m: reports.append({kv.key: kv.value for kv in m.status[0].values}), 10)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(sim)
+        executor.add_node(listener)
+        end = time.monotonic() + 30.0
+        while time.monotonic() < end and not (reports and int(reports[-1]['late_ticks']) >= 3):
+            executor.spin_once(timeout_sec=0.01)
+    finally:
+        context.try_shutdown()
+    assert reports, 'no /diagnostics from plag_sim'
+    last = reports[-1]
+    late = int(last['late_ticks'])
+    assert late >= 3, last
+    # each stall leaves >= 39 steps owed (40 ms, less a step's rounding), 10 of them run
+    assert int(last['overrun_steps']) >= 3 * (39 - 10), last
+    assert float(last['largest_lag_s']) >= 0.035, last

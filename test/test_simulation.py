@@ -3,17 +3,30 @@
 Oracles: energy conservation / dissipation (physics), the engine's inverse dynamics (the
 simulator must produce accelerations the engine maps back to the applied torques), static
 equilibrium of the servo spring against gravity, and the Coulomb stick band.
+
+Last, the real-time loops that step the simulator against the wall clock (the simulator
+node's publish tick, :meth:`DriverEmulation.tick`, and the emulated servo bus's loop,
+:meth:`PtyBus.serve`): a late step catches up faster than real time up to a bound, and
+beyond it the rest is skipped, counted and logged with the lag (throttled). The tick takes
+its clock reading as an argument, so its test sets the instants; the bus's test makes its
+loop late with a step callback that sleeps and runs until the counter says so (a deadline
+only against a hang).
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import time
 
 import numpy as np
 import pytest
 import robots
 import torch
 
+from plag_ros.bus.arm import BusArm, BusConfig
+from plag_ros.bus.server import PtyBus
+from plag_ros.core.common.rejections import LOG_THROTTLE_S
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import (
     DEFAULT_POSITION_RESOLUTION,
@@ -21,6 +34,8 @@ from plag_ros.core.dynamics.motors import (
     servo_gains,
     servo_saturation,
 )
+from plag_ros.core.simulation.driver import DriverEmulation
+from plag_ros.core.simulation.settings import SimSettings
 from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig, mechanical_energy
 
 FREE = SimulatorConfig(friction=False, joint_limits=False)
@@ -420,3 +435,76 @@ def test_joint_commands_mix_springs_and_torques(crane):
     assert abs(sim.state.q[3] - q0[3]) > 0.05              # and sags
     with pytest.raises(ValueError):
         sim.set_joint_commands(q0, gravity, mask, -sim.kp, limit)
+
+
+# ---------------------------------------------------------------------- real-time catch-up
+BENT = np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0, 0.0])
+
+
+def test_a_late_tick_runs_at_most_its_bound_and_is_counted_and_logged(crane):
+    settings = SimSettings()                   # 1 kHz physics, 200 Hz ticks, <= 10 steps
+    dt, bound = 1.0 / settings.physics_rate_hz, settings.max_steps_per_tick
+    sim = Simulator(crane, settings.simulator_config())
+    sim.reset(BENT)
+    lines: list[str] = []
+    driver = DriverEmulation(sim, settings, lines.append, lambda: 0.0)
+    # Instants in the future of the clock: the tick's CPU budget (80 % of its period,
+    # measured from `now`) can then never cut the steps short, whatever the machine's load.
+    base = time.monotonic() + 1000.0
+    period = 1.0 / settings.publish_rate_hz
+    half = 0.5 * dt                            # off the step boundaries: no rounding ties
+    driver.tick(base)                          # the schedule starts here
+    for k in range(1, 5):                      # on time: every step due is run
+        driver.tick(base + half + k * period)
+    assert driver.counters['late_ticks'] == 0 and driver.counters['overrun_steps'] == 0
+    assert lines == []
+    on_time = sim.steps
+
+    late = base + half + 4 * period + 0.100    # a tick 100 ms after the last one
+    driver.tick(late)
+    assert sim.steps - on_time == bound        # faster than real time, up to the bound
+    assert driver.counters['late_ticks'] == 1
+    assert driver.counters['overrun_steps'] == 100 - bound       # the rest is skipped
+    assert driver.largest_lag_s == pytest.approx(0.100, abs=1.5 * dt)
+    assert len(lines) == 1 and 'physics 100 ms behind wall time' in lines[0], lines
+    assert f'skipped {100 - bound}' in lines[0], lines
+
+    driver.tick(late + 0.050)                  # late again within the throttle: counted only
+    assert driver.counters['late_ticks'] == 2 and len(lines) == 1
+    driver.tick(late + 0.050 + LOG_THROTTLE_S + 0.050)   # and after it: logged again
+    assert driver.counters['late_ticks'] == 3 and len(lines) == 2, lines
+    assert 'physics 2050 ms behind' in lines[1] and '3 late ticks' in lines[1], lines
+    driver.tick(late + 0.050 + LOG_THROTTLE_S + 0.050 + period)   # the schedule goes on
+    assert driver.counters['late_ticks'] == 3
+
+    _, _, values, line = driver.report()
+    assert values['late_ticks'] == 3 and values['largest_lag_s'] == driver.largest_lag_s
+    assert f'{driver.counters["overrun_steps"]} steps dropped in 3 late ticks' in line
+
+
+def test_a_late_bus_step_catches_up_at_most_its_bound_and_is_counted_and_logged(
+        crane, caplog):
+    dt = 0.002
+    arm = BusArm(Simulator(crane, SimulatorConfig(dt=dt)), BusConfig.load())
+    stall = 10 * dt
+
+    def slow_step(_arm: BusArm) -> None:
+        time.sleep(stall)                      # every step makes the next one late
+
+    with PtyBus(arm, dt) as bus, caplog.at_level(logging.WARNING, 'plag_ros.bus.server'):
+        began = time.monotonic()
+        deadline = began + 60.0                # against a hang only
+        bus.serve(lambda: bus.late_steps >= 4 or time.monotonic() > deadline, slow_step)
+        elapsed = time.monotonic() - began
+    assert bus.late_steps >= 4, (bus.late_steps, bus.steps)
+    # A late step takes at most max_catch_up of simulated time (two steps): the rest,
+    # at least the stall less two steps per late step, is skipped and counted.
+    assert bus.max_catch_up == pytest.approx(2 * dt)
+    assert arm.t <= bus.steps * bus.max_catch_up + 1e-12
+    assert bus.dropped_s >= bus.late_steps * (stall - 2 * dt) - 1e-9
+    assert bus.largest_lag >= stall
+    records = [r for r in caplog.records if r.name == 'plag_ros.bus.server']
+    lines = [r.getMessage() for r in records]
+    assert lines and all(r.levelno == logging.WARNING for r in records), lines
+    assert 'ms behind wall time' in lines[0] and 'skipped' in lines[0], lines
+    assert len(lines) <= 1 + math.floor(elapsed / LOG_THROTTLE_S), (len(lines), elapsed)

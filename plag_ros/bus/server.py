@@ -8,9 +8,14 @@ a pty (3 Mbit/s is accepted like any other).
 One loop does everything, so a reply never waits for another thread: it waits on the pty
 until the next physics step is due, answers what came meanwhile from the state of the last
 step (after each servo's Return Delay Time), and steps the physics of the bus's arm every
-``dt`` of wall time. A step that comes late takes the time it missed (the physics splits it),
-up to ``max_catch_up``; beyond that simulated time falls behind and the shortfall is counted in
-:attr:`PtyBus.dropped_s`.
+``dt`` of wall time. A step that comes late takes the time it missed (the physics splits it
+into substeps of ``dt``: it runs faster than real time), up to ``max_catch_up`` (two steps by
+default); beyond that the catch-up is bounded: the rest is skipped, simulated time falls
+behind wall time for good (the simulated arm runs slow) and the schedule restarts from now.
+Such a late step is never silent: it is counted (:attr:`PtyBus.late_steps`, the shortfall in
+:attr:`PtyBus.dropped_s`, the worst lag in :attr:`PtyBus.largest_lag`) and logged with its
+lag, at most once every :data:`~plag_ros.core.common.rejections.LOG_THROTTLE_S` seconds (the
+Python logger ``plag_ros.bus.server``, or the ``log`` given).
 
 In lockstep (``lockstep=`` a control period) the physics does not follow the wall clock: it
 advances one control period, in steps of at most ``dt``, each time a client's group read
@@ -33,6 +38,7 @@ from __future__ import annotations
 import array
 import errno
 import functools
+import logging
 import math
 import os
 import pty
@@ -44,8 +50,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from plag_ros.bus.arm import BusArm
+from plag_ros.core.common.rejections import LOG_THROTTLE_S
 
 __all__ = ['PtyBus']
+
+_log = logging.getLogger(__name__)
 
 
 class PtyBus:
@@ -59,16 +68,21 @@ class PtyBus:
             steps: a longer catch-up costs more substeps and falls further behind).
         keep_served: keep :attr:`served` (tests, ``--dynamixel-record``).
         lockstep: None (real time), or the simulated time [s] each group read advances.
+        log: where the line about a late step goes (default: this module's logger, at
+            warning level).
 
     Attributes:
         path: the pty's slave device.
         steps: physics steps taken. longest_step: the longest one's wall time [s].
         dropped_s: simulated time not taken because the loop fell behind [s].
+        late_steps: steps that came later than ``max_catch_up`` allows to catch up.
+        largest_lag: the most a step was behind wall time [s] (how late it came, + dt).
     """
 
     def __init__(self, arm: BusArm, dt: float = 0.002, link: str | Path | None = None,
                  max_catch_up: float | None = None, keep_served: bool = False,
-                 lockstep: float | None = None) -> None:
+                 lockstep: float | None = None,
+                 log: Callable[[str], object] | None = None) -> None:
         self.arm, self.dt = arm, float(dt)
         if lockstep is not None and not (lockstep > 0.0 and math.isfinite(lockstep)):
             raise ValueError(f'lockstep must be a positive period [s], got {lockstep}')
@@ -90,6 +104,10 @@ class PtyBus:
         self.steps = 0
         self.longest_step = 0.0
         self.dropped_s = 0.0
+        self.late_steps = 0
+        self.largest_lag = 0.0
+        self._log = _log.warning if log is None else log
+        self._last_log = -math.inf
         self.bytes_in = 0
         self.keep_served = keep_served
         self.served = array.array('q')
@@ -130,7 +148,8 @@ class PtyBus:
             if now >= next_step:
                 late = now - next_step
                 take = min(dt + late, self.max_catch_up)
-                self.dropped_s += dt + late - take
+                if take < dt + late:
+                    self._late(now, dt + late, take)
                 self._step(take, on_step)
                 next_step = next_step + dt if late < dt else now + dt
                 now = time.monotonic()
@@ -138,6 +157,19 @@ class PtyBus:
             ready, _, _ = select.select([self._master], [], [], max(0.0, next_step - now))
             if ready:
                 self._answer()
+
+    def _late(self, now: float, lag: float, take: float) -> None:
+        """Count a step ``lag`` seconds behind wall time that takes ``take`` of it; log it
+        unless a late step was logged lately."""
+        self.dropped_s += lag - take
+        self.late_steps += 1
+        self.largest_lag = max(self.largest_lag, lag)
+        if now - self._last_log >= LOG_THROTTLE_S:
+            self._last_log = now
+            self._log(f'emulated bus: physics {lag * 1e3:.1f} ms behind wall time; caught up '
+                      f'{take * 1e3:.1f} ms, skipped {(lag - take) * 1e3:.1f} ms '
+                      f'({self.late_steps} late steps, {self.dropped_s:.3f} s skipped so far; '
+                      f'longest step {self.longest_step * 1e3:.1f} ms)')
 
     def _step(self, dt: float, on_step: Callable[[BusArm], None] | None) -> None:
         """One physics step of ``dt`` [s], timed and counted; then ``on_step(arm)``."""

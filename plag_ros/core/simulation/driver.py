@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from plag_ros.core.common.rejections import RejectionLog
+from plag_ros.core.common.rejections import LOG_THROTTLE_S, RejectionLog
 from plag_ros.core.dynamics import motors
 from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
 from plag_ros.core.simulation.settings import FORWARD, JTC, SimSettings
@@ -69,8 +69,11 @@ class DriverEmulation:
         self.reject = RejectionLog(REJECTION_REASONS, log,
                                    'rejected command ({reason}): {detail} [{count} so far]')
         self.counters = {'effort_commands': 0, 'position_commands': 0, 'stale_effort': 0,
-                         'overrun_steps': 0, 'published': 0, 'trajectory_commands': 0,
-                         'forward_commands': 0, 'ignored_inactive': 0, 'switches': 0}
+                         'overrun_steps': 0, 'late_ticks': 0, 'published': 0,
+                         'trajectory_commands': 0, 'forward_commands': 0,
+                         'ignored_inactive': 0, 'switches': 0}
+        self.largest_lag_s = 0.0     # the most a tick's state was behind wall time [s]
+        self._late_logged = -float('inf')
         self._effort_stamp: float | None = None  # monotonic time of the effort command
         self._trajectory: TrajectoryCommand | None = None
         self._steps_due_from: float | None = None  # wall time the step schedule counts from
@@ -197,6 +200,14 @@ class DriverEmulation:
     def tick(self, now: float | None = None) -> None:
         """One publish tick: stale effort, the trajectory, then the physics steps due.
 
+        The catch-up is bounded: a tick runs at most ``max_steps_per_tick`` steps, and
+        none after 80 % of its period (:data:`TICK_BUDGET`); so a late tick runs faster
+        than real time up to that bound, and beyond it skips the rest: simulated time falls
+        behind wall time for good (the robot runs slow). Such a tick is counted
+        (``late_ticks``, the steps it skipped in ``overrun_steps``, its lag in
+        :attr:`largest_lag_s`) and logged with its lag, at most once every
+        :data:`~plag_ros.core.common.rejections.LOG_THROTTLE_S` seconds.
+
         Args:
             now: ``time.monotonic()`` of the tick's start [s] (None: read it here). The
                 steps bring the simulated state up to this instant.
@@ -222,8 +233,23 @@ class DriverEmulation:
             if time.monotonic() - now > self._budget:
                 break
         if due > done:
-            self.counters['overrun_steps'] += due - done
+            self._late(now, due, done)
         self._scheduled += max(due, 0)
+
+    def _late(self, now: float, due: int, done: int) -> None:
+        """Count a tick that owed ``due`` steps and ran ``done``; log it unless a late
+        tick was logged lately."""
+        counters = self.counters
+        counters['overrun_steps'] += due - done
+        counters['late_ticks'] += 1
+        lag = due * self._dt         # how far the state was behind the tick's start [s]
+        self.largest_lag_s = max(self.largest_lag_s, lag)
+        if now - self._late_logged >= LOG_THROTTLE_S:
+            self._late_logged = now
+            self._log(f'physics {lag * 1e3:.0f} ms behind wall time at a tick: ran '
+                      f'{done} steps, skipped {due - done} ({(due - done) * self._dt * 1e3:.0f} '
+                      f'ms of simulated time); {counters["late_ticks"]} late ticks, '
+                      f'{counters["overrun_steps"]} steps skipped so far')
 
     def joint_state(self) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
         """(names, q, qd, effort) as the driver publishes them (its order, its effort)."""
@@ -247,13 +273,15 @@ class DriverEmulation:
             'physics_rate_hz': physics_hz, 'computed_steps_hz': computed_hz,
             'publish_rate_hz': publish_hz, 'cpu_percent': cpu_percent,
             'sim_time_s': self.sim.state.t, 'wall_time_s': now - self._start,
-            'mode': self.sim.mode, 'solver_fallbacks': self.sim.solver_fallbacks}
+            'mode': self.sim.mode, 'solver_fallbacks': self.sim.solver_fallbacks,
+            'largest_lag_s': self.largest_lag_s}
         values.update(self.counters)
         values.update({f'rejected.{k}': v for k, v in self.reject.counts.items()})
         target = 1.0 / self._dt
         line = (f'physics {physics_hz:.0f} Hz (target {target:g}; {computed_hz:.0f} Hz '
                 f'computed, the rest at exact rest), joint_states {publish_hz:.0f} Hz, CPU '
-                f'{cpu_percent:.0f} %, {self.counters["overrun_steps"]} steps dropped, '
+                f'{cpu_percent:.0f} %, {self.counters["overrun_steps"]} steps dropped in '
+                f'{self.counters["late_ticks"]} late ticks, '
                 f'rejected {self.reject.total}')
         return (physics_hz > 0.9 * target, f'physics {physics_hz:.0f} Hz of {target:g}',
                 values, line)

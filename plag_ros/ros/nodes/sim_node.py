@@ -46,7 +46,8 @@ Timing: one wall-clock timer at ``publish_rate_hz`` integrates, per tick, as man
 steps of ``1 / physics_rate_hz`` as wall time has advanced (at most
 ``max_steps_per_tick``, and no more than fit in 80 % of the tick period; time beyond that
 is dropped and counted as ``overrun_steps``, so a busy machine slows the simulated robot
-down instead of piling up work or thinning out joint_states), then publishes one joint
+down instead of piling up work or thinning out joint_states; each such tick is counted as
+``late_ticks`` and logged with its lag, at most every 2 s), then publishes one joint
 state stamped with the node clock at the tick's start, the instant the stepped state
 represents (as ros2_control's joint_state_broadcaster stamps with its control cycle's time,
 not the publish time: a stall between stepping and publishing must not squeeze the state's

@@ -264,11 +264,12 @@ def test_a_tick_that_falls_behind_is_counted_on_diagnostics():
     from rclpy.context import Context
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
+    from ros_domains import domain
 
     from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID + 50)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
     reports: list[dict[str, str]] = []
     try:
         sim = SimNode(context=context,

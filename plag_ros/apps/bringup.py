@@ -269,6 +269,9 @@ TRAJECTORY_RESEND_S = 0.1
 """A new trajectory message every this many seconds of the simulator's stamps."""
 TRAJECTORY_SPACING_S = 0.02
 """Spacing [s] of a message's points (cubic segments, positions and velocities)."""
+RECORD_QUEUE_S = 10.0
+"""The stall of this process [s] that the queues of the recorded streams (the joint states
+and the node's torques) bridge at 200 Hz."""
 
 
 def _swing(t: np.ndarray, q0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -360,6 +363,10 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
     rclpy.init(context=context, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
     node = rclpy.create_node('plag_monitor', context=context)
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    # Every sample of the record counts (a lost input or output sets the rebuild apart from
+    # the node): its two streams queue seconds, not the half second of the others.
+    recorded = QoSProfile(depth=round(RECORD_QUEUE_S * 200),
+                          reliability=ReliabilityPolicy.RELIABLE)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -387,11 +394,11 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
             if status.name.startswith(DYNAMICS):
                 summary.diagnostics = {kv.key: kv.value for kv in status.values}
 
-    node.create_subscription(JointState, f'{DYNAMICS}/joint_states', on_state, reliable)
+    node.create_subscription(JointState, f'{DYNAMICS}/joint_states', on_state, recorded)
     node.create_subscription(String, f'{DYNAMICS}/names', on_names, latched)
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, reliable)
     if recording is not None or motion:
-        node.create_subscription(JointState, 'joint_states', on_input, reliable)
+        node.create_subscription(JointState, 'joint_states', on_input, recorded)
 
     def on_array(kind: str) -> Callable[[Float64MultiArray], None]:
         return lambda msg: summary.on_array(kind, msgs.multi_array_to_numpy(msg)[0])

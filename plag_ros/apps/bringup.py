@@ -2,8 +2,10 @@
 
 ``plag-ros sim`` starts the simulated CRANE-X7 (``sim_node``, config/sim.yaml) and the
 dynamics node (config/crane_x7.yaml, model from the simulator's ``robot_description``),
-optionally the impedance node (``--control``), drives the arm through a slow swing with
-position commands, and prints once a second what the dynamics node reports: input and
+optionally the impedance node (``--control``), drives the arm through a slow swing
+(trajectories to its arm controller, timed by the joint states' stamps; ``--duration`` and
+``--report`` count from the swing's start on that clock too), and prints once a second
+what the dynamics node reports: input and
 output rates, latency from the joint state stamp to the decomposition's arrival, rejected
 input, and the strongest motion propagation paths (joint k <- source joint s) of the last
 second. ``plag-ros run`` starts the dynamics node alone, to join a real robot's graph

@@ -3,22 +3,33 @@
 # creates .venv itself from a machine with only Python 3.11, pip and gcc; the demo installs
 # only what it runs, the test dependencies come with `make test`.
 #
-# The same suite on the other ROS 2 releases the CRANE-X7 runs (docs/testing.md):
-#   make test-jazzy    Python 3.12 + ROS 2 Jazzy's rclpy 7.1 wheels, in .venv-jazzy
+# Each test file has one home (test/homes.py, docs/testing.md "Where each test runs"):
+#   make test          Kilted (Python 3.11, newest libraries): every home, all of the suite;
+#                      the core home first, in a run where ROS cannot be imported
+#   make test-jazzy    Python 3.12 + ROS 2 Jazzy's rclpy 7.1 wheels, in .venv-jazzy: the ros home
 #   make test-humble   Python 3.10 + the library versions of Ubuntu 22.04 (ROS 2 Humble's),
-#                      in .venv-humble; Humble's rclpy API is checked against its source
+#                      in .venv-humble: the ros and floors homes; Humble's rclpy API is
+#                      checked against its source
 # Both find their interpreter in pyenv or as python3.12 / python3.10 on PATH, and leave out
-# the tests marked `long` (RELEASE_MARKS; pyproject.toml says which): those end-to-end runs
-# take half of the suite's time and run in `make test`. `RELEASE_MARKS=` runs them too.
+# the tests marked `long` (RELEASE_MARKS): those end-to-end runs run in `make test`.
+# `RELEASE_MARKS=` runs them too. Every run uses both cores (pytest-xdist, PYTEST_WORKERS)
+# and ends with the time each test file took (.ci/times.py).
 PYTHON ?= python3
 VENV ?= .venv
 ROS ?= kilted
 # Constraints for every install (requirements/humble.txt: Ubuntu 22.04's versions)
 CONSTRAINTS ?=
 TEST_REQUIREMENTS ?= requirements-test.txt
-# pytest -m expression: empty in `make test`; what test-jazzy / test-humble select
+# pytest -m expression of the homes a run takes: empty in `make test` (all of them)
 PYTEST_MARKS ?=
 RELEASE_MARKS ?= not long
+# pytest-xdist workers; whole files to a worker, so a module's fixtures (its nodes, its bus)
+# live in one process
+PYTEST_WORKERS ?= 2
+# JUnit reports of the runs, for the per-file times
+REPORTS ?= $(VENV)/reports
+PYTEST = $(PY) -m pytest -q -p no:cacheprovider --durations=10 -n $(PYTEST_WORKERS) \
+	--dist loadfile
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
@@ -28,7 +39,8 @@ find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bi
 	$(shell command -v python$(1) 2>/dev/null),$\
 	$(error no Python $(1): install it (e.g. pyenv install $(1)) or put python$(1) on PATH))
 
-.PHONY: venv test-venv demo docs lint test test-jazzy test-humble bench clean
+.PHONY: venv test-venv docs-venv demo docs lint test test-venv-jazzy test-jazzy \
+	test-venv-humble test-humble bench clean
 
 $(VENV)/.installed: requirements.txt requirements/libraries.txt requirements/ros-$(ROS).txt \
 		$(CONSTRAINTS) setup.py
@@ -53,6 +65,8 @@ venv: $(VENV)/.installed
 
 test-venv: $(VENV)/.test-installed
 
+docs-venv: $(VENV)/.docs-installed
+
 demo: venv
 	$(VENV)/bin/plag-ros sim --duration 10 --report out/demo
 
@@ -65,18 +79,34 @@ lint: test-venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The core home alone first, with ROS made unimportable (conftest.py), then the rest. With
+# PYTEST_MARKS (test-jazzy, test-humble) one run of those homes.
 test: lint
-	$(PY) -m pytest -q --durations=20 $(if $(PYTEST_MARKS),-m '$(PYTEST_MARKS)') test
+	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
+ifeq ($(PYTEST_MARKS),)
+	PLAG_TEST_HOME=core $(PYTEST) --junitxml=$(REPORTS)/core.xml test
+	$(PYTEST) -m 'not core' --junitxml=$(REPORTS)/ros-floors.xml test
+else
+	$(PYTEST) -m '$(PYTEST_MARKS)' --junitxml=$(REPORTS)/homes.xml test
+endif
+	$(PY) .ci/times.py $(REPORTS)/*.xml
 
 # Jazzy: its rclpy and message wheels in place of Kilted's (they share the ros-* names, so
 # they need a virtualenv of their own).
+JAZZY = VENV=.venv-jazzy ROS=jazzy PYTHON=$(call find_python,3.12)
+
+test-venv-jazzy:
+	$(MAKE) test-venv $(JAZZY)
+
 test-jazzy:
-	$(MAKE) test VENV=.venv-jazzy ROS=jazzy PYTHON=$(call find_python,3.12) \
-		PYTEST_MARKS='$(RELEASE_MARKS)'
+	$(MAKE) test $(JAZZY) PYTEST_MARKS='ros$(if $(RELEASE_MARKS), and $(RELEASE_MARKS))'
 
 # Humble: what rosdep installs on Ubuntu 22.04 first (as apt would), then the
 # Humble recipe of docs/getting-started.md (its pip command, with the same constraints). Humble has no rclpy wheels:
 # the suite runs on Kilted's cp310 wheels and test_rclpy_humble_api checks Humble's API.
+HUMBLE = VENV=.venv-humble CONSTRAINTS=requirements/humble.txt \
+	PYTHON=$(call find_python,3.10) TEST_REQUIREMENTS=requirements/test-tools.txt
+
 .venv-humble/.floor-installed:
 	$(call find_python,3.10) -m venv .venv-humble
 	.venv-humble/bin/python -m pip install -q --upgrade pip
@@ -89,10 +119,11 @@ test-jazzy:
 	.venv-humble/bin/python -m pip install -q --no-deps -r requirements/pinocchio-nodeps.txt
 	touch $@
 
+test-venv-humble: .venv-humble/.floor-installed
+	$(MAKE) test-venv $(HUMBLE)
+
 test-humble: .venv-humble/.floor-installed
-	$(MAKE) test VENV=.venv-humble CONSTRAINTS=requirements/humble.txt \
-		PYTHON=$(call find_python,3.10) TEST_REQUIREMENTS=requirements/test-tools.txt \
-		PYTEST_MARKS='$(RELEASE_MARKS)'
+	$(MAKE) test $(HUMBLE) PYTEST_MARKS='(ros or floors)$(if $(RELEASE_MARKS), and $(RELEASE_MARKS))'
 
 bench: test-venv
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done

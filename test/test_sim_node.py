@@ -303,3 +303,59 @@ def test_a_tick_that_falls_behind_is_counted_on_diagnostics():
     # each stall leaves >= 39 steps owed (40 ms, less a step's rounding), 10 of them run
     assert int(last['overrun_steps']) >= 3 * (39 - 10), last
     assert float(last['largest_lag_s']) >= 0.035, last
+
+
+def test_a_stalled_tick_on_the_simulated_clock_loses_no_sample_and_leaves_no_gap():
+    """``clock: simulated``: a stall (40 ms, three times, inside a tick's physics) delays
+    the clock, never the stream: every period is published, stamped exactly one period
+    (5 ms) after the last, with the state of that instant (its simulated time), and the lag
+    it leaves behind wall time is counted on the node (``late_ticks``, ``largest_lag_s``).
+    Spun to counts, with deadlines only against a hang."""
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+    from ros_domains import domain
+
+    from plag_ros.ros.nodes.sim_node import SimNode
+
+    context = Context()
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
+    advanced: list[float] = []           # simulated time after each period [s]
+    stamps: list[int] = []
+    try:
+        sim = SimNode(context=context,
+                      parameter_overrides=[Parameter('clock', value='simulated')])
+        advance = sim.driver.advance
+
+        def stalling_advance() -> None:
+            advance()
+            advanced.append(sim.driver.sim.state.t)
+            if len(advanced) in (20, 50, 80):
+                time.sleep(0.040)        # the ticks after it come ~8 periods late
+
+        sim.driver.advance = stalling_advance
+        listener = rclpy.create_node('stamp_listener', context=context)
+        listener.create_subscription(
+            JointState, 'joint_states',
+            lambda m: stamps.append(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec),
+            1000)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(sim)
+        executor.add_node(listener)
+        end = time.monotonic() + 60.0
+        while len(advanced) < 130 and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.01)
+        sim.destroy_timer(sim._timer)    # no more periods: deliver what was published
+        published = sim.counters['published']
+        while len(stamps) < published and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.01)
+        late, largest = sim.counters['late_ticks'], sim.driver.largest_lag_s
+    finally:
+        context.try_shutdown()
+    assert len(advanced) >= 130, f'{len(advanced)} periods in 60 s'
+    assert len(stamps) == published == len(advanced), (len(stamps), published, len(advanced))
+    steps = np.diff(stamps)
+    assert (steps == 5_000_000).all(), f'stamp steps {sorted(set(steps.tolist()))} ns'
+    np.testing.assert_allclose((np.array(stamps) - stamps[0]) * 1e-9,
+                               np.array(advanced) - advanced[0], rtol=0.0, atol=1e-9)
+    assert late >= 3 and largest >= 0.030, (late, largest)

@@ -150,7 +150,8 @@ IMPEDANCE = (
 """``plag_impedance`` (:mod:`plag_ros.ros.nodes.impedance_node`)."""
 
 SIM = (
-    Endpoint('out', 'joint_states', _JS, RELIABLE.format(depth=10),
+    Endpoint('out', 'joint_states', _JS,
+             RELIABLE.format(depth='0.5 s of publish_rate_hz, at least 10'),
              "the 8 actuated joints sorted by name (not the URDF's order); effort as the "
              "driver computes it: current [A] x 2.20 (XM430) or 3.60 (XM540)"),
     Endpoint('out', 'robot_description', _STRING, LATCHED, 'the URDF text'),
@@ -165,6 +166,9 @@ SIM = (
              "8 torques [N*m] (a test interface, not the driver's)"),
     Endpoint('in', 'position_controller/commands', _ARRAY, RELIABLE.format(depth=10),
              "8 goal positions [rad] (a test interface, not the driver's)"),
+    Endpoint('in', '{pace_topic}', _JS, RELIABLE.format(depth=10),
+             "a consumer's stamped output: the simulated clock holds while more than "
+             'pace_lead ahead of its newest stamp', (('paced', True),)),
 )
 """``plag_sim`` (:mod:`plag_ros.ros.nodes.sim_node`)."""
 

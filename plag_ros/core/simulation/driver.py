@@ -4,8 +4,9 @@
 and the topics of the simulator node (:mod:`plag_ros.ros.nodes.sim_node`): it validates
 commands, emulates the controller manager's two arm controllers (the JTC, stepwise linear
 from the measured position, and the forward position controller), replaces a stale effort
-command by zero effort, schedules the physics steps of each publish tick against wall
-time and computes the period's report. Times are seconds.
+command by zero effort, runs the physics of each publish tick (against wall time in
+:meth:`DriverEmulation.tick`, one publish period on the simulated clock in
+:meth:`DriverEmulation.advance`) and computes the period's report. Times are seconds.
 """
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ class DriverEmulation:
         self.effort_timeout = settings.effort_timeout
         self._dt = 1.0 / settings.physics_rate_hz
         self._max_steps = settings.max_steps_per_tick
+        self.simulated = settings.clock == 'simulated'
+        # A publish period on the simulated clock is whole physics steps, so that stamps
+        # and the simulator's time never part.
+        self.steps_per_period = max(1, round(settings.physics_rate_hz /
+                                             settings.publish_rate_hz))
+        self.period_ns = round(self.steps_per_period * 1e9 / settings.physics_rate_hz)
+        # the most periods one tick may advance to catch up (2, 2x real time, at defaults)
+        self.max_periods = max(1, self._max_steps // self.steps_per_period)
         self._budget = TICK_BUDGET / settings.publish_rate_hz   # physics time per tick [s]
         self._log = log
         self._now_s = now_s
@@ -71,10 +80,12 @@ class DriverEmulation:
         self.counters = {'effort_commands': 0, 'position_commands': 0, 'stale_effort': 0,
                          'overrun_steps': 0, 'late_ticks': 0, 'published': 0,
                          'trajectory_commands': 0, 'forward_commands': 0,
-                         'ignored_inactive': 0, 'switches': 0}
+                         'ignored_inactive': 0, 'switches': 0, 'paced_ticks': 0}
         self.largest_lag_s = 0.0     # the most a tick's state was behind wall time [s]
+        self.clock_lag_s = 0.0       # simulated clock behind wall time after the last tick
         self._late_logged = -float('inf')
-        self._effort_stamp: float | None = None  # monotonic time of the effort command
+        # (time.monotonic(), simulated time) [s] of the effort command in force
+        self._effort_stamp: tuple[float, float] | None = None
         self._trajectory: TrajectoryCommand | None = None
         self._steps_due_from: float | None = None  # wall time the step schedule counts from
         self._scheduled = 0                         # physics steps taken on this schedule
@@ -100,7 +111,7 @@ class DriverEmulation:
         tau = self._validated(values, 'effort')
         if tau is not None:
             self.sim.set_effort_command(tau)
-            self._effort_stamp = time.monotonic()
+            self._effort_stamp = (time.monotonic(), self.sim.state.t)
             self.counters['effort_commands'] += 1
 
     def position_command(self, values: Sequence[float]) -> None:
@@ -213,13 +224,8 @@ class DriverEmulation:
                 steps bring the simulated state up to this instant.
         """
         now = time.monotonic() if now is None else now
-        if (self.sim.mode == 'effort' and self._effort_stamp is not None
-                and self.effort_timeout > 0.0
-                and now - self._effort_stamp > self.effort_timeout):
-            self.sim.set_effort_command(np.zeros(self.sim.n_actuated))
-            self._effort_stamp = None
-            self.counters['stale_effort'] += 1
-            self._log(f'effort command older than {self.effort_timeout:g} s: zero effort')
+        if self._effort_stamp is not None:
+            self._expire_effort(now - self._effort_stamp[0])
         self._follow_trajectory()
         if self._steps_due_from is None:   # first tick: the schedule starts now
             self._steps_due_from = now - self._dt
@@ -235,6 +241,57 @@ class DriverEmulation:
         if due > done:
             self._late(now, due, done)
         self._scheduled += max(due, 0)
+
+    def advance(self) -> None:
+        """One publish period on the simulated clock: stale effort, the trajectory, then
+        exactly :attr:`steps_per_period` physics steps, however long they take.
+
+        Nothing is dropped and no wall-clock budget applies: the caller's clock (the
+        ``now_s`` the driver was built with) is the simulated one, at the period's start,
+        and an effort command's age is simulated time. A busy machine makes the simulated
+        clock lag wall time instead (:meth:`clock_tick`).
+        """
+        if self._effort_stamp is not None:
+            self._expire_effort(self.sim.state.t - self._effort_stamp[1])
+        self._follow_trajectory()
+        for _ in range(self.steps_per_period):
+            self.sim.step(self._dt)
+
+    def _expire_effort(self, age: float) -> None:
+        """Zero effort in place of an effort command ``age`` seconds old, if stale."""
+        if self.sim.mode == 'effort' and 0.0 < self.effort_timeout < age:
+            self.sim.set_effort_command(np.zeros(self.sim.n_actuated))
+            self._effort_stamp = None
+            self.counters['stale_effort'] += 1
+            self._log(f'effort command older than {self.effort_timeout:g} s: zero effort')
+
+    def clock_tick(self, now: float, lag: float, *, held: bool) -> None:
+        """Record where the simulated clock stands after a tick of :meth:`advance` calls.
+
+        The lag is kept in :attr:`clock_lag_s`. A tick that leaves the clock a publish
+        period or more behind wall time, or that pacing ``held``, is counted in
+        ``late_ticks`` (and ``paced_ticks``), its lag in :attr:`largest_lag_s`, and logged
+        at most once every :data:`~plag_ros.core.common.rejections.LOG_THROTTLE_S` seconds.
+
+        Args:
+            now: ``time.monotonic()`` of the tick [s] (the log's throttle).
+            lag: wall time less the simulated clock after the tick [s].
+            held: pacing stopped the clock (else only the per-tick bound did, if anything).
+        """
+        self.clock_lag_s = lag
+        if not held and lag < self.period_ns * 1e-9:
+            return
+        counters = self.counters
+        counters['late_ticks'] += 1
+        counters['paced_ticks'] += held
+        self.largest_lag_s = max(self.largest_lag_s, lag)
+        if now - self._late_logged >= LOG_THROTTLE_S:
+            self._late_logged = now
+            why = ('held: the paced consumer is behind' if held else
+                   f'catching up at most {self.max_periods} periods a tick')
+            self._log(f'simulated clock {lag * 1e3:.0f} ms behind wall time ({why}); '
+                      f'{counters["late_ticks"]} late ticks, {counters["paced_ticks"]} of '
+                      'them held so far')
 
     def _late(self, now: float, due: int, done: int) -> None:
         """Count a tick that owed ``due`` steps and ran ``done``; log it unless a late
@@ -274,14 +331,17 @@ class DriverEmulation:
             'publish_rate_hz': publish_hz, 'cpu_percent': cpu_percent,
             'sim_time_s': self.sim.state.t, 'wall_time_s': now - self._start,
             'mode': self.sim.mode, 'solver_fallbacks': self.sim.solver_fallbacks,
-            'largest_lag_s': self.largest_lag_s}
+            'largest_lag_s': self.largest_lag_s, 'clock_lag_s': self.clock_lag_s}
         values.update(self.counters)
         values.update({f'rejected.{k}': v for k, v in self.reject.counts.items()})
         target = 1.0 / self._dt
+        late = (f'simulated clock {self.clock_lag_s * 1e3:.0f} ms behind wall time '
+                f'(largest {self.largest_lag_s * 1e3:.0f}), {self.counters["late_ticks"]} '
+                f'late ticks, {self.counters["paced_ticks"]} held' if self.simulated else
+                f'{self.counters["overrun_steps"]} steps dropped in '
+                f'{self.counters["late_ticks"]} late ticks')
         line = (f'physics {physics_hz:.0f} Hz (target {target:g}; {computed_hz:.0f} Hz '
                 f'computed, the rest at exact rest), joint_states {publish_hz:.0f} Hz, CPU '
-                f'{cpu_percent:.0f} %, {self.counters["overrun_steps"]} steps dropped in '
-                f'{self.counters["late_ticks"]} late ticks, '
-                f'rejected {self.reject.total}')
+                f'{cpu_percent:.0f} %, {late}, rejected {self.reject.total}')
         return (physics_hz > 0.9 * target, f'physics {physics_hz:.0f} Hz of {target:g}',
                 values, line)

@@ -3,9 +3,9 @@
 The physics switches (``friction``, ``joint_limits``, ``effort_saturation``,
 ``quantize_position``, ``quantize_velocity``) are
 :class:`~plag_ros.core.simulation.simulator.SimulatorConfig`'s own options, under their plain
-names; the rest is the node's: rates, start pose, servo gains as the driver sets them and the
-emulated controller manager. ``active_arm_controller``, ``position_p_gain`` and ``effort_timeout``
-can change while the node runs; everything else is read at start.
+names; the rest is the node's: rates and clock, start pose, servo gains as the driver sets
+them and the emulated controller manager. ``active_arm_controller``, ``position_p_gain`` and
+``effort_timeout`` can change while the node runs; everything else is read at start.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.simulation.simulator import SimulatorConfig
 
-__all__ = ['ARM_CONTROLLERS', 'FORWARD', 'JTC', 'ArmController', 'CommandMode', 'SimSettings',
-           'per_joint', 'sim_options']
+__all__ = ['ARM_CONTROLLERS', 'FORWARD', 'JTC', 'ArmController', 'Clock', 'CommandMode',
+           'SimSettings', 'per_joint', 'sim_options']
 
 JTC = 'crane_x7_arm_controller'
 """The driver's JointTrajectoryController (active after the official bring-up)."""
@@ -32,6 +32,7 @@ FORWARD = 'plag_arm_position_controller'
 ArmController = Literal['crane_x7_arm_controller', 'plag_arm_position_controller', 'none']
 ARM_CONTROLLERS: tuple[str, ...] = (JTC, FORWARD, 'none')
 CommandMode = Literal['position', 'effort']
+Clock = Literal['wall', 'simulated']
 
 # What the node simulates unless told otherwise: the real driver's measurement steps.
 _PHYSICS = SimulatorConfig(quantize_position=True, quantize_velocity=True)
@@ -68,6 +69,20 @@ class SimSettings:
                                     low=1.0, high=100000.0, read_only=True)
     max_steps_per_tick: int = option(10, 'physics steps one publish tick may run to catch '
                                      'up with wall time', low=1, high=100000, read_only=True)
+    clock: Clock = option(
+        'wall', "'wall': each tick steps up to wall time and stamps with the node clock, "
+        'dropping what a busy machine cannot run (the robot runs slow; for a real driver '
+        "stack); 'simulated': each tick advances whole publish periods while behind wall "
+        'time (at most max_steps_per_tick steps), stamped one period apart on a clock '
+        'that starts at the node clock: nothing dropped, the clock lags wall time instead',
+        read_only=True)
+    pace_topic: str = option(
+        '', "clock 'simulated': a consumer's stamped JointState output (e.g. "
+        "'/plag_dynamics/joint_states'); the clock holds while it is more than pace_lead "
+        'ahead of its newest stamp; empty: no pacing', read_only=True)
+    pace_lead: float = option(0.1, 'how far [s] the simulated clock may run ahead of the '
+                              'newest stamp on pace_topic', low=0.001, high=3600.0,
+                              read_only=True)
     initial_positions: list[float] = option(
         [0.0], 'start positions [rad] of the actuated joints in command order; one value is '
         'used for every joint; clipped into the joint limits', read_only=True)
@@ -99,7 +114,8 @@ class SimSettings:
 
     def __post_init__(self) -> None:
         for name, allowed in (('command_mode', ('position', 'effort')),
-                              ('active_arm_controller', ARM_CONTROLLERS)):
+                              ('active_arm_controller', ARM_CONTROLLERS),
+                              ('clock', ('wall', 'simulated'))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f'{name} must be one of {list(allowed)}, got '
                                  f'{getattr(self, name)!r}')
@@ -114,6 +130,19 @@ class SimSettings:
             raise ValueError('position_p_gain must be > 0')
         if not (math.isfinite(self.effort_timeout) and self.effort_timeout >= 0.0):
             raise ValueError('effort_timeout must be >= 0')
+        if self.pace_topic and self.clock != 'simulated':
+            raise ValueError(f"pace_topic ({self.pace_topic!r}) needs clock 'simulated' "
+                             '(wall time cannot be held)')
+
+    @property
+    def paced(self) -> bool:
+        """Whether the simulated clock waits for a consumer (``pace_topic`` is set)."""
+        return bool(self.pace_topic)
+
+    @property
+    def state_queue_depth(self) -> int:
+        """joint_states publisher depth: 0.5 s of messages, at least 10."""
+        return max(10, math.ceil(0.5 * self.publish_rate_hz))
 
     def simulator_config(self) -> SimulatorConfig:
         """The simulator's configuration: ``physics`` with the step, gains and P gain."""

@@ -55,7 +55,24 @@ motion into a shorter stamp interval). A robot at exact rest (stuck by friction 
 command unchanged) costs next to nothing: such steps have the same inputs as the last one
 and are skipped (``SimulatorConfig.skip_rest``). The achieved physics rate, the rate of
 computed steps and the process CPU share are reported on ``/diagnostics`` and logged every
-``report_period`` seconds.
+``report_period`` seconds. That is ``clock: wall``, the default: what a real driver stack
+pointed at the simulator expects.
+
+With ``clock: simulated`` the node keeps a clock of its own instead, which starts at the
+node clock: each tick advances whole publish periods of physics
+(:meth:`~plag_ros.core.simulation.driver.DriverEmulation.advance`, nothing dropped, no
+wall-clock budget) while that clock is behind wall time, at most ``max_steps_per_tick``
+steps' worth of periods (2 at the defaults: 2x real time), and publishes each period's state
+stamped with its end: stamps are exactly one period apart and no sample is lost, however
+late the ticks come. Trajectory start times and an effort command's age are on that clock.
+A quiet machine keeps it within a period of wall time (200 Hz joint states, 1 kHz physics,
+the arm at real speed); a busy one makes it lag instead of thinning the stream, and the lag
+is reported: ``clock_lag_s`` and ``largest_lag_s`` on ``/diagnostics``, the report line,
+each tick that ends a period or more behind counted in ``late_ticks`` and logged at most
+every 2 s. With ``pace_topic`` (a consumer's stamped JointState output, such as the
+dynamics node's) the clock also holds while it is more than ``pace_lead`` seconds ahead of
+that topic's newest stamp (counted in ``paced_ticks``), so a starved consumer is not
+outrun; it then catches up with wall time at the bound above.
 """
 from __future__ import annotations
 
@@ -157,9 +174,11 @@ class SimNode(Node):
         self.sim.reset(q0)
         if settings.command_mode == 'position':
             self.sim.set_position_command(q0)
+        self._sim_ns: int | None = None    # clock 'simulated': its time [ns], from 1st tick
+        self._pace_ns: int | None = None   # the newest stamp on pace_topic [ns]
         try:
             self.driver = DriverEmulation(self.sim, settings, self.get_logger().warning,
-                                          lambda: self.get_clock().now().nanoseconds * 1e-9)
+                                          self._now_s)
         except ValueError as err:
             raise ValueError(f'{NODE_NAME}: {err}') from err
         self.command_names = self.driver.command_names
@@ -176,7 +195,9 @@ class SimNode(Node):
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self._pub_state = self.create_publisher(JointState, 'joint_states', reliable)
+        # 0.5 s of joint states: a subscriber stalled that long loses none
+        self._pub_state = self.create_publisher(JointState, 'joint_states', QoSProfile(
+            depth=settings.state_queue_depth, reliability=ReliabilityPolicy.RELIABLE))
         self._pub_description = self.create_publisher(String, 'robot_description', latched)
         self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', reliable)
         self._pub_description.publish(String(data=self.model.urdf_xml))
@@ -190,13 +211,17 @@ class SimNode(Node):
                                  self._on_trajectory, reliable)
         self.create_subscription(Float64MultiArray, f'{FORWARD}/commands',
                                  _data_to(driver.forward_command), reliable)
+        if settings.paced:
+            self.create_subscription(JointState, settings.pace_topic, self._on_pace, reliable)
         self._timer = self.create_timer(1.0 / settings.publish_rate_hz, self._on_tick)
         self._report_timer = self.create_timer(settings.report_period, self._report)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.get_logger().info(
             f'simulating {self.model.name} ({m} actuated joints) at '
             f'{settings.physics_rate_hz:g} Hz, joint_states at {settings.publish_rate_hz:g} '
-            f'Hz, {self.sim.mode} mode; commands take {list(self.command_names)}')
+            f'Hz, {self.sim.mode} mode, {settings.clock} clock'
+            + (f' paced by {settings.pace_topic}' if settings.paced else '')
+            + f'; commands take {list(self.command_names)}')
 
     @property
     def rejected(self) -> dict[str, int]:
@@ -266,7 +291,20 @@ class SimNode(Node):
                 break
         return t_ns, 0.5 * (before + after)
 
+    def _now_s(self) -> float:
+        """The driver's clock [s]: the simulated clock once it runs, else the node clock."""
+        if self._sim_ns is not None:
+            return self._sim_ns * 1e-9
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_pace(self, msg: JointState) -> None:
+        t_ns = msgs.stamp_to_ns(msg.header.stamp)
+        self._pace_ns = t_ns if self._pace_ns is None else max(self._pace_ns, t_ns)
+
     def _on_tick(self) -> None:
+        if self.driver.simulated:
+            self._simulated_tick()
+            return
         t_ns, now = self._clock_pair()
         self.driver.tick(now)
         if not self.context.ok():
@@ -276,6 +314,38 @@ class SimNode(Node):
         names, q, qd, effort = self.driver.joint_state()
         self._pub_state.publish(msgs.joint_state(names, q, qd, effort, t_ns=t_ns))
         self.driver.counters['published'] += 1
+
+    def _simulated_tick(self) -> None:
+        """Clock 'simulated': advance whole publish periods while the clock is behind wall
+        time, at most ``max_periods`` of them, each published with its end as the stamp.
+
+        The clock starts 1.5 periods before the first tick, so on time ticks find it half
+        a period behind and timer jitter up to half a period changes nothing. Pacing holds
+        it more than ``pace_lead`` ahead of the consumer's newest stamp.
+        """
+        wall_ns, now = self._clock_pair()
+        driver = self.driver
+        period = driver.period_ns
+        if self._sim_ns is None:
+            self._sim_ns = wall_ns - period - period // 2
+        lead_ns = round(self.settings.pace_lead * 1e9)
+        held = False
+        for _ in range(driver.max_periods):
+            if self._sim_ns + period > wall_ns:
+                break                       # caught up with wall time
+            if self._pace_ns is not None and self._sim_ns - self._pace_ns > lead_ns:
+                held = True                 # the consumer is behind: hold the clock
+                break
+            driver.advance()
+            self._sim_ns += period
+            if not self.context.ok():
+                return  # shutting down (signal) while stepping: the publisher is gone
+            if self.broadcasting:
+                names, q, qd, effort = driver.joint_state()
+                self._pub_state.publish(msgs.joint_state(names, q, qd, effort,
+                                                         t_ns=self._sim_ns))
+                driver.counters['published'] += 1
+        driver.clock_tick(now, (wall_ns - self._sim_ns) * 1e-9, held=held)
 
     def _report(self) -> None:
         ok, message, values, line = self.driver.report()

@@ -126,6 +126,22 @@ def test_summary_ranks_cross_joint_propagation():
     assert 'vel a <- c 2 N*m' in line and 'acc c <- a 1 N*m' in line and 'p50 1.50 ms' in line
 
 
+def test_plag_ros_sim_runs_the_simulator_on_its_clock_paced_by_the_dynamics_node():
+    """``plag-ros sim``'s overlay is settings the simulator declares and accepts, and its
+    pace topic is the dynamics node's output the monitor records."""
+    from plag_ros.apps.bringup import DYNAMICS, SIM_CLOCK, sim_specs, with_overlay
+    from plag_ros.core.common.options import build
+    from plag_ros.core.simulation.settings import SimSettings, sim_options
+
+    overlay = SIM_CLOCK['plag_sim']
+    assert set(overlay) <= {o.name for o in sim_options()}
+    settings = build(SimSettings, overlay)
+    assert settings.clock == 'simulated' and settings.paced
+    assert settings.pace_topic == f'{DYNAMICS}/joint_states'
+    sim, = [s for s in with_overlay(sim_specs(False), SIM_CLOCK) if s.module == 'sim_node']
+    assert {k: sim.params[k] for k in overlay} == overlay
+
+
 def test_plag_ros_sim_defaults_to_a_private_domain(tmp_path):
     env = ros_env(0)
     for name in ('ROS_DOMAIN_ID', 'ROS_LOCALHOST_ONLY', 'ROS_AUTOMATIC_DISCOVERY_RANGE'):

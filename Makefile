@@ -24,12 +24,15 @@ TEST_REQUIREMENTS ?= requirements-test.txt
 PYTEST_MARKS ?=
 RELEASE_MARKS ?= not long
 # pytest-xdist workers; whole files to a worker, so a module's fixtures (its nodes, its bus)
-# live in one process
+# live in one process, in the order conftest.py sorts them (the long ones first)
 PYTEST_WORKERS ?= 2
 # JUnit reports of the runs, for the per-file times
 REPORTS ?= $(VENV)/reports
-PYTEST = $(PY) -m pytest -q -p no:cacheprovider --durations=10 -n $(PYTEST_WORKERS) \
-	--dist loadfile
+# One BLAS thread per worker: two workers already fill the two cores, and OpenBLAS threads
+# spinning against each other made one SVD 25x slower on a loaded machine (745 ms against
+# 30 ms, a 4000x70 matrix at load 8).
+PYTEST = OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
+	-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))

@@ -50,12 +50,19 @@ else:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its file's home; a file with none stops the run at collection."""
+    """Mark each test with its file's home; a file with none stops the run at collection.
+
+    Files with a test marked ``long`` go first, keeping their order otherwise: pytest-xdist
+    (``--dist loadfile --no-loadscope-reorder``) hands out whole files in this order, and a
+    long file started last would leave one core idle while it runs on the other.
+    """
     homeless = sorted({item.path.name for item in items} - HOMES.keys())
     if homeless:
         raise pytest.UsageError(f'test files with no home in test/homes.py: {homeless}')
     for item in items:
         item.add_marker(HOMES[item.path.name])
+    long_files = {item.path for item in items if item.get_closest_marker('long')}
+    items.sort(key=lambda item: item.path not in long_files)
 
 
 def pytest_ignore_collect(collection_path, config):

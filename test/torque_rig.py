@@ -36,12 +36,13 @@ from plag_ros.core.dynamics.motors import ARM_JOINTS
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = BusConfig.load()
 JOINTS = [s.joint for s in CONFIG.servos]
-PATIENT_LATENCY_MS = 250
+PATIENT_LATENCY_MS = 1000
 """dynamixel-sdk waits 2 x ``LATENCY_TIMER`` + 2 ms for a reply (16 ms: a USB adapter's
 latency timer; 34 ms in all), then counts it as lost. The emulator is a process of its own,
 which a loaded 2-core machine deschedules for longer at times: a reply that comes late then
-reads as a failed one. :func:`patient_sdk` makes it 250 ms (a dropped reply then costs half
-a second of wall time, and in lockstep no simulated time)."""
+reads as a failed one, and the next reads may take its stale bytes. :func:`patient_sdk`
+makes it 1 s (a dropped reply then costs 2 s of wall time, and in lockstep no simulated
+time)."""
 
 
 def patient_sdk() -> int:

@@ -12,7 +12,7 @@ import pytest
 # Generated robots (test/robots.py) and ROS helpers are imported as plain modules.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from homes import CORE, HOMES  # noqa: E402
+from homes import ALONE, CORE, HOMES  # noqa: E402
 
 # `PLAG_TEST_HOME=core` (the Makefile's core run): only the core home runs, and any import
 # of ROS fails the test that made it, so a file that needs ROS cannot stay in the core home.
@@ -61,6 +61,8 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f'test files with no home in test/homes.py: {homeless}')
     for item in items:
         item.add_marker(HOMES[item.path.name])
+        if item.path.name in ALONE:
+            item.add_marker('alone')
     long_files = {item.path for item in items if item.get_closest_marker('long')}
     items.sort(key=lambda item: item.path not in long_files)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from homes import CORE, FLOORS, HOMES, ROS, SUITES
+from homes import ALONE, CORE, FLOORS, HOMES, ROS, SUITES
 
 TEST_DIR = Path(__file__).resolve().parent
 REPO = TEST_DIR.parent
@@ -17,13 +17,14 @@ def test_every_test_file_on_disk_has_one_home_and_no_home_names_a_missing_file()
     assert sorted(on_disk - HOMES.keys()) == [], 'test files with no home in test/homes.py'
     assert sorted(HOMES.keys() - on_disk) == [], 'homes of test files that do not exist'
     assert {home for home in HOMES.values()} <= {CORE, ROS, FLOORS}
+    assert ALONE <= HOMES.keys(), 'files that run alone must be test files with a home'
 
 
 def test_each_home_is_a_declared_marker():
     markers = tomllib.loads((REPO / 'pyproject.toml').read_text())['tool']['pytest'][
         'ini_options']['markers']
     declared = {marker.split(':')[0] for marker in markers}
-    assert {CORE, ROS, FLOORS} <= declared
+    assert {CORE, ROS, FLOORS, 'alone'} <= declared
 
 
 def _marks_of(target: str) -> str:

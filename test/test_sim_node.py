@@ -327,11 +327,12 @@ def test_a_stalled_tick_on_the_simulated_clock_loses_no_sample_and_leaves_no_gap
                       parameter_overrides=[Parameter('clock', value='simulated')])
         advance = sim.driver.advance
 
-        def stalling_advance() -> None:
-            advance()
+        def stalling_advance() -> int:
+            stamp_ns = advance()
             advanced.append(sim.driver.sim.state.t)
             if len(advanced) in (20, 50, 80):
                 time.sleep(0.040)        # the ticks after it come ~8 periods late
+            return stamp_ns
 
         sim.driver.advance = stalling_advance
         listener = rclpy.create_node('stamp_listener', context=context)

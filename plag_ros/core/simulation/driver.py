@@ -72,6 +72,9 @@ class DriverEmulation:
         self.period_ns = round(self.steps_per_period * 1e9 / settings.physics_rate_hz)
         # the most periods one tick may advance to catch up (2, 2x real time, at defaults)
         self.max_periods = max(1, self._max_steps // self.steps_per_period)
+        self._pace_lead_ns = round(settings.pace_lead * 1e9)
+        self.clock_ns: int | None = None   # the simulated clock [ns], from the first tick
+        self.pace_ns: int | None = None    # the newest stamp of the paced consumer [ns]
         self._budget = TICK_BUDGET / settings.publish_rate_hz   # physics time per tick [s]
         self._log = log
         self._now_s = now_s
@@ -242,9 +245,34 @@ class DriverEmulation:
             self._late(now, due, done)
         self._scheduled += max(due, 0)
 
-    def advance(self) -> None:
+    def paced_by(self, stamp_ns: int) -> None:
+        """A stamp [ns] of the paced consumer's output (``pace_topic``)."""
+        self.pace_ns = stamp_ns if self.pace_ns is None else max(self.pace_ns, stamp_ns)
+
+    def periods_due(self, wall_ns: int) -> tuple[int, bool]:
+        """How many publish periods the simulated clock advances at a tick at ``wall_ns``,
+        and whether pacing holds it.
+
+        Whole periods while the clock is behind wall time, at most :attr:`max_periods`,
+        none past ``pace_lead`` ahead of the consumer's newest stamp. The clock starts 1.5
+        periods before the first tick, so on-time ticks find it half a period behind and
+        timer jitter up to half a period changes nothing.
+        """
+        period = self.period_ns
+        if self.clock_ns is None:
+            self.clock_ns = wall_ns - period - period // 2
+        t_ns, due = self.clock_ns, 0
+        while due < self.max_periods and t_ns + period <= wall_ns:
+            if self.pace_ns is not None and t_ns - self.pace_ns > self._pace_lead_ns:
+                return due, True            # the consumer is behind: hold the clock
+            t_ns += period
+            due += 1
+        return due, False
+
+    def advance(self) -> int:
         """One publish period on the simulated clock: stale effort, the trajectory, then
-        exactly :attr:`steps_per_period` physics steps, however long they take.
+        exactly :attr:`steps_per_period` physics steps, however long they take; returns
+        the clock at the period's end [ns], the stamp of the state it leaves.
 
         Nothing is dropped and no wall-clock budget applies: the caller's clock (the
         ``now_s`` the driver was built with) is the simulated one, at the period's start,
@@ -256,6 +284,9 @@ class DriverEmulation:
         self._follow_trajectory()
         for _ in range(self.steps_per_period):
             self.sim.step(self._dt)
+        assert self.clock_ns is not None, 'periods_due() starts the clock'
+        self.clock_ns += self.period_ns
+        return self.clock_ns
 
     def _expire_effort(self, age: float) -> None:
         """Zero effort in place of an effort command ``age`` seconds old, if stale."""

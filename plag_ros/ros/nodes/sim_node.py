@@ -42,37 +42,26 @@ logged at most every two seconds per reason; the previous command stays in force
 effort command older than ``effort_timeout`` seconds is replaced by zero effort (the arm
 goes limp, as a torque-controlled arm whose controller died should not keep pushing).
 
-Timing: one wall-clock timer at ``publish_rate_hz`` integrates, per tick, as many physics
-steps of ``1 / physics_rate_hz`` as wall time has advanced (at most
-``max_steps_per_tick``, and no more than fit in 80 % of the tick period; time beyond that
-is dropped and counted as ``overrun_steps``, so a busy machine slows the simulated robot
-down instead of piling up work or thinning out joint_states; each such tick is counted as
-``late_ticks`` and logged with its lag, at most every 2 s), then publishes one joint
-state stamped with the node clock at the tick's start, the instant the stepped state
-represents (as ros2_control's joint_state_broadcaster stamps with its control cycle's time,
-not the publish time: a stall between stepping and publishing must not squeeze the state's
-motion into a shorter stamp interval). A robot at exact rest (stuck by friction or stops,
-command unchanged) costs next to nothing: such steps have the same inputs as the last one
-and are skipped (``SimulatorConfig.skip_rest``). The achieved physics rate, the rate of
-computed steps and the process CPU share are reported on ``/diagnostics`` and logged every
-``report_period`` seconds. That is ``clock: wall``, the default: what a real driver stack
-pointed at the simulator expects.
+Timing (``clock: wall``, the default: what a real driver stack pointed at the simulator
+expects): one wall-clock timer at ``publish_rate_hz`` integrates, per tick, as many physics
+steps of ``1 / physics_rate_hz`` as wall time has advanced (at most ``max_steps_per_tick``,
+and no more than fit in 80 % of the tick period; the rest is dropped and counted as
+``overrun_steps``, and the tick as ``late_ticks``, logged with its lag at most every 2 s: a
+busy machine slows the simulated robot down instead of piling up work or thinning out
+joint_states), then publishes one joint state stamped with the node clock at the tick's
+start, the instant the stepped state represents (as ros2_control's joint_state_broadcaster
+stamps with its control cycle's time: a stall between stepping and publishing must not
+squeeze the state's motion into a shorter stamp interval). A robot at exact rest costs next
+to nothing: such steps have the same inputs as the last one and are skipped
+(``SimulatorConfig.skip_rest``). The achieved physics rate, the rate of computed steps and
+the process CPU share are on ``/diagnostics`` and logged every ``report_period`` seconds.
 
-With ``clock: simulated`` the node keeps a clock of its own instead, which starts at the
-node clock: each tick advances whole publish periods of physics
-(:meth:`~plag_ros.core.simulation.driver.DriverEmulation.advance`, nothing dropped, no
-wall-clock budget) while that clock is behind wall time, at most ``max_steps_per_tick``
-steps' worth of periods (2 at the defaults: 2x real time), and publishes each period's state
-stamped with its end: stamps are exactly one period apart and no sample is lost, however
-late the ticks come. Trajectory start times and an effort command's age are on that clock.
-A quiet machine keeps it within a period of wall time (200 Hz joint states, 1 kHz physics,
-the arm at real speed); a busy one makes it lag instead of thinning the stream, and the lag
-is reported: ``clock_lag_s`` and ``largest_lag_s`` on ``/diagnostics``, the report line,
-each tick that ends a period or more behind counted in ``late_ticks`` and logged at most
-every 2 s. With ``pace_topic`` (a consumer's stamped JointState output, such as the
-dynamics node's) the clock also holds while it is more than ``pace_lead`` seconds ahead of
-that topic's newest stamp (counted in ``paced_ticks``), so a starved consumer is not
-outrun; it then catches up with wall time at the bound above.
+With ``clock: simulated`` the node keeps a clock of its own: each tick advances whole
+publish periods while it is behind wall time (at most ``max_steps_per_tick`` steps' worth),
+each published stamped with its end, so stamps are one period apart and nothing is lost; a
+busy machine makes it lag instead (``clock_lag_s``, ``largest_lag_s``, ``late_ticks``).
+With ``pace_topic`` it also holds while ``pace_lead`` seconds ahead of that topic's newest
+stamp (``paced_ticks``): :meth:`~plag_ros.core.simulation.driver.DriverEmulation.periods_due`.
 """
 from __future__ import annotations
 
@@ -174,8 +163,6 @@ class SimNode(Node):
         self.sim.reset(q0)
         if settings.command_mode == 'position':
             self.sim.set_position_command(q0)
-        self._sim_ns: int | None = None    # clock 'simulated': its time [ns], from 1st tick
-        self._pace_ns: int | None = None   # the newest stamp on pace_topic [ns]
         try:
             self.driver = DriverEmulation(self.sim, settings, self.get_logger().warning,
                                           self._now_s)
@@ -293,59 +280,36 @@ class SimNode(Node):
 
     def _now_s(self) -> float:
         """The driver's clock [s]: the simulated clock once it runs, else the node clock."""
-        if self._sim_ns is not None:
-            return self._sim_ns * 1e-9
-        return self.get_clock().now().nanoseconds * 1e-9
+        clock_ns = self.driver.clock_ns
+        return (self.get_clock().now().nanoseconds if clock_ns is None else clock_ns) * 1e-9
 
     def _on_pace(self, msg: JointState) -> None:
-        t_ns = msgs.stamp_to_ns(msg.header.stamp)
-        self._pace_ns = t_ns if self._pace_ns is None else max(self._pace_ns, t_ns)
+        self.driver.paced_by(msgs.stamp_to_ns(msg.header.stamp))
 
     def _on_tick(self) -> None:
-        if self.driver.simulated:
-            self._simulated_tick()
-            return
-        t_ns, now = self._clock_pair()
-        self.driver.tick(now)
-        if not self.context.ok():
-            return  # shutting down (signal) while stepping: the publisher is gone
-        if not self.broadcasting:
-            return  # joint_state_controller deactivated through the controller manager
-        names, q, qd, effort = self.driver.joint_state()
-        self._pub_state.publish(msgs.joint_state(names, q, qd, effort, t_ns=t_ns))
-        self.driver.counters['published'] += 1
-
-    def _simulated_tick(self) -> None:
-        """Clock 'simulated': advance whole publish periods while the clock is behind wall
-        time, at most ``max_periods`` of them, each published with its end as the stamp.
-
-        The clock starts 1.5 periods before the first tick, so on time ticks find it half
-        a period behind and timer jitter up to half a period changes nothing. Pacing holds
-        it more than ``pace_lead`` ahead of the consumer's newest stamp.
-        """
         wall_ns, now = self._clock_pair()
         driver = self.driver
-        period = driver.period_ns
-        if self._sim_ns is None:
-            self._sim_ns = wall_ns - period - period // 2
-        lead_ns = round(self.settings.pace_lead * 1e9)
-        held = False
-        for _ in range(driver.max_periods):
-            if self._sim_ns + period > wall_ns:
-                break                       # caught up with wall time
-            if self._pace_ns is not None and self._sim_ns - self._pace_ns > lead_ns:
-                held = True                 # the consumer is behind: hold the clock
-                break
-            driver.advance()
-            self._sim_ns += period
-            if not self.context.ok():
-                return  # shutting down (signal) while stepping: the publisher is gone
-            if self.broadcasting:
-                names, q, qd, effort = driver.joint_state()
-                self._pub_state.publish(msgs.joint_state(names, q, qd, effort,
-                                                         t_ns=self._sim_ns))
-                driver.counters['published'] += 1
-        driver.clock_tick(now, (wall_ns - self._sim_ns) * 1e-9, held=held)
+        if not driver.simulated:
+            driver.tick(now)
+            self._publish(wall_ns)
+            return
+        due, held = driver.periods_due(wall_ns)
+        for _ in range(due):
+            if not self._publish(driver.advance()):
+                return
+        driver.clock_tick(now, wall_ns * 1e-9 - self._now_s(), held=held)
+
+    def _publish(self, t_ns: int) -> bool:
+        """Publish the state the last steps left, stamped ``t_ns``, unless
+        joint_state_controller is deactivated; False when shutting down (a signal while
+        stepping: the publisher is gone)."""
+        if not self.context.ok():
+            return False
+        if self.broadcasting:
+            names, q, qd, effort = self.driver.joint_state()
+            self._pub_state.publish(msgs.joint_state(names, q, qd, effort, t_ns=t_ns))
+            self.driver.counters['published'] += 1
+        return True
 
     def _report(self) -> None:
         ok, message, values, line = self.driver.report()

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-import tomllib
 from homes import ALONE, CORE, FLOORS, HOMES, ROS, SUITES
 
 TEST_DIR = Path(__file__).resolve().parent
@@ -20,10 +19,8 @@ def test_every_test_file_on_disk_has_one_home_and_no_home_names_a_missing_file()
     assert ALONE <= HOMES.keys(), 'files that run alone must be test files with a home'
 
 
-def test_each_home_is_a_declared_marker():
-    markers = tomllib.loads((REPO / 'pyproject.toml').read_text())['tool']['pytest'][
-        'ini_options']['markers']
-    declared = {marker.split(':')[0] for marker in markers}
+def test_each_home_is_a_declared_marker(pytestconfig):
+    declared = {marker.split(':')[0] for marker in pytestconfig.getini('markers')}
     assert {CORE, ROS, FLOORS, 'alone'} <= declared
 
 

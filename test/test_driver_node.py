@@ -186,7 +186,9 @@ def test_plag_ros_run_driver_runs_the_torque_mode_nodes_on_the_bus(tmp_path):
     try:
         process = subprocess.Popen(
             [sys.executable, '-m', 'plag_ros.apps.cli', 'run', '--driver', str(bus.link),
-             '--control', '--duration', '3', '--log-dir', str(tmp_path / 'logs')],
+             # 10 s of the driver's stamps: at a load of 10 it cycled at 30-40 Hz, and the
+             # dynamics node took half of that: 3 s gave 65 decompositions
+             '--control', '--duration', '10', '--log-dir', str(tmp_path / 'logs')],
             cwd=ROOT, env=ros_env(DOMAIN_ID + 1), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         stdout, stderr = process.communicate(timeout=240)

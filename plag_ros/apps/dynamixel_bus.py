@@ -55,8 +55,10 @@ class _Record:
 class _FaultInput:
     """Fault lines from a FIFO, applied between physics steps (tests drive the bus process
     with it): ``drop ID N`` and ``corrupt ID N`` (the next N replies of servo ID),
-    ``silent ID 0|1``, ``hardware ID BITS`` (Hardware Error Status bits, 32 = overload),
-    ``power 0|1``. A line it cannot read is printed and ignored."""
+    ``silent ID 0|1``, ``lose ID K`` (the K-th next write to servo ID never reaches it),
+    ``temperature ID DEGC`` (its Present Temperature), ``hardware ID BITS`` (Hardware
+    Error Status bits, 32 = overload), ``power 0|1``. A line it cannot read is printed and
+    ignored."""
 
     def __init__(self, path: Path, arm) -> None:
         os.mkfifo(path)
@@ -85,7 +87,9 @@ class _FaultInput:
                 chain.powered = bool(values[0])
             elif what == 'hardware':
                 next(s for s in self.arm.servos if s.id == values[0]).hardware_error(values[1])
-            elif what in ('drop', 'corrupt', 'silent'):
+            elif what == 'temperature':
+                next(s for s in self.arm.servos if s.id == values[0]).heat(values[1])
+            elif what in ('drop', 'corrupt', 'silent', 'lose'):
                 faults = chain.fault(values[0])
                 setattr(faults, what, bool(values[1]) if what == 'silent' else values[1])
             else:

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +108,15 @@ class EmulatedBus:
             return dict(record)
 
 
+def bus_in_test(tmp: Path, lockstep_hz: float | None) -> Iterator[EmulatedBus]:
+    """A test fixture's body: the bus, killed after the test if it still runs."""
+    emulated = EmulatedBus(tmp, lockstep_hz)
+    yield emulated
+    if emulated.process.poll() is None:
+        emulated.process.kill()
+        emulated.process.wait()
+
+
 def new_driver(port: Path, clock: Callable[[], float] = time.monotonic,
                **settings) -> BusDriver:
     model = RobotModel.from_urdf(default_urdf_path())
@@ -174,11 +183,55 @@ def gravity_feed(driver: BusDriver) -> Callable[[Reading], None]:
     return feed
 
 
+def lockstep_driver(bus: EmulatedBus, **settings) -> BusDriver:
+    """A driver on the simulated clock of ``bus`` (in lockstep), opened. Unless a test says
+    otherwise, a fault takes 100 failed reads in a row, not 3: a read fails only when a
+    reply misses the SDK's wall-clock deadline, which the lockstep cannot stretch."""
+    settings.setdefault('failed_reads', 100)
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), **settings)
+    driver.open()
+    return driver
+
+
+def window(record: dict, begin: float, end: float, skip_s: float = 0.0) -> np.ndarray:
+    """(steps,) True for the physics steps computed between the wall times ``begin`` and
+    ``end`` (``time.monotonic()``, the same clock in every process: in lockstep a step is
+    computed at the sync read that asks for it), less the first ``skip_s`` of their
+    simulated time."""
+    inside = (record['wall'] >= begin) & (record['wall'] <= end)
+    t = record['t']
+    return inside & (t >= t[inside][0] + skip_s)
+
+
+def bent_in_current_mode(driver: BusDriver) -> Callable[[Reading], None]:
+    """``driver`` holding the bent pose in current mode for 0.3 s with the gravity torque of
+    each reading; the gravity feed."""
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    assert driver.request_mode('current')[0]
+    feed = gravity_feed(driver)
+    loop(driver, 0.3, feed)
+    assert not driver.fault, driver.fault
+    return feed
+
+
 # ---------------------------------------------------------------- the elbow-swing scenario
 ELBOW, TILT = 3, 1
 """Indices of the elbow (the swinging joint) and the tilt (the joint it loads) in the chain."""
 BENT = np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0])
 """The pose the elbow swings about [rad], the 7 arm joints."""
+POSES = {'bent': BENT.tolist(),
+         'reaching': [0.4, 1.0, -0.3, -0.6, 0.3, -0.4, 0.2],
+         'folded': [-0.5, 0.3, 0.5, -2.0, -0.4, 0.8, -0.3]}
+"""Three poses of the arm joints [rad] the driver tests hold."""
+RATE_HZ = 200.0
+"""The driver tests' cycle rate [Hz]."""
+SCENARIO_DRIVER = {'torque_limit': [4.1, 10.6] + [4.1] * 6, 'velocity_limit': [6.0]}
+"""The scenario's changes to the driver's defaults. The swing takes the elbow to the edge
+of its hardware (with the shipped gains it swings 1.3-1.5 rad peak to peak for the 1.0 of
+its reference, near the elbow's resonance): up to 3.3 N*m, beyond the continuous torque,
+for the 6 s of a run, and up to 5.2 rad/s, past the XM430-W350's no-load speed, where the
+emulated supply no longer drives it but gravity and the tilt still swing it on. The rest of
+the envelope is the default (position limits, torque step, temperature)."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +333,7 @@ def run_scenario(tmp: Path, lockstep_hz: float | None = None,
     bus = EmulatedBus(tmp, lockstep_hz)
     try:
         clock = time.monotonic if lockstep_hz is None else LockstepClock(lockstep_hz)
-        driver = new_driver(bus.link, clock)
+        driver = new_driver(bus.link, clock, **SCENARIO_DRIVER)
         driver.open()
         for name, controller in controllers.items():
             move_to(driver, BENT, 1.5, 0.5)

@@ -155,7 +155,9 @@ def main() -> None:
     if not args.rates:
         return
     peer, ours = peer_cycle()
-    print(f'one cycle, median: BusDriver {ours:.3f} ms (13 B read, 6 B write), '
+    from plag_ros.bus.driver import READ_LENGTH, WRITE_LENGTH
+    print(f'one cycle, median: BusDriver {ours:.3f} ms ({READ_LENGTH} B read, {WRITE_LENGTH} '
+          'B write), '
           f'crane_x7_control traffic {peer:.3f} ms (10 B, 4 B): {ours / peer:.2f}x')
     for rate in args.rates:
         r = one_rate(rate, args.duration)

@@ -342,3 +342,92 @@ def test_the_default_torque_limit_is_the_continuous_torque():
     np.testing.assert_allclose(driver.torque_limit,
                                [stall[s.model] / 2 for s in CONFIG.servos], rtol=1e-15)
     assert math.isclose(driver.torque_limit[TILT], 5.3)
+
+
+PLANTS = {'heavy, weak': (1.2, 0.8), 'light, strong': (0.8, 1.2)}
+"""Arms unlike the model (mass factor, torque constant factor; armature x2 in both)."""
+
+
+@pytest.mark.parametrize('plant', PLANTS)
+def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
+    """The emulated arm 20 % heavier or lighter than the model, its servos' torque constant
+    20 % off the other way, its armature twice the table's: the driver computes with the
+    model. At the bent pose, in lockstep:
+
+    * current mode under the shipped law (config/torque_mode.yaml's gains, holding the pose
+      at enable) settles where the physics says: the law's torque, made by servos whose
+      constant is ``s`` times the model's, balances gravity ``m`` times the model's
+      within the joints' Coulomb friction;
+    * the switch back to position mode moves the arm less than 10 mrad (the hold's goal
+      carries the model's gravity deflection, (m - 1) g / K_s off: 7 mrad on the elbow);
+    * the hold then drifts less than 1 mrad in 2 s; no fault at any point."""
+    from parameter_files import node_parameters
+
+    from plag_ros.core.control.impedance import PartialImpedanceController
+    from plag_ros.core.control.settings import ImpedanceSettings
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+
+    mass, kt = PLANTS[plant]
+    bus = next(bus_in_test(tmp_path, RATE_HZ,
+                           f'mass={mass},torque_constant={kt},armature=2'))
+    try:
+        model = RobotModel.from_urdf(default_urdf_path())
+        settings = ImpedanceSettings.from_values({
+            **node_parameters('torque_mode.yaml', 'plag_impedance'),
+            'start_enabled': True, 'ramp_s': 0.0, 'reference.mode': 'hold'})
+        law = PartialImpedanceController(PartialLagrangian(model),
+                                         settings.controller_config(model),
+                                         settings.reference_trajectory(8))
+        driver = lockstep_driver(bus)
+        move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+        pose = driver.reading.position.copy()
+
+        def step(reading) -> None:
+            command = law.update(round(driver.clock() * 1e9), reading.position,
+                                 reading.velocity)
+            effort = driver.gravity_torque(reading.position) if command is None \
+                else command.effort
+            driver.command_effort(effort[:7], ARM_JOINTS)
+
+        assert driver.request_mode('current')[0]
+        loop(driver, 4.0, step)
+        settled = driver.reading.position.copy()
+        # The static balance, the joints' coupling included: the servos make
+        # s (g(q) + K (q_d - q)) where the arm needs m g(q); the URDF's Coulomb friction
+        # (0.2 N*m a joint, in the emulated arm too) holds any pose whose imbalance is
+        # inside it. At the pose of enable the imbalance (s - m) g is outside it on the tilt
+        # and the elbow: the arm must have moved to where the balance holds.
+        stiffness = np.asarray(settings.stiffness, dtype=float)[:7]
+        friction = model.friction[model.joint_index(ARM_JOINTS)]
+
+        def imbalance(q: np.ndarray) -> np.ndarray:
+            g = driver.gravity_torque(q)[:7]
+            return kt * (g + stiffness * (pose[:7] - q[:7])) - mass * g
+
+        before, after = imbalance(pose), imbalance(settled)
+        print(f'{plant}: moved {(settled[:7] - pose[:7]) * 1e3} mrad; imbalance '
+              f'{before.round(3)} -> {after.round(3)} N*m (friction {friction[0]:g})')
+        assert np.all(np.abs(before[[TILT, ELBOW]]) > friction[[TILT, ELBOW]])
+        # one encoder count (1.5 mrad) of the reading times the tilt's K (10 N*m/rad) is
+        # 0.015 N*m: the tolerance is two of them
+        assert np.all(np.abs(after) <= friction + 0.03), after
+        driver.request_mode('position')
+        begin = time.monotonic()
+        loop(driver, 1.0)
+        middle = time.monotonic()
+        loop(driver, 2.0)
+        end = time.monotonic()
+        assert not driver.fault and driver.modes == ['position'] * 8, driver.fault
+        driver.close()
+        record = bus.stop()
+        switch_out, drift = largest_move(record, begin, middle), largest_move(record, middle,
+                                                                              end)
+        print(f'{plant}: switch out {switch_out * 1e3:.2f} mrad, hold drift '
+              f'{drift * 1e3:.3f} mrad in 2 s')
+        assert switch_out < HELD_RAD
+        assert drift < 0.001
+    finally:
+        if bus.process.poll() is None:
+            bus.process.kill()
+            bus.process.wait()

@@ -71,9 +71,10 @@ class EmulatedBus:
         tmp: a folder for the link, the fault FIFO, the record and stderr.
         lockstep_hz: None (the physics follows the wall clock) or the rate whose period each
             sync read advances the physics by.
+        plant: how the emulated arm differs from the model (``--plant``), '' for not.
     """
 
-    def __init__(self, tmp: Path, lockstep_hz: float | None = None) -> None:
+    def __init__(self, tmp: Path, lockstep_hz: float | None = None, plant: str = '') -> None:
         self.tmp = tmp
         self.link, self.fifo, self.npz = tmp / 'bus', tmp / 'faults', tmp / 'record.npz'
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get(
@@ -85,7 +86,8 @@ class EmulatedBus:
             self.process = subprocess.Popen(
                 [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus', '--link', str(self.link),
                  '--faults', str(self.fifo), '--record', str(self.npz)]
-                + ([] if lockstep_hz is None else ['--lockstep', str(lockstep_hz)]),
+                + ([] if lockstep_hz is None else ['--lockstep', str(lockstep_hz)])
+                + (['--plant', plant] if plant else []),
                 stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         line = self.process.stdout.readline()
         if 'Dynamixel bus on' not in line:
@@ -108,9 +110,10 @@ class EmulatedBus:
             return dict(record)
 
 
-def bus_in_test(tmp: Path, lockstep_hz: float | None) -> Iterator[EmulatedBus]:
+def bus_in_test(tmp: Path, lockstep_hz: float | None, plant: str = ''
+                ) -> Iterator[EmulatedBus]:
     """A test fixture's body: the bus, killed after the test if it still runs."""
-    emulated = EmulatedBus(tmp, lockstep_hz)
+    emulated = EmulatedBus(tmp, lockstep_hz, plant)
     yield emulated
     if emulated.process.poll() is None:
         emulated.process.kill()

@@ -115,11 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--faults', type=Path, default=None, metavar='FIFO',
                         help='tests: make FIFO and take fault lines from it between physics '
                              "steps: 'drop ID N', 'corrupt ID N', 'silent ID 0|1', "
-                             "'hardware ID BITS', 'power 0|1'")
+                             "'lose ID K', 'temperature ID DEGC', 'hardware ID BITS', "
+                             "'power 0|1'")
     parser.add_argument('--lockstep', type=float, default=None, metavar='HZ',
                         help='advance the physics 1/HZ s at each group read (the client '
                              'cycles at HZ on a simulated clock) instead of following the '
                              'wall clock')
+    parser.add_argument('--plant', default='', metavar='ERRORS',
+                        help="tests: an arm that differs from the model, e.g. "
+                             "'mass=1.2,torque_constant=0.8,armature=2' (factors on every "
+                             "body's mass and inertia, the servos' torque constant, the "
+                             'armature)')
     parser.add_argument('--keep-priority', action='store_true',
                         help='keep the normal priority (by default the bus raises its '
                              'priority where it may: nice -5)')
@@ -151,12 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
 
-    from plag_ros.bus.arm import CRANE_X7_BUS, BusArm, BusConfig
+    from plag_ros.bus.arm import CRANE_X7_BUS, BusArm, BusConfig, PlantError
     from plag_ros.bus.server import PtyBus
-    from plag_ros.core.dynamics import motors
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
+    try:
+        plant = PlantError.parse(args.plant)
+    except ValueError as err:
+        print(f'dynamixel_bus: --plant: {err}', file=sys.stderr)
+        return 2
     dt = 1.0 / args.physics_rate
     model = RobotModel.from_urdf(default_urdf_path())
     # The first steps compile the engine's loop: take them on a scratch arm, so that no
@@ -165,9 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(3):
         scratch.step(effort=np.full(scratch.n_actuated, 0.1))
     # the real arm's servos have geared rotors: the motor table's armature
-    simulator = Simulator(model, SimulatorConfig(dt=dt, armature=tuple(
-        motors.armature(model).tolist())))
-    arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS))
+    simulator = plant.simulator(model, dt)
+    arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS), plant.motors())
     states = _Record(simulator.n_actuated)
 
     def record(arm: BusArm) -> None:

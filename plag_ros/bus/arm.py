@@ -14,8 +14,8 @@ one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7 (:meth:`BusConfig.load
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +24,11 @@ from plag_ros.bus import control_table
 from plag_ros.bus.chain import BAUD_CODES, Reply, ServoChain
 from plag_ros.bus.protocol import Instruction, Packet, PacketReader
 from plag_ros.bus.servo import Servo
-from plag_ros.core.dynamics.motors import MOTORS
-from plag_ros.core.simulation.simulator import Simulator
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.dynamics.motors import MOTORS, Motor, armature
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
-__all__ = ['CRANE_X7_BUS', 'GROUP_READS', 'BusArm', 'BusConfig', 'ServoSpec']
+__all__ = ['CRANE_X7_BUS', 'GROUP_READS', 'BusArm', 'BusConfig', 'PlantError', 'ServoSpec']
 
 CRANE_X7_BUS = Path(__file__).with_name('crane_x7.yaml')
 GROUP_READS = frozenset({Instruction.SYNC_READ, Instruction.BULK_READ})
@@ -79,12 +80,58 @@ class BusConfig:
         return config
 
 
+@dataclass(frozen=True)
+class PlantError:
+    """How the emulated arm differs from the model the host computes with: every body's
+    mass and inertia times ``mass``, every servo's torque constant times
+    ``torque_constant`` (its current makes that much more or less torque), the motor
+    table's armature times ``armature``. All 1: the plant is the model."""
+
+    mass: float = 1.0
+    torque_constant: float = 1.0
+    armature: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str) -> PlantError:
+        """From ``'mass=1.2,torque_constant=0.8,armature=2'`` (any of the three).
+
+        Raises:
+            ValueError: an unknown name, or a factor that is not positive and finite.
+        """
+        values: dict[str, float] = {}
+        for part in filter(None, text.split(',')):
+            name, _, value = part.partition('=')
+            if name.strip() not in ('mass', 'torque_constant', 'armature'):
+                raise ValueError(f'plant error {part!r}: the names are mass, '
+                                 'torque_constant and armature')
+            values[name.strip()] = float(value)
+        error = cls(**values)
+        if not all(0.0 < v < float('inf') for v in (error.mass, error.torque_constant,
+                                                    error.armature)):
+            raise ValueError(f'plant error factors must be positive and finite: {text!r}')
+        return error
+
+    def simulator(self, model: RobotModel, dt: float) -> Simulator:
+        """The simulated arm: ``model`` with these errors, geared rotors included."""
+        heavier = replace(model, body_mass=model.body_mass * self.mass,
+                          body_inertia=model.body_inertia * self.mass)
+        return Simulator(heavier, SimulatorConfig(dt=dt, armature=tuple(
+            (armature(model) * self.armature).tolist())))
+
+    def motors(self) -> dict[str, Motor]:
+        """The motor table as the emulated servos have it."""
+        return {name: m._replace(torque_constant=m.torque_constant * self.torque_constant)
+                for name, m in MOTORS.items()}
+
+
 class BusArm:
     """A simulated arm whose actuated joints are driven by emulated servos.
 
     Args:
         simulator: the arm; every actuated joint must have a servo in ``config``.
         config: the chain.
+        motors: the motor table the servos use (default :data:`MOTORS`;
+            :meth:`PlantError.motors` for servos that differ from it).
 
     Attributes:
         chain: the servos on the bus.
@@ -92,7 +139,8 @@ class BusArm:
         measured: the simulator's measurement the present items were last made from.
     """
 
-    def __init__(self, simulator: Simulator, config: BusConfig) -> None:
+    def __init__(self, simulator: Simulator, config: BusConfig,
+                 motors: Mapping[str, Motor] = MOTORS) -> None:
         self.simulator = simulator
         by_joint = {spec.joint: spec for spec in config.servos}
         missing = [j for j in simulator.actuated_names if j not in by_joint]
@@ -105,7 +153,7 @@ class BusArm:
             eeprom = {'ID': spec.id, 'Baud Rate': _baud_code(config.baud_rate),
                       'Return Delay Time': config.return_delay_time,
                       'Min Position Limit': low, 'Max Position Limit': high}
-            self.servos.append(Servo(control_table.load(spec.model), MOTORS[spec.model],
+            self.servos.append(Servo(control_table.load(spec.model), motors[spec.model],
                                      eeprom, config.firmware_version))
         self.chain = ServoChain(self.servos, config.baud_rate)
         self.reader = PacketReader()

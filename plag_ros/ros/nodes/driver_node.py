@@ -224,7 +224,9 @@ class DriverNode(Node):
         if len(msg.data) != len(ARM_JOINTS):
             self._reject(f'{EFFORT_TOPIC}: need {len(ARM_JOINTS)} efforts, got {len(msg.data)}')
             return
-        self.driver.command_effort(list(msg.data), ARM_JOINTS)   # checked by the bus thread
+        # a NaN is the bus thread's to judge: a fault in current mode
+        if not self.driver.command_effort(list(msg.data), ARM_JOINTS):
+            self._reject(f'{EFFORT_TOPIC}: the driver could not place it by joint name')
 
     def _accepting(self, controller: str, topic: str) -> bool:
         if self._active == controller:

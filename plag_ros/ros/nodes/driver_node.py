@@ -266,7 +266,16 @@ class DriverNode(Node):
         return response
 
     def destroy_node(self) -> None:
-        """Stop the bus thread, hold in position mode, put the servos' settings back."""
+        """Hold in position mode, then stop the bus thread and put the servos' settings
+        back. The hold is written by the bus thread itself while it still cycles: a loop
+        stopped first would leave current-mode servos silent, and their Bus Watchdog would
+        take their torque before close() holds them."""
+        thread = getattr(self, '_thread', None)
+        if thread is not None and thread.is_alive() and 'current' in self.driver.modes:
+            self.driver.request_mode('position')
+            deadline = time.monotonic() + 1.0
+            while 'current' in self.driver.modes and time.monotonic() < deadline:
+                time.sleep(0.005)
         self._stop.set()
         if getattr(self, '_thread', None) is not None:
             self._thread.join(timeout=2.0)

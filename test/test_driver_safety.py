@@ -318,16 +318,23 @@ def test_a_hot_servo_is_a_fault_before_its_own_shutdown(bus):
 
 
 def test_effort_commands_that_cannot_be_placed_are_rejected_and_counted(bus):
-    """Unknown names, a name twice, or values that do not match the names: rejected,
-    counted, and the last good command kept."""
+    """Unknown names, a name twice, an arm joint left out, values that do not match the
+    names, a source reading older than stale_s or from the future: rejected, counted, and
+    the last good command kept."""
     driver = lockstep_driver(bus)
     good = driver.gravity_torque(driver.reading.position)[:7]
-    assert driver.command_effort(good, ARM_JOINTS)
+    now = driver.clock()
+    assert driver.command_effort(good, ARM_JOINTS, source_t=now - 0.05)
     kept = driver._effort
-    for effort, joints in (([0.1], ['no_such_joint']), (good[:6], ARM_JOINTS),
-                           ([0.1, 0.2], [ARM_JOINTS[0]] * 2), ([], [])):
-        assert not driver.command_effort(effort, joints)
-    assert driver.counts['rejected_commands'] == 4 and driver._effort is kept
+    assert kept.at == now - 0.05               # the command is as old as its reading
+    stale = driver.settings.stale_s
+    for effort, joints, source_t in (
+            ([0.1], ['no_such_joint'], None), (good[:6], ARM_JOINTS, None),
+            ([0.1, 0.2], [ARM_JOINTS[0]] * 2, None), ([], [], None),
+            (good[:6], ARM_JOINTS[:6], None),
+            (good, ARM_JOINTS, now - stale - 0.001), (good, ARM_JOINTS, now + 0.001)):
+        assert not driver.command_effort(effort, joints, source_t), joints
+    assert driver.counts['rejected_commands'] == 7 and driver._effort is kept
     driver.close()
     bus.stop()
 

@@ -533,23 +533,33 @@ class BusDriver:
         self._forward = _Command()
         return True
 
-    def command_effort(self, effort: Sequence[float], joints: Sequence[str]) -> bool:
-        """An effort command [N*m] for ``joints`` (the arm's), placed by name. False
-        (counted in ``rejected_commands``, the last command kept) for a joint the chain
-        does not have, a name twice, or as many values as names. Checked at the next cycle
-        in current mode: NaN, beyond ``torque_limit``, a step beyond the envelope or stale
-        there is a fault."""
+    def command_effort(self, effort: Sequence[float], joints: Sequence[str],
+                       source_t: float | None = None) -> bool:
+        """An effort command [N*m] for the arm joints, placed by name. ``source_t`` [s, on
+        :attr:`clock`]: when the reading it was computed from was taken (default: now).
+
+        False (counted in ``rejected_commands``, the last command kept) for a joint the
+        chain does not have, a name twice, an arm joint left out, not as many values as
+        names, or a source reading older than ``stale_s`` or from the future. Checked again
+        at each cycle in current mode, where NaN, beyond ``torque_limit``, a step beyond the
+        envelope or a source older than ``stale_s`` is a fault.
+        """
+        now = self.clock()
+        at = now if source_t is None else source_t
         try:
             given = np.asarray(effort, dtype=np.float64)
             index = [self.joints.index(j) for j in joints]
         except (ValueError, TypeError):
             given, index = np.zeros(0), []
-        if not index or given.shape != (len(index),) or len(set(index)) != len(index):
+        named = np.zeros(len(self.ids), dtype=bool)
+        named[index] = True
+        if (not index or given.shape != (len(index),) or len(set(index)) != len(index)
+                or not named[self.arm].all() or not 0.0 <= now - at <= self.settings.stale_s):
             self.counts['rejected_commands'] += 1
             return False
         values = np.full(len(self.ids), np.nan)
         values[index] = given
-        self._effort = _Command(values, self.clock())
+        self._effort = _Command(values, at)
         return True
 
     def request_mode(self, mode: str) -> tuple[bool, str]:

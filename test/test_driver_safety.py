@@ -7,8 +7,9 @@ physics step (the ground truth), and on the servos' own registers read back."""
 from __future__ import annotations
 
 import itertools
-import math
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,6 +122,100 @@ def test_a_switch_that_fails_at_any_write_leaves_every_servo_held(bus, monkeypat
     assert moved < HELD_RAD
 
 
+def test_a_failed_switch_holds_the_arm_where_it_is_not_at_an_old_command(bus, monkeypatch):
+    """The elbow pushed away from the position command it had before current mode; then
+    the switch back to position mode fails at its mode write: the arm is held where it is,
+    and never driven back to that old command."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    gravity = driver.gravity_torque
+    push = np.zeros(7)
+    push[ELBOW] = 0.5
+    loop(driver, 0.2, lambda r: driver.command_effort(gravity(r.position)[:7] + push,
+                                                      ARM_JOINTS))
+    loop(driver, 0.5, feed)
+    old = POSES['bent'][ELBOW]
+    moved_away = abs(driver.reading.position[ELBOW] - old)
+    assert moved_away > 0.03, moved_away          # the premise: an old command to go back to
+    begin = time.monotonic()
+    break_the_kth_sync_write(driver, monkeypatch, 2)
+    assert driver.request_mode('position')[0]
+    loop(driver, 1.0)
+    end = time.monotonic()
+    assert driver.fault.startswith('mode switch to position failed')
+    assert driver.modes == ['position'] * 8 and torque_enabled(driver) == [1] * 8
+    assert not driver.command_positions(POSES['bent'], ARM_JOINTS)   # refused while latched
+    driver.close()
+    record = bus.stop()
+    moved = largest_move(record, begin, end)
+    print(f'elbow {moved_away * 1e3:.0f} mrad from the old command; moved {moved * 1e3:.2f} '
+          'mrad after the failed switch')
+    assert moved < HELD_RAD
+
+
+def test_a_cycle_that_raises_ends_in_the_hold(bus, monkeypatch):
+    """Whatever raises out of a cycle (here the effort check, the gravity model with it):
+    the bus loop's answer (plag_driver's) latches the fault and holds, the holding goal
+    falling back to the present counts; the arm holds within 10 mrad."""
+    driver = lockstep_driver(bus)
+    bent_in_current_mode(driver)
+    effort = driver.gravity_torque(driver.reading.position)[:7]
+
+    def feed(_) -> None:           # the controller goes on commanding
+        driver.command_effort(effort, ARM_JOINTS)
+
+    def broken(*_):
+        raise RuntimeError('injected')
+
+    monkeypatch.setattr(driver, '_checked_effort', broken)
+    monkeypatch.setattr(driver, '_gravity', broken)
+    begin = time.monotonic()
+    clock = driver.clock
+    for _ in range(round(1.0 * RATE_HZ)):       # plag_driver's loop, in lockstep
+        clock.t += clock.period
+        try:
+            reading = driver.cycle()
+        except Exception as err:  # noqa: BLE001 - as the node's loop does
+            driver.fail_safe(f'bus cycle failed: {err!r}')
+        else:
+            if reading is not None:
+                feed(reading)
+    end = time.monotonic()
+    assert driver.fault == "bus cycle failed: RuntimeError('injected')"
+    assert driver.modes == ['position'] * 8 and torque_enabled(driver) == [1] * 8
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, tmp_path):
+    """On a USB adapter whose latency timer is 16 ms, and at a pose from which the elbow
+    could not stop inside its limit (3 mrad from its upper limit, inside the 0.06 rad
+    margin): current mode is refused with the reason, the arm stays in position mode."""
+    import plag_ros.bus.driver as driver_module
+
+    devices = tmp_path / 'devices'
+    pty = Path(os.path.realpath(bus.link)).name
+    (devices / pty).mkdir(parents=True)
+    (devices / pty / 'latency_timer').write_text('16\n')
+    monkeypatch.setattr(driver_module, 'USB_SERIAL_DEVICES', devices)
+    driver = lockstep_driver(bus)
+    assert driver.latency_timer_ms == 16
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    ok, why = driver.request_mode('current')
+    assert not ok and 'waits 16 ms' in why and 'latency_timer' in why, why
+    driver.latency_timer_ms = 1
+    near = np.array(POSES['bent'])
+    near[ELBOW] = -0.003
+    move_to(driver, near, 1.0, 0.5)
+    ok, why = driver.request_mode('current')
+    assert not ok and why.startswith('not from this pose: position limit ahead: '
+                                     'crane_x7_upper_arm_revolute_part_rotate_joint'), why
+    loop(driver, 0.1)
+    assert driver.modes == ['position'] * 8 and not driver.fault
+    driver.close()
+    bus.stop()
+
+
 @pytest.mark.parametrize('failures', [2, 3])
 def test_three_failed_cycle_writes_in_a_row_are_a_fault(bus, monkeypatch, failures):
     """Cycle writes that fail (the port refuses them) are counted; the third in a row is a
@@ -191,7 +286,9 @@ def test_an_overload_shutdown_latches_a_fault_holds_the_rest_and_names_the_servo
     assert driver.counts['holds'] == holds + 1
     assert driver.modes[ELBOW] == 'off' and driver.fault.startswith('hardware error')
     assert any('could not be' in m for m in driver.messages), driver.messages
-    driver.close()
+    with pytest.raises(BusError, match=rf'closing: IDs \[{elbow_id}\] are not holding'):
+        driver.close()                          # said, not hidden
+    assert not driver.is_open
     bus.stop()
 
 
@@ -226,6 +323,31 @@ def test_close_leaves_the_p_gain_the_hold_needs(bus):
     print(f'after close: P gains {gains}, largest move {moved * 1e3:.2f} mrad in 3 s')
     assert gains == [800] * 8
     assert moved < HELD_RAD
+
+
+def test_close_reads_every_servo_back_and_holds_one_found_limp(bus):
+    """The tilt's torque off behind the driver's back just before close(): close() finds it
+    in its read-back and brings it back; the arm stays within 10 mrad over the 3 s after,
+    with the torque on everywhere."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    begin = time.monotonic()
+    driver._write(TILT_ID, 64, 1, 0)
+    driver.close()
+    port = sdk.PortHandler(str(bus.link))
+    packets = sdk.PacketHandler(2.0)
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    reader = sdk.GroupSyncRead(port, packets, 64, 1)
+    for servo_id in range(2, 10):
+        reader.addParam(servo_id)
+    for _ in range(round(3.0 * RATE_HZ)):       # three seconds of physics
+        assert reader.txRxPacket() == sdk.COMM_SUCCESS
+    end = time.monotonic()
+    enabled = [reader.getData(i, 64, 1) for i in range(2, 10)]
+    port.closePort()
+    assert enabled == [1] * 8
+    assert any('brought back' in m for m in driver.messages), driver.messages
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
 
 
 def test_a_joint_driven_at_its_limit_is_stopped_inside_it(bus):
@@ -337,18 +459,6 @@ def test_effort_commands_that_cannot_be_placed_are_rejected_and_counted(bus):
     assert driver.counts['rejected_commands'] == 7 and driver._effort is kept
     driver.close()
     bus.stop()
-
-
-def test_the_default_torque_limit_is_the_continuous_torque():
-    """Half the e-manual's stall torque (4.1 and 10.6 N*m at 12 V): the servos' Current
-    Limit follows from it."""
-    from torque_rig import CONFIG, new_driver
-
-    driver = new_driver('/dev/null')
-    stall = {'XM430-W350': 4.1, 'XM540-W270': 10.6}
-    np.testing.assert_allclose(driver.torque_limit,
-                               [stall[s.model] / 2 for s in CONFIG.servos], rtol=1e-15)
-    assert math.isclose(driver.torque_limit[TILT], 5.3)
 
 
 PLANTS = {'heavy, weak': (1.2, 0.8), 'light, strong': (0.8, 1.2)}

@@ -91,7 +91,7 @@ def test_bad_bounds_are_refused(change):
 
 def test_the_drivers_defaults_are_the_chain_limits_and_the_e_manuals_speeds():
     """The envelope the driver builds (plag_ros.bus.driver) with default settings: the
-    chain file's position limits, 0.06 rad, 20 rad/s^2, the no-load speeds (46 and 30
+    chain file's position limits, 0.06 rad, 15 rad/s^2, the no-load speeds (46 and 30
     rev/min at 12 V), 1 N*m a cycle, 70 degC before open() reads each servo's limit."""
     pytest.importorskip('dynamixel_sdk')
     from plag_ros.bus.driver import BusDriver
@@ -106,7 +106,7 @@ def test_the_drivers_defaults_are_the_chain_limits_and_the_e_manuals_speeds():
                                rtol=1e-15)
     assert env.velocity[0] == pytest.approx(4.817, abs=1e-3)    # the URDF's velocity limit
     np.testing.assert_array_equal(env.margin, 0.06)
-    np.testing.assert_array_equal(env.deceleration, 20.0)
+    np.testing.assert_array_equal(env.deceleration, 15.0)
     # the margin covers the hold's overshoot below 3 rad/s (envelope docstring): the pan's
     # spring-damper from the motor table, one cycle late
     import torch

@@ -10,30 +10,39 @@ addresses, units and rules are the e-manual's (the sources are in ``tables/*.yam
 
 One cycle (:meth:`BusDriver.cycle`):
 
-1. SYNC READ of 13 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
-   Bus Watchdog, Present Current, Present Velocity, Present Position (:data:`READ_ITEMS`).
+1. SYNC READ of 14 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
+   Bus Watchdog, Present Current, Present Velocity, Present Position, Present Temperature
+   (:data:`READ_ITEMS`).
 2. The checks: a failed read counts, and :attr:`DriverSettings.failed_reads` in a row are a
-   fault; a Hardware Error Status other than 0, a servo whose torque went off or an expired
-   Bus Watchdog (the host stalled) is a fault.
+   fault; a Hardware Error Status other than 0, a servo whose torque went off, an expired
+   Bus Watchdog (the host stalled), a servo near its Temperature Limit and, for the joints
+   in current mode, the envelope (:mod:`plag_ros.bus.envelope`) are faults.
    Nothing is written from a failed read.
 3. A pending mode change (:meth:`BusDriver.request_mode`): torque off, Operating Mode,
    the first goal (the gravity torque of the present pose as current, or the present
    position), the gains the mode change reset, torque on: sync writes in one burst, so the
    torque is off for well under one cycle.
-4. SYNC WRITE of 6 bytes at Indirect Data 14 (237): Goal Current and Goal Position
+4. SYNC WRITE of 6 bytes at Indirect Data 15 (238): Goal Current and Goal Position
    (:data:`WRITE_ITEMS`). Position joints get their command (clipped to the position
    limits); current joints get the effort command over the torque constant. An effort
-   command that is stale, not finite or beyond the joint's torque limit is a fault.
+   command that is stale, not finite, beyond the joint's torque limit or a step beyond the
+   envelope is a fault; :attr:`DriverSettings.failed_writes` failed writes in a row too.
+5. After a switch, the switched servos' Operating Mode read back: a sync write has no
+   answer, and one lost on the wire is found here.
 
 A fault is latched (:attr:`BusDriver.fault`): every joint in current mode goes to position
-mode holding the pose it has (after a failed bus, the last pose read), and current mode is
-refused until :meth:`BusDriver.clear_fault`. While the driver runs, the Bus Watchdog (98)
-of every servo is armed (:attr:`DriverSettings.watchdog_s`), so a dead or frozen host stops
-the servos: in position mode they hold where they are; in current mode their current goes
-to 0 (the e-manual's "stops"), which is why torque mode needs someone at the power switch.
-:meth:`BusDriver.close` holds every joint in position mode at its present pose and puts
-back what :meth:`BusDriver.open` changed (return delay, current limit, gains, profile,
-indirect addresses, watchdog); the torque stays on: the package never leaves the arm limp.
+mode holding the pose it has (after a failed bus, the last pose read), the position joints
+stop where they are, and current mode and position commands are refused until
+:meth:`BusDriver.clear_fault`. A servo found with its torque off, or left half switched by
+a failed write, is brought back to a position hold (all at once, then one by one with
+acknowledged writes); one that cannot be (a shutdown error: only a reboot clears it) is
+named ``off``. While the driver runs, the Bus Watchdog (98) of every servo is armed
+(:attr:`DriverSettings.watchdog_s`), so a dead or frozen host stops the servos: in position
+mode they hold where they are; in current mode their current goes to 0 (the e-manual's
+"stops"; free, in the CRANE-X7 maker's words), which is why torque mode needs someone at
+the power switch. :meth:`BusDriver.close` holds every joint in position mode at its present
+pose, puts back the RAM items :meth:`BusDriver.open` changed and reads every servo back:
+the torque stays on.
 
 Size (over ~600 lines): the bus's start, cycle, mode switches and faults share one state
 (modes, hold goals, the latched fault) that each rule reads; split, every part would
@@ -42,9 +51,11 @@ reach into the others.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -83,11 +94,18 @@ SAVED = (('Return Delay Time', 9, 1), ('Operating Mode', 11, 1), ('Current Limit
          ('Bus Watchdog', 98, 1), ('Profile Acceleration', 108, 4),
          ('Profile Velocity', 112, 4))
 EEPROM_END = 64
+USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
 TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
 HOLD_TRIES = 3
 """Tries of each acknowledged write when a servo is brought back to a hold."""
 _ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
                0x10: 'electrical shock', 0x20: 'overload'}
+
+
+def latency_timer_file(port: str) -> Path:
+    """Where Linux keeps the latency timer [ms] of the USB serial adapter behind ``port``
+    (``/dev/ttyUSB0`` -> ``/sys/bus/usb-serial/devices/ttyUSB0/latency_timer``)."""
+    return USB_SERIAL_DEVICES / Path(os.path.realpath(port)).name / 'latency_timer'
 
 
 def hardware_error_text(bits: int) -> str:
@@ -121,8 +139,10 @@ class DriverSettings:
             torque of the motor table (half the stall torque: no X-series continuous
             rating is published; :mod:`plag_ros.core.dynamics.motors`). The largest effort
             an arm joint may be commanded in current mode, and (as Current Limit) the most
-            the servo makes. Up to the stall torque may be set, for short use: held, it
-            trips the servo's Overload shutdown (torque off).
+            the servo makes there; the position-mode hold is not bound by it (e-manual
+            "Current Limit": current and current-based position modes only). Up to the
+            stall torque may be set, for short use: held, it trips the servo's Overload
+            shutdown (torque off).
         torque_constant: 'datasheet' (stall torque over stall current, the e-manual) or
             'driver' (crane_x7_description's current_to_effort): the published figure that
             turns an effort command into current (:mod:`plag_ros.core.dynamics.motors`); an
@@ -166,7 +186,7 @@ class DriverSettings:
     limit_margin: float = option(0.06, 'current mode: the stopping point must stay this far '
                                  'inside the position limits [rad]', low=0.0, high=0.5,
                                  read_only=True)
-    stop_deceleration: float = option(20.0, 'current mode: the deceleration the stopping '
+    stop_deceleration: float = option(15.0, 'current mode: the deceleration the stopping '
                                       'point assumes [rad/s^2]', low=0.1, high=1000.0,
                                       read_only=True)
     velocity_limit: list[float] = option(
@@ -286,7 +306,8 @@ class BusDriver:
         arm = self.joints[:-1] if arm_joints is None else list(arm_joints)
         self.arm = np.array([j in arm for j in self.joints])
         self._gravity = gravity or (lambda q: np.zeros(n))
-        self._gravity(np.zeros(n))    # a first call may compile: never inside a cycle
+        self._last_gravity = np.zeros(n)
+        self._gravity_or_last(np.zeros(n))   # a first call may compile: never inside a cycle
         self.current_to_effort = np.array([m.current_to_effort for m in self.motors])
         kt = np.array([m.torque_constant if settings.torque_constant == 'datasheet'
                        else m.current_to_effort for m in self.motors])
@@ -340,6 +361,8 @@ class BusDriver:
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
         self._saved: dict[int, dict[int, int]] = {}
+        self.latency_timer_ms: int | None = None
+        """[ms] the USB serial adapter's latency timer, read at :meth:`open` (None: none)."""
         self._port: Any = None
         self.log: Callable[[str], object] = lambda message: None
 
@@ -438,8 +461,19 @@ class BusDriver:
             self._read_group.addParam(servo_id)
             self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
         limits = [self._read(i, *TEMPERATURE_LIMIT[1:]) for i in self.ids]
-        self.envelope = replace(self.envelope, temperature=np.array(
-            limits, dtype=np.float64) - self.settings.temperature_margin)
+        # the servos' own position limits where they are tighter than the chain file's
+        own = np.array([(self._read(i, 52, 4), self._read(i, 48, 4)) for i in self.ids])
+        self.limits = np.column_stack([np.maximum(self.limits[:, 0], own[:, 0]),
+                                       np.minimum(self.limits[:, 1], own[:, 1])])
+        self.envelope = replace(
+            self.envelope, temperature=np.array(limits, dtype=np.float64)
+            - self.settings.temperature_margin,
+            lower=(self.limits[:, 0] - HOME_COUNT) * PULSE_RAD,
+            upper=(self.limits[:, 1] - HOME_COUNT) * PULSE_RAD)
+        try:
+            self.latency_timer_ms = int(latency_timer_file(self.port_name).read_text())
+        except (OSError, ValueError):
+            self.latency_timer_ms = None      # not a USB serial adapter (the emulator's pty)
         reading = None
         for _ in range(5):
             reading = self._sync_read()
@@ -456,20 +490,33 @@ class BusDriver:
         return reading
 
     def close(self) -> None:
-        """Hold every joint in position mode at its present pose and put back what
-        :meth:`open` changed (the torque stays on). Safe to call twice.
+        """Hold every joint in position mode at its present pose, put back the RAM items
+        :meth:`open` changed (indirect addresses, gains, profile; the Bus Watchdog off), and
+        read every servo back before the port closes. Safe to call twice.
 
-        The Position P Gain left is the larger of the one found at :meth:`open` and
-        ``p_gain``: a lower one found (crane_x7_control leaves 5 at its deactivation) would
-        let the arm sag away from the hold.
+        The torque is never turned off here. A servo still in current mode goes to position
+        mode first (the switch's burst, or one by one). The EEPROM items :meth:`open` wrote
+        stay as written (Return Delay Time 0, Current Limit from ``torque_limit``, Operating
+        Mode 3): putting them back would need the torque off, and a write lost then would
+        leave a servo limp with nobody left to notice. The Position P Gain left is the
+        larger of the one found at :meth:`open` and ``p_gain``: a lower one found
+        (crane_x7_control leaves 5 at its deactivation) would let the arm sag away from the
+        hold.
 
-        Everything is a sync write computed beforehand, so that the torque is off only
-        for the few EEPROM writes (return delay, current limit, operating mode), well
-        under a millisecond on the bus."""
+        Raises:
+            BusError: servos that are not holding with the torque on after every try
+                (named); the port is closed all the same.
+        """
         if self._port is None:
             return
         try:
             reading = self._sync_read() or self.reading
+            if reading is not None and 'current' in self.modes:
+                try:
+                    self._switch('position', reading)
+                except BusError as err:
+                    self.log(f'closing: the switch to position mode failed ({err}); the '
+                             'servos were brought back to a hold')
             saved = self._saved
             ids = [i for i in self.ids if i in saved]
             p_gain = {i: max(saved[i][84], self.settings.p_gain) if i in saved
@@ -485,21 +532,18 @@ class BusDriver:
             self._group_write(98, 1, dict.fromkeys(self.ids, 0))
             for k in range(SLOTS):
                 put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
-            off = time.perf_counter()
-            self._group_write(64, 1, dict.fromkeys(self.ids, 0))
-            put_back(9, 1)
-            put_back(38, 2)
-            self._group_write(11, 1, dict.fromkeys(self.ids, MODES['position']))
             self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
-            self._group_write(64, 1, dict.fromkeys(self.ids, 1))
-            self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
-            # RAM, with the torque on: the found gains and profile (a mode write resets them)
             for _, address, size in SAVED:
                 if address == 84:
                     self._group_write(84, 2, p_gain)
                 elif address >= EEPROM_END and address != 98:
                     put_back(address, size)
-            self.modes = ['position'] * len(self.ids)
+            left = self._not_holding(self.ids)
+            if left and reading is not None:
+                left = self._hold_servos(left, reading, watchdog=0)
+            if left:
+                raise BusError(f'closing: IDs {left} are not holding in position mode with '
+                               'the torque on')
         finally:
             self._port.closePort()
             self._port = None
@@ -563,15 +607,39 @@ class BusDriver:
         return True
 
     def request_mode(self, mode: str) -> tuple[bool, str]:
-        """Switch the arm joints to ``'current'`` or ``'position'`` at the next cycle."""
+        """Switch the arm joints to ``'current'`` or ``'position'`` at the next cycle.
+        Current mode is refused with the reason while a fault is latched, before the first
+        reading, where the last reading is already outside the envelope (a joint that
+        could not stop inside its limits: it would fault at once), and on a USB adapter
+        whose latency timer is over 1 ms (a fault's recovery, a round trip per write,
+        would then leave servos without torque for that long each)."""
         if mode not in MODES:
             return False, f"mode must be 'current' or 'position', got {mode!r}"
-        if mode == 'current' and self.fault:
-            return False, f'fault latched ({self.fault}): clear it first'
-        if mode == 'current' and self.reading is None:
-            return False, 'no reading yet'
+        if mode == 'current':
+            if self.fault:
+                return False, f'fault latched ({self.fault}): clear it first'
+            if self.reading is None:
+                return False, 'no reading yet'
+            outside = self.envelope.motion_fault(self.reading.position,
+                                                 self.reading.velocity, self.arm)
+            if outside:
+                return False, f'not from this pose: {outside}'
+            if self.latency_timer_ms is not None and self.latency_timer_ms > 1:
+                return False, (f'the USB adapter of {self.port_name} waits '
+                               f'{self.latency_timer_ms} ms before it passes a reply on; set '
+                               f'it to 1 ({latency_timer_file(self.port_name)})')
         self._pending = mode
         return True, f'arm joints to {mode} mode at the next cycle'
+
+    def fail_safe(self, reason: str) -> None:
+        """Latch ``reason`` and hold from the last reading: the bus loop's answer to an
+        exception out of :meth:`cycle` (servos left in current mode without commands would
+        lose their torque to the Bus Watchdog, and the same exception would come back every
+        cycle)."""
+        try:
+            self._fail(reason, self.reading)
+        except Exception as err:  # noqa: BLE001 - the hold's last try: report, never raise
+            self.log(f'the hold after {reason!r} failed too: {err!r}')
 
     def clear_fault(self) -> str:
         """Unlatch the fault (the joints stay in position mode); the old fault's text. The
@@ -597,7 +665,7 @@ class BusDriver:
         if self._recover:                # clear_fault: limp servos back to a hold first
             self._recover = False
             if self._torque_off:
-                self._torque_off = self._hold_servos(self._torque_off, reading)
+                self._torque_off = self._restore(self._torque_off, reading)
         if self._expired:
             # the servos stopped (current mode: no torque) and refuse goals until 98 := 0
             expired, self._expired = self._expired, []
@@ -722,7 +790,7 @@ class BusDriver:
         amps = current * CURRENT_UNIT
         return Reading(self.clock(), (counts - HOME_COUNT) * PULSE_RAD,
                        velocity * VELOCITY_UNIT, amps, amps * self.current_to_effort,
-                       counts.copy(), temperature.astype(np.float64))
+                       counts.copy(), (temperature % 256).astype(np.float64))   # unsigned
 
     def _switch(self, mode: str, reading: Reading) -> list[int]:
         """Torque off, mode, first goal, gains, torque on for the arm joints not in
@@ -740,7 +808,7 @@ class BusDriver:
         ids = [self.ids[k] for k in which]
         # everything computed before the torque goes off: the window is bus writes only
         if mode == 'current':
-            start = np.clip(self._gravity(reading.position), -self.torque_limit,
+            start = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
                             self.torque_limit)
             amps = np.clip(np.round(start / self.torque_constant / CURRENT_UNIT).astype(int),
                            -self.current_limit, self.current_limit)
@@ -758,7 +826,7 @@ class BusDriver:
             self._group_write(64, 1, dict.fromkeys(ids, 1))
             self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
         except BusError:
-            self._hold_servos(ids, reading)
+            self._restore(ids, reading)
             raise
         if mode == 'current':
             self._start_effort, self._entered_current = start, self.clock()
@@ -789,20 +857,70 @@ class BusDriver:
         wrong = [i for i in ids if not answered or not group.isAvailable(i, 11, 1)
                  or group.getData(i, 11, 1) != value]
         if wrong:
-            self._hold_servos(ids, reading)
+            self._restore(ids, reading)
             self._fail(f'mode switch to {mode} failed: IDs {wrong} did not take Operating '
                        f'Mode {value}', reading)
 
-    def _hold_servos(self, ids: Sequence[int], reading: Reading) -> list[int]:
+    def _restore(self, ids: Sequence[int], reading: Reading, watchdog: int | None = None
+                 ) -> list[int]:
+        """Every servo of ``ids``, whatever a failure left it in (torque off, half switched),
+        back to position mode holding the pose of ``reading`` with its torque on: first for
+        all at once (one sync write per item, then Torque Enable and Operating Mode read
+        back), so that no servo waits for the others' round trips; then one by one for
+        those the burst did not bring back (:meth:`_hold_servos`). The IDs left unheld."""
+        goals = self._clip(self._holding_goal(reading))
+        self._hold_here(ids, goals)
+        try:
+            self._group_write(98, 1, dict.fromkeys(ids, 0))   # a tripped watchdog refuses goals
+            self._group_write(11, 1, dict.fromkeys(ids, MODES['position']))
+            self._group_write(116, 4, {i: int(goals[self.ids.index(i)]) for i in ids})
+            self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
+            self._group_write(64, 1, dict.fromkeys(ids, 1))
+            self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(watchdog)))
+            wrong = self._not_holding(ids)
+        except BusError:
+            wrong = list(ids)
+        for servo_id in ids:
+            if servo_id not in wrong:
+                self.modes[self.ids.index(servo_id)] = 'position'
+        return self._hold_servos(wrong, reading, watchdog) if wrong else []
+
+    def _not_holding(self, ids: Sequence[int]) -> list[int]:
+        """The IDs among ``ids`` not in position mode with the torque on, or not answering
+        (one sync read of Operating Mode (11) to Torque Enable (64))."""
+        sdk = self._sdk
+        group = sdk.GroupSyncRead(self._port, self._packets, 11, 54)
+        for servo_id in ids:
+            group.addParam(servo_id)
+        answered = group.txRxPacket() == sdk.COMM_SUCCESS
+        return [i for i in ids if not answered or not group.isAvailable(i, 11, 54)
+                or group.getData(i, 11, 1) != MODES['position'] or group.getData(i, 64, 1) != 1]
+
+    def _hold_here(self, ids: Sequence[int], goals: np.ndarray) -> None:
+        """Forget the position commands and make ``goals`` (8,) [counts] the hold of
+        ``ids``: after a failure the arm stays where it is, never goes back to a command
+        from before."""
+        self._forward, self._trajectory = _Command(), None
+        for servo_id in ids:
+            k = self.ids.index(servo_id)
+            self._hold[k] = goals[k]
+
+    def _watchdog_units(self, watchdog: int | None) -> int:
+        return round(self.settings.watchdog_s / WATCHDOG_UNIT) if watchdog is None \
+            else watchdog
+
+    def _hold_servos(self, ids: Sequence[int], reading: Reading,
+                     watchdog: int | None = None) -> list[int]:
         """Bring each servo of ``ids`` back to position mode holding the pose of
         ``reading`` with its torque on: one servo at a time, with acknowledged writes
         (the whole sequence tried :data:`HOLD_TRIES` times), then Torque Enable and
-        Operating Mode read back. The fault path's tool: a few round trips per servo, where
-        the cycle's burst is one packet per item. Sets :attr:`modes` of each; the IDs that
-        could not be held ('off': the torque reads 0, as after a shutdown error, which only
-        a reboot clears; 'unknown': no answer)."""
+        Operating Mode read back; the Bus Watchdog armed (``watchdog`` [20 ms units], default
+        the setting's). The slow path of :meth:`_restore`: a few round trips per servo.
+        Sets :attr:`modes` of each; the IDs that could not be held ('off': the torque reads
+        0, as after a shutdown error, which only a reboot clears; 'unknown': no answer)."""
         goals = self._clip(self._holding_goal(reading))
-        armed = round(self.settings.watchdog_s / WATCHDOG_UNIT)
+        self._hold_here(ids, goals)
+        armed = self._watchdog_units(watchdog)
         position, left = MODES['position'], []
         for servo_id in ids:
             k = self.ids.index(servo_id)
@@ -825,7 +943,7 @@ class BusDriver:
                 if held:
                     break
             if held:
-                self.modes[k], self._hold[k] = 'position', goals[k]
+                self.modes[k] = 'position'
                 continue
             try:
                 self.modes[k] = 'off' if self._read(servo_id, 64, 1) == 0 else 'unknown'
@@ -847,37 +965,64 @@ class BusDriver:
         ``p_gain``) beyond the present position, or the arm would sag by it (37 mrad on the
         elbow at the bent pose) when current mode ends."""
         k_s = self.stiffness if stiffness is None else stiffness
-        g = np.clip(self._gravity(reading.position), -self.torque_limit, self.torque_limit)
+        g = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
+                    self.torque_limit)
         return reading.counts + np.round(g / k_s / PULSE_RAD).astype(np.int64)
+
+    def _gravity_or_last(self, position: np.ndarray) -> np.ndarray:
+        """(8,) gravity torque [N*m] of ``position``; if the model raises or gives what
+        is not finite, the last one it gave (the pose rarely moved far since: a hold with
+        it sags less than one without), logged."""
+        try:
+            g = np.asarray(self._gravity(position), dtype=np.float64)
+            if g.shape == self._last_gravity.shape and np.all(np.isfinite(g)):
+                self._last_gravity = g
+                return g
+            why = f'not finite or not {len(self.ids)} values: {g}'
+        except Exception as err:  # noqa: BLE001 - a hold must not fail on the model
+            why = repr(err)
+        self.log(f'gravity torque failed ({why}): the last one is used')
+        return self._last_gravity
 
     def _fail(self, reason: str, reading: Reading | None) -> None:
         """Latch ``reason`` (the first one stays) and hold: every current joint goes to
         position mode at its pose, and every servo the last read found with its torque off
         is brought back to a hold (one that could not be is tried again after
         :meth:`clear_fault`)."""
-        if not self.fault:
+        new = not self.fault
+        if new:
             self.fault = reason
             self.counts['faults'] += 1
             self.log(f'fault: {reason}; holding in position mode')
         self._pending = None
         if reading is None:
             return
+        if new:        # the position joints stop where they are, whatever they followed
+            self._hold_here([i for i, m in zip(self.ids, self.modes) if m == 'position'],
+                            self._clip(self._holding_goal(reading)))
         switched: list[int] = []
         if 'current' in self.modes:
             try:
                 switched = self._switch('position', reading)
             except BusError as err:
-                self.log(f'the burst to position mode failed ({err}); each servo was held '
-                         'one by one')
+                self.log(f'the burst to position mode failed ({err}); the servos were '
+                         'brought back to a hold')
                 return
+        # one that could not be held ('off', 'unknown') waits for clear_fault: no retry
+        # every cycle, each costing reply timeouts
         limp = [i for i in self._torque_off if i not in switched
-                and self.modes[self.ids.index(i)] != 'off']
+                and self.modes[self.ids.index(i)] not in ('off', 'unknown')]
         if limp:
-            self._hold_servos(limp, reading)
+            self._restore(limp, reading)
 
     def _arm_values(self, positions: Sequence[float], joints: Sequence[str]
                     ) -> np.ndarray | None:
-        """(8,) radians: ``positions`` placed by joint name, the present goal elsewhere."""
+        """(8,) radians: ``positions`` placed by joint name, the present goal elsewhere;
+        None (counted) for bad input, or while a fault is latched (the hold stays until
+        :meth:`clear_fault`)."""
+        if self.fault:
+            self.counts['rejected_commands'] += 1
+            return None
         values = self._goal_radians()
         try:
             given = np.asarray(positions, dtype=np.float64)

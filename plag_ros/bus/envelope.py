@@ -8,18 +8,20 @@ mode where it is (:meth:`~plag_ros.bus.driver.BusDriver.cycle`):
 * **position, with the distance to stop**: a joint in current mode must be able to stop
   inside its limits. With velocity ``v`` [rad/s] and the stated deceleration ``a``
   [rad/s^2], it stops ``v |v| / (2 a)`` further on; that point must stay ``margin`` [rad]
-  inside the servo's Min/Max Position Limit. Defaults (``DriverSettings``): 20 rad/s^2 and
-  0.06 rad, from the CRANE-X7's figures:
+  inside the position limits (the chain file's, or the servo's Min/Max Position Limit
+  where tighter). Defaults (``DriverSettings``): 15 rad/s^2 and 0.06 rad, from the
+  CRANE-X7's figures:
 
   - at its stall torque, less the largest gravity torque, each servo decelerates its joint
     at 24 rad/s^2 or more (the pan, stretched out: 0.17 kg*m^2 with the armature; the
-    model's mass matrix over 2000 poses, the motor table's armature), so above 3 rad/s,
-    where the hold saturates, 20 is what the arm can do;
-  - below that the hold is a spring (K_s = 18.9 N*m/rad for an XM430-W350 at P = 800) with
-    the motor's back-EMF damping (0.85 N*m*s/rad: damping ratio 0.24 on the pan), which
-    overshoots its goal by 0.068 s x v, and one 5 ms cycle passes before the hold: 0.073 s
-    x v in all. ``v^2 / 40 + 0.06`` is larger at every speed (closest at 1.5 rad/s, by
-    6 mrad).
+    model's mass matrix over 2000 poses, the motor table's armature). An arm 20 % heavier
+    than the model, with twice the armature, can fall to about 20 (a review's check over
+    500 poses), so the default keeps a quarter below that;
+  - below 3 rad/s, where the hold does not saturate, it is a spring (K_s = 18.9 N*m/rad
+    for an XM430-W350 at P = 800) with the motor's back-EMF damping (0.85 N*m*s/rad:
+    damping ratio 0.24 on the pan), which overshoots its goal by 0.068 s x v, and one 5 ms
+    cycle passes before the hold: 0.073 s x v in all. ``v^2 / 30 + 0.06`` is larger at
+    every speed (closest at 1.1 rad/s, by 20 mrad).
 * **velocity**: ``|v|`` at most a bound per joint; by default the servo's no-load speed at
   12 V (the e-manual's 46 rev/min for the XM430-W350, 30 for the XM540-W270): a joint
   faster than its own motor can drive it is falling or being pushed.
@@ -31,7 +33,9 @@ mode where it is (:meth:`~plag_ros.bus.driver.BusDriver.cycle`):
 * **temperature**: Present Temperature (146) of every servo, in every mode, below its
   Temperature Limit (31, 80 degC by default) less ``temperature_margin``: the fault comes
   before the servo's own overheating shutdown, which turns its torque off (e-manual
-  "Shutdown", default 52 includes Overheating).
+  "Shutdown", default 52 includes Overheating). It warns, it does not cool: the hold
+  carries the same gravity load, so the servo keeps warming; lower the arm to rest and
+  let it cool (the e-manual asks 20 minutes or more).
 
 Everything here is arithmetic on one cycle's numbers (no bus, no clock): the driver reads,
 this module judges, the driver acts.

@@ -164,10 +164,11 @@ class DriverNode(Node):
             except Exception as err:  # noqa: BLE001 - the bus thread must outlive any cycle
                 reading = None
                 self.cycle_errors += 1
+                self.driver.fail_safe(f'bus cycle failed: {err!r}')
                 if repr(err) not in failures:    # once per kind: no log flood at 200 Hz
                     failures.add(repr(err))
-                    self.get_logger().error(f'bus cycle failed: {err!r} (counted; the next '
-                                            'cycle goes on, the Bus Watchdog covers a gap)')
+                    self.get_logger().error(f'bus cycle failed: {err!r} (a fault: the arm '
+                                            'holds in position mode; counted)')
             if reading is not None:
                 self._publish(reading)
             self._report()
@@ -226,7 +227,9 @@ class DriverNode(Node):
             return
         # a NaN is the bus thread's to judge: a fault in current mode
         if not self.driver.command_effort(list(msg.data), ARM_JOINTS):
-            self._reject(f'{EFFORT_TOPIC}: the driver could not place it by joint name')
+            self.get_logger().warning(   # the driver counts it (rejected_commands)
+                f'command rejected: {EFFORT_TOPIC}: the driver could not place it by joint '
+                'name', throttle_duration_sec=1.0)
 
     def _accepting(self, controller: str, topic: str) -> bool:
         if self._active == controller:
@@ -277,8 +280,13 @@ class DriverNode(Node):
             while 'current' in self.driver.modes and time.monotonic() < deadline:
                 time.sleep(0.005)
         self._stop.set()
-        if getattr(self, '_thread', None) is not None:
-            self._thread.join(timeout=2.0)
+        if thread is not None:
+            thread.join(timeout=5.0)
+            if thread.is_alive():      # two threads on one port would garble both
+                self.get_logger().error('the bus thread did not stop in 5 s: the bus is left '
+                                        'as it is (the Bus Watchdog stops the servos)')
+                super().destroy_node()
+                return
         try:
             if self.driver.is_open:
                 self.driver.close()

@@ -350,19 +350,25 @@ def test_close_reads_every_servo_back_and_holds_one_found_limp(bus):
     assert largest_move(bus.stop(), begin, end) < HELD_RAD
 
 
+def push_from_bent(driver, joint: int, torque: float, seconds: float) -> tuple[float, float]:
+    """Current mode at the bent pose, then the gravity torque plus ``torque`` [N*m] on
+    ``joint`` for ``seconds``; the wall times it began and ended."""
+    bent_in_current_mode(driver)
+    gravity = driver.gravity_torque
+    push = np.zeros(7)
+    push[joint] = torque
+    begin = time.monotonic()
+    loop(driver, seconds, lambda r: driver.command_effort(gravity(r.position)[:7] + push,
+                                                          ARM_JOINTS))
+    return begin, time.monotonic()
+
+
 def test_a_joint_driven_at_its_limit_is_stopped_inside_it(bus):
     """Gravity plus 0.3 N*m on the elbow drives it from -1.2 rad towards its upper limit
     (0 rad): the envelope's stopping distance faults it well before, and the hold stops it
     inside the limit (by the emulator's record)."""
     driver = lockstep_driver(bus)
-    bent_in_current_mode(driver)
-    gravity = driver.gravity_torque
-    push = np.zeros(7)
-    push[ELBOW] = 0.3
-    begin = time.monotonic()
-    loop(driver, 3.0, lambda r: driver.command_effort(gravity(r.position)[:7] + push,
-                                                      ARM_JOINTS))
-    end = time.monotonic()
+    begin, end = push_from_bent(driver, ELBOW, 0.3, 3.0)
     assert driver.fault.startswith('position limit ahead: crane_x7_upper_arm_revolute_part_'
                                    'rotate_joint'), driver.fault
     assert driver.modes == ['position'] * 8
@@ -382,14 +388,7 @@ def test_a_joint_faster_than_its_bound_is_stopped(bus):
     stops driving the wrist first, near 4.4 rad/s, and the stopping distance faults it,
     as it does the elbow above.)"""
     driver = lockstep_driver(bus, velocity_limit=[2.0])
-    bent_in_current_mode(driver)
-    gravity = driver.gravity_torque
-    push = np.zeros(7)
-    push[WRIST] = 0.4
-    begin = time.monotonic()
-    loop(driver, 2.0, lambda r: driver.command_effort(gravity(r.position)[:7] + push,
-                                                      ARM_JOINTS))
-    end = time.monotonic()
+    begin, end = push_from_bent(driver, WRIST, 0.4, 2.0)
     assert driver.fault.startswith('velocity beyond the envelope: crane_x7_wrist_joint'), \
         driver.fault
     driver.close()

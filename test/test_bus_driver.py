@@ -1,4 +1,4 @@
-"""Torque mode: plag_ros.bus.driver through ROBOTIS' dynamixel-sdk against the emulated
+"""Torque mode: plag_ros.bus.host.driver through ROBOTIS' dynamixel-sdk against the emulated
 CRANE-X7 bus in its own process (a pty), judged on the emulator's record of every physics
 step (2 ms), not on what the driver reads.
 
@@ -38,7 +38,7 @@ from torque_rig import (
     window,
 )
 
-from plag_ros.bus.driver import DriverSettings, hardware_error_text
+from plag_ros.bus.host.driver import DriverSettings, hardware_error_text
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 
 sdk = pytest.importorskip('dynamixel_sdk')   # requirements/test-tools.txt installs it

@@ -1,4 +1,4 @@
-"""Torque mode's failures on the emulated CRANE-X7 bus (plag_ros.bus.driver through
+"""Torque mode's failures on the emulated CRANE-X7 bus (plag_ros.bus.host.driver through
 dynamixel-sdk, the bus in its own process, in lockstep: test/torque_rig.py): what the
 servos do when a write of a mode switch fails or is lost, when cycle writes fail, when a
 servo's torque goes off, when the arm leaves the envelope of current mode, and when the
@@ -28,7 +28,7 @@ from torque_rig import (
     window,
 )
 
-from plag_ros.bus.driver import BusError
+from plag_ros.bus.host.driver import BusError
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 
 sdk = pytest.importorskip('dynamixel_sdk')   # requirements/test-tools.txt installs it
@@ -191,7 +191,7 @@ def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, 
     """On a USB adapter whose latency timer is 16 ms, and at a pose from which the elbow
     could not stop inside its limit (3 mrad from its upper limit, inside the 0.06 rad
     margin): current mode is refused with the reason, the arm stays in position mode."""
-    import plag_ros.bus.driver as driver_module
+    import plag_ros.bus.host.driver as driver_module
 
     devices = tmp_path / 'devices'
     pty = Path(os.path.realpath(bus.link)).name

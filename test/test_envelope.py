@@ -1,4 +1,4 @@
-"""The torque-mode envelope (plag_ros.bus.envelope) against closed forms: the stopping
+"""The torque-mode envelope (plag_ros.bus.host.envelope) against closed forms: the stopping
 point of a constant deceleration, each bound's fault at and beside its edge, and the
 defaults the driver builds from the e-manual's figures and the chain file."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from plag_ros.bus.arm import BusConfig
-from plag_ros.bus.envelope import Envelope
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.host.envelope import Envelope
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD
 
 JOINTS = ('a', 'b')
@@ -90,11 +90,11 @@ def test_bad_bounds_are_refused(change):
 
 
 def test_the_drivers_defaults_are_the_chain_limits_and_the_e_manuals_speeds():
-    """The envelope the driver builds (plag_ros.bus.driver) with default settings: the
+    """The envelope the driver builds (plag_ros.bus.host.driver) with default settings: the
     chain file's position limits, 0.06 rad, 15 rad/s^2, the no-load speeds (46 and 30
     rev/min at 12 V), 1 N*m a cycle, 70 degC before open() reads each servo's limit."""
     pytest.importorskip('dynamixel_sdk')
-    from plag_ros.bus.driver import BusDriver
+    from plag_ros.bus.host.driver import BusDriver
 
     config = BusConfig.load()
     env = BusDriver(config).envelope

@@ -3,13 +3,14 @@
 
 :class:`EmulatedBus` starts ``python -m plag_ros.apps.dynamixel_bus`` with a link, a fault
 FIFO and a record of every physics step (the ground truth: positions, velocities and the
-torque each servo made); :func:`loop` runs a :class:`~plag_ros.bus.driver.BusDriver` at a
+torque each servo made); :func:`loop` runs a :class:`~plag_ros.bus.host.driver.BusDriver` at a
 rate with a callback per good reading, as ``plag_driver``'s bus thread does.
 
 A bus started with ``lockstep_hz`` steps its physics one period per sync read
-(:class:`plag_ros.bus.server.PtyBus`); a driver made with ``clock=LockstepClock(...)`` then
-runs on simulated time, and :func:`loop` cycles it back to back, advancing the clock one
-period per cycle: the run no longer depends on how busy the machine is.
+(:class:`plag_ros.bus.emulator.server.PtyBus`); a driver made with
+``clock=LockstepClock(...)`` then runs on simulated time, and :func:`loop` cycles it back to
+back, advancing the clock one period per cycle: the run no longer depends on how busy the
+machine is.
 
 One wall-clock deadline is left in either mode: dynamixel-sdk's wait for a reply.
 :func:`patient_sdk` makes it long enough for a loaded machine.
@@ -27,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from plag_ros.bus.arm import BusConfig
-from plag_ros.bus.driver import BusDriver, DriverSettings, Reading, gravity_in_chain_order
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.host.driver import BusDriver, DriverSettings, Reading, gravity_in_chain_order
 from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import ARM_JOINTS

@@ -2,7 +2,7 @@
 
 What ``plag-ros sim --dynamixel`` runs in its own process (so that its replies never wait
 for another interpreter's work): the bundled CRANE-X7 model in the simulator, its eight
-servos (``plag_ros/bus/crane_x7.yaml``) on a pseudo-terminal (:mod:`plag_ros.bus.server`).
+servos (``plag_ros/bus/crane_x7.yaml``) on a pseudo-terminal (:mod:`plag_ros.bus.emulator.server`).
 The first line it prints names the device. SIGINT or SIGTERM stops it; with ``--record`` it
 then writes the physics' state of every step (``t`` [s], ``q`` [rad], ``qd`` [rad/s],
 ``effort`` [N*m], each (steps, 8) in the servos' joint order, ``joints``, ``ids``) and
@@ -10,7 +10,7 @@ then writes the physics' state of every step (``t`` [s], ``q`` [rad], ``qd`` [ra
 instruction) to an npz file: the ground truth a driver's joint states can be compared with.
 With ``--lockstep HZ`` the physics follows the client's reads instead of the wall clock: each
 SYNC READ or BULK READ advances it 1/HZ s (tests and benches whose figure must not depend on
-the machine's load; :class:`plag_ros.bus.server.PtyBus`).
+the machine's load; :class:`plag_ros.bus.emulator.server.PtyBus`).
 """
 from __future__ import annotations
 
@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
 
-    from plag_ros.bus.arm import CRANE_X7_BUS, BusArm, BusConfig, PlantError
-    from plag_ros.bus.server import PtyBus
+    from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
+    from plag_ros.bus.emulator.arm import BusArm, PlantError
+    from plag_ros.bus.emulator.server import PtyBus
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 

@@ -1,7 +1,7 @@
 """``plag_driver``: the CRANE-X7's servo bus as a ROS 2 node, with torque (current) mode.
 
 It replaces rt-net's ``crane_x7_control`` on the bus (never run both on one port) and
-speaks to the servos through ROBOTIS' dynamixel-sdk (:class:`plag_ros.bus.driver.BusDriver`
+speaks to the servos through ROBOTIS' dynamixel-sdk (:class:`plag_ros.bus.host.driver.BusDriver`
 does the bus; this node is its ROS face). What it offers, with the robot driver's names:
 
 * ``joint_states`` (sensor_msgs/JointState, reliable) at ``rate_hz``: the 8 servos' joints
@@ -43,8 +43,8 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from plag_ros.bus.arm import CRANE_X7_BUS, BusConfig
-from plag_ros.bus.driver import (
+from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
+from plag_ros.bus.host.driver import (
     EFFORT_CONTROLLER,
     BusDriver,
     BusError,

@@ -3,7 +3,7 @@ position (3) or current (0) mode per joint, and the safety rules of torque mode.
 
 This is the bus half of ``plag_driver`` (:mod:`plag_ros.ros.nodes.driver_node`), without
 ROS: it speaks to the servos through ROBOTIS' ``dynamixel-sdk`` (PyPI), so it runs against
-the real arm and against the emulated chain (:mod:`plag_ros.bus.server`) alike. Register
+the real arm and against the emulated chain (:mod:`plag_ros.bus.emulator.server`) alike. Register
 addresses, units and rules are the e-manual's (the sources are in ``tables/*.yaml`` and
 ``docs/concepts/servo-bus.md``); what the robot's own driver does on the bus is recorded in
 ``test/data/dynamixel/crane_x7_control_sequence.yaml``.
@@ -16,7 +16,7 @@ One cycle (:meth:`BusDriver.cycle`):
 2. The checks: a failed read counts, and :attr:`DriverSettings.failed_reads` in a row are a
    fault; a Hardware Error Status other than 0, a servo whose torque went off, an expired
    Bus Watchdog (the host stalled), a servo near its Temperature Limit and, for the joints
-   in current mode, the envelope (:mod:`plag_ros.bus.envelope`) are faults.
+   in current mode, the envelope (:mod:`plag_ros.bus.host.envelope`) are faults.
    Nothing is written from a failed read.
 3. A pending mode change (:meth:`BusDriver.request_mode`): torque off, Operating Mode,
    the first goal (the gravity torque of the present pose as current, or the present
@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from plag_ros.bus.arm import BusConfig
-from plag_ros.bus.envelope import Envelope
-from plag_ros.bus.servo import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, WATCHDOG_UNIT
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.control_table import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, WATCHDOG_UNIT
+from plag_ros.bus.host.envelope import Envelope
 from plag_ros.core.common.options import option, options
 from plag_ros.core.control.settings import EFFORT_CONTROLLER
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD, Motor
@@ -152,7 +152,7 @@ class DriverSettings:
         failed_writes: consecutive failed cycle writes that are a fault.
         stale_s: an effort command older than this, in current mode, is a fault [s].
         limit_margin, stop_deceleration, velocity_limit, torque_step, temperature_margin:
-            the envelope of current mode (:mod:`plag_ros.bus.envelope`): [rad] from the
+            the envelope of current mode (:mod:`plag_ros.bus.host.envelope`): [rad] from the
             position limits to where a joint could stop, [rad/s^2] the deceleration that
             stop assumes, [rad/s] per servo or one value (0: the servo's no-load speed),
             [N*m] per servo or one value, the largest change of an effort command in one

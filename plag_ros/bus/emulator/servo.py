@@ -51,7 +51,18 @@ import math
 import struct
 from dataclasses import dataclass
 
-from plag_ros.bus.control_table import INDIRECT_BLOCKS, TABLE_END, ControlTable, Item
+from plag_ros.bus.control_table import (
+    CURRENT_UNIT,
+    HOME_COUNT,
+    INDIRECT_BLOCKS,
+    PROFILE_ACCELERATION_UNIT,
+    RETURN_DELAY_UNIT,
+    TABLE_END,
+    VELOCITY_UNIT,
+    WATCHDOG_UNIT,
+    ControlTable,
+    Item,
+)
 from plag_ros.bus.protocol import ErrorNumber
 from plag_ros.core.dynamics.motors import (
     PULSE_RAD,
@@ -60,22 +71,8 @@ from plag_ros.core.dynamics.motors import (
     position_loop_stiffness,
 )
 
-__all__ = ['CURRENT_UNIT', 'HOME_COUNT', 'OVERHEATING', 'OVERLOAD', 'PROFILE_ACCELERATION_UNIT',
-           'VELOCITY_UNIT', 'WATCHDOG_UNIT', 'Drive', 'Servo']
+__all__ = ['OVERHEATING', 'OVERLOAD', 'Drive', 'Servo']
 
-HOME_COUNT = 2048
-"""Present Position at the joint's zero (the CRANE-X7 driver decodes ``(count - 2048) *
-pi / 2048``)."""
-CURRENT_UNIT = 2.69e-3
-"""Present/Goal Current and Current Limit [A per unit]."""
-VELOCITY_UNIT = 0.229 * 2.0 * math.pi / 60.0
-"""Present Velocity and Profile Velocity [rad/s per unit] (0.229 rev/min)."""
-PROFILE_ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0
-"""Profile Acceleration [rad/s^2 per unit] (214.577 rev/min^2)."""
-WATCHDOG_UNIT = 0.020
-"""Bus Watchdog [s per unit]."""
-RETURN_DELAY_UNIT = 2e-6
-"""Return Delay Time [s per unit]."""
 OVERLOAD = 0x20
 """Hardware Error Status bit 5."""
 OVERHEATING = 0x04

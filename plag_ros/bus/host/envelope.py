@@ -2,8 +2,8 @@
 
 In current mode (0) a servo makes the torque it is told and nothing else: no position limit,
 no speed limit of its own. :class:`Envelope` is what stands in for them. Each bound is a
-fault of :class:`~plag_ros.bus.driver.BusDriver`, which then holds every joint in position
-mode where it is (:meth:`~plag_ros.bus.driver.BusDriver.cycle`):
+fault of :class:`~plag_ros.bus.host.driver.BusDriver`, which then holds every joint in position
+mode where it is (:meth:`~plag_ros.bus.host.driver.BusDriver.cycle`):
 
 * **position, with the distance to stop**: a joint in current mode must be able to stop
   inside its limits. With velocity ``v`` [rad/s] and the stated deceleration ``a``

@@ -3,7 +3,7 @@
 The Protocol 2.0 rules applied here (ROBOTIS e-manual,
 ``ROBOTIS-GIT/emanual/docs/en/dxl/protocol2.md`` @ 01179568a085cfc99bdad6e880e43fa871bd318a
 and the newer text of the same page, "Response Policy"; the servo rules in
-:mod:`plag_ros.bus.servo`):
+:mod:`plag_ros.bus.emulator.servo`):
 
 * every servo hears every packet (that is what feeds each one's Bus Watchdog); a packet to
   an ID nobody has is not answered;
@@ -24,13 +24,14 @@ dropped, late or corrupted, an ID that never answers, writes to one ID lost, and
 without power (nothing
 heard or answered; the servos keep their state and their last goals, and an armed watchdog
 stops them). Overload and overheating are the servo's own
-(:meth:`plag_ros.bus.servo.Servo.hardware_error`).
+(:meth:`plag_ros.bus.emulator.servo.Servo.hardware_error`).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plag_ros.bus.emulator.servo import Servo
 from plag_ros.bus.protocol import (
     ALERT,
     BROADCAST_ID,
@@ -40,7 +41,6 @@ from plag_ros.bus.protocol import (
     Packet,
     encode_status,
 )
-from plag_ros.bus.servo import Servo
 
 __all__ = ['BAUD_CODES', 'Reply', 'ReplyFaults', 'ServoChain']
 

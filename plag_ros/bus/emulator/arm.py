@@ -1,83 +1,38 @@
 """The simulated CRANE-X7 behind its servo bus: servos, their firmware and the physics.
 
 :class:`BusArm` owns a :class:`~plag_ros.core.simulation.simulator.Simulator` and a
-:class:`~plag_ros.bus.chain.ServoChain` whose servos drive its actuated joints. Bytes from a
-client go in through :meth:`BusArm.receive` and status packets come out; :meth:`BusArm.step`
-lets each servo's firmware decide what its joint gets (a position spring, a torque, or
-nothing with the torque off), steps the physics and updates the present items from the new
-state. Between steps the servos answer from the state of the last step, as a real servo
-answers from its last sample. Nothing here touches a file or a clock: the pty server
-(:mod:`plag_ros.bus.server`) or a test decides when time passes.
+:class:`~plag_ros.bus.emulator.chain.ServoChain` whose servos drive its actuated joints.
+Bytes from a client go in through :meth:`BusArm.receive` and status packets come out;
+:meth:`BusArm.step` lets each servo's firmware decide what its joint gets (a position
+spring, a torque, or nothing with the torque off), steps the physics and updates the present
+items from the new state. Between steps the servos answer from the state of the last step,
+as a real servo answers from its last sample. Nothing here touches a file or a clock: the
+pty server (:mod:`plag_ros.bus.emulator.server`) or a test decides when time passes.
 
 The chain's description (IDs, models, joints, position limits, baud rate, return delay) is
-one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7 (:meth:`BusConfig.load`).
+one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7
+(:meth:`plag_ros.bus.chain_file.BusConfig.load`).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
 from plag_ros.bus import control_table
-from plag_ros.bus.chain import BAUD_CODES, Reply, ServoChain
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.emulator.chain import BAUD_CODES, Reply, ServoChain
+from plag_ros.bus.emulator.servo import Servo
 from plag_ros.bus.protocol import Instruction, Packet, PacketReader
-from plag_ros.bus.servo import Servo
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.motors import MOTORS, Motor, armature
 from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
-__all__ = ['CRANE_X7_BUS', 'GROUP_READS', 'BusArm', 'BusConfig', 'PlantError', 'ServoSpec']
+__all__ = ['GROUP_READS', 'BusArm', 'PlantError']
 
-CRANE_X7_BUS = Path(__file__).with_name('crane_x7.yaml')
 GROUP_READS = frozenset({Instruction.SYNC_READ, Instruction.BULK_READ})
 """The reads a client makes once a cycle for the whole chain."""
-
-
-@dataclass(frozen=True)
-class ServoSpec:
-    """One servo of the chain: ``id``, ``model`` (a key of the motor table), the ``joint``
-    it drives and its Min/Max Position Limit [counts]."""
-
-    id: int
-    model: str
-    joint: str
-    position_limits: tuple[int, int]
-
-
-@dataclass(frozen=True)
-class BusConfig:
-    """A servo chain: its servos, the bus's baud rate [bit/s], the Return Delay Time every
-    servo starts with [2 us units] and the firmware version they report."""
-
-    servos: tuple[ServoSpec, ...]
-    baud_rate: int = 3_000_000
-    return_delay_time: int = 0
-    firmware_version: int = 46
-
-    @classmethod
-    def load(cls, path: str | Path = CRANE_X7_BUS) -> BusConfig:
-        """Read a chain file (``crane_x7.yaml`` is the CRANE-X7's).
-
-        Raises:
-            ValueError: a missing key, or two servos with one ID.
-        """
-        import yaml
-
-        data = yaml.safe_load(Path(path).read_text())
-        try:
-            servos = tuple(ServoSpec(int(s['id']), str(s['model']), str(s['joint']),
-                                     (int(s['position_limits'][0]), int(s['position_limits'][1])))
-                           for s in data['servos'])
-            config = cls(servos, int(data['baud_rate']), int(data['return_delay_time']),
-                         int(data['firmware_version']))
-        except (KeyError, TypeError, IndexError) as err:
-            raise ValueError(f'{path}: not a servo chain file ({err!r})') from err
-        ids = [s.id for s in servos]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f'{path}: servo IDs repeat: {ids}')
-        return config
 
 
 @dataclass(frozen=True)

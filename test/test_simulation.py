@@ -499,10 +499,12 @@ def test_a_late_bus_step_catches_up_at_most_its_bound_and_is_counted_and_logged(
         elapsed = time.monotonic() - began
     assert bus.late_steps >= 4, (bus.late_steps, bus.steps)
     # A late step takes at most max_catch_up of simulated time (two steps): the rest,
-    # at least the stall less two steps per late step, is skipped and counted.
+    # at least the stall less two steps per late step that follows a stall, is skipped and
+    # counted. The first step follows none: a loaded machine alone can make it late, by
+    # less than the stall (seen: 4.6 ms behind, 0.6 ms skipped).
     assert bus.max_catch_up == pytest.approx(2 * dt)
     assert arm.t <= bus.steps * bus.max_catch_up + 1e-12
-    assert bus.dropped_s >= bus.late_steps * (stall - 2 * dt) - 1e-9
+    assert bus.dropped_s >= (bus.late_steps - 1) * (stall - 2 * dt) - 1e-9
     assert bus.largest_lag >= stall
     records = [r for r in caplog.records if r.name == 'plag_ros.bus.emulator.server']
     lines = [r.getMessage() for r in records]

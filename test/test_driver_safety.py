@@ -216,6 +216,22 @@ def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, 
     bus.stop()
 
 
+def test_a_servo_of_unknown_mode_gets_its_gravity_torque_not_none(bus):
+    """A servo whose mode the driver no longer knows (it stopped answering during a
+    recovery) may still be in current mode: each cycle writes it its pose's gravity torque
+    as Goal Current, so the elbow, left in current mode, holds within 10 mrad for 1 s
+    instead of falling."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    driver.modes[ELBOW] = 'unknown'              # as _hold_servos leaves it
+    begin = time.monotonic()
+    loop(driver, 1.0, feed)
+    end = time.monotonic()
+    assert driver._read(driver.ids[ELBOW], 11, 1) == 0     # really still in current mode
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
 @pytest.mark.parametrize('failures', [2, 3])
 def test_three_failed_cycle_writes_in_a_row_are_a_fault(bus, monkeypatch, failures):
     """Cycle writes that fail (the port refuses them) are counted; the third in a row is a

@@ -709,6 +709,13 @@ class BusDriver:
                 self._last_effort = effort
                 current = np.round(effort / self.torque_constant / CURRENT_UNIT).astype(np.int64)
                 current = np.clip(current, -self.current_limit, self.current_limit)
+        unknown = self.arm & np.array([m == 'unknown' for m in self.modes])
+        if unknown.any():
+            # a servo whose mode is not known may still be in current mode: its pose's
+            # gravity torque, not none (in position mode Goal Current is not used)
+            g = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
+                        self.torque_limit)
+            current[unknown] = np.round(g / self.torque_constant / CURRENT_UNIT)[unknown]
         goals = self._position_goals(reading, in_current)
         group = self._write_group
         for k, servo_id in enumerate(self.ids):

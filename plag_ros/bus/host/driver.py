@@ -63,16 +63,17 @@ import numpy as np
 from plag_ros.bus.chain_file import BusConfig
 from plag_ros.bus.control_table import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, WATCHDOG_UNIT
 from plag_ros.bus.host.envelope import Envelope
-from plag_ros.core.common.options import option, options
+from plag_ros.core.common.options import group, inline, option, options
 from plag_ros.core.control.settings import EFFORT_CONTROLLER
+from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD, Motor
 
 if TYPE_CHECKING:
     from plag_ros.core.dynamics.model import RobotModel
 
-__all__ = ['DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES', 'READ_ITEMS', 'WRITE_ITEMS',
-           'BusDriver', 'BusError', 'DriverSettings', 'Reading', 'gravity_in_chain_order',
-           'hardware_error_text']
+__all__ = ['DRIVER_NODE_OPTIONS', 'DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES',
+           'READ_ITEMS', 'WRITE_ITEMS', 'BusDriver', 'BusError', 'DriverNodeSettings',
+           'DriverSettings', 'Reading', 'gravity_in_chain_order', 'hardware_error_text']
 
 MODES = {'current': 0, 'position': 3}
 """Operating Mode (11) values the driver uses."""
@@ -224,6 +225,20 @@ class DriverSettings:
 
 
 DRIVER_OPTIONS = options(DriverSettings())
+
+
+@dataclass(frozen=True)
+class DriverNodeSettings:
+    """``plag_driver``'s parameters: the bus's (:class:`DriverSettings`) and the model's
+    (the gravity torque of a switch, an unknown servo and a hold without commands)."""
+
+    bus: DriverSettings = inline(DriverSettings)
+    urdf_path: str = option('', "URDF for the gravity torque ('' = the bundled crane_x7.urdf)",
+                            read_only=True)
+    model: ModelSettings = group(ModelSettings)
+
+
+DRIVER_NODE_OPTIONS = options(DriverNodeSettings())
 
 
 @dataclass

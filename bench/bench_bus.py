@@ -2,12 +2,12 @@
 
 Two parts:
 
-* in this process, on a :class:`plag_ros.bus.arm.BusArm` without a pty: the emulator's cost
-  of one control cycle of the CRANE-X7's driver (one SYNC READ of 10 bytes from 8 servos and
-  one SYNC WRITE of 4 bytes to them, as bytes in and status packets out), and of one 2 ms
-  physics step with the eight servos' firmware; the peer is ROBOTIS' dynamixel-sdk building
-  and parsing the same cycle's packets in this process (its ``GroupSyncRead`` /
-  ``GroupSyncWrite`` packet work without a port);
+* * in this process, on a :class:`plag_ros.bus.emulator.arm.BusArm` without a pty: the
+  emulator's cost of one control cycle of the CRANE-X7's driver (one SYNC READ of 10 bytes
+  from 8 servos and one SYNC WRITE of 4 bytes to them, as bytes in and status packets out),
+  and of one 2 ms physics step with the eight servos' firmware; the peer is ROBOTIS'
+  dynamixel-sdk building and parsing the same cycle's packets in this process (its
+  ``GroupSyncRead`` / ``GroupSyncWrite`` packet work without a port);
 * over the pty: ``python -m plag_ros.apps.dynamixel_bus`` in its own process and
   dynamixel-sdk as the client (``test/dxl_client.py``: the driver's start-up, then a SYNC
   READ and a SYNC WRITE per cycle holding the arm) at each rate, its cycle p50/p99, the
@@ -43,7 +43,8 @@ def _median_us(fn, n: int) -> float:
 
 
 def in_process(n: int = 2000) -> None:
-    from plag_ros.bus.arm import BusArm, BusConfig
+    from plag_ros.bus.chain_file import BusConfig
+    from plag_ros.bus.emulator.arm import BusArm
     from plag_ros.bus.protocol import Instruction, encode
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig

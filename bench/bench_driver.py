@@ -2,7 +2,7 @@
 and the time from a joint state to the current written from it.
 
 ``python -m plag_ros.apps.dynamixel_bus`` runs in its own process (a pty) and
-:class:`plag_ros.bus.driver.BusDriver` drives it through dynamixel-sdk in this process, in
+:class:`plag_ros.bus.host.driver.BusDriver` drives it through dynamixel-sdk in this process, in
 current mode, commanding each reading's gravity torque (the engine), as the impedance node
 would, at each rate. Per rate it prints:
 
@@ -155,7 +155,9 @@ def main() -> None:
     if not args.rates:
         return
     peer, ours = peer_cycle()
-    print(f'one cycle, median: BusDriver {ours:.3f} ms (13 B read, 6 B write), '
+    from plag_ros.bus.host.driver import READ_LENGTH, WRITE_LENGTH
+    print(f'one cycle, median: BusDriver {ours:.3f} ms ({READ_LENGTH} B read, {WRITE_LENGTH} '
+          'B write), '
           f'crane_x7_control traffic {peer:.3f} ms (10 B, 4 B): {ours / peer:.2f}x')
     for rate in args.rates:
         r = one_rate(rate, args.duration)

@@ -31,7 +31,8 @@ import numpy as np
 import pinocchio as pin
 import torch
 
-from plag_ros.bus.arm import BusArm, BusConfig
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.emulator.arm import BusArm
 from plag_ros.bus.protocol import Instruction, encode
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path

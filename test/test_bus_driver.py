@@ -1,4 +1,4 @@
-"""Torque mode: plag_ros.bus.driver through ROBOTIS' dynamixel-sdk against the emulated
+"""Torque mode: plag_ros.bus.host.driver through ROBOTIS' dynamixel-sdk against the emulated
 CRANE-X7 bus in its own process (a pty), judged on the emulator's record of every physics
 step (2 ms), not on what the driver reads.
 
@@ -20,29 +20,28 @@ import time
 import numpy as np
 import pytest
 from torque_rig import (
-    BENT,
     ELBOW,
     PATIENT_LATENCY_MS,
+    POSES,
+    RATE_HZ,
     ROOT,
     TILT,
-    EmulatedBus,
-    LockstepClock,
+    bent_in_current_mode,
+    bus_in_test,
     gravity_feed,
+    lockstep_driver,
     loop,
     move_to,
     new_driver,
     run_scenario,
     scenario_controllers,
+    window,
 )
 
-from plag_ros.bus.driver import DriverSettings, hardware_error_text
+from plag_ros.bus.host.driver import DriverSettings, hardware_error_text
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 
 sdk = pytest.importorskip('dynamixel_sdk')   # requirements/test-tools.txt installs it
-POSES = {'bent': BENT.tolist(),
-         'reaching': [0.4, 1.0, -0.3, -0.6, 0.3, -0.4, 0.2],
-         'folded': [-0.5, 0.3, 0.5, -2.0, -0.4, 0.8, -0.3]}
-RATE_HZ = 200.0
 REAL_TIME_WATCHDOG_S = 0.3
 """The Bus Watchdog of the real-time tests: above a stall of this machine, below the
 test's own silence."""
@@ -54,55 +53,16 @@ def patient_sdk(monkeypatch):
     monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', PATIENT_LATENCY_MS)
 
 
-def _bus(tmp_path, lockstep_hz):
-    emulated = EmulatedBus(tmp_path, lockstep_hz)
-    yield emulated
-    if emulated.process.poll() is None:
-        emulated.process.kill()
-        emulated.process.wait()
-
-
 @pytest.fixture
 def bus(tmp_path):
     """The bus in real time (the watchdog tests)."""
-    yield from _bus(tmp_path, None)
+    yield from bus_in_test(tmp_path, None)
 
 
 @pytest.fixture
 def lockstep_bus(tmp_path):
     """The bus in lockstep at 200 Hz: drive it with :func:`lockstep_driver`."""
-    yield from _bus(tmp_path, RATE_HZ)
-
-
-def lockstep_driver(bus, **settings):
-    """A driver on the simulated clock of ``bus`` (in lockstep), opened. Unless a test says
-    otherwise, a fault takes 100 failed reads in a row, not 3: a read fails only when a
-    reply misses the SDK's wall-clock deadline, which the lockstep cannot stretch."""
-    settings.setdefault('failed_reads', 100)
-    driver = new_driver(bus.link, LockstepClock(RATE_HZ), **settings)
-    driver.open()
-    return driver
-
-
-def window(record: dict, begin: float, end: float, skip_s: float = 0.0) -> np.ndarray:
-    """(steps,) True for the physics steps computed between the wall times ``begin`` and
-    ``end`` (``time.monotonic()``, the same clock in every process: in lockstep a step is
-    computed at the sync read that asks for it), less the first ``skip_s`` of their
-    simulated time."""
-    inside = (record['wall'] >= begin) & (record['wall'] <= end)
-    t = record['t']
-    return inside & (t >= t[inside][0] + skip_s)
-
-
-def bent_in_current_mode(driver):
-    """``driver`` holding the bent pose in current mode for 0.3 s with the gravity torque of
-    each reading; the gravity feed."""
-    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
-    assert driver.request_mode('current')[0]
-    feed = gravity_feed(driver)
-    loop(driver, 0.3, feed)
-    assert not driver.fault, driver.fault
-    return feed
+    yield from bus_in_test(tmp_path, RATE_HZ)
 
 
 def test_settings_are_checked():
@@ -200,9 +160,10 @@ def test_enable_and_disable_move_no_joint_more_than_2_mrad(lockstep_bus):
     after = time.monotonic()
     assert driver.modes == ['position'] * 8 and not driver.fault
     assert driver.counts['mode_switches'] == 2
-    # Current Limit from the torque limits (stall torque over the datasheet constant)
+    # Current Limit from the torque limits (the continuous torque, half the stall torque,
+    # over the datasheet constant: 2.05 / (4.1 / 2.3) / 2.69 mA, 5.3 / (10.6 / 4.4) / 2.69 mA)
     assert [driver._read(i, 38, 2) for i in driver.ids] == driver.current_limit.tolist()
-    assert driver.current_limit.tolist() == [855, 1635] + [855] * 6
+    assert driver.current_limit.tolist() == [427, 817] + [427] * 6
     off_s = driver.torque_off_s
     driver.close()
     record = bus.stop()
@@ -290,23 +251,6 @@ def test_failed_reads_are_counted_and_never_written_from(lockstep_bus, fault, fa
         assert not driver.request_mode('current')[0]
     else:
         assert not driver.fault and driver.modes[:7] == ['current'] * 7
-    driver.close()
-    bus.stop()
-
-
-def test_an_overload_alert_latches_a_fault_and_holds(lockstep_bus):
-    bus = lockstep_bus
-    driver = lockstep_driver(bus)
-    feed = bent_in_current_mode(driver)
-    bus.fault('hardware 5 32')
-    loop(driver, 0.2, feed)
-    assert driver.fault == 'hardware error: ID 5: overload'
-    assert driver.modes == ['position'] * 8
-    assert driver.counts['faults'] == 1
-    assert not driver.request_mode('current')[0]        # refused while latched
-    assert driver.clear_fault() == 'hardware error: ID 5: overload'
-    loop(driver, 0.05)       # the servo still reports it: latched again
-    assert driver.fault.startswith('hardware error')
     driver.close()
     bus.stop()
 

@@ -23,8 +23,8 @@ import yaml
 from dxl_client import CURRENT_TO_EFFORT, IDS, SEQUENCE, DriverClient, position_rad
 from torque_rig import PATIENT_LATENCY_MS
 
+from plag_ros.bus.control_table import CURRENT_UNIT
 from plag_ros.bus.protocol import Instruction, encode
-from plag_ros.bus.servo import CURRENT_UNIT
 
 CHAIN = yaml.safe_load((Path(__file__).resolve().parents[1] / 'plag_ros' / 'bus'
                         / 'crane_x7.yaml').read_text())

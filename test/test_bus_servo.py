@@ -9,16 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from plag_ros.bus.arm import BusArm, BusConfig
-from plag_ros.bus.protocol import ALERT, BROADCAST_ID, ErrorNumber, Instruction, PacketReader
-from plag_ros.bus.protocol import encode as enc
-from plag_ros.bus.servo import (
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.emulator.arm import BusArm
+from plag_ros.bus.emulator.servo import (
     CURRENT_UNIT,
     OVERHEATING,
     OVERLOAD,
     PROFILE_ACCELERATION_UNIT,
     VELOCITY_UNIT,
 )
+from plag_ros.bus.protocol import ALERT, BROADCAST_ID, ErrorNumber, Instruction, PacketReader
+from plag_ros.bus.protocol import encode as enc
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD
 from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig

@@ -181,8 +181,8 @@ def test_the_layout_page_names_every_module():
             wanted = '/'.join(parts[1:])
         elif parts[0] == 'apps' or parts[:2] == ('ros', 'nodes'):
             wanted = path.stem
-        else:
-            wanted = path.name
+        else:                       # io/bag.py: `bag.py`; bus/host/driver.py: `host/driver.py`
+            wanted = '/'.join(parts[1:])
         if f'`{wanted}`' not in text:
             missing.append(str(path.relative_to(REPO)))
     assert missing == [], f'docs/concepts/layout.md does not name {missing}'

@@ -15,8 +15,14 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from torque_rig import JOINTS, ROOT, EmulatedBus
 
+from plag_ros.bus.host.driver import gravity_in_chain_order
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.motors import ARM_JOINTS
+from plag_ros.ros import messages as msgs
+
 pytest.importorskip('dynamixel_sdk')
 DOMAIN_ID = 77
+ARM = list(ARM_JOINTS)
 # The driver's own watchdogs run on the wall clock: a loaded 2-core machine stalls a process
 # for longer than their 0.1 s at times (a stale effort command or an expired Bus Watchdog,
 # then a fault), and delays the emulator's replies past dynamixel-sdk's 34 ms (three failed
@@ -66,9 +72,43 @@ def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):
                                   {'active_arm_controller': 'plag_arm_effort_controller'})
             client.wait_for(lambda: reports and json.loads(reports[-1][1].data)['modes'][
                 JOINTS[1]] == 'current', 60.0, 'current mode')
-            effort = client.publisher(Float64MultiArray, '/plag_arm_effort_controller/commands')
+            effort = client.publisher(JointState, '/plag_arm_effort_controller/commands')
             client.wait_for_subscribers(effort)
-            # nothing commanded: the stale check latches a fault and holds in position mode
+            # The pose's gravity torque, by name in reversed order, stamped by the newest
+            # joint state: placed by name, it holds the bent arm (by index, the tilt would
+            # get the wrist's torque and fall).
+            gravity = gravity_in_chain_order(RobotModel.from_urdf(default_urdf_path()), ARM)
+            reversed_arm = ARM[::-1]
+
+            def command(names: list[str], effort: list[float], stamp_ns: int) -> JointState:
+                return msgs.joint_state(names, effort=np.array(effort), t_ns=stamp_ns)
+
+            pose = np.array(states[-1][1].position)
+            for _ in range(100):
+                newest = states[-1][1]
+                tau = gravity(np.array(newest.position[:7]))
+                effort.publish(command(reversed_arm, list(tau[::-1]),
+                                       msgs.stamp_to_ns(newest.header.stamp)))
+                time.sleep(0.01)
+            drift = np.abs(np.array(states[-1][1].position) - pose)[:7].max()
+            assert drift < 0.005, drift
+            status = json.loads(reports[-1][1].data)
+            assert status['fault'] == '' and status['modes'][JOINTS[1]] == 'current', status
+            rejected = status['counts']['rejected_commands']
+            # Four commands the driver must refuse, each counted: a joint it lacks, no stamp,
+            # a source 10 s old (stale_s 2 here), and one effort short.
+            fresh = msgs.stamp_to_ns(states[-1][1].header.stamp)
+            effort.publish(command(ARM[:6] + ['no_such_joint'], [0.0] * 7, fresh))
+            effort.publish(command(ARM, [0.0] * 7, 0))
+            effort.publish(command(ARM, [0.0] * 7, fresh - 10 * 10**9))
+            bad = command(ARM, [0.0] * 7, fresh)
+            bad.effort = [0.0] * 6
+            effort.publish(bad)
+            client.wait_for(lambda: json.loads(reports[-1][1].data)['counts'][
+                'rejected_commands'] >= rejected + 4, 60.0, 'the four rejections')
+            assert json.loads(reports[-1][1].data)['counts']['rejected_commands'] == \
+                rejected + 4
+            # then nothing commanded: the stale check latches a fault and holds in position mode
             client.wait_for(lambda: json.loads(reports[-1][1].data)['fault'].startswith(
                 'stale effort command'), 60.0, 'the stale fault')
             assert json.loads(reports[-1][1].data)['modes'][JOINTS[1]] == 'position'

@@ -19,6 +19,7 @@ import importlib.util
 import pytest
 
 from plag_ros.apps.reference import node_options
+from plag_ros.bus.host.driver import DriverNodeSettings
 from plag_ros.core.common.options import build
 from plag_ros.core.control.settings import ImpedanceSettings
 from plag_ros.core.decomposition.settings import DynamicsSettings
@@ -152,6 +153,8 @@ IMPEDANCE_CASES = {
     # the effort path's gains are refused without a rotor inertia in the model (the stability
     # check): this case is about the endpoints, so the check only warns
     'effort': {'command_interface': 'effort', 'gain_check': 'warn'},
+    'effort to plag_driver': {'command_interface': 'effort', 'switch.method': 'driver',
+                              'gain_check': 'warn'},
 }
 
 
@@ -167,6 +170,13 @@ def test_the_sim_node_and_its_controller_manager_have_the_tables_endpoints(clien
     if HAS_CONTROLLER_MANAGER_MSGS:
         nodes['controller_manager'] = None
     _check(client, tmp_path, 'sim_node', {}, nodes)
+
+
+def test_the_driver_node_has_the_tables_endpoints(client, tmp_path):
+    """plag_driver creates its endpoints before the bus answers (it tries the port every
+    second), so a port that does not exist shows them all."""
+    _check(client, tmp_path, 'driver_node', {'port': str(tmp_path / 'no_bus_here')},
+           {'plag_driver': build(DriverNodeSettings, {})})
 
 
 def test_the_comparison_can_fail():

@@ -127,6 +127,31 @@ def test_no_import_crosses_a_layer_the_picture_forbids():
     assert crossings(drawn_arrows(PICTURE.read_text())) == []
 
 
+def bus_side_of(module: str) -> str | None:
+    """``'host'`` or ``'emulator'`` for a module of that side of ``plag_ros.bus`` (None for
+    the shared modules and everything else)."""
+    parts = module.split('.')
+    return parts[2] if len(parts) > 2 and parts[:2] == ['plag_ros', 'bus'] and parts[2] in (
+        'host', 'emulator') else None
+
+
+def test_the_two_sides_of_the_bus_never_import_each_other():
+    """The host's driver knows the servos only through the e-manual's facts in the shared
+    modules, and the emulator knows its clients only through the wire: neither side imports
+    the other (the shared modules are drawn to both)."""
+    assert crossings(set(), level=bus_side_of) == []
+
+
+def test_the_bus_side_check_can_fail(tmp_path):
+    root = tmp_path / 'plag_ros'
+    for side in ('host', 'emulator'):
+        (root / 'bus' / side).mkdir(parents=True)
+        (root / 'bus' / side / '__init__.py').write_text('')
+    (root / 'bus' / 'host' / 'driver.py').write_text('from plag_ros.bus.emulator import arm\n')
+    assert crossings(set(), root, level=bus_side_of) == [
+        'plag_ros/bus/host/driver.py:1 host imports emulator (plag_ros.bus.emulator)']
+
+
 def core_packages(root: Path = PACKAGE) -> set[str]:
     return {p.name for p in (root / 'core').iterdir() if (p / '__init__.py').is_file()}
 

@@ -24,8 +24,9 @@ import pytest
 import robots
 import torch
 
-from plag_ros.bus.arm import BusArm, BusConfig
-from plag_ros.bus.server import PtyBus
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.emulator.arm import BusArm
+from plag_ros.bus.emulator.server import PtyBus
 from plag_ros.core.common.rejections import LOG_THROTTLE_S
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import (
@@ -491,7 +492,7 @@ def test_a_late_bus_step_catches_up_at_most_its_bound_and_is_counted_and_logged(
     def slow_step(_arm: BusArm) -> None:
         time.sleep(stall)                      # every step makes the next one late
 
-    with PtyBus(arm, dt) as bus, caplog.at_level(logging.WARNING, 'plag_ros.bus.server'):
+    with PtyBus(arm, dt) as bus, caplog.at_level(logging.WARNING, 'plag_ros.bus.emulator.server'):
         began = time.monotonic()
         deadline = began + 60.0                # against a hang only
         bus.serve(lambda: bus.late_steps >= 4 or time.monotonic() > deadline, slow_step)
@@ -505,7 +506,7 @@ def test_a_late_bus_step_catches_up_at_most_its_bound_and_is_counted_and_logged(
     assert arm.t <= bus.steps * bus.max_catch_up + 1e-12
     assert bus.dropped_s >= (bus.late_steps - 1) * (stall - 2 * dt) - 1e-9
     assert bus.largest_lag >= stall
-    records = [r for r in caplog.records if r.name == 'plag_ros.bus.server']
+    records = [r for r in caplog.records if r.name == 'plag_ros.bus.emulator.server']
     lines = [r.getMessage() for r in records]
     assert lines and all(r.levelno == logging.WARNING for r in records), lines
     assert 'ms behind wall time' in lines[0] and 'skipped' in lines[0], lines

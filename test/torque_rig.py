@@ -3,13 +3,14 @@
 
 :class:`EmulatedBus` starts ``python -m plag_ros.apps.dynamixel_bus`` with a link, a fault
 FIFO and a record of every physics step (the ground truth: positions, velocities and the
-torque each servo made); :func:`loop` runs a :class:`~plag_ros.bus.driver.BusDriver` at a
+torque each servo made); :func:`loop` runs a :class:`~plag_ros.bus.host.driver.BusDriver` at a
 rate with a callback per good reading, as ``plag_driver``'s bus thread does.
 
 A bus started with ``lockstep_hz`` steps its physics one period per sync read
-(:class:`plag_ros.bus.server.PtyBus`); a driver made with ``clock=LockstepClock(...)`` then
-runs on simulated time, and :func:`loop` cycles it back to back, advancing the clock one
-period per cycle: the run no longer depends on how busy the machine is.
+(:class:`plag_ros.bus.emulator.server.PtyBus`); a driver made with
+``clock=LockstepClock(...)`` then runs on simulated time, and :func:`loop` cycles it back to
+back, advancing the clock one period per cycle: the run no longer depends on how busy the
+machine is.
 
 One wall-clock deadline is left in either mode: dynamixel-sdk's wait for a reply.
 :func:`patient_sdk` makes it long enough for a loaded machine.
@@ -21,14 +22,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from plag_ros.bus.arm import BusConfig
-from plag_ros.bus.driver import BusDriver, DriverSettings, Reading, gravity_in_chain_order
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.host.driver import BusDriver, DriverSettings, Reading, gravity_in_chain_order
 from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import ARM_JOINTS
@@ -71,9 +72,10 @@ class EmulatedBus:
         tmp: a folder for the link, the fault FIFO, the record and stderr.
         lockstep_hz: None (the physics follows the wall clock) or the rate whose period each
             sync read advances the physics by.
+        plant: how the emulated arm differs from the model (``--plant``), '' for not.
     """
 
-    def __init__(self, tmp: Path, lockstep_hz: float | None = None) -> None:
+    def __init__(self, tmp: Path, lockstep_hz: float | None = None, plant: str = '') -> None:
         self.tmp = tmp
         self.link, self.fifo, self.npz = tmp / 'bus', tmp / 'faults', tmp / 'record.npz'
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get(
@@ -85,7 +87,8 @@ class EmulatedBus:
             self.process = subprocess.Popen(
                 [sys.executable, '-m', 'plag_ros.apps.dynamixel_bus', '--link', str(self.link),
                  '--faults', str(self.fifo), '--record', str(self.npz)]
-                + ([] if lockstep_hz is None else ['--lockstep', str(lockstep_hz)]),
+                + ([] if lockstep_hz is None else ['--lockstep', str(lockstep_hz)])
+                + (['--plant', plant] if plant else []),
                 stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         line = self.process.stdout.readline()
         if 'Dynamixel bus on' not in line:
@@ -106,6 +109,16 @@ class EmulatedBus:
         self.log = out
         with np.load(self.npz) as record:
             return dict(record)
+
+
+def bus_in_test(tmp: Path, lockstep_hz: float | None, plant: str = ''
+                ) -> Iterator[EmulatedBus]:
+    """A test fixture's body: the bus, killed after the test if it still runs."""
+    emulated = EmulatedBus(tmp, lockstep_hz, plant)
+    yield emulated
+    if emulated.process.poll() is None:
+        emulated.process.kill()
+        emulated.process.wait()
 
 
 def new_driver(port: Path, clock: Callable[[], float] = time.monotonic,
@@ -174,11 +187,55 @@ def gravity_feed(driver: BusDriver) -> Callable[[Reading], None]:
     return feed
 
 
+def lockstep_driver(bus: EmulatedBus, **settings) -> BusDriver:
+    """A driver on the simulated clock of ``bus`` (in lockstep), opened. Unless a test says
+    otherwise, a fault takes 100 failed reads in a row, not 3: a read fails only when a
+    reply misses the SDK's wall-clock deadline, which the lockstep cannot stretch."""
+    settings.setdefault('failed_reads', 100)
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), **settings)
+    driver.open()
+    return driver
+
+
+def window(record: dict, begin: float, end: float, skip_s: float = 0.0) -> np.ndarray:
+    """(steps,) True for the physics steps computed between the wall times ``begin`` and
+    ``end`` (``time.monotonic()``, the same clock in every process: in lockstep a step is
+    computed at the sync read that asks for it), less the first ``skip_s`` of their
+    simulated time."""
+    inside = (record['wall'] >= begin) & (record['wall'] <= end)
+    t = record['t']
+    return inside & (t >= t[inside][0] + skip_s)
+
+
+def bent_in_current_mode(driver: BusDriver) -> Callable[[Reading], None]:
+    """``driver`` holding the bent pose in current mode for 0.3 s with the gravity torque of
+    each reading; the gravity feed."""
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    assert driver.request_mode('current')[0]
+    feed = gravity_feed(driver)
+    loop(driver, 0.3, feed)
+    assert not driver.fault, driver.fault
+    return feed
+
+
 # ---------------------------------------------------------------- the elbow-swing scenario
 ELBOW, TILT = 3, 1
 """Indices of the elbow (the swinging joint) and the tilt (the joint it loads) in the chain."""
 BENT = np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0])
 """The pose the elbow swings about [rad], the 7 arm joints."""
+POSES = {'bent': BENT.tolist(),
+         'reaching': [0.4, 1.0, -0.3, -0.6, 0.3, -0.4, 0.2],
+         'folded': [-0.5, 0.3, 0.5, -2.0, -0.4, 0.8, -0.3]}
+"""Three poses of the arm joints [rad] the driver tests hold."""
+RATE_HZ = 200.0
+"""The driver tests' cycle rate [Hz]."""
+SCENARIO_DRIVER = {'torque_limit': [4.1, 10.6] + [4.1] * 6, 'velocity_limit': [6.0]}
+"""The scenario's changes to the driver's defaults. The swing takes the elbow to the edge
+of its hardware (with the shipped gains it swings 1.3-1.5 rad peak to peak for the 1.0 of
+its reference, near the elbow's resonance): up to 3.3 N*m, beyond the continuous torque,
+for the 6 s of a run, and up to 5.2 rad/s, past the XM430-W350's no-load speed, where the
+emulated supply no longer drives it but gravity and the tilt still swing it on. The rest of
+the envelope is the default (position limits, torque step, temperature)."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +337,7 @@ def run_scenario(tmp: Path, lockstep_hz: float | None = None,
     bus = EmulatedBus(tmp, lockstep_hz)
     try:
         clock = time.monotonic if lockstep_hz is None else LockstepClock(lockstep_hz)
-        driver = new_driver(bus.link, clock)
+        driver = new_driver(bus.link, clock, **SCENARIO_DRIVER)
         driver.open()
         for name, controller in controllers.items():
             move_to(driver, BENT, 1.5, 0.5)

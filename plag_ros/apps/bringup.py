@@ -24,8 +24,9 @@ joint states come one period apart whatever the load, at real speed where the ma
 keeps up. The
 simulator steps at 1 kHz and the dynamics node decomposes at 200 Hz, and in separate
 interpreters they do not share a GIL, so neither's timing depends on the other's Python
-work and a crash in one is reported rather than taking the others down. This process only
-hosts the small ``plag_monitor`` node that prints the summary.
+work. A node that exits is reported; in torque mode (``run --driver``) the others stay up,
+and the driver holds the arm in position mode until Ctrl-C, while elsewhere the run ends.
+This process only hosts the small ``plag_monitor`` node that prints the summary.
 
 ``plag-ros sim --dynamixel`` runs the emulated servo bus (:mod:`plag_ros.apps.dynamixel_bus`)
 in place of the simulator node: the arm is then reached as the real one is, through its
@@ -131,8 +132,12 @@ class NodeProcess:
     """
 
     def __init__(self, args: list[str], log_path: Path, *, label: str = '',
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None,
+                 essential: bool = True) -> None:
         self.args, self.log_path, self.label = args, log_path, label
+        self.essential = essential
+        """Whether the bring-up ends when this node exits (torque mode: only the driver,
+        which holds the arm whatever the others do)."""
         self._log = open(log_path, 'wb')  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._log,
                                         stderr=subprocess.STDOUT)
@@ -436,17 +441,18 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
               flush=True)
     executor = rclpy.executors.SingleThreadedExecutor(context=context)
     executor.add_node(node)
+    reported: set[NodeProcess] = set()     # nodes whose exit was reported
     status = 0
     start_ns = end_ns = None
     try:
         begin = time.monotonic()
         while summary.total_outputs == 0 and not stop.is_set():   # the graph comes up
             executor.spin_once(timeout_sec=0.1)
-            dead = [c for c in children if not c.alive()]
-            if dead or time.monotonic() - begin > startup_timeout:
-                why = (f'{dead[0].label} exited with {dead[0].process.returncode}'
-                       if dead else f'no output from {DYNAMICS} within {startup_timeout:g} s')
-                print(f'plag-ros: {why}', file=sys.stderr)
+            if _report_exits(children, reported):
+                return 1
+            if not reported and time.monotonic() - begin > startup_timeout:
+                print(f'plag-ros: no output from {DYNAMICS} within {startup_timeout:g} s',
+                      file=sys.stderr)
                 for child in children:
                     print(child.tail(), file=sys.stderr)
                 return 1
@@ -476,7 +482,7 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
             now = time.monotonic()
             if clock['output'] != last_output:
                 last_output, last_output_at = clock['output'], now
-            elif now - last_output_at > startup_timeout:
+            elif not reported and now - last_output_at > startup_timeout:
                 print(f'plag-ros: no output from {DYNAMICS} for {startup_timeout:g} s',
                       file=sys.stderr)
                 status = 1
@@ -484,11 +490,7 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
             if now >= next_print:
                 next_print += 1.0
                 print(summary.line(elapsed), file=out, flush=True)
-            dead = [c for c in children if not c.alive()]
-            if dead:
-                print(f'plag-ros: {dead[0].label} exited with '
-                      f'{dead[0].process.returncode}', file=sys.stderr)
-                print(dead[0].tail(), file=sys.stderr)
+            if _report_exits(children, reported):
                 status = 1
                 break
     except rclpy.executors.ExternalShutdownException:
@@ -499,6 +501,7 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
         executor.shutdown()
         node.destroy_node()
         context.try_shutdown()
+    status = status or int(bool(reported))
     d = summary.diagnostics
     print(f'plag-ros: {summary.total_outputs} decompositions received; node reports '
           f"received {d.get('received', '-')}, published {d.get('published', '-')}, "
@@ -511,6 +514,28 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
         print(f'\n{text}plag-ros: wrote {png} and {report / "summary.txt"}', file=out,
               flush=True)
     return status
+
+
+def _report_exits(children: list[NodeProcess], reported: set[NodeProcess]) -> bool:
+    """Report each node that exited since the last call; whether one of them was
+    essential (the bring-up then ends). A node that was not is reported with what goes on:
+    in torque mode the driver holds the arm in position mode (its effort commands go
+    stale) until Ctrl-C."""
+    ended = False
+    for child in children:
+        if child.alive() or child in reported:
+            continue
+        reported.add(child)
+        print(f'plag-ros: {child.label} exited with {child.process.returncode}',
+              file=sys.stderr)
+        print(child.tail(), file=sys.stderr)
+        if child.essential:
+            ended = True
+        else:
+            running = ', '.join(c.label for c in children if c.alive())
+            print(f'plag-ros: still running: {running}; the driver holds the arm in position '
+                  'mode. Ctrl-C ends the run.', file=sys.stderr, flush=True)
+    return ended
 
 
 def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) -> int:
@@ -528,8 +553,13 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
     status = 1
     try:
         nodes = [spec for spec in specs if spec.module != 'dynamixel_bus']
+        # with the bus driver, only its exit ends the run: it holds the arm when the others
+        # stop, and a run that took it down with them would leave the arm to its watchdog
+        driver = any(spec.module == 'driver_node' for spec in nodes)
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
-                                     label=spec.module) for spec in nodes)
+                                     label=spec.module,
+                                     essential=not driver or spec.module == 'driver_node')
+                        for spec in nodes)
         bus_spec = next((spec for spec in specs if spec.module == 'dynamixel_bus'), None)
         if bus_spec is not None:
             # The bus answers in real time: start it once the nodes have started up (a

@@ -2,7 +2,7 @@
 
 What ``plag-ros sim --dynamixel`` runs in its own process (so that its replies never wait
 for another interpreter's work): the bundled CRANE-X7 model in the simulator, its eight
-servos (``plag_ros/bus/crane_x7.yaml``) on a pseudo-terminal (:mod:`plag_ros.bus.server`).
+servos (``plag_ros/bus/crane_x7.yaml``) on a pseudo-terminal (:mod:`plag_ros.bus.emulator.server`).
 The first line it prints names the device. SIGINT or SIGTERM stops it; with ``--record`` it
 then writes the physics' state of every step (``t`` [s], ``q`` [rad], ``qd`` [rad/s],
 ``effort`` [N*m], each (steps, 8) in the servos' joint order, ``joints``, ``ids``) and
@@ -10,7 +10,7 @@ then writes the physics' state of every step (``t`` [s], ``q`` [rad], ``qd`` [ra
 instruction) to an npz file: the ground truth a driver's joint states can be compared with.
 With ``--lockstep HZ`` the physics follows the client's reads instead of the wall clock: each
 SYNC READ or BULK READ advances it 1/HZ s (tests and benches whose figure must not depend on
-the machine's load; :class:`plag_ros.bus.server.PtyBus`).
+the machine's load; :class:`plag_ros.bus.emulator.server.PtyBus`).
 """
 from __future__ import annotations
 
@@ -55,8 +55,10 @@ class _Record:
 class _FaultInput:
     """Fault lines from a FIFO, applied between physics steps (tests drive the bus process
     with it): ``drop ID N`` and ``corrupt ID N`` (the next N replies of servo ID),
-    ``silent ID 0|1``, ``hardware ID BITS`` (Hardware Error Status bits, 32 = overload),
-    ``power 0|1``. A line it cannot read is printed and ignored."""
+    ``silent ID 0|1``, ``lose ID K`` (the K-th next write to servo ID never reaches it),
+    ``temperature ID DEGC`` (its Present Temperature), ``hardware ID BITS`` (Hardware
+    Error Status bits, 32 = overload), ``power 0|1``. A line it cannot read is printed and
+    ignored."""
 
     def __init__(self, path: Path, arm) -> None:
         os.mkfifo(path)
@@ -85,7 +87,9 @@ class _FaultInput:
                 chain.powered = bool(values[0])
             elif what == 'hardware':
                 next(s for s in self.arm.servos if s.id == values[0]).hardware_error(values[1])
-            elif what in ('drop', 'corrupt', 'silent'):
+            elif what == 'temperature':
+                next(s for s in self.arm.servos if s.id == values[0]).heat(values[1])
+            elif what in ('drop', 'corrupt', 'silent', 'lose'):
                 faults = chain.fault(values[0])
                 setattr(faults, what, bool(values[1]) if what == 'silent' else values[1])
             else:
@@ -111,11 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--faults', type=Path, default=None, metavar='FIFO',
                         help='tests: make FIFO and take fault lines from it between physics '
                              "steps: 'drop ID N', 'corrupt ID N', 'silent ID 0|1', "
-                             "'hardware ID BITS', 'power 0|1'")
+                             "'lose ID K', 'temperature ID DEGC', 'hardware ID BITS', "
+                             "'power 0|1'")
     parser.add_argument('--lockstep', type=float, default=None, metavar='HZ',
                         help='advance the physics 1/HZ s at each group read (the client '
                              'cycles at HZ on a simulated clock) instead of following the '
                              'wall clock')
+    parser.add_argument('--plant', default='', metavar='ERRORS',
+                        help="tests: an arm that differs from the model, e.g. "
+                             "'mass=1.2,torque_constant=0.8,armature=2' (factors on every "
+                             "body's mass and inertia, the servos' torque constant, the "
+                             'armature)')
     parser.add_argument('--keep-priority', action='store_true',
                         help='keep the normal priority (by default the bus raises its '
                              'priority where it may: nice -5)')
@@ -147,12 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
 
-    from plag_ros.bus.arm import CRANE_X7_BUS, BusArm, BusConfig
-    from plag_ros.bus.server import PtyBus
-    from plag_ros.core.dynamics import motors
+    from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
+    from plag_ros.bus.emulator.arm import BusArm, PlantError
+    from plag_ros.bus.emulator.server import PtyBus
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
     from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
+    try:
+        plant = PlantError.parse(args.plant)
+    except ValueError as err:
+        print(f'dynamixel_bus: --plant: {err}', file=sys.stderr)
+        return 2
     dt = 1.0 / args.physics_rate
     model = RobotModel.from_urdf(default_urdf_path())
     # The first steps compile the engine's loop: take them on a scratch arm, so that no
@@ -161,9 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(3):
         scratch.step(effort=np.full(scratch.n_actuated, 0.1))
     # the real arm's servos have geared rotors: the motor table's armature
-    simulator = Simulator(model, SimulatorConfig(dt=dt, armature=tuple(
-        motors.armature(model).tolist())))
-    arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS))
+    simulator = plant.simulator(model, dt)
+    arm = BusArm(simulator, BusConfig.load(args.chain or CRANE_X7_BUS), plant.motors())
     states = _Record(simulator.n_actuated)
 
     def record(arm: BusArm) -> None:

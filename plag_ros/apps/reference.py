@@ -16,6 +16,7 @@ import argparse
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from plag_ros.bus.host.driver import DRIVER_NODE_OPTIONS
 from plag_ros.core.common.options import Option
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
 from plag_ros.core.decomposition.settings import dynamics_options
@@ -28,6 +29,7 @@ NODE_OPTIONS = {
     'plag_dynamics': (dynamics_options, 'config/crane_x7.yaml'),
     'plag_impedance': (lambda: IMPEDANCE_OPTIONS, 'config/impedance.yaml'),
     'plag_sim': (sim_options, 'config/sim.yaml'),
+    'plag_driver': (lambda: DRIVER_NODE_OPTIONS, 'config/torque_mode.yaml'),
 }
 """Node name -> (its option list, the shipped parameter file). The nodes declare exactly
 these (``OPTIONS`` of each node module; test_interfaces compares them with the running

@@ -1,8 +1,15 @@
-"""The CRANE-X7's servo bus, emulated: Dynamixel Protocol 2.0 servos on the simulated arm.
+"""The CRANE-X7's servo bus, both sides of the wire, in two rooms that share the wire's facts.
 
-``protocol`` (packets), ``control_table`` (the models' tables, from ``tables/``), ``servo``
-(one servo's table and firmware), ``chain`` (the servos on one bus, faults for tests),
-``arm`` (the chain driving the simulator's joints) and ``server`` (the bus on a
-pseudo-terminal, where any Dynamixel client, ROBOTIS' SDK and the robot's own driver
-included, finds it). Imports ``core`` only; no ROS.
+* Shared: ``protocol`` (Dynamixel Protocol 2.0 packets), ``control_table`` (the models'
+  tables, from ``tables/``, and the units of their items), ``chain_file`` (which servo
+  drives which joint, ``crane_x7.yaml``).
+* :mod:`plag_ros.bus.host`: the host's side, what runs on the real arm: the torque-mode
+  driver through ROBOTIS' dynamixel-sdk and the envelope of current mode.
+* :mod:`plag_ros.bus.emulator`: the servos' side, emulated: each servo's table and
+  firmware, the chain with its faults for tests, the simulated arm they drive and the bus on
+  a pseudo-terminal, where any Dynamixel client (ROBOTIS' SDK, the robot's own driver, the
+  host side above) finds it.
+
+The two rooms never import each other (``test/test_layers.py``). Imports ``core`` only; no
+ROS.
 """

@@ -8,17 +8,21 @@ of 1-28 has its address at 168 + 2 (n - 1) and its data byte at 224 + (n - 1), s
 29-56 at 578 + 2 (n - 29) and 634 + (n - 29); an address slot holds a RAM address 64-661
 and initially points at its own data byte).
 
-Addresses 0-63 are EEPROM (writable only with the torque off), 64 and above RAM.
+Addresses 0-63 are EEPROM (writable only with the torque off), 64 and above RAM. The units
+of the items both sides of the bus convert (e-manual, each item's "Unit") are here too.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import yaml
 
-__all__ = ['EEPROM_END', 'INDIRECT_BLOCKS', 'TABLE_END', 'ControlTable', 'Item', 'load']
+__all__ = ['CURRENT_UNIT', 'EEPROM_END', 'HOME_COUNT', 'INDIRECT_BLOCKS',
+           'PROFILE_ACCELERATION_UNIT', 'RETURN_DELAY_UNIT', 'TABLE_END', 'VELOCITY_UNIT',
+           'WATCHDOG_UNIT', 'ControlTable', 'Item', 'load']
 
 EEPROM_END = 64
 """First RAM address."""
@@ -26,6 +30,19 @@ TABLE_END = 662
 """One past the last address (Indirect Data 56 at 661)."""
 INDIRECT_BLOCKS = ((168, 224, 28), (578, 634, 28))
 """(first address slot, first data byte, slots) of the two indirect blocks."""
+HOME_COUNT = 2048
+"""Present Position at the joint's zero (the CRANE-X7 driver decodes ``(count - 2048) *
+pi / 2048``)."""
+CURRENT_UNIT = 2.69e-3
+"""Present/Goal Current and Current Limit [A per unit]."""
+VELOCITY_UNIT = 0.229 * 2.0 * math.pi / 60.0
+"""Present Velocity and Profile Velocity [rad/s per unit] (0.229 rev/min)."""
+PROFILE_ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0
+"""Profile Acceleration [rad/s^2 per unit] (214.577 rev/min^2)."""
+WATCHDOG_UNIT = 0.020
+"""Bus Watchdog [s per unit]."""
+RETURN_DELAY_UNIT = 2e-6
+"""Return Delay Time [s per unit]."""
 _TABLES = Path(__file__).with_name('tables')
 MODEL_FILES = {'XM430-W350': 'xm430_w350.yaml', 'XM540-W270': 'xm540_w270.yaml'}
 

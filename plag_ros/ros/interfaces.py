@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from plag_ros.core.control.settings import EFFORT_COMMAND_TOPIC
 from plag_ros.ros import topics
 
 __all__ = ['LATCHED', 'NODE_INTERFACES', 'RELIABLE', 'Endpoint', 'setting_value']
@@ -124,7 +125,10 @@ IMPEDANCE = (
              'a one-point trajectory of command.joints', (('command_kind', 'trajectory'),)),
     Endpoint('out', '{command_topic}', _ARRAY, RELIABLE.format(depth=10),
              'torques [N*m] of every actuated joint (simulator only)',
-             (('command_kind', 'effort'),)),
+             (('command_kind', 'effort'), ('stamped_effort', False))),
+    Endpoint('out', '{command_topic}', _JS, RELIABLE.format(depth=10),
+             "plag_driver's effort command: command.joints by name, effort [N*m], stamped "
+             'with the joint state it was computed from', (('stamped_effort', True),)),
     Endpoint('out', '~/compensation', _JS, RELIABLE.format(depth=10),
              'q_d in position, measured q in velocity, selected propagation torque in '
              'effort [N*m]'),
@@ -142,6 +146,10 @@ IMPEDANCE = (
              'rcl_interfaces/srv/SetParameters', '',
              "sets the simulator's active_arm_controller",
              (('command_kind', 'forward'), ('switch.method', 'sim'))),
+    Endpoint('client', '{switch.driver_node}/set_parameters',
+             'rcl_interfaces/srv/SetParameters', '',
+             "sets plag_driver's active_arm_controller (current mode and back)",
+             (('switch.method', 'driver'),)),
     Endpoint('client', '/{target_controller}/get_parameters',
              'rcl_interfaces/srv/GetParameters', '',
              "reads the controller's joints to check command.joints",
@@ -172,6 +180,26 @@ SIM = (
 )
 """``plag_sim`` (:mod:`plag_ros.ros.nodes.sim_node`)."""
 
+DRIVER = (
+    Endpoint('out', 'joint_states', _JS, RELIABLE.format(depth=10),
+             "the chain's 8 joints in chain order: position [rad], velocity [rad/s], effort = "
+             'current [A] x 2.20 (XM430) or 3.60 (XM540), stamped when read'),
+    Endpoint('out', '~/state', _STRING, LATCHED,
+             'JSON: modes per joint, the latched fault, active_arm_controller, counters'),
+    Endpoint('in', '/crane_x7_arm_controller/joint_trajectory', _TRAJ,
+             RELIABLE.format(depth=10), 'arm joints by name, followed point to point '
+             '(position mode)'),
+    Endpoint('in', '/plag_arm_position_controller/commands', _ARRAY,
+             RELIABLE.format(depth=10), '7 arm goal positions [rad] in chain order '
+             '(position mode)'),
+    Endpoint('in', EFFORT_COMMAND_TOPIC, _JS, RELIABLE.format(depth=10),
+             'arm joints by name, effort [N*m] (motor torque), stamped with the joint state '
+             'it was computed from; older than stale_s is refused (current mode)'),
+    Endpoint('service', '~/clear_fault', 'std_srvs/srv/Trigger', '',
+             'clears the latched fault; the arm stays held in position mode'),
+)
+"""``plag_driver`` (:mod:`plag_ros.ros.nodes.driver_node`), the real servo bus."""
+
 EMULATED_CONTROLLER_MANAGER = (
     Endpoint('service', '~/switch_controller', 'controller_manager_msgs/srv/SwitchController',
              '', "switches plag_sim's arm controllers by ros2_control's rules"),
@@ -185,6 +213,7 @@ NODE_INTERFACES: dict[str, tuple[Endpoint, ...]] = {
     topics.DYNAMICS_NODE_NAME: DYNAMICS,
     'plag_impedance': IMPEDANCE,
     'plag_sim': SIM,
+    'plag_driver': DRIVER,
     'controller_manager': EMULATED_CONTROLLER_MANAGER,
 }
 """Node name -> its endpoints (the parameter services every node has are left out)."""

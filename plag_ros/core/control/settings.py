@@ -45,8 +45,9 @@ from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.core.estimation.plausibility import PlausibilityConfig
 
-__all__ = ['EFFORT_CONTROLLER', 'FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
-           'TRAJECTORY_CONTROLLER', 'CommandKind', 'CommandSettings', 'CommandType',
+__all__ = ['EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER', 'FORWARD_CONTROLLER',
+           'IMPEDANCE_OPTIONS', 'SWITCH_METHODS', 'TRAJECTORY_CONTROLLER', 'CommandKind',
+           'CommandSettings', 'CommandType',
            'CompensateSettings', 'FaultSettings', 'ImpedanceSettings', 'OscillationSettings',
            'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings']
 
@@ -55,6 +56,10 @@ FORWARD_CONTROLLER = 'plag_arm_position_controller'
 EFFORT_CONTROLLER = 'plag_arm_effort_controller'
 """The effort path on the bus driver ``plag_driver``: its current mode (``switch.method
 driver``)."""
+EFFORT_COMMAND_TOPIC = f'/{EFFORT_CONTROLLER}/commands'
+"""``plag_driver``'s effort command: ``sensor_msgs/JointState`` with the arm joints' names,
+``effort`` [N*m] (motor torque) and ``header.stamp`` = the stamp of the joint state it was
+computed from (the driver refuses one older than its ``stale_s``)."""
 TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
 """The driver's joint trajectory controller: the trajectory path's target, the fallback."""
 
@@ -301,12 +306,18 @@ class ImpedanceSettings:
         return 'effort' if self.command_interface == 'effort' else self.command.type
 
     @property
+    def stamped_effort(self) -> bool:
+        """Whether the command is ``plag_driver``'s named, stamped effort
+        (:data:`EFFORT_COMMAND_TOPIC`), not a bare array by index."""
+        return self.command_kind == 'effort' and self.switch.method == 'driver'
+
+    @property
     def command_topic(self) -> str:
         """``command.topic``, or the default topic of :attr:`command_kind`."""
         return self.command.topic or {
             'forward': f'/{FORWARD_CONTROLLER}/commands',
             'trajectory': f'/{TRAJECTORY_CONTROLLER}/joint_trajectory',
-            'effort': f'/{EFFORT_CONTROLLER}/commands' if self.switch.method == 'driver'
+            'effort': EFFORT_COMMAND_TOPIC if self.switch.method == 'driver'
             else 'effort_controller/commands'}[self.command_kind]
 
     @property

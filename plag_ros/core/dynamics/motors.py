@@ -17,6 +17,19 @@ one per arm joint plus finger a. Sources (facts only, no code copied):
   a torque constant of about 1.78 / 2.41 N*m/A (the 1.783 / 2.409 of manipulator_links.csv).
   The driver's 2.20 / 3.60 are larger (origin not documented): its ``effort`` reads about
   1.24x / 1.49x the motor torque. :func:`effort_to_torque` undoes that.
+* no-load speed at 12 V (same file, ``noloadspeed``): 46 rev/min (4.82 rad/s, the URDF's
+  velocity limit) for the XM430-W350, 30 rev/min (3.14 rad/s) for the XM540-W270.
+* continuous torque: the e-manual publishes none for X-series servos. Its note on the
+  performance graphs (``_includes/en/dxl/note_performance_graph.md`` at 2f0e8dfa) calls the
+  stall torque "the momentary torque that it can reach" and the graph's maximum lower; the
+  Goal Current item warns that a high current held long "might damage the motor"; and the
+  default Shutdown (63) = 52 turns the torque off on Overload ("persistent load that
+  exceeds maximum output") and Overheating. The package's figure is half the stall torque
+  (:data:`CONTINUOUS_FRACTION`: 2.05 N*m for the XM430-W350, 5.3 for the XM540-W270): a
+  quarter of the stall current's copper loss, and 1.46x or more of the largest gravity
+  torque the CRANE-X7's model asks of each joint (tilt 3.62 N*m, rotate 1.32; over 2000
+  random poses within the limits). The 1/5 rule of ROBOTIS' AX pages (the e-manual's
+  ``ax-12a.md`` at 486d85b1) would not hold the arm (0.82 N*m on the elbow).
 * gear ratio (e-manual ``_data/dxl_x_info.yml`` at 00280385, ``gearratio``): 353.5:1
   (XM430-W350), 272.5:1 (XM540-W270).
 * armature, the rotor's inertia reflected through the gear [kg*m^2 at the joint]: no
@@ -73,7 +86,8 @@ import numpy as np
 if TYPE_CHECKING:
     from plag_ros.core.dynamics.model import RobotModel
 
-__all__ = ['ARM_JOINTS', 'armature', 'DEFAULT_POSITION_RESOLUTION', 'DEFAULT_VELOCITY_RESOLUTION',
+__all__ = ['ARM_JOINTS', 'CONTINUOUS_FRACTION', 'armature', 'DEFAULT_POSITION_RESOLUTION',
+           'DEFAULT_VELOCITY_RESOLUTION',
            'DRIVER_P_GAIN', 'DRIVER_STOP_P_GAIN', 'GRIPPER_JOINT',
            'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
            'back_emf_damping', 'current_to_effort', 'driver_effort_to_torque',
@@ -126,6 +140,7 @@ class Motor(NamedTuple):
         gear_ratio: output turns per motor turn, inverted (353.5 for 353.5:1).
         armature: [kg*m^2] nominal reflected rotor inertia at the joint.
         armature_uncertainty: relative half-width of the armature's range.
+        no_load_speed: [rad/s] at 12 V (e-manual).
     """
 
     model: str
@@ -135,6 +150,13 @@ class Motor(NamedTuple):
     gear_ratio: float = 1.0
     armature: float = 0.0
     armature_uncertainty: float = 0.0
+    no_load_speed: float = math.inf
+
+    @property
+    def continuous_torque(self) -> float:
+        """[N*m] the torque the package lets a servo make for as long as it is asked:
+        half the stall torque (module docstring, "continuous torque")."""
+        return CONTINUOUS_FRACTION * self.stall_torque
 
     def stiffness_per_p_gain(self) -> float:
         """K_s per unit of the Position P Gain register [N*m/rad]."""
@@ -146,9 +168,13 @@ class Motor(NamedTuple):
 
 
 MOTORS: dict[str, Motor] = {
-    'XM430-W350': Motor('XM430-W350', 4.1, 2.20, 4.1 / 2.3, 353.5, 0.016, 0.5),
-    'XM540-W270': Motor('XM540-W270', 10.6, 3.60, 10.6 / 4.4, 272.5, 0.035, 0.5),
+    'XM430-W350': Motor('XM430-W350', 4.1, 2.20, 4.1 / 2.3, 353.5, 0.016, 0.5,
+                        46 * 2 * math.pi / 60),
+    'XM540-W270': Motor('XM540-W270', 10.6, 3.60, 10.6 / 4.4, 272.5, 0.035, 0.5,
+                        30 * 2 * math.pi / 60),
 }
+CONTINUOUS_FRACTION = 0.5
+"""The continuous torque as a fraction of the stall torque (module docstring)."""
 
 ARM_JOINTS: tuple[str, ...] = (
     'crane_x7_shoulder_fixed_part_pan_joint',

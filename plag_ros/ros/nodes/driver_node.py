@@ -1,7 +1,7 @@
 """``plag_driver``: the CRANE-X7's servo bus as a ROS 2 node, with torque (current) mode.
 
 It replaces rt-net's ``crane_x7_control`` on the bus (never run both on one port) and
-speaks to the servos through ROBOTIS' dynamixel-sdk (:class:`plag_ros.bus.driver.BusDriver`
+speaks to the servos through ROBOTIS' dynamixel-sdk (:class:`plag_ros.bus.host.driver.BusDriver`
 does the bus; this node is its ROS face). What it offers, with the robot driver's names:
 
 * ``joint_states`` (sensor_msgs/JointState, reliable) at ``rate_hz``: the 8 servos' joints
@@ -10,8 +10,12 @@ does the bus; this node is its ROS face). What it offers, with the robot driver'
 * ``/crane_x7_arm_controller/joint_trajectory`` (trajectory_msgs/JointTrajectory, linear
   between points) and ``/plag_arm_position_controller/commands`` (std_msgs/Float64MultiArray,
   the 7 arm joints) in position mode;
-* ``/plag_arm_effort_controller/commands`` (Float64MultiArray, 7 efforts [N*m], motor
-  torque) in current mode;
+* ``/plag_arm_effort_controller/commands`` (sensor_msgs/JointState) in current mode: the
+  arm joints by ``name`` in any order, ``effort`` [N*m] (motor torque), and
+  ``header.stamp`` = the stamp of the ``joint_states`` sample the torque was computed
+  from. A command with a joint the chain lacks, a name twice, an arm joint missing, not
+  one effort per name, or a source sample older than ``stale_s`` (a zero stamp included)
+  or stamped in the future is rejected, counted and logged; the last good one stays;
 * the parameter ``active_arm_controller``, which says whose commands count:
   ``plag_arm_effort_controller`` puts the arm joints in current mode (with the gravity
   torque of the present pose until the first command), any other in position mode holding
@@ -31,54 +35,41 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from plag_ros.bus.arm import CRANE_X7_BUS, BusConfig
-from plag_ros.bus.driver import (
+from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
+from plag_ros.bus.host.driver import (
+    DRIVER_NODE_OPTIONS,
     EFFORT_CONTROLLER,
     BusDriver,
     BusError,
-    DriverSettings,
+    DriverNodeSettings,
     Reading,
     gravity_in_chain_order,
 )
-from plag_ros.core.common.options import build, group, inline, option, options
+from plag_ros.core.common.options import build
+from plag_ros.core.control.settings import EFFORT_COMMAND_TOPIC
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
-from plag_ros.core.dynamics.model_parameters import ModelSettings, model_with_parameters
+from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.parameters import declare_options, option_values
+from plag_ros.ros.qos import LATCHED, reliable
 
-__all__ = ['NODE_NAME', 'DriverNode', 'DriverNodeSettings', 'main']
+__all__ = ['NODE_NAME', 'DriverNode', 'main']
 
 NODE_NAME = 'plag_driver'
 TRAJECTORY_TOPIC = '/crane_x7_arm_controller/joint_trajectory'
 FORWARD_TOPIC = '/plag_arm_position_controller/commands'
-EFFORT_TOPIC = f'/{EFFORT_CONTROLLER}/commands'
-_RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-
-
-@dataclass(frozen=True)
-class DriverNodeSettings:
-    """``plag_driver``'s parameters: the bus's (:class:`DriverSettings`) and the model's."""
-
-    bus: DriverSettings = inline(DriverSettings)
-    urdf_path: str = option('', "URDF for the gravity torque ('' = the bundled crane_x7.urdf)",
-                            read_only=True)
-    model: ModelSettings = group(ModelSettings)
-
-
-NODE_OPTIONS = options(DriverNodeSettings())
+_RELIABLE = reliable()
 
 
 class DriverNode(Node):
@@ -90,7 +81,7 @@ class DriverNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        values = declare_options(self, NODE_OPTIONS)
+        values = declare_options(self, DRIVER_NODE_OPTIONS)
         s = self.settings = build(DriverNodeSettings, values)
         config = BusConfig.load(s.bus.chain or CRANE_X7_BUS)
         model, parameters = model_with_parameters(
@@ -117,13 +108,11 @@ class DriverNode(Node):
         self.publish_errors = 0
         self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
-        self._pub_state = self.create_publisher(String, '~/state', QoSProfile(
-            depth=1, reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self._pub_state = self.create_publisher(String, '~/state', LATCHED)
         self.create_subscription(JointTrajectory, TRAJECTORY_TOPIC, self._on_trajectory,
                                  _RELIABLE)
         self.create_subscription(Float64MultiArray, FORWARD_TOPIC, self._on_forward, _RELIABLE)
-        self.create_subscription(Float64MultiArray, EFFORT_TOPIC, self._on_effort, _RELIABLE)
+        self.create_subscription(JointState, EFFORT_COMMAND_TOPIC, self._on_effort, _RELIABLE)
         self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
@@ -164,10 +153,11 @@ class DriverNode(Node):
             except Exception as err:  # noqa: BLE001 - the bus thread must outlive any cycle
                 reading = None
                 self.cycle_errors += 1
+                self.driver.fail_safe(f'bus cycle failed: {err!r}')
                 if repr(err) not in failures:    # once per kind: no log flood at 200 Hz
                     failures.add(repr(err))
-                    self.get_logger().error(f'bus cycle failed: {err!r} (counted; the next '
-                                            'cycle goes on, the Bus Watchdog covers a gap)')
+                    self.get_logger().error(f'bus cycle failed: {err!r} (a fault: the arm '
+                                            'holds in position mode; counted)')
             if reading is not None:
                 self._publish(reading)
             self._report()
@@ -218,13 +208,21 @@ class DriverNode(Node):
                 not self.driver.command_positions(list(msg.data), ARM_JOINTS):
             self._reject(f'{FORWARD_TOPIC}: need {len(ARM_JOINTS)} finite positions')
 
-    def _on_effort(self, msg: Float64MultiArray) -> None:
-        if not self._accepting(EFFORT_CONTROLLER, EFFORT_TOPIC):
+    def _on_effort(self, msg: JointState) -> None:
+        if not self._accepting(EFFORT_CONTROLLER, EFFORT_COMMAND_TOPIC):
             return
-        if len(msg.data) != len(ARM_JOINTS):
-            self._reject(f'{EFFORT_TOPIC}: need {len(ARM_JOINTS)} efforts, got {len(msg.data)}')
-            return
-        self.driver.command_effort(list(msg.data), ARM_JOINTS)   # checked by the bus thread
+        # The source sample's age on the node's clock (the one that stamps joint_states),
+        # carried over to the driver's monotonic clock: no stamp is compared across clocks.
+        age = (self.get_clock().now().nanoseconds - msgs.stamp_to_ns(msg.header.stamp)) * 1e-9
+        source_t = self.driver.clock() - age
+        # a NaN is the bus thread's to judge: a fault in current mode
+        if not self.driver.command_effort(list(msg.effort), list(msg.name), source_t):
+            self.get_logger().warning(   # the driver counts it (rejected_commands)
+                f'command rejected: {EFFORT_COMMAND_TOPIC}: names {list(msg.name)}, '
+                f'{len(msg.effort)} efforts, source sample {age * 1e3:.1f} ms old (every arm '
+                f'joint once by name, one effort each, stamped by the joint_states sample, at '
+                f'most stale_s {self.settings.bus.stale_s:g} s old)',
+                throttle_duration_sec=1.0)
 
     def _accepting(self, controller: str, topic: str) -> bool:
         if self._active == controller:
@@ -243,7 +241,7 @@ class DriverNode(Node):
             if p.name != 'active_arm_controller':
                 continue
             try:
-                s = build(DriverNodeSettings, option_values(self, NODE_OPTIONS, [p]))
+                s = build(DriverNodeSettings, option_values(self, DRIVER_NODE_OPTIONS, [p]))
             except (ValueError, TypeError) as err:
                 return SetParametersResult(successful=False, reason=str(err))
             active = s.bus.active_arm_controller
@@ -264,10 +262,24 @@ class DriverNode(Node):
         return response
 
     def destroy_node(self) -> None:
-        """Stop the bus thread, hold in position mode, put the servos' settings back."""
+        """Hold in position mode, then stop the bus thread and put the servos' settings
+        back. The hold is written by the bus thread itself while it still cycles: a loop
+        stopped first would leave current-mode servos silent, and their Bus Watchdog would
+        take their torque before close() holds them."""
+        thread = getattr(self, '_thread', None)
+        if thread is not None and thread.is_alive() and 'current' in self.driver.modes:
+            self.driver.request_mode('position')
+            deadline = time.monotonic() + 1.0
+            while 'current' in self.driver.modes and time.monotonic() < deadline:
+                time.sleep(0.005)
         self._stop.set()
-        if getattr(self, '_thread', None) is not None:
-            self._thread.join(timeout=2.0)
+        if thread is not None:
+            thread.join(timeout=5.0)
+            if thread.is_alive():      # two threads on one port would garble both
+                self.get_logger().error('the bus thread did not stop in 5 s: the bus is left '
+                                        'as it is (the Bus Watchdog stops the servos)')
+                super().destroy_node()
+                return
         try:
             if self.driver.is_open:
                 self.driver.close()

@@ -34,7 +34,6 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.subscription import Subscription
 from rclpy.timer import Timer
 from sensor_msgs.msg import Image, JointState
@@ -47,7 +46,7 @@ from plag_ros.core.decomposition.settings import DynamicsSettings, dynamics_opti
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.ros import messages as msgs
-from plag_ros.ros import topics, tuning
+from plag_ros.ros import qos, topics, tuning
 from plag_ros.ros.input_thread import InputThread
 from plag_ros.ros.nodes import spin_node
 from plag_ros.ros.parameters import declare_options, option_values
@@ -100,9 +99,7 @@ class DynamicsNode(Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
         # Outputs (relative names under the node's private namespace).
-        reliable = QoSProfile(depth=s.output_depth, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        reliable, latched = qos.reliable(s.output_depth), qos.LATCHED
         self._pub_state = self.create_publisher(JointState, f'~/{topics.STATE_TOPIC}', reliable)
         self._pub_arrays = {name: quiet_publisher(self, Float64MultiArray, f'~/{name}',
                                                         reliable)
@@ -121,8 +118,7 @@ class DynamicsNode(Node):
 
         # Inputs. joint_states is subscribed once a model exists (see _set_model), so
         # samples that come before robot_description are not taken, not dropped as bad.
-        self._input_qos = QoSProfile(depth=s.input_queue_depth,
-                                     reliability=ReliabilityPolicy.RELIABLE)
+        self._input_qos = qos.reliable(s.input_queue_depth)
         self._sub_state: Subscription | None = None
         self._fallback_timer: Timer | None = None
         if s.robot_description_source == 'file':
@@ -133,8 +129,7 @@ class DynamicsNode(Node):
         else:
             self._sub_description = self.create_subscription(
                 String, 'robot_description', self._on_description,
-                QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                           durability=DurabilityPolicy.TRANSIENT_LOCAL))
+                qos.LATCHED)
             timeout = s.robot_description_timeout
             if timeout > 0.0:
                 self._fallback_timer = self.create_timer(timeout, self._on_description_timeout)
@@ -265,8 +260,7 @@ class DynamicsNode(Node):
         self._messages = msgs.DecompositionMessages(model, frame_id=self._frame_id,
                                                     arrays=ARRAY_TOPICS,
                                                     components=tuple(self._pub_components))
-        reliable = QoSProfile(depth=self.settings.output_depth,
-                              reliability=ReliabilityPolicy.RELIABLE)
+        reliable = qos.reliable(self.settings.output_depth)
         for body in model.body_names:
             if body not in self._pub_bodies:
                 self._pub_bodies[body] = quiet_publisher(self,

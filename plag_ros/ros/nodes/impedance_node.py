@@ -17,6 +17,8 @@ on enable and back ``switch.hold_s`` after a disable, a latched fault or shutdow
 equal the controller's ``joints`` in order. ``trajectory`` sends one-point trajectories to
 the running ``crane_x7_arm_controller``; keep ``command.time_from_start`` 0 (a positive
 value interpolates from the sagged measured position and halves the servo stiffness).
+``effort`` with ``switch.method driver`` sends ``plag_driver`` a ``sensor_msgs/JointState``:
+joints by name, ``effort`` [N*m], stamped with the joint state it was computed from.
 ``~/enable`` is refused while nothing subscribes to the command topic or the controller's
 joints differ. Nothing is published before the first valid joint state.
 """
@@ -33,7 +35,6 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Task
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -52,11 +53,12 @@ from plag_ros.ros import messages as msgs
 from plag_ros.ros.arm_handover import ArmHandover
 from plag_ros.ros.controller_switch import sleep
 from plag_ros.ros.parameters import declare_options, option_values
+from plag_ros.ros.qos import LATCHED, reliable
 
 __all__ = ['NODE_NAME', 'ImpedanceNode', 'main']
 
 NODE_NAME = 'plag_impedance'
-_RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+_RELIABLE = reliable()
 
 
 class ImpedanceNode(Node):
@@ -108,9 +110,10 @@ class ImpedanceNode(Node):
         kind = self._kind = s.command_kind
         self._command_names = s.command_joints(self.model)
         self._command_idx = np.array([self._names.index(j) for j in self._command_names])
+        self._stamped, self._source_ns = s.stamped_effort, 0   # newest joint state's stamp
         self._pub_command = self.create_publisher(
-            JointTrajectory if kind == 'trajectory' else Float64MultiArray, s.command_topic,
-            _RELIABLE)
+            JointTrajectory if kind == 'trajectory' else
+            JointState if self._stamped else Float64MultiArray, s.command_topic, _RELIABLE)
         self._layout = msgs.array_layout((len(self._command_names),), ['joint'])
         self.handover = ArmHandover(self, s, self._command_names, self._async_group)
         self.own = self.handover.own
@@ -123,11 +126,8 @@ class ImpedanceNode(Node):
 
         self._pub_compensation = self.create_publisher(JointState, '~/compensation', _RELIABLE)
         self._pub_torque = self.create_publisher(JointState, '~/torque', _RELIABLE)
-        self._pub_state = self.create_publisher(String, '~/state', QoSProfile(
-            depth=1, reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL))
-        self.create_subscription(JointState, 'joint_states', self.on_joint_state,
-                                 QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+        self._pub_state = self.create_publisher(String, '~/state', LATCHED)
+        self.create_subscription(JointState, 'joint_states', self.on_joint_state, reliable(50))
         self.create_subscription(JointState, '~/reference', self._on_reference, _RELIABLE)
         self.create_service(SetBool, '~/enable', self._on_enable,
                             callback_group=self._async_group)
@@ -165,6 +165,7 @@ class ImpedanceNode(Node):
     def on_joint_state(self, msg: JointState) -> None:
         """The ``joint_states`` callback; sets :attr:`last_command`."""
         now = self._now_ns()
+        self._source_ns = msgs.stamp_to_ns(msg.header.stamp)
         if self.own.input_arrived(time.monotonic()):
             self._driver_back(now)
         try:
@@ -199,8 +200,7 @@ class ImpedanceNode(Node):
     def _on_reference(self, msg: JointState) -> None:
         try:
             _, q, qd, _ = self._ref_reader.read(msg, velocity=len(msg.velocity) > 0)
-            self.controller.set_reference(q=q[self._act],
-                                          qd=None if qd is None else qd[self._act])
+            self.controller.set_reference(q=q[self._act], qd=None if qd is None else qd[self._act])
         except ValueError as err:
             self.get_logger().warning(f'~/reference rejected: {err}')
 
@@ -289,6 +289,9 @@ class ImpedanceNode(Node):
             self._pub_command.publish(
                 msgs.joint_trajectory(self._command_names, [self.settings.command.time_from_start],
                                       [values]) if self._kind == 'trajectory'
+                # a timer's hold ages with that stamp: past stale_s the driver holds itself
+                else msgs.joint_state(self._command_names, effort=values, t_ns=self._source_ns)
+                if self._stamped
                 else msgs.float64_multi_array(values, layout=self._layout))
             self.commands += 1
             self._pub_compensation.publish(msgs.joint_state(
@@ -298,8 +301,7 @@ class ImpedanceNode(Node):
                                                       t_ns=now))
         self._publish_state(command, now)
 
-    def _publish_state(self, command: Command | None, now: int, *, force: bool = False
-                       ) -> None:
+    def _publish_state(self, command: Command | None, now: int, *, force: bool = False) -> None:
         """``~/state`` on every change, on ``force`` and at ``state_rate_hz``."""
         ctl = self.controller
         key = (ctl.state, ctl.fault)

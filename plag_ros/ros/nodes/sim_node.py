@@ -75,7 +75,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
@@ -94,6 +93,7 @@ from plag_ros.core.simulation.settings import (
 )
 from plag_ros.core.simulation.simulator import Simulator
 from plag_ros.ros import messages as msgs
+from plag_ros.ros import qos
 from plag_ros.ros.controller_file import CONTROLLER_TYPE
 from plag_ros.ros.emulated_controller_manager import (
     JOINT_STATE_BROADCASTER,
@@ -179,12 +179,10 @@ class SimNode(Node):
             release=release_for(os.environ.get('ROS_DISTRO')))
         self.broadcasting = True     # joint_state_controller active: joint_states flow
 
-        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        reliable, latched = qos.reliable(), qos.LATCHED
         # 0.5 s of joint states: a subscriber stalled that long loses none
-        self._pub_state = self.create_publisher(JointState, 'joint_states', QoSProfile(
-            depth=settings.state_queue_depth, reliability=ReliabilityPolicy.RELIABLE))
+        self._pub_state = self.create_publisher(JointState, 'joint_states', qos.reliable(
+            settings.state_queue_depth))
         self._pub_description = self.create_publisher(String, 'robot_description', latched)
         self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', reliable)
         self._pub_description.publish(String(data=self.model.urdf_xml))

@@ -3,37 +3,46 @@ position (3) or current (0) mode per joint, and the safety rules of torque mode.
 
 This is the bus half of ``plag_driver`` (:mod:`plag_ros.ros.nodes.driver_node`), without
 ROS: it speaks to the servos through ROBOTIS' ``dynamixel-sdk`` (PyPI), so it runs against
-the real arm and against the emulated chain (:mod:`plag_ros.bus.server`) alike. Register
+the real arm and against the emulated chain (:mod:`plag_ros.bus.emulator.server`) alike. Register
 addresses, units and rules are the e-manual's (the sources are in ``tables/*.yaml`` and
 ``docs/concepts/servo-bus.md``); what the robot's own driver does on the bus is recorded in
 ``test/data/dynamixel/crane_x7_control_sequence.yaml``.
 
 One cycle (:meth:`BusDriver.cycle`):
 
-1. SYNC READ of 13 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
-   Bus Watchdog, Present Current, Present Velocity, Present Position (:data:`READ_ITEMS`).
+1. SYNC READ of 14 bytes at Indirect Data 1 (224): Torque Enable, Hardware Error Status,
+   Bus Watchdog, Present Current, Present Velocity, Present Position, Present Temperature
+   (:data:`READ_ITEMS`).
 2. The checks: a failed read counts, and :attr:`DriverSettings.failed_reads` in a row are a
-   fault; a Hardware Error Status other than 0, a servo whose torque went off or an expired
-   Bus Watchdog (the host stalled) is a fault.
+   fault; a Hardware Error Status other than 0, a servo whose torque went off, an expired
+   Bus Watchdog (the host stalled), a servo near its Temperature Limit and, for the joints
+   in current mode, the envelope (:mod:`plag_ros.bus.host.envelope`) are faults.
    Nothing is written from a failed read.
 3. A pending mode change (:meth:`BusDriver.request_mode`): torque off, Operating Mode,
    the first goal (the gravity torque of the present pose as current, or the present
    position), the gains the mode change reset, torque on: sync writes in one burst, so the
    torque is off for well under one cycle.
-4. SYNC WRITE of 6 bytes at Indirect Data 14 (237): Goal Current and Goal Position
+4. SYNC WRITE of 6 bytes at Indirect Data 15 (238): Goal Current and Goal Position
    (:data:`WRITE_ITEMS`). Position joints get their command (clipped to the position
    limits); current joints get the effort command over the torque constant. An effort
-   command that is stale, not finite or beyond the joint's torque limit is a fault.
+   command that is stale, not finite, beyond the joint's torque limit or a step beyond the
+   envelope is a fault; :attr:`DriverSettings.failed_writes` failed writes in a row too.
+5. After a switch, the switched servos' Operating Mode read back: a sync write has no
+   answer, and one lost on the wire is found here.
 
 A fault is latched (:attr:`BusDriver.fault`): every joint in current mode goes to position
-mode holding the pose it has (after a failed bus, the last pose read), and current mode is
-refused until :meth:`BusDriver.clear_fault`. While the driver runs, the Bus Watchdog (98)
-of every servo is armed (:attr:`DriverSettings.watchdog_s`), so a dead or frozen host stops
-the servos: in position mode they hold where they are; in current mode their current goes
-to 0 (the e-manual's "stops"), which is why torque mode needs someone at the power switch.
-:meth:`BusDriver.close` holds every joint in position mode at its present pose and puts
-back what :meth:`BusDriver.open` changed (return delay, current limit, gains, profile,
-indirect addresses, watchdog); the torque stays on: the package never leaves the arm limp.
+mode holding the pose it has (after a failed bus, the last pose read), the position joints
+stop where they are, and current mode and position commands are refused until
+:meth:`BusDriver.clear_fault`. A servo found with its torque off, or left half switched by
+a failed write, is brought back to a position hold (all at once, then one by one with
+acknowledged writes); one that cannot be (a shutdown error: only a reboot clears it) is
+named ``off``. While the driver runs, the Bus Watchdog (98) of every servo is armed
+(:attr:`DriverSettings.watchdog_s`), so a dead or frozen host stops the servos: in position
+mode they hold where they are; in current mode their current goes to 0 (the e-manual's
+"stops"; free, in the CRANE-X7 maker's words), which is why torque mode needs someone at
+the power switch. :meth:`BusDriver.close` holds every joint in position mode at its present
+pose, puts back the RAM items :meth:`BusDriver.open` changed and reads every servo back:
+the torque stays on.
 
 Size (over ~600 lines): the bus's start, cycle, mode switches and faults share one state
 (modes, hold goals, the latched fault) that each rule reads; split, every part would
@@ -42,32 +51,37 @@ reach into the others.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from plag_ros.bus.arm import BusConfig
-from plag_ros.bus.servo import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, WATCHDOG_UNIT
-from plag_ros.core.common.options import option, options
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.control_table import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, WATCHDOG_UNIT
+from plag_ros.bus.host.envelope import Envelope
+from plag_ros.core.common.options import group, inline, option, options
 from plag_ros.core.control.settings import EFFORT_CONTROLLER
+from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD, Motor
 
 if TYPE_CHECKING:
     from plag_ros.core.dynamics.model import RobotModel
 
-__all__ = ['DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES', 'READ_ITEMS', 'WRITE_ITEMS',
-           'BusDriver', 'BusError', 'DriverSettings', 'Reading', 'gravity_in_chain_order',
-           'hardware_error_text']
+__all__ = ['DRIVER_NODE_OPTIONS', 'DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES',
+           'READ_ITEMS', 'WRITE_ITEMS', 'BusDriver', 'BusError', 'DriverNodeSettings',
+           'DriverSettings', 'Reading', 'gravity_in_chain_order', 'hardware_error_text']
 
 MODES = {'current': 0, 'position': 3}
 """Operating Mode (11) values the driver uses."""
 READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
               ('Bus Watchdog', 98, 1), ('Present Current', 126, 2),
-              ('Present Velocity', 128, 4), ('Present Position', 132, 4))
-"""What the cycle's sync read brings, in Indirect Data order (13 bytes from 224)."""
+              ('Present Velocity', 128, 4), ('Present Position', 132, 4),
+              ('Present Temperature', 146, 1))
+"""What the cycle's sync read brings, in Indirect Data order (14 bytes from 224)."""
 WRITE_ITEMS = (('Goal Current', 102, 2), ('Goal Position', 116, 4))
 """What the cycle's sync write sets, in Indirect Data order (6 bytes after the read's)."""
 INDIRECT_ADDRESS_1, INDIRECT_DATA_1 = 168, 224
@@ -81,8 +95,18 @@ SAVED = (('Return Delay Time', 9, 1), ('Operating Mode', 11, 1), ('Current Limit
          ('Bus Watchdog', 98, 1), ('Profile Acceleration', 108, 4),
          ('Profile Velocity', 112, 4))
 EEPROM_END = 64
+USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
+TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
+HOLD_TRIES = 3
+"""Tries of each acknowledged write when a servo is brought back to a hold."""
 _ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
                0x10: 'electrical shock', 0x20: 'overload'}
+
+
+def latency_timer_file(port: str) -> Path:
+    """Where Linux keeps the latency timer [ms] of the USB serial adapter behind ``port``
+    (``/dev/ttyUSB0`` -> ``/sys/bus/usb-serial/devices/ttyUSB0/latency_timer``)."""
+    return USB_SERIAL_DEVICES / Path(os.path.realpath(port)).name / 'latency_timer'
 
 
 def hardware_error_text(bits: int) -> str:
@@ -112,16 +136,29 @@ class DriverSettings:
         baud_rate: [bit/s]; 0: the chain file's.
         rate_hz: cycles per second.
         p_gain: Position P Gain written in position mode (the robot's driver writes 800).
-        torque_limit: [N*m] per servo in chain order, or one value; 0: the stall torque.
-            The largest effort an arm joint may be commanded in current mode, and (as
-            Current Limit) the most the servo makes.
+        torque_limit: [N*m] per servo in chain order, or one value; 0: the continuous
+            torque of the motor table (half the stall torque: no X-series continuous
+            rating is published; :mod:`plag_ros.core.dynamics.motors`). The largest effort
+            an arm joint may be commanded in current mode, and (as Current Limit) the most
+            the servo makes there; the position-mode hold is not bound by it (e-manual
+            "Current Limit": current and current-based position modes only). Up to the
+            stall torque may be set, for short use: held, it trips the servo's Overload
+            shutdown (torque off).
         torque_constant: 'datasheet' (stall torque over stall current, the e-manual) or
             'driver' (crane_x7_description's current_to_effort): the published figure that
             turns an effort command into current (:mod:`plag_ros.core.dynamics.motors`); an
             identified ``effort_scale`` multiplies it.
         watchdog_s: Bus Watchdog period [s], a multiple of 20 ms.
         failed_reads: consecutive failed reads that are a fault.
+        failed_writes: consecutive failed cycle writes that are a fault.
         stale_s: an effort command older than this, in current mode, is a fault [s].
+        limit_margin, stop_deceleration, velocity_limit, torque_step, temperature_margin:
+            the envelope of current mode (:mod:`plag_ros.bus.host.envelope`): [rad] from the
+            position limits to where a joint could stop, [rad/s^2] the deceleration that
+            stop assumes, [rad/s] per servo or one value (0: the servo's no-load speed),
+            [N*m] per servo or one value, the largest change of an effort command in one
+            cycle, and [degC] below each servo's Temperature Limit (31) where the driver
+            faults.
         return_delay: Return Delay Time written [2 us units].
         active_arm_controller: what drives the arm joints (the effort controller: current
             mode).
@@ -145,6 +182,22 @@ class DriverSettings:
                                high=2.54, read_only=True)
     failed_reads: int = option(3, 'consecutive failed reads that are a fault', low=1,
                                high=100, read_only=True)
+    failed_writes: int = option(3, 'consecutive failed cycle writes that are a fault',
+                                low=1, high=100, read_only=True)
+    limit_margin: float = option(0.06, 'current mode: the stopping point must stay this far '
+                                 'inside the position limits [rad]', low=0.0, high=0.5,
+                                 read_only=True)
+    stop_deceleration: float = option(15.0, 'current mode: the deceleration the stopping '
+                                      'point assumes [rad/s^2]', low=0.1, high=1000.0,
+                                      read_only=True)
+    velocity_limit: list[float] = option(
+        [0.0], "current mode: the largest joint speed [rad/s], per servo in chain order or "
+        "one value; 0 = the servo's no-load speed", read_only=True)
+    torque_step: list[float] = option(
+        [1.0], 'current mode: the largest change of an effort command in one cycle [N*m], '
+        'per servo in chain order or one value', read_only=True)
+    temperature_margin: float = option(10.0, "fault this far below each servo's Temperature "
+                                       'Limit [degC]', low=0.0, high=60.0, read_only=True)
     stale_s: float = option(0.1, 'effort command older than this in current mode is a '
                             'fault [s]', low=0.005, high=5.0, read_only=True)
     return_delay: int = option(0, 'Return Delay Time written [2 us]', low=0, high=254,
@@ -163,11 +216,29 @@ class DriverSettings:
         if self.torque_constant not in ('datasheet', 'driver'):
             raise ValueError(f"torque_constant must be 'datasheet' or 'driver', got "
                              f'{self.torque_constant!r}')
-        if self.failed_reads < 1 or not (self.stale_s > 0.0):
-            raise ValueError('failed_reads must be 1 or more and stale_s positive')
+        if self.failed_reads < 1 or self.failed_writes < 1 or not (self.stale_s > 0.0):
+            raise ValueError('failed_reads and failed_writes must be 1 or more and stale_s '
+                             'positive')
+        if not (self.stop_deceleration > 0.0 and self.limit_margin >= 0.0):
+            raise ValueError('stop_deceleration must be positive and limit_margin not '
+                             'negative')
 
 
 DRIVER_OPTIONS = options(DriverSettings())
+
+
+@dataclass(frozen=True)
+class DriverNodeSettings:
+    """``plag_driver``'s parameters: the bus's (:class:`DriverSettings`) and the model's
+    (the gravity torque of a switch, an unknown servo and a hold without commands)."""
+
+    bus: DriverSettings = inline(DriverSettings)
+    urdf_path: str = option('', "URDF for the gravity torque ('' = the bundled crane_x7.urdf)",
+                            read_only=True)
+    model: ModelSettings = group(ModelSettings)
+
+
+DRIVER_NODE_OPTIONS = options(DriverNodeSettings())
 
 
 @dataclass
@@ -180,6 +251,7 @@ class Reading:
         effort: (8,) current times the robot driver's current_to_effort [N*m], the
             ``joint_states`` convention of crane_x7_control.
         counts: (8,) Present Position [counts].
+        temperature: (8,) Present Temperature [degC].
     """
 
     t: float
@@ -188,6 +260,7 @@ class Reading:
     current: np.ndarray
     effort: np.ndarray
     counts: np.ndarray
+    temperature: np.ndarray
 
 
 @dataclass
@@ -248,7 +321,8 @@ class BusDriver:
         arm = self.joints[:-1] if arm_joints is None else list(arm_joints)
         self.arm = np.array([j in arm for j in self.joints])
         self._gravity = gravity or (lambda q: np.zeros(n))
-        self._gravity(np.zeros(n))    # a first call may compile: never inside a cycle
+        self._last_gravity = np.zeros(n)
+        self._gravity_or_last(np.zeros(n))   # a first call may compile: never inside a cycle
         self.current_to_effort = np.array([m.current_to_effort for m in self.motors])
         kt = np.array([m.torque_constant if settings.torque_constant == 'datasheet'
                        else m.current_to_effort for m in self.motors])
@@ -256,10 +330,8 @@ class BusDriver:
             kt = kt * np.broadcast_to(np.asarray(torque_calibration, float), (n,))
         self.torque_constant = kt            # N*m per A, the figure commands go through
         stall = np.array([m.stall_torque for m in self.motors])
-        given = np.asarray(settings.torque_limit, dtype=np.float64)
-        if given.shape not in ((1,), (n,)):
-            raise ValueError(f'torque_limit needs 1 or {n} values, got {given.tolist()}')
-        limit = np.where(np.broadcast_to(given, (n,)) == 0.0, stall, given)
+        limit = _per_servo('torque_limit', settings.torque_limit, n,
+                           [m.continuous_torque for m in self.motors])
         if not (np.all(np.isfinite(limit)) and np.all(limit > 0) and np.all(limit <= stall)):
             raise ValueError(f'torque_limit {limit.tolist()} must be positive and at most '
                              f'the stall torques {stall.tolist()} N*m')
@@ -269,14 +341,28 @@ class BusDriver:
         # own constant (the datasheet ratio; a calibration only scales what we command)
         self.current_limit = np.floor(limit / np.array([m.torque_constant for m in
                                                         self.motors]) / CURRENT_UNIT).astype(int)
+        lower, upper = ((self.limits[:, k] - HOME_COUNT) * PULSE_RAD for k in (0, 1))
+        self.envelope = Envelope(
+            tuple(self.joints), lower, upper, np.full(n, settings.limit_margin),
+            np.full(n, settings.stop_deceleration),
+            _per_servo('velocity_limit', settings.velocity_limit, n,
+                       [m.no_load_speed for m in self.motors]),
+            _per_servo('torque_step', settings.torque_step, n, [math.nan] * n),
+            np.full(n, 80.0 - settings.temperature_margin))   # open() reads each servo's
         self.modes = ['position'] * n
+        """Per servo: 'position' or 'current', or 'off' (a torque-off servo that could not
+        be brought back: only a reboot of the servo can, after a shutdown error)."""
         self.fault = ''
         self.counts: dict[str, int] = {'cycles': 0, 'failed_reads': 0, 'faults': 0,
                                        'rejected_commands': 0, 'mode_switches': 0,
-                                       'writes': 0, 'failed_writes': 0}
+                                       'writes': 0, 'failed_writes': 0, 'holds': 0}
         self.reading: Reading | None = None
         self.torque_off_s = 0.0          # longest torque-off window of a mode switch [s]
         self._failed = 0
+        self._failed_writes = 0
+        self._recover = False        # clear_fault asked the next cycle to hold limp servos
+        self._switched: tuple[list[int], str] = ([], '')    # a switch to read back
+        self._last_effort = np.zeros(n)                # current joints' last command [N*m]
         self._hold = np.zeros(n, dtype=np.int64)       # position goals [counts]
         self._effort = _Command()
         self._forward = _Command()
@@ -290,6 +376,8 @@ class BusDriver:
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
         self._saved: dict[int, dict[int, int]] = {}
+        self.latency_timer_ms: int | None = None
+        """[ms] the USB serial adapter's latency timer, read at :meth:`open` (None: none)."""
         self._port: Any = None
         self.log: Callable[[str], object] = lambda message: None
 
@@ -311,6 +399,15 @@ class BusDriver:
         result = group.txPacket()
         if result != sdk.COMM_SUCCESS:
             raise BusError(f'sync write at {address}: {self._packets.getTxRxResult(result)}')
+
+    def _write(self, servo_id: int, address: int, size: int, value: int) -> None:
+        """One acknowledged write (the servo's status packet says it took it)."""
+        fn = {1: self._packets.write1ByteTxRx, 2: self._packets.write2ByteTxRx,
+              4: self._packets.write4ByteTxRx}[size]
+        result, error = fn(self._port, servo_id, address, value & ((1 << 8 * size) - 1))
+        if result != self._sdk.COMM_SUCCESS or error & 0x7F:
+            raise BusError(f'ID {servo_id}: write of {value} at {address}: '
+                           f'{self._packets.getTxRxResult(result)}, error {error & 0x7F}')
 
     def _read(self, servo_id: int, address: int, size: int) -> int:
         sdk = self._sdk
@@ -378,6 +475,20 @@ class BusDriver:
         for servo_id in self.ids:
             self._read_group.addParam(servo_id)
             self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
+        limits = [self._read(i, *TEMPERATURE_LIMIT[1:]) for i in self.ids]
+        # the servos' own position limits where they are tighter than the chain file's
+        own = np.array([(self._read(i, 52, 4), self._read(i, 48, 4)) for i in self.ids])
+        self.limits = np.column_stack([np.maximum(self.limits[:, 0], own[:, 0]),
+                                       np.minimum(self.limits[:, 1], own[:, 1])])
+        self.envelope = replace(
+            self.envelope, temperature=np.array(limits, dtype=np.float64)
+            - self.settings.temperature_margin,
+            lower=(self.limits[:, 0] - HOME_COUNT) * PULSE_RAD,
+            upper=(self.limits[:, 1] - HOME_COUNT) * PULSE_RAD)
+        try:
+            self.latency_timer_ms = int(latency_timer_file(self.port_name).read_text())
+        except (OSError, ValueError):
+            self.latency_timer_ms = None      # not a USB serial adapter (the emulator's pty)
         reading = None
         for _ in range(5):
             reading = self._sync_read()
@@ -394,19 +505,41 @@ class BusDriver:
         return reading
 
     def close(self) -> None:
-        """Hold every joint in position mode at its present pose and put back what
-        :meth:`open` changed (the torque stays on). Safe to call twice.
+        """Hold every joint in position mode at its present pose, put back the RAM items
+        :meth:`open` changed (indirect addresses, gains, profile; the Bus Watchdog off), and
+        read every servo back before the port closes. Safe to call twice.
 
-        Everything is a sync write computed beforehand, so that the torque is off only
-        for the few EEPROM writes (return delay, current limit, operating mode), well
-        under a millisecond on the bus."""
+        The torque is never turned off here. A servo still in current mode goes to position
+        mode first (the switch's burst, or one by one). The EEPROM items :meth:`open` wrote
+        stay as written (Return Delay Time 0, Current Limit from ``torque_limit``, Operating
+        Mode 3): putting them back would need the torque off, and a write lost then would
+        leave a servo limp with nobody left to notice. The Position P Gain left is the
+        larger of the one found at :meth:`open` and ``p_gain``: a lower one found
+        (crane_x7_control leaves 5 at its deactivation) would let the arm sag away from the
+        hold.
+
+        Raises:
+            BusError: servos that are not holding with the torque on after every try
+                (named); the port is closed all the same.
+        """
         if self._port is None:
             return
         try:
             reading = self._sync_read() or self.reading
-            goals = self._clip(self._hold if reading is None else self._holding_goal(reading))
+            if reading is not None and 'current' in self.modes:
+                try:
+                    self._switch('position', reading)
+                except BusError as err:
+                    self.log(f'closing: the switch to position mode failed ({err}); the '
+                             'servos were brought back to a hold')
             saved = self._saved
             ids = [i for i in self.ids if i in saved]
+            p_gain = {i: max(saved[i][84], self.settings.p_gain) if i in saved
+                      else self.settings.p_gain for i in self.ids}
+            stiffness = np.array([m.stiffness(p_gain[i]) for m, i in zip(self.motors,
+                                                                          self.ids)])
+            goals = self._clip(self._hold if reading is None
+                               else self._holding_goal(reading, stiffness))
 
             def put_back(address: int, size: int) -> None:
                 self._group_write(address, size, {i: saved[i][address] for i in ids})
@@ -414,19 +547,18 @@ class BusDriver:
             self._group_write(98, 1, dict.fromkeys(self.ids, 0))
             for k in range(SLOTS):
                 put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
-            off = time.perf_counter()
-            self._group_write(64, 1, dict.fromkeys(self.ids, 0))
-            put_back(9, 1)
-            put_back(38, 2)
-            self._group_write(11, 1, dict.fromkeys(self.ids, MODES['position']))
             self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
-            self._group_write(64, 1, dict.fromkeys(self.ids, 1))
-            self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
-            # RAM, with the torque on: the found gains and profile (a mode write resets them)
             for _, address, size in SAVED:
-                if address >= EEPROM_END and address != 98:
+                if address == 84:
+                    self._group_write(84, 2, p_gain)
+                elif address >= EEPROM_END and address != 98:
                     put_back(address, size)
-            self.modes = ['position'] * len(self.ids)
+            left = self._not_holding(self.ids)
+            if left and reading is not None:
+                left = self._hold_servos(left, reading, watchdog=0)
+            if left:
+                raise BusError(f'closing: IDs {left} are not holding in position mode with '
+                               'the torque on')
         finally:
             self._port.closePort()
             self._port = None
@@ -460,29 +592,75 @@ class BusDriver:
         self._forward = _Command()
         return True
 
-    def command_effort(self, effort: Sequence[float], joints: Sequence[str]) -> None:
-        """An effort command [N*m] for ``joints`` (the arm's). Checked at the next cycle in
-        current mode: NaN, beyond ``torque_limit`` or stale there is a fault."""
+    def command_effort(self, effort: Sequence[float], joints: Sequence[str],
+                       source_t: float | None = None) -> bool:
+        """An effort command [N*m] for the arm joints, placed by name. ``source_t`` [s, on
+        :attr:`clock`]: when the reading it was computed from was taken (default: now).
+
+        False (counted in ``rejected_commands``, the last command kept) for a joint the
+        chain does not have, a name twice, an arm joint left out, not as many values as
+        names, or a source reading older than ``stale_s`` or from the future. Checked again
+        at each cycle in current mode, where NaN, beyond ``torque_limit``, a step beyond the
+        envelope or a source older than ``stale_s`` is a fault.
+        """
+        now = self.clock()
+        at = now if source_t is None else source_t
+        try:
+            given = np.asarray(effort, dtype=np.float64)
+            index = [self.joints.index(j) for j in joints]
+        except (ValueError, TypeError):
+            given, index = np.zeros(0), []
+        named = np.zeros(len(self.ids), dtype=bool)
+        named[index] = True
+        if (not index or given.shape != (len(index),) or len(set(index)) != len(index)
+                or not named[self.arm].all() or not 0.0 <= now - at <= self.settings.stale_s):
+            self.counts['rejected_commands'] += 1
+            return False
         values = np.full(len(self.ids), np.nan)
-        for name, value in zip(joints, effort):
-            if name in self.joints:
-                values[self.joints.index(name)] = value
-        self._effort = _Command(values, self.clock())
+        values[index] = given
+        self._effort = _Command(values, at)
+        return True
 
     def request_mode(self, mode: str) -> tuple[bool, str]:
-        """Switch the arm joints to ``'current'`` or ``'position'`` at the next cycle."""
+        """Switch the arm joints to ``'current'`` or ``'position'`` at the next cycle.
+        Current mode is refused with the reason while a fault is latched, before the first
+        reading, where the last reading is already outside the envelope (a joint that
+        could not stop inside its limits: it would fault at once), and on a USB adapter
+        whose latency timer is over 1 ms (a fault's recovery, a round trip per write,
+        would then leave servos without torque for that long each)."""
         if mode not in MODES:
             return False, f"mode must be 'current' or 'position', got {mode!r}"
-        if mode == 'current' and self.fault:
-            return False, f'fault latched ({self.fault}): clear it first'
-        if mode == 'current' and self.reading is None:
-            return False, 'no reading yet'
+        if mode == 'current':
+            if self.fault:
+                return False, f'fault latched ({self.fault}): clear it first'
+            if self.reading is None:
+                return False, 'no reading yet'
+            outside = self.envelope.motion_fault(self.reading.position,
+                                                 self.reading.velocity, self.arm)
+            if outside:
+                return False, f'not from this pose: {outside}'
+            if self.latency_timer_ms is not None and self.latency_timer_ms > 1:
+                return False, (f'the USB adapter of {self.port_name} waits '
+                               f'{self.latency_timer_ms} ms before it passes a reply on; set '
+                               f'it to 1 ({latency_timer_file(self.port_name)})')
         self._pending = mode
         return True, f'arm joints to {mode} mode at the next cycle'
 
+    def fail_safe(self, reason: str) -> None:
+        """Latch ``reason`` and hold from the last reading: the bus loop's answer to an
+        exception out of :meth:`cycle` (servos left in current mode without commands would
+        lose their torque to the Bus Watchdog, and the same exception would come back every
+        cycle)."""
+        try:
+            self._fail(reason, self.reading)
+        except Exception as err:  # noqa: BLE001 - the hold's last try: report, never raise
+            self.log(f'the hold after {reason!r} failed too: {err!r}')
+
     def clear_fault(self) -> str:
-        """Unlatch the fault (the joints stay in position mode); the old fault's text."""
-        old, self.fault, self._failed = self.fault, '', 0
+        """Unlatch the fault (the joints stay in position mode); the old fault's text. The
+        next cycle first brings back to a hold any servo it finds with its torque off."""
+        old, self.fault, self._failed, self._failed_writes = self.fault, '', 0, 0
+        self._recover = True
         return old
 
     # ------------------------------------------------------------------ the cycle
@@ -499,6 +677,10 @@ class BusDriver:
             return None
         self._failed = 0
         self.reading = reading
+        if self._recover:                # clear_fault: limp servos back to a hold first
+            self._recover = False
+            if self._torque_off:
+                self._torque_off = self._restore(self._torque_off, reading)
         if self._expired:
             # the servos stopped (current mode: no torque) and refuse goals until 98 := 0
             expired, self._expired = self._expired, []
@@ -514,6 +696,10 @@ class BusDriver:
             self._fail('hardware error: ' + '; '.join(self._alerts), reading)
         elif self._torque_off:
             self._fail(f'torque off on IDs {self._torque_off}', reading)
+        else:
+            hot = self.envelope.temperature_fault(reading.temperature)
+            if hot:
+                self._fail(hot, reading)
         if self._pending is not None:
             mode, self._pending = self._pending, None
             if not (mode == 'current' and self.fault):
@@ -524,21 +710,42 @@ class BusDriver:
         current = np.zeros(len(self.ids), dtype=np.int64)
         in_current = np.array([m == 'current' for m in self.modes])
         if in_current.any():
-            effort = self._checked_effort(reading, in_current)
+            outside = self.envelope.motion_fault(reading.position, reading.velocity,
+                                                 in_current)
+            if outside:
+                self._fail(outside, reading)
+                effort = None
+            else:
+                effort = self._checked_effort(reading, in_current)
             if effort is None:
                 in_current[:] = False
             else:
                 effort = np.where(in_current, effort, 0.0)
+                self._last_effort = effort
                 current = np.round(effort / self.torque_constant / CURRENT_UNIT).astype(np.int64)
                 current = np.clip(current, -self.current_limit, self.current_limit)
+        unknown = self.arm & np.array([m == 'unknown' for m in self.modes])
+        if unknown.any():
+            # a servo whose mode is not known may still be in current mode: its pose's
+            # gravity torque, not none (in position mode Goal Current is not used)
+            g = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
+                        self.torque_limit)
+            current[unknown] = np.round(g / self.torque_constant / CURRENT_UNIT)[unknown]
         goals = self._position_goals(reading, in_current)
         group = self._write_group
         for k, servo_id in enumerate(self.ids):
             group.changeParam(servo_id, int(current[k]).to_bytes(2, 'little', signed=True)
                               + int(goals[k]).to_bytes(4, 'little', signed=True))
         self.counts['writes'] += 1
-        if group.txPacket() != self._sdk.COMM_SUCCESS:
+        if group.txPacket() == self._sdk.COMM_SUCCESS:
+            self._failed_writes = 0
+        else:
             self.counts['failed_writes'] += 1
+            self._failed_writes += 1
+            if self._failed_writes >= self.settings.failed_writes:
+                self._fail(f'{self._failed_writes} consecutive failed writes', reading)
+        if self._switched[0]:
+            self._check_switch(reading)
         return reading
 
     def _checked_effort(self, reading: Reading, joints: np.ndarray) -> np.ndarray | None:
@@ -558,6 +765,10 @@ class BusDriver:
             what = {self.joints[k]: float(values[k]) for k in np.flatnonzero(bad)}
             self._fail(f'effort command out of range or not finite: {what} (limits '
                        f'{self.torque_limit[bad].tolist()} N*m)', reading)
+            return None
+        jump = self.envelope.torque_step_fault(self._last_effort, values, joints)
+        if jump:
+            self._fail(jump, reading)
             return None
         return values
 
@@ -591,7 +802,7 @@ class BusDriver:
             for j, (_, _, size) in enumerate(READ_ITEMS):
                 raw[k, j] = _signed(group.getData(servo_id, offset, size), size)
                 offset += size
-        torque, errors, watchdog, current, velocity, counts = raw.T
+        torque, errors, watchdog, current, velocity, counts, temperature = raw.T
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._alerts = [f'ID {i}: {hardware_error_text(int(e))}'
                         for i, e in zip(self.ids, errors) if e]
@@ -601,18 +812,25 @@ class BusDriver:
         amps = current * CURRENT_UNIT
         return Reading(self.clock(), (counts - HOME_COUNT) * PULSE_RAD,
                        velocity * VELOCITY_UNIT, amps, amps * self.current_to_effort,
-                       counts.copy())
+                       counts.copy(), (temperature % 256).astype(np.float64))   # unsigned
 
-    def _switch(self, mode: str, reading: Reading) -> None:
+    def _switch(self, mode: str, reading: Reading) -> list[int]:
         """Torque off, mode, first goal, gains, torque on for the arm joints not in
-        ``mode``; one burst of sync writes."""
+        ``mode``; one burst of sync writes. The IDs switched. Their Operating Mode is read
+        back after the cycle's own write (:meth:`_check_switch`), so that a lost first goal
+        is written again before anything else happens on the bus.
+
+        Raises:
+            BusError: a write failed; every servo of the switch has then been brought back
+                to a position hold (:meth:`_hold_servos`), as far as it answers.
+        """
         which = [k for k in range(len(self.ids)) if self.arm[k] and self.modes[k] != mode]
         if not which:
-            return
+            return []
         ids = [self.ids[k] for k in which]
         # everything computed before the torque goes off: the window is bus writes only
         if mode == 'current':
-            start = np.clip(self._gravity(reading.position), -self.torque_limit,
+            start = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
                             self.torque_limit)
             amps = np.clip(np.round(start / self.torque_constant / CURRENT_UNIT).astype(int),
                            -self.current_limit, self.current_limit)
@@ -621,15 +839,20 @@ class BusDriver:
             held = self._clip(self._holding_goal(reading))
             first = (116, 4, {self.ids[k]: int(held[k]) for k in which})
         off = time.perf_counter()
-        self._group_write(64, 1, dict.fromkeys(ids, 0))
-        self._group_write(11, 1, dict.fromkeys(ids, MODES[mode]))
-        self._group_write(*first)
-        if mode == 'position':
-            self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
-        self._group_write(64, 1, dict.fromkeys(ids, 1))
-        self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
+        try:
+            self._group_write(64, 1, dict.fromkeys(ids, 0))
+            self._group_write(11, 1, dict.fromkeys(ids, MODES[mode]))
+            self._group_write(*first)
+            if mode == 'position':
+                self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
+            self._group_write(64, 1, dict.fromkeys(ids, 1))
+            self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
+        except BusError:
+            self._restore(ids, reading)
+            raise
         if mode == 'current':
             self._start_effort, self._entered_current = start, self.clock()
+            self._last_effort = np.where(self.arm, start, 0.0)
             self._effort = _Command()
         else:
             self._hold[which] = held[which]
@@ -637,33 +860,191 @@ class BusDriver:
         for k in which:
             self.modes[k] = mode
         self.counts['mode_switches'] += 1
+        self._switched = (ids, mode)
         self.log(f'IDs {ids} in {mode} mode')
+        return ids
 
-    def _holding_goal(self, reading: Reading) -> np.ndarray:
+    def _check_switch(self, reading: Reading) -> None:
+        """After a switch: its servos' Operating Mode read back (one sync read). A lost sync
+        write has no answer: a servo left in the old mode is found here, and the switch
+        ends in a position hold and a fault (one left with its torque off is found by the
+        next cycle's read)."""
+        ids, mode = self._switched
+        self._switched = ([], '')
+        sdk, value = self._sdk, MODES[mode]
+        group = sdk.GroupSyncRead(self._port, self._packets, 11, 1)
+        for servo_id in ids:
+            group.addParam(servo_id)
+        answered = group.txRxPacket() == sdk.COMM_SUCCESS
+        wrong = [i for i in ids if not answered or not group.isAvailable(i, 11, 1)
+                 or group.getData(i, 11, 1) != value]
+        if wrong:
+            self._restore(ids, reading)
+            self._fail(f'mode switch to {mode} failed: IDs {wrong} did not take Operating '
+                       f'Mode {value}', reading)
+
+    def _restore(self, ids: Sequence[int], reading: Reading, watchdog: int | None = None
+                 ) -> list[int]:
+        """Every servo of ``ids``, whatever a failure left it in (torque off, half switched),
+        back to position mode holding the pose of ``reading`` with its torque on: first for
+        all at once (one sync write per item, then Torque Enable and Operating Mode read
+        back), so that no servo waits for the others' round trips; then one by one for
+        those the burst did not bring back (:meth:`_hold_servos`). The IDs left unheld."""
+        goals = self._clip(self._holding_goal(reading))
+        self._hold_here(ids, goals)
+        try:
+            self._group_write(98, 1, dict.fromkeys(ids, 0))   # a tripped watchdog refuses goals
+            self._group_write(11, 1, dict.fromkeys(ids, MODES['position']))
+            self._group_write(116, 4, {i: int(goals[self.ids.index(i)]) for i in ids})
+            self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
+            self._group_write(64, 1, dict.fromkeys(ids, 1))
+            self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(watchdog)))
+            wrong = self._not_holding(ids)
+        except BusError:
+            wrong = list(ids)
+        for servo_id in ids:
+            if servo_id not in wrong:
+                self.modes[self.ids.index(servo_id)] = 'position'
+        return self._hold_servos(wrong, reading, watchdog) if wrong else []
+
+    def _not_holding(self, ids: Sequence[int]) -> list[int]:
+        """The IDs among ``ids`` not in position mode with the torque on, or not answering
+        (one sync read of Operating Mode (11) to Torque Enable (64))."""
+        sdk = self._sdk
+        group = sdk.GroupSyncRead(self._port, self._packets, 11, 54)
+        for servo_id in ids:
+            group.addParam(servo_id)
+        answered = group.txRxPacket() == sdk.COMM_SUCCESS
+        return [i for i in ids if not answered or not group.isAvailable(i, 11, 54)
+                or group.getData(i, 11, 1) != MODES['position'] or group.getData(i, 64, 1) != 1]
+
+    def _hold_here(self, ids: Sequence[int], goals: np.ndarray) -> None:
+        """Forget the position commands and make ``goals`` (8,) [counts] the hold of
+        ``ids``: after a failure the arm stays where it is, never goes back to a command
+        from before."""
+        self._forward, self._trajectory = _Command(), None
+        for servo_id in ids:
+            k = self.ids.index(servo_id)
+            self._hold[k] = goals[k]
+
+    def _watchdog_units(self, watchdog: int | None) -> int:
+        return round(self.settings.watchdog_s / WATCHDOG_UNIT) if watchdog is None \
+            else watchdog
+
+    def _hold_servos(self, ids: Sequence[int], reading: Reading,
+                     watchdog: int | None = None) -> list[int]:
+        """Bring each servo of ``ids`` back to position mode holding the pose of
+        ``reading`` with its torque on: one servo at a time, with acknowledged writes
+        (the whole sequence tried :data:`HOLD_TRIES` times), then Torque Enable and
+        Operating Mode read back; the Bus Watchdog armed (``watchdog`` [20 ms units], default
+        the setting's). The slow path of :meth:`_restore`: a few round trips per servo.
+        Sets :attr:`modes` of each; the IDs that could not be held ('off': the torque reads
+        0, as after a shutdown error, which only a reboot clears; 'unknown': no answer)."""
+        goals = self._clip(self._holding_goal(reading))
+        self._hold_here(ids, goals)
+        armed = self._watchdog_units(watchdog)
+        position, left = MODES['position'], []
+        for servo_id in ids:
+            k = self.ids.index(servo_id)
+            # a tripped Bus Watchdog refuses goals until 98 := 0; the mode needs the torque off
+            steps = ((98, 1, 0), (64, 1, 0), (11, 1, position), (116, 4, int(goals[k])),
+                     (84, 2, self.settings.p_gain), (64, 1, 1), (98, 1, armed))
+            held = False
+            for _ in range(HOLD_TRIES):
+                try:
+                    # already on in position mode: no torque-off moment is needed
+                    todo = steps[:1] + steps[3:5] + steps[6:] if (
+                        self._read(servo_id, 64, 1) == 1
+                        and self._read(servo_id, 11, 1) == position) else steps
+                    for address, size, value in todo:
+                        self._write(servo_id, address, size, value)
+                    held = (self._read(servo_id, 64, 1) == 1
+                            and self._read(servo_id, 11, 1) == position)
+                except BusError:
+                    continue
+                if held:
+                    break
+            if held:
+                self.modes[k] = 'position'
+                continue
+            try:
+                self.modes[k] = 'off' if self._read(servo_id, 64, 1) == 0 else 'unknown'
+            except BusError:
+                self.modes[k] = 'unknown'
+            left.append(servo_id)
+        self.counts['holds'] += 1
+        held_ids = [i for i in ids if i not in left]
+        self.log(f'IDs {held_ids} brought back to a position hold' + (
+            f'; IDs {left} could not be (torque off after a shutdown error needs a reboot)'
+            if left else ''))
+        return left
+
+    def _holding_goal(self, reading: Reading, stiffness: np.ndarray | None = None
+                      ) -> np.ndarray:
         """(8,) Goal Position [counts] that holds the present pose: a P-only position loop
         makes torque from an error, so the goal sits the gravity torque's deflection
-        (g / K_s at the written P gain) beyond the present position, or the arm would sag
-        by it (37 mrad on the elbow at the bent pose) when current mode ends."""
-        g = np.clip(self._gravity(reading.position), -self.torque_limit, self.torque_limit)
-        return reading.counts + np.round(g / self.stiffness / PULSE_RAD).astype(np.int64)
+        (g / K_s at the written P gain; ``stiffness`` (8,) [N*m/rad], default that of
+        ``p_gain``) beyond the present position, or the arm would sag by it (37 mrad on the
+        elbow at the bent pose) when current mode ends."""
+        k_s = self.stiffness if stiffness is None else stiffness
+        g = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
+                    self.torque_limit)
+        return reading.counts + np.round(g / k_s / PULSE_RAD).astype(np.int64)
+
+    def _gravity_or_last(self, position: np.ndarray) -> np.ndarray:
+        """(8,) gravity torque [N*m] of ``position``; if the model raises or gives what
+        is not finite, the last one it gave (the pose rarely moved far since: a hold with
+        it sags less than one without), logged."""
+        try:
+            g = np.asarray(self._gravity(position), dtype=np.float64)
+            if g.shape == self._last_gravity.shape and np.all(np.isfinite(g)):
+                self._last_gravity = g
+                return g
+            why = f'not finite or not {len(self.ids)} values: {g}'
+        except Exception as err:  # noqa: BLE001 - a hold must not fail on the model
+            why = repr(err)
+        self.log(f'gravity torque failed ({why}): the last one is used')
+        return self._last_gravity
 
     def _fail(self, reason: str, reading: Reading | None) -> None:
-        """Latch ``reason`` (the first one stays) and hold every current joint."""
-        if not self.fault:
+        """Latch ``reason`` (the first one stays) and hold: every current joint goes to
+        position mode at its pose, and every servo the last read found with its torque off
+        is brought back to a hold (one that could not be is tried again after
+        :meth:`clear_fault`)."""
+        new = not self.fault
+        if new:
             self.fault = reason
             self.counts['faults'] += 1
             self.log(f'fault: {reason}; holding in position mode')
         self._pending = None
-        if reading is not None and 'current' in self.modes:
+        if reading is None:
+            return
+        if new:        # the position joints stop where they are, whatever they followed
+            self._hold_here([i for i, m in zip(self.ids, self.modes) if m == 'position'],
+                            self._clip(self._holding_goal(reading)))
+        switched: list[int] = []
+        if 'current' in self.modes:
             try:
-                self._switch('position', reading)
+                switched = self._switch('position', reading)
             except BusError as err:
-                self.log(f'hold after the fault failed ({err}); the Bus Watchdog stops the '
-                         'servos')
+                self.log(f'the burst to position mode failed ({err}); the servos were '
+                         'brought back to a hold')
+                return
+        # one that could not be held ('off', 'unknown') waits for clear_fault: no retry
+        # every cycle, each costing reply timeouts
+        limp = [i for i in self._torque_off if i not in switched
+                and self.modes[self.ids.index(i)] not in ('off', 'unknown')]
+        if limp:
+            self._restore(limp, reading)
 
     def _arm_values(self, positions: Sequence[float], joints: Sequence[str]
                     ) -> np.ndarray | None:
-        """(8,) radians: ``positions`` placed by joint name, the present goal elsewhere."""
+        """(8,) radians: ``positions`` placed by joint name, the present goal elsewhere;
+        None (counted) for bad input, or while a fault is latched (the hold stays until
+        :meth:`clear_fault`)."""
+        if self.fault:
+            self.counts['rejected_commands'] += 1
+            return None
         values = self._goal_radians()
         try:
             given = np.asarray(positions, dtype=np.float64)
@@ -707,6 +1088,23 @@ def gravity_in_chain_order(model: RobotModel, joints: Sequence[str]
         return (G.T @ g)[index]
 
     return gravity
+
+
+def _per_servo(name: str, given: Sequence[float], n: int, defaults: Sequence[float]
+               ) -> np.ndarray:
+    """(n,) values of a setting given as one value or one per servo, 0 taking
+    ``defaults`` (n,).
+
+    Raises:
+        ValueError: another number of values, or a value that is not positive and finite.
+    """
+    values = np.asarray(given, dtype=np.float64)
+    if values.shape not in ((1,), (n,)):
+        raise ValueError(f'{name} needs 1 or {n} values, got {values.tolist()}')
+    out = np.where(np.broadcast_to(values, (n,)) == 0.0, np.asarray(defaults, float), values)
+    if not (np.all(np.isfinite(out)) and np.all(out > 0.0)):
+        raise ValueError(f'{name} {out.tolist()} must be positive and finite')
+    return out
 
 
 def _signed(value: int, size: int) -> int:

@@ -15,7 +15,7 @@ behind wall time for good (the simulated arm runs slow) and the schedule restart
 Such a late step is never silent: it is counted (:attr:`PtyBus.late_steps`, the shortfall in
 :attr:`PtyBus.dropped_s`, the worst lag in :attr:`PtyBus.largest_lag`) and logged with its
 lag, at most once every :data:`~plag_ros.core.common.rejections.LOG_THROTTLE_S` seconds (the
-Python logger ``plag_ros.bus.server``, or the ``log`` given).
+Python logger ``plag_ros.bus.emulator.server``, or the ``log`` given).
 
 In lockstep (``lockstep=`` a control period) the physics does not follow the wall clock: it
 advances one control period, in steps of at most ``dt``, each time a client's group read
@@ -49,7 +49,7 @@ import tty
 from collections.abc import Callable
 from pathlib import Path
 
-from plag_ros.bus.arm import BusArm
+from plag_ros.bus.emulator.arm import BusArm
 from plag_ros.core.common.rejections import LOG_THROTTLE_S
 
 __all__ = ['PtyBus']

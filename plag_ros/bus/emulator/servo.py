@@ -27,7 +27,9 @@ with the one servo model of :mod:`plag_ros.core.dynamics.motors`:
   position, saturating at the stall torque times PWM Limit / 885 (and, in mode 5, at the
   torque of Goal Current);
 * Current Control (0): the torque of Goal Current within Current Limit,
-  ``current * 2.69 mA * torque constant``;
+  ``current * 2.69 mA * torque constant``, and, when it drives the motion, within what the
+  12 V supply allows at that speed: the stall torque falling to 0 at the no-load speed
+  (46 rev/min for the XM430-W350), so that no joint is driven faster than its motor can;
 * the velocity-based profile (Profile Velocity 0.229 rev/min, Profile Acceleration 214.577
   rev/min^2, 0 = unlimited): a trapezoid towards Goal Position, re-planned from the present
   profile velocity when the goal changes;
@@ -40,7 +42,7 @@ Not modelled (a client that relies on them sees the difference): Position I and 
 the feedforward gains (stored, read back, not acting; the CRANE-X7's driver writes 0 for I
 and D), the velocity loop, Velocity (1), Extended Position (4) and PWM (16) Control Modes
 (writing them answers a Data Range Error), the time-based profile and Drive Mode's reverse
-bit, the temperature and voltage sensors (35 degC and 12.0 V unless a fault is injected),
+bit, the temperature and voltage sensors (35 degC and 12.0 V unless a fault sets them),
 Secondary ID, backup and factory reset.
 """
 from __future__ import annotations
@@ -49,7 +51,18 @@ import math
 import struct
 from dataclasses import dataclass
 
-from plag_ros.bus.control_table import INDIRECT_BLOCKS, TABLE_END, ControlTable, Item
+from plag_ros.bus.control_table import (
+    CURRENT_UNIT,
+    HOME_COUNT,
+    INDIRECT_BLOCKS,
+    PROFILE_ACCELERATION_UNIT,
+    RETURN_DELAY_UNIT,
+    TABLE_END,
+    VELOCITY_UNIT,
+    WATCHDOG_UNIT,
+    ControlTable,
+    Item,
+)
 from plag_ros.bus.protocol import ErrorNumber
 from plag_ros.core.dynamics.motors import (
     PULSE_RAD,
@@ -58,22 +71,8 @@ from plag_ros.core.dynamics.motors import (
     position_loop_stiffness,
 )
 
-__all__ = ['CURRENT_UNIT', 'HOME_COUNT', 'OVERHEATING', 'OVERLOAD', 'PROFILE_ACCELERATION_UNIT',
-           'VELOCITY_UNIT', 'WATCHDOG_UNIT', 'Drive', 'Servo']
+__all__ = ['OVERHEATING', 'OVERLOAD', 'Drive', 'Servo']
 
-HOME_COUNT = 2048
-"""Present Position at the joint's zero (the CRANE-X7 driver decodes ``(count - 2048) *
-pi / 2048``)."""
-CURRENT_UNIT = 2.69e-3
-"""Present/Goal Current and Current Limit [A per unit]."""
-VELOCITY_UNIT = 0.229 * 2.0 * math.pi / 60.0
-"""Present Velocity and Profile Velocity [rad/s per unit] (0.229 rev/min)."""
-PROFILE_ACCELERATION_UNIT = 214.577 * 2.0 * math.pi / 3600.0
-"""Profile Acceleration [rad/s^2 per unit] (214.577 rev/min^2)."""
-WATCHDOG_UNIT = 0.020
-"""Bus Watchdog [s per unit]."""
-RETURN_DELAY_UNIT = 2e-6
-"""Return Delay Time [s per unit]."""
 OVERLOAD = 0x20
 """Hardware Error Status bit 5."""
 OVERHEATING = 0x04
@@ -290,6 +289,15 @@ class Servo:
             self._shutdown = True
             self.mem[64] = 0
 
+    def heat(self, degc: int) -> None:
+        """Present Temperature := ``degc``; above Temperature Limit (31) the servo raises
+        Overheating (e-manual "Temperature Limit": the bit, and Torque Enable := 0 when
+        Shutdown (63) has it)."""
+        self.temperature = degc
+        if degc > self.get('Temperature Limit'):
+            self.hardware_error(OVERHEATING)
+            self.temperature = degc
+
     # ------------------------------------------------------------------ firmware
     def sense(self, q: float, qd: float, torque: float, t: float) -> None:
         """Update the present items from the joint's state.
@@ -344,8 +352,14 @@ class Servo:
         current_limit = self.get('Current Limit') * CURRENT_UNIT * kt
         if mode == 0:
             limit = min(motor.stall_torque, current_limit)
-            torque = self.get('Goal Current') * CURRENT_UNIT * kt
-            return Drive(False, 0.0, min(max(torque, -limit), limit), 0.0, limit)
+            torque = min(max(self.get('Goal Current') * CURRENT_UNIT * kt, -limit), limit)
+            # the supply's voltage: with the motion, the torque falls from the stall torque
+            # at rest to 0 at the no-load speed (the line of position mode's back-EMF)
+            v = self.get('Present Velocity') * VELOCITY_UNIT
+            if torque * v > 0.0:
+                most = motor.stall_torque * max(0.0, 1.0 - abs(v) / motor.no_load_speed)
+                torque = math.copysign(min(abs(torque), most), torque)
+            return Drive(False, 0.0, torque, 0.0, limit)
         limit = motor.stall_torque * self.get('PWM Limit') / PWM_FULL_SCALE
         if mode == 5:
             limit = min(limit, abs(self.get('Goal Current')) * CURRENT_UNIT * kt)

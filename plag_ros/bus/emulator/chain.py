@@ -3,7 +3,7 @@
 The Protocol 2.0 rules applied here (ROBOTIS e-manual,
 ``ROBOTIS-GIT/emanual/docs/en/dxl/protocol2.md`` @ 01179568a085cfc99bdad6e880e43fa871bd318a
 and the newer text of the same page, "Response Policy"; the servo rules in
-:mod:`plag_ros.bus.servo`):
+:mod:`plag_ros.bus.emulator.servo`):
 
 * every servo hears every packet (that is what feeds each one's Bus Watchdog); a packet to
   an ID nobody has is not answered;
@@ -20,16 +20,18 @@ and the newer text of the same page, "Response Policy"; the servo rules in
 * a servo whose Baud Rate (8) is not the bus's hears nothing.
 
 Faults for tests (:class:`ReplyFaults`, :attr:`ServoChain.powered`): replies of one ID
-dropped, late or corrupted, an ID that never answers, and the bus without power (nothing
+dropped, late or corrupted, an ID that never answers, writes to one ID lost, and the bus
+without power (nothing
 heard or answered; the servos keep their state and their last goals, and an armed watchdog
 stops them). Overload and overheating are the servo's own
-(:meth:`plag_ros.bus.servo.Servo.hardware_error`).
+(:meth:`plag_ros.bus.emulator.servo.Servo.hardware_error`).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plag_ros.bus.emulator.servo import Servo
 from plag_ros.bus.protocol import (
     ALERT,
     BROADCAST_ID,
@@ -39,7 +41,6 @@ from plag_ros.bus.protocol import (
     Packet,
     encode_status,
 )
-from plag_ros.bus.servo import Servo
 
 __all__ = ['BAUD_CODES', 'Reply', 'ReplyFaults', 'ServoChain']
 
@@ -47,6 +48,8 @@ BAUD_CODES = {9600: 0, 57600: 1, 115200: 2, 1_000_000: 3, 2_000_000: 4, 3_000_00
               4_000_000: 6, 4_500_000: 7}
 """Baud Rate (8) value of each rate [bit/s] (e-manual, X430/X540 "Baud Rate")."""
 _READS = frozenset({Instruction.READ, Instruction.SYNC_READ, Instruction.BULK_READ})
+LOST = -1
+"""The error of a write the servo never heard (:attr:`ReplyFaults.lose`): no answer."""
 
 
 @dataclass
@@ -58,12 +61,16 @@ class ReplyFaults:
         drop: drop the next ``drop`` replies.
         corrupt: corrupt the CRC of the next ``corrupt`` replies.
         late: [s] send every reply this much later.
+        lose: the ``lose``-th next write to the servo (WRITE, or its part of a SYNC or
+            BULK WRITE; 1 = the next, 0 = none) is lost: the servo never hears it, so it
+            neither obeys nor answers it, as with a packet cut on the wire.
     """
 
     silent: bool = False
     drop: int = 0
     corrupt: int = 0
     late: float = 0.0
+    lose: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,8 @@ class ServoChain:
             return []
         out = []
         for servo, error, data in answers:
+            if error is LOST:
+                continue                 # never heard: nothing to answer
             level, alert = before[id(servo)]
             if packet.instruction == Instruction.PING or level == 2 or (
                     level == 1 and packet.instruction in _READS):
@@ -202,6 +211,8 @@ class ServoChain:
         if inst in (Instruction.WRITE, Instruction.REG_WRITE):
             if len(params) < 3:
                 return servo, ErrorNumber.DATA_LENGTH, b''
+            if inst == Instruction.WRITE and self._lost(servo):
+                return servo, LOST, b''
             if inst == Instruction.REG_WRITE:
                 servo.registered = (_u16(params, 0), bytes(params[2:]))
                 servo.mem[69] = 1
@@ -217,6 +228,14 @@ class ServoChain:
             servo.reboot()
             return servo, ErrorNumber.NONE, b''
         return servo, ErrorNumber.INSTRUCTION, b''
+
+    def _lost(self, servo: Servo) -> bool:
+        """Whether a write to ``servo`` is lost (:attr:`ReplyFaults.lose`); counts it."""
+        fault = self.faults.get(servo.id)
+        if fault is None or fault.lose <= 0:
+            return False
+        fault.lose -= 1
+        return fault.lose == 0
 
     def _sync_read(self, packet: Packet) -> list[tuple[Servo, int, bytes]]:
         params = packet.params
@@ -239,7 +258,7 @@ class ServoChain:
         block = 1 + length
         for k in range(4, len(params) - block + 1, block):
             servo = self.servo(params[k])
-            if servo is not None:
+            if servo is not None and not self._lost(servo):
                 servo.write(address, bytes(params[k + 1:k + block]))
 
     def _bulk_read(self, packet: Packet) -> list[tuple[Servo, int, bytes]]:
@@ -260,7 +279,7 @@ class ServoChain:
         while packet.id == BROADCAST_ID and k + 5 <= len(params):
             length = _u16(params, k + 3)
             servo = self.servo(params[k])
-            if servo is not None and k + 5 + length <= len(params):
+            if servo is not None and k + 5 + length <= len(params) and not self._lost(servo):
                 servo.write(_u16(params, k + 1), bytes(params[k + 5:k + 5 + length]))
             k += 5 + length
 

@@ -1,82 +1,82 @@
 """The simulated CRANE-X7 behind its servo bus: servos, their firmware and the physics.
 
 :class:`BusArm` owns a :class:`~plag_ros.core.simulation.simulator.Simulator` and a
-:class:`~plag_ros.bus.chain.ServoChain` whose servos drive its actuated joints. Bytes from a
-client go in through :meth:`BusArm.receive` and status packets come out; :meth:`BusArm.step`
-lets each servo's firmware decide what its joint gets (a position spring, a torque, or
-nothing with the torque off), steps the physics and updates the present items from the new
-state. Between steps the servos answer from the state of the last step, as a real servo
-answers from its last sample. Nothing here touches a file or a clock: the pty server
-(:mod:`plag_ros.bus.server`) or a test decides when time passes.
+:class:`~plag_ros.bus.emulator.chain.ServoChain` whose servos drive its actuated joints.
+Bytes from a client go in through :meth:`BusArm.receive` and status packets come out;
+:meth:`BusArm.step` lets each servo's firmware decide what its joint gets (a position
+spring, a torque, or nothing with the torque off), steps the physics and updates the present
+items from the new state. Between steps the servos answer from the state of the last step,
+as a real servo answers from its last sample. Nothing here touches a file or a clock: the
+pty server (:mod:`plag_ros.bus.emulator.server`) or a test decides when time passes.
 
 The chain's description (IDs, models, joints, position limits, baud rate, return delay) is
-one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7 (:meth:`BusConfig.load`).
+one file, ``plag_ros/bus/crane_x7.yaml`` for the CRANE-X7
+(:meth:`plag_ros.bus.chain_file.BusConfig.load`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from plag_ros.bus import control_table
-from plag_ros.bus.chain import BAUD_CODES, Reply, ServoChain
+from plag_ros.bus.chain_file import BusConfig
+from plag_ros.bus.emulator.chain import BAUD_CODES, Reply, ServoChain
+from plag_ros.bus.emulator.servo import Servo
 from plag_ros.bus.protocol import Instruction, Packet, PacketReader
-from plag_ros.bus.servo import Servo
-from plag_ros.core.dynamics.motors import MOTORS
-from plag_ros.core.simulation.simulator import Simulator
+from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.dynamics.motors import MOTORS, Motor, armature
+from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
-__all__ = ['CRANE_X7_BUS', 'GROUP_READS', 'BusArm', 'BusConfig', 'ServoSpec']
+__all__ = ['GROUP_READS', 'BusArm', 'PlantError']
 
-CRANE_X7_BUS = Path(__file__).with_name('crane_x7.yaml')
 GROUP_READS = frozenset({Instruction.SYNC_READ, Instruction.BULK_READ})
 """The reads a client makes once a cycle for the whole chain."""
 
 
 @dataclass(frozen=True)
-class ServoSpec:
-    """One servo of the chain: ``id``, ``model`` (a key of the motor table), the ``joint``
-    it drives and its Min/Max Position Limit [counts]."""
+class PlantError:
+    """How the emulated arm differs from the model the host computes with: every body's
+    mass and inertia times ``mass``, every servo's torque constant times
+    ``torque_constant`` (its current makes that much more or less torque), the motor
+    table's armature times ``armature``. All 1: the plant is the model."""
 
-    id: int
-    model: str
-    joint: str
-    position_limits: tuple[int, int]
-
-
-@dataclass(frozen=True)
-class BusConfig:
-    """A servo chain: its servos, the bus's baud rate [bit/s], the Return Delay Time every
-    servo starts with [2 us units] and the firmware version they report."""
-
-    servos: tuple[ServoSpec, ...]
-    baud_rate: int = 3_000_000
-    return_delay_time: int = 0
-    firmware_version: int = 46
+    mass: float = 1.0
+    torque_constant: float = 1.0
+    armature: float = 1.0
 
     @classmethod
-    def load(cls, path: str | Path = CRANE_X7_BUS) -> BusConfig:
-        """Read a chain file (``crane_x7.yaml`` is the CRANE-X7's).
+    def parse(cls, text: str) -> PlantError:
+        """From ``'mass=1.2,torque_constant=0.8,armature=2'`` (any of the three).
 
         Raises:
-            ValueError: a missing key, or two servos with one ID.
+            ValueError: an unknown name, or a factor that is not positive and finite.
         """
-        import yaml
+        values: dict[str, float] = {}
+        for part in filter(None, text.split(',')):
+            name, _, value = part.partition('=')
+            if name.strip() not in ('mass', 'torque_constant', 'armature'):
+                raise ValueError(f'plant error {part!r}: the names are mass, '
+                                 'torque_constant and armature')
+            values[name.strip()] = float(value)
+        error = cls(**values)
+        if not all(0.0 < v < float('inf') for v in (error.mass, error.torque_constant,
+                                                    error.armature)):
+            raise ValueError(f'plant error factors must be positive and finite: {text!r}')
+        return error
 
-        data = yaml.safe_load(Path(path).read_text())
-        try:
-            servos = tuple(ServoSpec(int(s['id']), str(s['model']), str(s['joint']),
-                                     (int(s['position_limits'][0]), int(s['position_limits'][1])))
-                           for s in data['servos'])
-            config = cls(servos, int(data['baud_rate']), int(data['return_delay_time']),
-                         int(data['firmware_version']))
-        except (KeyError, TypeError, IndexError) as err:
-            raise ValueError(f'{path}: not a servo chain file ({err!r})') from err
-        ids = [s.id for s in servos]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f'{path}: servo IDs repeat: {ids}')
-        return config
+    def simulator(self, model: RobotModel, dt: float) -> Simulator:
+        """The simulated arm: ``model`` with these errors, geared rotors included."""
+        heavier = replace(model, body_mass=model.body_mass * self.mass,
+                          body_inertia=model.body_inertia * self.mass)
+        return Simulator(heavier, SimulatorConfig(dt=dt, armature=tuple(
+            (armature(model) * self.armature).tolist())))
+
+    def motors(self) -> dict[str, Motor]:
+        """The motor table as the emulated servos have it."""
+        return {name: m._replace(torque_constant=m.torque_constant * self.torque_constant)
+                for name, m in MOTORS.items()}
 
 
 class BusArm:
@@ -85,6 +85,8 @@ class BusArm:
     Args:
         simulator: the arm; every actuated joint must have a servo in ``config``.
         config: the chain.
+        motors: the motor table the servos use (default :data:`MOTORS`;
+            :meth:`PlantError.motors` for servos that differ from it).
 
     Attributes:
         chain: the servos on the bus.
@@ -92,7 +94,8 @@ class BusArm:
         measured: the simulator's measurement the present items were last made from.
     """
 
-    def __init__(self, simulator: Simulator, config: BusConfig) -> None:
+    def __init__(self, simulator: Simulator, config: BusConfig,
+                 motors: Mapping[str, Motor] = MOTORS) -> None:
         self.simulator = simulator
         by_joint = {spec.joint: spec for spec in config.servos}
         missing = [j for j in simulator.actuated_names if j not in by_joint]
@@ -105,7 +108,7 @@ class BusArm:
             eeprom = {'ID': spec.id, 'Baud Rate': _baud_code(config.baud_rate),
                       'Return Delay Time': config.return_delay_time,
                       'Min Position Limit': low, 'Max Position Limit': high}
-            self.servos.append(Servo(control_table.load(spec.model), MOTORS[spec.model],
+            self.servos.append(Servo(control_table.load(spec.model), motors[spec.model],
                                      eeprom, config.firmware_version))
         self.chain = ServoChain(self.servos, config.baud_rate)
         self.reader = PacketReader()

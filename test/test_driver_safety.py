@@ -1,0 +1,565 @@
+"""Torque mode's failures on the emulated CRANE-X7 bus (plag_ros.bus.host.driver through
+dynamixel-sdk, the bus in its own process, in lockstep: test/torque_rig.py): what the
+servos do when a write of a mode switch fails or is lost, when cycle writes fail, when a
+servo's torque goes off, when the arm leaves the envelope of current mode, and when the
+driver closes on servos another driver left soft. Judged on the emulator's record of every
+physics step (the ground truth), and on the servos' own registers read back."""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torque_rig import (
+    ELBOW,
+    PATIENT_LATENCY_MS,
+    POSES,
+    RATE_HZ,
+    TILT,
+    bent_in_current_mode,
+    bus_in_test,
+    gravity_feed,
+    lockstep_driver,
+    loop,
+    move_to,
+    window,
+)
+
+from plag_ros.bus.host.driver import BusError
+from plag_ros.core.dynamics.motors import ARM_JOINTS
+
+sdk = pytest.importorskip('dynamixel_sdk')   # requirements/test-tools.txt installs it
+WRIST = 6
+TILT_ID = 3
+HELD_RAD = 0.010
+"""How far a held arm may move [rad] (issue: "held within 10 mrad")."""
+SWITCH_WRITES = {'current': ('torque off', 'mode', 'first goal', 'torque on'),
+                 'position': ('torque off', 'mode', 'first goal', 'gains', 'torque on')}
+"""The sync writes of a switch to each mode, in the order the driver sends them."""
+
+
+@pytest.fixture(autouse=True)
+def patient_sdk(monkeypatch):
+    """The SDK's wait for a reply, long enough for a loaded machine (torque_rig)."""
+    monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', PATIENT_LATENCY_MS)
+
+
+@pytest.fixture
+def bus(tmp_path):
+    """The bus in lockstep at 200 Hz."""
+    yield from bus_in_test(tmp_path, RATE_HZ)
+
+
+def torque_enabled(driver) -> list[int]:
+    """Torque Enable (64) of every servo, read back one by one."""
+    return [driver._read(i, 64, 1) for i in driver.ids]
+
+
+def largest_move(record: dict, begin: float, end: float) -> float:
+    """[rad] the largest distance of any joint from where it was at ``begin``, over the
+    physics steps between the wall times ``begin`` and ``end``."""
+    q = record['q'][window(record, begin, end)]
+    return float(np.abs(q - q[0]).max())
+
+
+def break_the_kth_sync_write(driver, monkeypatch, k: int) -> None:
+    """The ``k``-th sync write from now raises (nothing sent), as a port failing once."""
+    real, calls = driver._group_write, itertools.count(1)
+
+    def write(address: int, size: int, values: dict[int, int]) -> None:
+        if next(calls) == k:
+            raise BusError(f'sync write at {address}: injected port failure')
+        real(address, size, values)
+
+    monkeypatch.setattr(driver, '_group_write', write)
+
+
+@pytest.mark.parametrize('kind', ['port', 'lost'])
+@pytest.mark.parametrize('mode, k', [(m, k) for m, writes in SWITCH_WRITES.items()
+                                     for k in range(1, len(writes) + 1)],
+                         ids=[f'{m}-{w.replace(" ", "_")}' for m, writes in SWITCH_WRITES.items()
+                              for w in writes])
+def test_a_switch_that_fails_at_any_write_leaves_every_servo_held(bus, monkeypatch, mode, k,
+                                                                  kind):
+    """A switch of the bent arm to ``mode`` whose ``k``-th write fails: raised by the port
+    (nothing sent), or lost on the wire to the tilt's servo (a sync write has no answer:
+    the driver finds out by reading back). Every servo ends with its torque on, the arm
+    held within 10 mrad of the pose before the switch; a failure the driver can see is a
+    latched fault with every joint in position mode."""
+    driver = lockstep_driver(bus)
+    if mode == 'current':
+        move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+        feed = gravity_feed(driver)
+    else:
+        feed = bent_in_current_mode(driver)
+    begin = time.monotonic()
+    if kind == 'port':
+        break_the_kth_sync_write(driver, monkeypatch, k)
+    else:
+        bus.fault(f'lose {TILT_ID} {k}')
+    assert driver.request_mode(mode)[0]
+    loop(driver, 1.0, feed if mode == 'current' else None)
+    end = time.monotonic()
+    assert torque_enabled(driver) == [1] * 8
+    what = SWITCH_WRITES[mode][k - 1]
+    # A lost first goal or gain is written again at once (the cycle's own write, then the
+    # mode's reset gain): nothing to see, nothing wrong.
+    unseen = kind == 'lost' and what in ('first goal', 'gains')
+    if unseen:
+        assert not driver.fault, driver.fault
+        assert driver.modes[:7] == [mode] * 7
+    else:
+        assert driver.fault, f'a failed {what} write went unnoticed'
+        assert driver.modes == ['position'] * 8, driver.modes
+        assert not driver.request_mode('current')[0]
+    driver.close()
+    record = bus.stop()
+    moved = largest_move(record, begin, end)
+    print(f'{mode}, {what} {kind}: fault {driver.fault!r}; largest move {moved * 1e3:.2f} mrad')
+    assert moved < HELD_RAD
+
+
+def test_a_failed_switch_holds_the_arm_where_it_is_not_at_an_old_command(bus, monkeypatch):
+    """The elbow pushed away from the position command it had before current mode; then
+    the switch back to position mode fails at its mode write: the arm is held where it is,
+    and never driven back to that old command."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    gravity = driver.gravity_torque
+    push = np.zeros(7)
+    push[ELBOW] = 0.5
+    loop(driver, 0.2, lambda r: driver.command_effort(gravity(r.position)[:7] + push,
+                                                      ARM_JOINTS))
+    loop(driver, 0.5, feed)
+    old = POSES['bent'][ELBOW]
+    moved_away = abs(driver.reading.position[ELBOW] - old)
+    assert moved_away > 0.03, moved_away          # the premise: an old command to go back to
+    begin = time.monotonic()
+    break_the_kth_sync_write(driver, monkeypatch, 2)
+    assert driver.request_mode('position')[0]
+    loop(driver, 1.0)
+    end = time.monotonic()
+    assert driver.fault.startswith('mode switch to position failed')
+    assert driver.modes == ['position'] * 8 and torque_enabled(driver) == [1] * 8
+    assert not driver.command_positions(POSES['bent'], ARM_JOINTS)   # refused while latched
+    driver.close()
+    record = bus.stop()
+    moved = largest_move(record, begin, end)
+    print(f'elbow {moved_away * 1e3:.0f} mrad from the old command; moved {moved * 1e3:.2f} '
+          'mrad after the failed switch')
+    assert moved < HELD_RAD
+
+
+def test_a_cycle_that_raises_ends_in_the_hold(bus, monkeypatch):
+    """Whatever raises out of a cycle (here the effort check, the gravity model with it):
+    the bus loop's answer (plag_driver's) latches the fault and holds, the holding goal
+    falling back to the present counts; the arm holds within 10 mrad."""
+    driver = lockstep_driver(bus)
+    bent_in_current_mode(driver)
+    effort = driver.gravity_torque(driver.reading.position)[:7]
+
+    def feed(_) -> None:           # the controller goes on commanding
+        driver.command_effort(effort, ARM_JOINTS)
+
+    def broken(*_):
+        raise RuntimeError('injected')
+
+    monkeypatch.setattr(driver, '_checked_effort', broken)
+    monkeypatch.setattr(driver, '_gravity', broken)
+    begin = time.monotonic()
+    clock = driver.clock
+    for _ in range(round(1.0 * RATE_HZ)):       # plag_driver's loop, in lockstep
+        clock.t += clock.period
+        try:
+            reading = driver.cycle()
+        except Exception as err:  # noqa: BLE001 - as the node's loop does
+            driver.fail_safe(f'bus cycle failed: {err!r}')
+        else:
+            if reading is not None:
+                feed(reading)
+    end = time.monotonic()
+    assert driver.fault == "bus cycle failed: RuntimeError('injected')"
+    assert driver.modes == ['position'] * 8 and torque_enabled(driver) == [1] * 8
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, tmp_path):
+    """On a USB adapter whose latency timer is 16 ms, and at a pose from which the elbow
+    could not stop inside its limit (3 mrad from its upper limit, inside the 0.06 rad
+    margin): current mode is refused with the reason, the arm stays in position mode."""
+    import plag_ros.bus.host.driver as driver_module
+
+    devices = tmp_path / 'devices'
+    pty = Path(os.path.realpath(bus.link)).name
+    (devices / pty).mkdir(parents=True)
+    (devices / pty / 'latency_timer').write_text('16\n')
+    monkeypatch.setattr(driver_module, 'USB_SERIAL_DEVICES', devices)
+    driver = lockstep_driver(bus)
+    assert driver.latency_timer_ms == 16
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    ok, why = driver.request_mode('current')
+    assert not ok and 'waits 16 ms' in why and 'latency_timer' in why, why
+    driver.latency_timer_ms = 1
+    near = np.array(POSES['bent'])
+    near[ELBOW] = -0.003
+    move_to(driver, near, 1.0, 0.5)
+    ok, why = driver.request_mode('current')
+    assert not ok and why.startswith('not from this pose: position limit ahead: '
+                                     'crane_x7_upper_arm_revolute_part_rotate_joint'), why
+    loop(driver, 0.1)
+    assert driver.modes == ['position'] * 8 and not driver.fault
+    driver.close()
+    bus.stop()
+
+
+def test_a_servo_of_unknown_mode_gets_its_gravity_torque_not_none(bus):
+    """A servo whose mode the driver no longer knows (it stopped answering during a
+    recovery) may still be in current mode: each cycle writes it its pose's gravity torque
+    as Goal Current, so the elbow, left in current mode, holds within 10 mrad for 1 s
+    instead of falling."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    driver.modes[ELBOW] = 'unknown'              # as _hold_servos leaves it
+    begin = time.monotonic()
+    loop(driver, 1.0, feed)
+    end = time.monotonic()
+    assert driver._read(driver.ids[ELBOW], 11, 1) == 0     # really still in current mode
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+@pytest.mark.parametrize('failures', [2, 3])
+def test_three_failed_cycle_writes_in_a_row_are_a_fault(bus, monkeypatch, failures):
+    """Cycle writes that fail (the port refuses them) are counted; the third in a row is a
+    fault and the arm holds in position mode."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    group, left = driver._write_group, [failures]
+    real = group.txPacket
+
+    def tx() -> int:
+        if left[0] > 0:
+            left[0] -= 1
+            return sdk.COMM_TX_FAIL
+        return real()
+
+    monkeypatch.setattr(group, 'txPacket', tx)
+    before = driver.counts['failed_writes']
+    begin = time.monotonic()
+    loop(driver, 0.5, feed)
+    end = time.monotonic()
+    assert driver.counts['failed_writes'] - before == failures
+    if failures >= driver.settings.failed_writes:
+        assert driver.fault == '3 consecutive failed writes'
+        assert driver.modes == ['position'] * 8
+    else:
+        assert not driver.fault and driver.modes[:7] == ['current'] * 7
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_a_servo_whose_torque_went_off_is_brought_back_to_a_hold(bus):
+    """The tilt's torque turned off behind the driver's back, in position mode: the next
+    cycle latches the fault and brings it back (torque on, held within 10 mrad)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+    begin = time.monotonic()
+    driver._write(TILT_ID, 64, 1, 0)
+    loop(driver, 1.0)
+    end = time.monotonic()
+    assert driver.fault == f'torque off on IDs [{TILT_ID}]'
+    assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_an_overload_shutdown_latches_a_fault_holds_the_rest_and_names_the_servo_off(bus):
+    """An overload shutdown turns the elbow's torque off; only a reboot can turn it on
+    again (e-manual "Shutdown"). The driver latches the fault, holds the other servos in
+    position mode, says the elbow's servo is off, refuses current mode, and tries the
+    servo again (once) when the fault is cleared: the fault comes back."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    elbow_id = driver.ids[ELBOW]
+    bus.fault(f'hardware {elbow_id} 32')
+    loop(driver, 0.2, feed)
+    assert driver.fault == f'hardware error: ID {elbow_id}: overload'
+    assert driver.counts['faults'] == 1
+    assert driver.modes[ELBOW] == 'off'
+    assert [m for k, m in enumerate(driver.modes) if k != ELBOW] == ['position'] * 7
+    enabled = torque_enabled(driver)
+    assert enabled[ELBOW] == 0 and enabled[:ELBOW] + enabled[ELBOW + 1:] == [1] * 7
+    assert not driver.request_mode('current')[0]        # refused while latched
+    holds = driver.counts['holds']
+    loop(driver, 0.1)
+    assert driver.counts['holds'] == holds          # not tried every cycle
+    assert driver.clear_fault() == f'hardware error: ID {elbow_id}: overload'
+    loop(driver, 0.1)
+    assert driver.counts['holds'] == holds + 1
+    assert driver.modes[ELBOW] == 'off' and driver.fault.startswith('hardware error')
+    assert any('could not be' in m for m in driver.messages), driver.messages
+    with pytest.raises(BusError, match=rf'closing: IDs \[{elbow_id}\] are not holding'):
+        driver.close()                          # said, not hidden
+    assert not driver.is_open
+    bus.stop()
+
+
+def test_close_leaves_the_p_gain_the_hold_needs(bus):
+    """Servos found with Position P Gain 5 (crane_x7_control's value at its deactivation):
+    close() leaves 800, not 5, and the bent arm moves less than 10 mrad in the 3 s after."""
+    port = sdk.PortHandler(str(bus.link))
+    packets = sdk.PacketHandler(2.0)
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    for servo_id in range(2, 10):
+        assert packets.write2ByteTxRx(port, servo_id, 84, 5)[0] == sdk.COMM_SUCCESS
+    port.closePort()
+    driver = lockstep_driver(bus)
+    assert {driver._saved[i][84] for i in driver.ids} == {5}
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    driver.close()
+    # three seconds of physics after the close: a bare sync read per period drives the
+    # lockstep bus (the gains read back as it goes)
+    port = sdk.PortHandler(str(bus.link))
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    reader = sdk.GroupSyncRead(port, packets, 84, 2)
+    for servo_id in range(2, 10):
+        reader.addParam(servo_id)
+    begin = time.monotonic()
+    for _ in range(round(3.0 * RATE_HZ)):
+        assert reader.txRxPacket() == sdk.COMM_SUCCESS
+    end = time.monotonic()
+    gains = [reader.getData(i, 84, 2) for i in range(2, 10)]
+    port.closePort()
+    record = bus.stop()
+    moved = largest_move(record, begin, end)
+    print(f'after close: P gains {gains}, largest move {moved * 1e3:.2f} mrad in 3 s')
+    assert gains == [800] * 8
+    assert moved < HELD_RAD
+
+
+def test_close_reads_every_servo_back_and_holds_one_found_limp(bus):
+    """The tilt's torque off behind the driver's back just before close(): close() finds it
+    in its read-back and brings it back; the arm stays within 10 mrad over the 3 s after,
+    with the torque on everywhere."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    begin = time.monotonic()
+    driver._write(TILT_ID, 64, 1, 0)
+    driver.close()
+    port = sdk.PortHandler(str(bus.link))
+    packets = sdk.PacketHandler(2.0)
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    reader = sdk.GroupSyncRead(port, packets, 64, 1)
+    for servo_id in range(2, 10):
+        reader.addParam(servo_id)
+    for _ in range(round(3.0 * RATE_HZ)):       # three seconds of physics
+        assert reader.txRxPacket() == sdk.COMM_SUCCESS
+    end = time.monotonic()
+    enabled = [reader.getData(i, 64, 1) for i in range(2, 10)]
+    port.closePort()
+    assert enabled == [1] * 8
+    assert any('brought back' in m for m in driver.messages), driver.messages
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def push_from_bent(driver, joint: int, torque: float, seconds: float) -> tuple[float, float]:
+    """Current mode at the bent pose, then the gravity torque plus ``torque`` [N*m] on
+    ``joint`` for ``seconds``; the wall times it began and ended."""
+    bent_in_current_mode(driver)
+    gravity = driver.gravity_torque
+    push = np.zeros(7)
+    push[joint] = torque
+    begin = time.monotonic()
+    loop(driver, seconds, lambda r: driver.command_effort(gravity(r.position)[:7] + push,
+                                                          ARM_JOINTS))
+    return begin, time.monotonic()
+
+
+def test_a_joint_driven_at_its_limit_is_stopped_inside_it(bus):
+    """Gravity plus 0.3 N*m on the elbow drives it from -1.2 rad towards its upper limit
+    (0 rad): the envelope's stopping distance faults it well before, and the hold stops it
+    inside the limit (by the emulator's record)."""
+    driver = lockstep_driver(bus)
+    begin, end = push_from_bent(driver, ELBOW, 0.3, 3.0)
+    assert driver.fault.startswith('position limit ahead: crane_x7_upper_arm_revolute_part_'
+                                   'rotate_joint'), driver.fault
+    assert driver.modes == ['position'] * 8
+    driver.close()
+    record = bus.stop()
+    elbow = record['q'][window(record, begin, end)][:, ELBOW]
+    upper = driver.envelope.upper[ELBOW]
+    print(f'elbow from {elbow[0]:.3f} to at most {elbow.max():.3f} rad (limit {upper:.3f})')
+    assert elbow.max() < upper - driver.settings.limit_margin
+    assert abs(elbow[-1] - elbow[-40]) < 1e-3          # stopped, held
+
+
+def test_a_joint_faster_than_its_bound_is_stopped(bus):
+    """Gravity plus 0.4 N*m on the wrist (the finding: it ran to 8.4 rad/s and into its
+    limit), with a velocity bound of 2 rad/s: the bound faults it and the hold stops it
+    far from its limit. (At the default bound, the no-load speed, the emulated supply
+    stops driving the wrist first, near 4.4 rad/s, and the stopping distance faults it,
+    as it does the elbow above.)"""
+    driver = lockstep_driver(bus, velocity_limit=[2.0])
+    begin, end = push_from_bent(driver, WRIST, 0.4, 2.0)
+    assert driver.fault.startswith('velocity beyond the envelope: crane_x7_wrist_joint'), \
+        driver.fault
+    driver.close()
+    record = bus.stop()
+    inside = window(record, begin, end)
+    wrist, speed = record['q'][inside][:, WRIST], record['qd'][inside][:, WRIST]
+    print(f'wrist at most {wrist.max():.3f} rad, {np.abs(speed).max():.2f} rad/s')
+    assert np.abs(speed).max() < 2.0 + 0.2             # one cycle past the bound at most
+    assert wrist.max() < driver.envelope.upper[WRIST] - 2.0
+
+
+def test_a_torque_step_beyond_the_envelope_is_not_written(bus):
+    """A command that jumps 1.2 N*m in one cycle (the bound: 1.0) is a fault; it never
+    reaches the servos and the arm holds within 2 mrad."""
+    driver = lockstep_driver(bus)
+    bent_in_current_mode(driver)
+    begin = time.monotonic()
+    jump = np.zeros(7)
+    jump[ELBOW] = 1.2
+    driver.command_effort(driver.gravity_torque(driver.reading.position)[:7] + jump,
+                          ARM_JOINTS)
+    loop(driver, 0.5)
+    end = time.monotonic()
+    assert driver.fault.startswith('torque step beyond the envelope: crane_x7_upper_arm_'
+                                   'revolute_part_rotate_joint +1.2'), driver.fault
+    driver.close()
+    record = bus.stop()
+    inside = window(record, begin, end)
+    assert np.abs(record['effort'][inside][:, ELBOW]).max() < 1.0   # gravity ~0.5, not +1.7
+    assert largest_move(record, begin, end) < 0.002
+
+
+def test_a_hot_servo_is_a_fault_before_its_own_shutdown(bus):
+    """The elbow's servo at 75 degC (its Temperature Limit: 80): the driver faults at 70
+    and holds; the servo itself has not shut down (torque on, no hardware error)."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    elbow_id = driver.ids[ELBOW]
+    np.testing.assert_array_equal(driver.envelope.temperature, 70.0)   # 80 read, less 10
+    bus.fault(f'temperature {elbow_id} 75')
+    loop(driver, 0.2, feed)
+    assert driver.fault == ('temperature: crane_x7_upper_arm_revolute_part_rotate_joint +75 '
+                            '(bound 70 degC)'), driver.fault
+    assert driver.modes == ['position'] * 8
+    assert torque_enabled(driver) == [1] * 8 and driver._read(elbow_id, 70, 1) == 0
+    driver.close()
+    bus.stop()
+
+
+def test_effort_commands_that_cannot_be_placed_are_rejected_and_counted(bus):
+    """Unknown names, a name twice, an arm joint left out, values that do not match the
+    names, a source reading older than stale_s or from the future: rejected, counted, and
+    the last good command kept."""
+    driver = lockstep_driver(bus)
+    good = driver.gravity_torque(driver.reading.position)[:7]
+    now = driver.clock()
+    assert driver.command_effort(good, ARM_JOINTS, source_t=now - 0.05)
+    kept = driver._effort
+    assert kept.at == now - 0.05               # the command is as old as its reading
+    stale = driver.settings.stale_s
+    for effort, joints, source_t in (
+            ([0.1], ['no_such_joint'], None), (good[:6], ARM_JOINTS, None),
+            ([0.1, 0.2], [ARM_JOINTS[0]] * 2, None), ([], [], None),
+            (good[:6], ARM_JOINTS[:6], None),
+            (good, ARM_JOINTS, now - stale - 0.001), (good, ARM_JOINTS, now + 0.001)):
+        assert not driver.command_effort(effort, joints, source_t), joints
+    assert driver.counts['rejected_commands'] == 7 and driver._effort is kept
+    driver.close()
+    bus.stop()
+
+
+PLANTS = {'heavy, weak': (1.2, 0.8), 'light, strong': (0.8, 1.2)}
+"""Arms unlike the model (mass factor, torque constant factor; armature x2 in both)."""
+
+
+@pytest.mark.parametrize('plant', PLANTS)
+def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
+    """The emulated arm 20 % heavier or lighter than the model, its servos' torque constant
+    20 % off the other way, its armature twice the table's: the driver computes with the
+    model. At the bent pose, in lockstep:
+
+    * current mode under the shipped law (config/torque_mode.yaml's gains, holding the pose
+      at enable) settles where the physics says: the law's torque, made by servos whose
+      constant is ``s`` times the model's, balances gravity ``m`` times the model's
+      within the joints' Coulomb friction;
+    * the switch back to position mode moves the arm less than 10 mrad (the hold's goal
+      carries the model's gravity deflection, (m - 1) g / K_s off: 7 mrad on the elbow);
+    * the hold then drifts less than 1 mrad in 2 s; no fault at any point."""
+    from parameter_files import node_parameters
+
+    from plag_ros.core.control.impedance import PartialImpedanceController
+    from plag_ros.core.control.settings import ImpedanceSettings
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+
+    mass, kt = PLANTS[plant]
+    bus = next(bus_in_test(tmp_path, RATE_HZ,
+                           f'mass={mass},torque_constant={kt},armature=2'))
+    try:
+        model = RobotModel.from_urdf(default_urdf_path())
+        settings = ImpedanceSettings.from_values({
+            **node_parameters('torque_mode.yaml', 'plag_impedance'),
+            'start_enabled': True, 'ramp_s': 0.0, 'reference.mode': 'hold'})
+        law = PartialImpedanceController(PartialLagrangian(model),
+                                         settings.controller_config(model),
+                                         settings.reference_trajectory(8))
+        driver = lockstep_driver(bus)
+        move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+        pose = driver.reading.position.copy()
+
+        def step(reading) -> None:
+            command = law.update(round(driver.clock() * 1e9), reading.position,
+                                 reading.velocity)
+            effort = driver.gravity_torque(reading.position) if command is None \
+                else command.effort
+            driver.command_effort(effort[:7], ARM_JOINTS)
+
+        assert driver.request_mode('current')[0]
+        loop(driver, 4.0, step)
+        settled = driver.reading.position.copy()
+        # The static balance, the joints' coupling included: the servos make
+        # s (g(q) + K (q_d - q)) where the arm needs m g(q); the URDF's Coulomb friction
+        # (0.2 N*m a joint, in the emulated arm too) holds any pose whose imbalance is
+        # inside it. At the pose of enable the imbalance (s - m) g is outside it on the tilt
+        # and the elbow: the arm must have moved to where the balance holds.
+        stiffness = np.asarray(settings.stiffness, dtype=float)[:7]
+        friction = model.friction[model.joint_index(ARM_JOINTS)]
+
+        def imbalance(q: np.ndarray) -> np.ndarray:
+            g = driver.gravity_torque(q)[:7]
+            return kt * (g + stiffness * (pose[:7] - q[:7])) - mass * g
+
+        before, after = imbalance(pose), imbalance(settled)
+        print(f'{plant}: moved {(settled[:7] - pose[:7]) * 1e3} mrad; imbalance '
+              f'{before.round(3)} -> {after.round(3)} N*m (friction {friction[0]:g})')
+        assert np.all(np.abs(before[[TILT, ELBOW]]) > friction[[TILT, ELBOW]])
+        # one encoder count (1.5 mrad) of the reading times the tilt's K (10 N*m/rad) is
+        # 0.015 N*m: the tolerance is two of them
+        assert np.all(np.abs(after) <= friction + 0.03), after
+        driver.request_mode('position')
+        begin = time.monotonic()
+        loop(driver, 1.0)
+        middle = time.monotonic()
+        loop(driver, 2.0)
+        end = time.monotonic()
+        assert not driver.fault and driver.modes == ['position'] * 8, driver.fault
+        driver.close()
+        record = bus.stop()
+        switch_out, drift = largest_move(record, begin, middle), largest_move(record, middle,
+                                                                              end)
+        print(f'{plant}: switch out {switch_out * 1e3:.2f} mrad, hold drift '
+              f'{drift * 1e3:.3f} mrad in 2 s')
+        assert switch_out < HELD_RAD
+        assert drift < 0.001
+    finally:
+        if bus.process.poll() is None:
+            bus.process.kill()
+            bus.process.wait()

@@ -268,6 +268,26 @@ def test_stale_input_holds_then_resumes_with_ramp(engine, interface, action):
     assert cmd.state == 'ramping' and cmd.alpha == pytest.approx(0.5)  # 50 periods of a 0.5 s ramp
 
 
+def test_an_enable_holds_the_pose_it_finds_not_the_pose_of_the_last_disable(engine):
+    """Effort interface: disabled at Q0, the arm moved by someone else to a pose bent 0.6 rad
+    further, the input then stale, an enable: the hold torque is the gravity of the bent
+    pose (where the arm is), not of Q0 (it would let the arm fall)."""
+    ctl = law_controller(engine, command_interface='effort', fault_action='hold',
+                         stale_periods=3.0, start_enabled=False)
+    _, now = feed_constant(ctl, Q0, 6)
+    bent = Q0 + np.array([0.0, 0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    _, now = feed_constant(ctl, bent, 6, start_ns=now + PERIOD_NS)
+    cmd = ctl.tick(now + 4 * PERIOD_NS)
+    assert cmd.reason == 'stale'
+    ok, message = ctl.set_enabled(True, now + 4 * PERIOD_NS)
+    assert ok and 'stale' in message, message
+    cmd = ctl.tick(now + 5 * PERIOD_NS)
+    want, old = gravity_act(engine, bent), gravity_act(engine, Q0)
+    np.testing.assert_allclose(cmd.effort, want, atol=1e-12)
+    np.testing.assert_array_equal(cmd.q_desired, bent)
+    assert np.abs(want - old).max() > 0.3       # the two poses' holds differ [N*m]
+
+
 def test_nan_holds_and_recovers(engine):
     ctl = law_controller(engine, command_interface='position', servo_stiffness=50.0)
     _, now = feed_constant(ctl, Q0, 10)

@@ -172,8 +172,20 @@ def test_safety_rules_over_dds(model, tmp_path):
         client.wait_for(lambda: last_state(state)['state'] == 'disabled', 60.0, 'disabled')
         client.wait_for(lambda: len(commands) - count > 20 and not any(
             any(m.data) for _, m in commands[count:]), 60.0, 'only zero effort while disabled')
+        # The input stale again: an enable is refused, before any switch, with the reason.
+        client.wait_for(lambda: last_state(state)['reason'] == 'stale', 60.0, 'stale again')
         response = call_enable(client, True)
-        assert response.success and response.message.startswith('enabled')
+        assert not response.success and 'not ready (stale)' in response.message, \
+            response.message
+        assert not last_state(state)['enabled']
+        # Fresh states: an enable ramps again (tried after each burst: a stall of this
+        # machine between a burst and the call makes the input stale again).
+        for _ in range(20):
+            feed.burst(Q0, 20)
+            response = call_enable(client, True)
+            if response.success:
+                break
+        assert response.success and response.message.startswith('enabled'), response.message
         count = len(commands)
         feed.until(Q0, lambda: any(json.loads(m.data)['state'] == 'enabled'
                                    for _, m in state[-30:])

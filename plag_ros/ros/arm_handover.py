@@ -127,9 +127,13 @@ class ArmHandover:
                                                       'same order)' if forward else ''))
             self.log.error(self.joint_check)
 
-    def blocker(self, subscribers: int, topic: str) -> str:
+    def blocker(self, subscribers: int, topic: str, *, waiting: bool = False,
+                fault: str = '') -> str:
         """Why an enable must be refused now ('' when it may go ahead), given the number of
-        ``subscribers`` to the command ``topic``."""
+        ``subscribers`` to the command ``topic``, whether the controller is still
+        ``waiting`` for its first valid joint state and its ``fault``. Checked before any
+        switch: a driver put in current mode for a controller that cannot run yet gets
+        its hold torque, from a set point that may not be where the arm is."""
         if subscribers == 0:
             return (f'nothing subscribes to {topic}: is the controller loaded and the driver '
                     'running? (refused)')
@@ -137,6 +141,11 @@ class ArmHandover:
             return f'{self.joint_check} (refused)'
         if self.own.switching:
             return 'a controller switch is under way (refused)'
+        if waiting:
+            return 'no valid joint state yet'
+        if fault:
+            return (f'the controller is not ready ({fault}): fresh joint states clear it, a '
+                    'latched fault needs ~/enable false (refused)')
         return ''
 
     async def _call(self, release: bool) -> tuple[bool, str]:

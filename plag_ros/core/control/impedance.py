@@ -437,6 +437,10 @@ class PartialImpedanceController:
         if self._latched:
             return False, f'fault {self._fault}: disable first'
         self._enabled = True
+        if self.config.command_interface != 'position':
+            # the hold's gravity torque at the pose of this enable, not at the pose of the
+            # last disable: someone else may have moved the arm in between
+            self._latch_hold()
         self._start(now_ns, new_reference=True)
         if self._fault:
             return True, f'enabled; waiting for fault to clear ({self._fault})'

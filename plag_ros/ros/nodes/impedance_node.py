@@ -213,8 +213,8 @@ class ImpedanceNode(Node):
         if request.data and not self.controller.enabled:
             waiting = self.controller.state == 'waiting'
             blocker = self.handover.blocker(self._pub_command.get_subscription_count(),
-                                            self._pub_command.topic_name) or (
-                'no valid joint state yet' if waiting else '')
+                                            self._pub_command.topic_name, waiting=waiting,
+                                            fault=self.controller.fault)
             ok, message = (False, blocker) if blocker else await self.handover.take()
             if not ok:
                 response.success, response.message = False, message

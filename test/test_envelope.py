@@ -75,6 +75,18 @@ def test_torque_step_bound(step, faults):
     assert bool(why) == faults, why
 
 
+@pytest.mark.parametrize('cycles, step, faults', [(3.0, 0.75, False), (3.0, 0.7501, True),
+                                                  (0.2, 0.25, False), (0.2, 0.2501, True)])
+def test_torque_step_is_a_rate_over_the_cycles_since_the_last_write(cycles, step, faults):
+    """A write 3 periods after the last may change by 3 bounds; one sooner than a period,
+    still by one (never less)."""
+    env = envelope()
+    previous = np.array([1.0, 0.25])
+    why = env.torque_step_fault(previous, previous + np.array([0.0, step]),
+                                np.array([True, True]), cycles=cycles)
+    assert bool(why) == faults, why
+
+
 def test_temperature_at_the_bound_is_a_fault():
     env = envelope()
     assert not env.temperature_fault(np.array([69.0, 35.0]))

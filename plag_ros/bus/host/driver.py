@@ -194,8 +194,9 @@ class DriverSettings:
         [0.0], "current mode: the largest joint speed [rad/s], per servo in chain order or "
         "one value; 0 = the servo's no-load speed", read_only=True)
     torque_step: list[float] = option(
-        [1.0], 'current mode: the largest change of an effort command in one cycle [N*m], '
-        'per servo in chain order or one value', read_only=True)
+        [1.0], 'current mode: the largest change of an effort command per cycle of rate_hz '
+        '[N*m] (a late cycle may carry the cycles it missed), per servo in chain order or '
+        'one value', read_only=True)
     temperature_margin: float = option(10.0, "fault this far below each servo's Temperature "
                                        'Limit [degC]', low=0.0, high=60.0, read_only=True)
     stale_s: float = option(0.1, 'effort command older than this in current mode is a '
@@ -363,6 +364,7 @@ class BusDriver:
         self._recover = False        # clear_fault asked the next cycle to hold limp servos
         self._switched: tuple[list[int], str] = ([], '')    # a switch to read back
         self._last_effort = np.zeros(n)                # current joints' last command [N*m]
+        self._last_effort_at = 0.0                     # when it was written [s, clock]
         self._hold = np.zeros(n, dtype=np.int64)       # position goals [counts]
         self._effort = _Command()
         self._forward = _Command()
@@ -721,7 +723,7 @@ class BusDriver:
                 in_current[:] = False
             else:
                 effort = np.where(in_current, effort, 0.0)
-                self._last_effort = effort
+                self._last_effort, self._last_effort_at = effort, self.clock()
                 current = np.round(effort / self.torque_constant / CURRENT_UNIT).astype(np.int64)
                 current = np.clip(current, -self.current_limit, self.current_limit)
         unknown = self.arm & np.array([m == 'unknown' for m in self.modes])
@@ -766,7 +768,9 @@ class BusDriver:
             self._fail(f'effort command out of range or not finite: {what} (limits '
                        f'{self.torque_limit[bad].tolist()} N*m)', reading)
             return None
-        jump = self.envelope.torque_step_fault(self._last_effort, values, joints)
+        jump = self.envelope.torque_step_fault(
+            self._last_effort, values, joints,
+            cycles=(now - self._last_effort_at) * self.settings.rate_hz)
         if jump:
             self._fail(jump, reading)
             return None
@@ -853,6 +857,7 @@ class BusDriver:
         if mode == 'current':
             self._start_effort, self._entered_current = start, self.clock()
             self._last_effort = np.where(self.arm, start, 0.0)
+            self._last_effort_at = self._entered_current
             self._effort = _Command()
         else:
             self._hold[which] = held[which]

@@ -26,7 +26,9 @@ mode where it is (:meth:`~plag_ros.bus.host.driver.BusDriver.cycle`):
   12 V (the e-manual's 46 rev/min for the XM430-W350, 30 for the XM540-W270): a joint
   faster than its own motor can drive it is falling or being pushed.
 * **torque step**: a current joint's command may change by at most ``torque_step`` [N*m]
-  from one cycle to the next (1.0 by default, 200 N*m/s at 200 Hz). The shipped law's
+  per nominal cycle (1.0 by default, 200 N*m/s at 200 Hz), over the time since the last
+  write: a cycle that comes late (a busy host) may carry the change of the cycles it
+  missed, the rate stays the same. The shipped law's
   largest step in the elbow-swing scenario is 0.63 N*m, when the swing starts without a
   ramp (its damping meets the reference's 3.1 rad/s at once); a jump beyond the bound is a
   controller gone wrong, not a law.
@@ -115,13 +117,18 @@ class Envelope:
         return ''
 
     def torque_step_fault(self, previous: np.ndarray, command: np.ndarray,
-                          checked: np.ndarray) -> str:
-        """'' or which of the ``checked`` joints' command [N*m] jumps from ``previous``."""
-        jump = checked & ~(np.abs(command - previous) <= self.torque_step)
+                          checked: np.ndarray, cycles: float = 1.0) -> str:
+        """'' or which of the ``checked`` joints' command [N*m] jumps from ``previous``,
+        written ``cycles`` nominal periods ago: the bound is a rate, ``torque_step`` per
+        period, so a late cycle may carry the change of the periods it missed (never less
+        than one period's)."""
+        cycles = max(1.0, cycles)
+        bound = self.torque_step * cycles
+        jump = checked & ~(np.abs(command - previous) <= bound)
         if not jump.any():
             return ''
         return 'torque step beyond the envelope: ' + _listed(
-            self.joints, jump, command - previous, self.torque_step, 'N*m in one cycle')
+            self.joints, jump, command - previous, bound, f'N*m in {cycles:.3g} cycles')
 
     def temperature_fault(self, temperature: np.ndarray) -> str:
         """'' or which servos are at or above their fault temperature [degC]."""

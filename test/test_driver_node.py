@@ -87,27 +87,33 @@ def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):
             for _ in range(100):
                 newest = states[-1][1]
                 tau = gravity(np.array(newest.position[:7]))
-                effort.publish(command(reversed_arm, list(tau[::-1]),
-                                       msgs.stamp_to_ns(newest.header.stamp)))
+                in_force = msgs.stamp_to_ns(newest.header.stamp)
+                effort.publish(command(reversed_arm, list(tau[::-1]), in_force))
                 time.sleep(0.01)
             drift = np.abs(np.array(states[-1][1].position) - pose)[:7].max()
             assert drift < 0.005, drift
             status = json.loads(reports[-1][1].data)
             assert status['fault'] == '' and status['modes'][JOINTS[1]] == 'current', status
-            rejected = status['counts']['rejected_commands']
-            # Four commands the driver must refuse, each counted: a joint it lacks, no stamp,
-            # a source 10 s old (stale_s 2 here), and one effort short.
+            rejected = status['counts']['rejected_commands'], status['rejected']
+            # Five commands that must be refused, each counted. By the driver: a joint it
+            # lacks, one effort short; by the node, before the driver: no stamp, a source
+            # 10 s old, and one a millisecond older than the command in force.
             fresh = msgs.stamp_to_ns(states[-1][1].header.stamp)
             effort.publish(command(ARM[:6] + ['no_such_joint'], [0.0] * 7, fresh))
-            effort.publish(command(ARM, [0.0] * 7, 0))
-            effort.publish(command(ARM, [0.0] * 7, fresh - 10 * 10**9))
             bad = command(ARM, [0.0] * 7, fresh)
             bad.effort = [0.0] * 6
             effort.publish(bad)
-            client.wait_for(lambda: json.loads(reports[-1][1].data)['counts'][
-                'rejected_commands'] >= rejected + 4, 60.0, 'the four rejections')
-            assert json.loads(reports[-1][1].data)['counts']['rejected_commands'] == \
-                rejected + 4
+            effort.publish(command(ARM, [0.0] * 7, fresh - 10 * 10**9))
+            effort.publish(command(ARM, [0.0] * 7, 0))
+            effort.publish(command(ARM, [0.0] * 7, in_force - 10**6))
+
+            def counted() -> tuple[int, int]:
+                last = json.loads(reports[-1][1].data)
+                return (last['counts']['rejected_commands'] - rejected[0],
+                        last['rejected'] - rejected[1])
+
+            client.wait_for(lambda: sum(counted()) >= 5, 60.0, 'the five rejections')
+            assert counted() == (2, 3), counted()
             # then nothing commanded: the stale check latches a fault and holds in position mode
             client.wait_for(lambda: json.loads(reports[-1][1].data)['fault'].startswith(
                 'stale effort command'), 60.0, 'the stale fault')
@@ -241,3 +247,19 @@ def test_plag_ros_run_driver_runs_the_torque_mode_nodes_on_the_bus(tmp_path):
         assert 'bus open' in driver_log and 'bus closed' in driver_log, driver_log
     finally:
         bus.stop()
+
+
+def test_the_driver_refuses_simulated_time(tmp_path):
+    """The servos' Bus Watchdog and every command's age run on the wall clock: with
+    use_sim_time (and no /clock, every stamp and every age 0) the node refuses to start,
+    before it touches a port, and says why."""
+    node = start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                      params={'port': str(tmp_path / 'no_bus_here'), 'use_sim_time': True})
+    try:
+        node.process.wait(60)
+        assert node.process.returncode == 1, node.tail()
+        assert 'use_sim_time must be false' in node.output()
+        assert 'AttributeError' not in node.output()     # no half-built node torn down
+    finally:
+        if node.alive():
+            node.stop()

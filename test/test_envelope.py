@@ -75,11 +75,12 @@ def test_torque_step_bound(step, faults):
     assert bool(why) == faults, why
 
 
-@pytest.mark.parametrize('cycles, step, faults', [(3.0, 0.75, False), (3.0, 0.7501, True),
+@pytest.mark.parametrize('cycles, step, faults', [(1.5, 0.375, False), (1.5, 0.3751, True),
+                                                  (2.0, 0.5, False), (40.0, 0.5001, True),
                                                   (0.2, 0.25, False), (0.2, 0.2501, True)])
-def test_torque_step_is_a_rate_over_the_cycles_since_the_last_write(cycles, step, faults):
-    """A write 3 periods after the last may change by 3 bounds; one sooner than a period,
-    still by one (never less)."""
+def test_a_late_write_carries_at_most_one_missed_cycle_of_torque_step(cycles, step, faults):
+    """A write 1.5 periods after the last may change by 1.5 bounds, one 40 periods late by
+    two at most (the servo applies it as one step); one sooner than a period still by one."""
     env = envelope()
     previous = np.array([1.0, 0.25])
     why = env.torque_step_fault(previous, previous + np.array([0.0, step]),

@@ -379,6 +379,9 @@ def test_implausible_joint_state_makes_the_controller_hold(model):
             node.on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
             assert node.rejected['position_jump'] == 1
             np.testing.assert_array_equal(node.last_command.position, hold)
+            # the stamp a command to plag_driver would carry stays the last good sample's:
+            # holds computed after garbage age out at the driver instead of looking fresh
+            assert node._source_ns == t0 + 7 * 5_000_000
         finally:
             node.destroy_node()
     finally:

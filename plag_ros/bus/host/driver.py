@@ -194,9 +194,9 @@ class DriverSettings:
         [0.0], "current mode: the largest joint speed [rad/s], per servo in chain order or "
         "one value; 0 = the servo's no-load speed", read_only=True)
     torque_step: list[float] = option(
-        [1.0], 'current mode: the largest change of an effort command per cycle of rate_hz '
-        '[N*m] (a late cycle may carry the cycles it missed), per servo in chain order or '
-        'one value', read_only=True)
+        [1.0], 'current mode: the largest change of an effort command from one write to the '
+        'next [N*m] (a late write: up to two periods of rate_hz worth), per servo in chain '
+        'order or one value', read_only=True)
     temperature_margin: float = option(10.0, "fault this far below each servo's Temperature "
                                        'Limit [degC]', low=0.0, high=60.0, read_only=True)
     stale_s: float = option(0.1, 'effort command older than this in current mode is a '

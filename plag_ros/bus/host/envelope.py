@@ -26,9 +26,9 @@ mode where it is (:meth:`~plag_ros.bus.host.driver.BusDriver.cycle`):
   12 V (the e-manual's 46 rev/min for the XM430-W350, 30 for the XM540-W270): a joint
   faster than its own motor can drive it is falling or being pushed.
 * **torque step**: a current joint's command may change by at most ``torque_step`` [N*m]
-  per nominal cycle (1.0 by default, 200 N*m/s at 200 Hz), over the time since the last
-  write: a cycle that comes late (a busy host) may carry the change of the cycles it
-  missed, the rate stays the same. The shipped law's
+  from one write to the next (1.0 by default, 200 N*m/s at 200 Hz); a write that comes
+  late (a busy host) may carry the time since the last one, up to :data:`LATE_CYCLES`
+  periods' worth and no more (the servo applies the change as one step). The shipped law's
   largest step in the elbow-swing scenario is 0.63 N*m, when the swing starts without a
   ramp (its damping meets the reference's 3.1 rad/s at once); a jump beyond the bound is a
   controller gone wrong, not a law.
@@ -49,7 +49,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['Envelope']
+__all__ = ['LATE_CYCLES', 'Envelope']
+
+LATE_CYCLES = 2.0
+"""The most periods of ``torque_step`` one late write may carry: one cycle late (the step
+that faulted a real-time run of the shipped law, -1.62 N*m, came from such a cycle), never
+a long gap's worth."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +124,10 @@ class Envelope:
     def torque_step_fault(self, previous: np.ndarray, command: np.ndarray,
                           checked: np.ndarray, cycles: float = 1.0) -> str:
         """'' or which of the ``checked`` joints' command [N*m] jumps from ``previous``,
-        written ``cycles`` nominal periods ago: the bound is a rate, ``torque_step`` per
-        period, so a late cycle may carry the change of the periods it missed (never less
-        than one period's)."""
-        cycles = max(1.0, cycles)
+        written ``cycles`` nominal periods ago. A cycle that comes late may carry the change
+        of one period it missed, no more: the servo held the old current through the gap,
+        so the new one lands as one step however long the gap was."""
+        cycles = min(max(1.0, cycles), LATE_CYCLES)
         bound = self.torque_step * cycles
         jump = checked & ~(np.abs(command - previous) <= bound)
         if not jump.any():

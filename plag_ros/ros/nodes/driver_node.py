@@ -14,8 +14,9 @@ does the bus; this node is its ROS face). What it offers, with the robot driver'
   arm joints by ``name`` in any order, ``effort`` [N*m] (motor torque), and
   ``header.stamp`` = the stamp of the ``joint_states`` sample the torque was computed
   from. A command with a joint the chain lacks, a name twice, an arm joint missing, not
-  one effort per name, or a source sample older than ``stale_s`` (a zero stamp included)
-  or stamped in the future is rejected, counted and logged; the last good one stays;
+  one effort per name, a zero stamp, a stamp older than the command in force, or a source
+  sample older than ``stale_s`` or in the future is rejected, counted and logged; the last
+  good one stays. The node runs on the wall clock (``use_sim_time`` is refused);
 * the parameter ``active_arm_controller``, which says whose commands count:
   ``plag_arm_effort_controller`` puts the arm joints in current mode (with the gravity
   torque of the present pose until the first command), any other in position mode holding
@@ -83,6 +84,9 @@ class DriverNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         values = declare_options(self, DRIVER_NODE_OPTIONS)
         s = self.settings = build(DriverNodeSettings, values)
+        if self.get_parameter('use_sim_time').value:
+            raise ValueError(f'{NODE_NAME}: use_sim_time must be false: the servos, their Bus '
+                             'Watchdog and the age of every command run on the wall clock')
         config = BusConfig.load(s.bus.chain or CRANE_X7_BUS)
         model, parameters = model_with_parameters(
             RobotModel.from_urdf(s.urdf_path or default_urdf_path()), s.model.parameters)
@@ -105,6 +109,7 @@ class DriverNode(Node):
         self._state_key: tuple = ()
         self._state_at = 0.0
         self.rejected = 0
+        self._newest_source_ns = 0           # stamp of the effort command in force [ns]
         self.publish_errors = 0
         self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
@@ -170,9 +175,11 @@ class DriverNode(Node):
 
     def _publish(self, reading: Reading) -> None:
         try:
+            # stamped when the servos were read, not when the cycle got round to publishing
+            read_ns = self.get_clock().now().nanoseconds - round(
+                (self.driver.clock() - reading.t) * 1e9)
             self._pub.publish(msgs.joint_state(self._names, reading.position,
-                                               reading.velocity, reading.effort,
-                                               t_ns=self.get_clock().now().nanoseconds))
+                                               reading.velocity, reading.effort, t_ns=read_ns))
         except Exception:  # noqa: BLE001 - a publish racing shutdown; counted, not fatal
             self.publish_errors += 1
 
@@ -211,12 +218,20 @@ class DriverNode(Node):
     def _on_effort(self, msg: JointState) -> None:
         if not self._accepting(EFFORT_CONTROLLER, EFFORT_COMMAND_TOPIC):
             return
+        stamp = msgs.stamp_to_ns(msg.header.stamp)
+        if stamp <= 0 or stamp < self._newest_source_ns:
+            self._reject(f'{EFFORT_COMMAND_TOPIC}: stamp {stamp} ns is not the stamp of a '
+                         'joint state newer than the command in force '
+                         f'({self._newest_source_ns} ns)')
+            return
         # The source sample's age on the node's clock (the one that stamps joint_states),
         # carried over to the driver's monotonic clock: no stamp is compared across clocks.
-        age = (self.get_clock().now().nanoseconds - msgs.stamp_to_ns(msg.header.stamp)) * 1e-9
-        source_t = self.driver.clock() - age
+        age = (self.get_clock().now().nanoseconds - stamp) * 1e-9
         # a NaN is the bus thread's to judge: a fault in current mode
-        if not self.driver.command_effort(list(msg.effort), list(msg.name), source_t):
+        if self.driver.command_effort(list(msg.effort), list(msg.name),
+                                      self.driver.clock() - age):
+            self._newest_source_ns = stamp
+        else:
             self.get_logger().warning(   # the driver counts it (rejected_commands)
                 f'command rejected: {EFFORT_COMMAND_TOPIC}: names {list(msg.name)}, '
                 f'{len(msg.effort)} efforts, source sample {age * 1e3:.1f} ms old (every arm '
@@ -234,7 +249,7 @@ class DriverNode(Node):
     def _reject(self, reason: str, *, quiet: bool = False) -> None:
         self.rejected += 1
         if not quiet or self.rejected == 1:
-            self.get_logger().warning(f'command rejected: {reason}')
+            self.get_logger().warning(f'command rejected: {reason}', throttle_duration_sec=1.0)
 
     def _on_set_parameters(self, parameters: Sequence[Parameter]) -> SetParametersResult:
         for p in parameters:
@@ -267,19 +282,21 @@ class DriverNode(Node):
         stopped first would leave current-mode servos silent, and their Bus Watchdog would
         take their torque before close() holds them."""
         thread = getattr(self, '_thread', None)
-        if thread is not None and thread.is_alive() and 'current' in self.driver.modes:
+        if thread is None:                # refused at start: no bus touched
+            super().destroy_node()
+            return
+        if thread.is_alive() and 'current' in self.driver.modes:
             self.driver.request_mode('position')
             deadline = time.monotonic() + 1.0
             while 'current' in self.driver.modes and time.monotonic() < deadline:
                 time.sleep(0.005)
         self._stop.set()
-        if thread is not None:
-            thread.join(timeout=5.0)
-            if thread.is_alive():      # two threads on one port would garble both
-                self.get_logger().error('the bus thread did not stop in 5 s: the bus is left '
-                                        'as it is (the Bus Watchdog stops the servos)')
-                super().destroy_node()
-                return
+        thread.join(timeout=5.0)
+        if thread.is_alive():      # two threads on one port would garble both
+            self.get_logger().error('the bus thread did not stop in 5 s: the bus is left as '
+                                    'it is (the Bus Watchdog stops the servos)')
+            super().destroy_node()
+            return
         try:
             if self.driver.is_open:
                 self.driver.close()

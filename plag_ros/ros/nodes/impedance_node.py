@@ -165,7 +165,6 @@ class ImpedanceNode(Node):
     def on_joint_state(self, msg: JointState) -> None:
         """The ``joint_states`` callback; sets :attr:`last_command`."""
         now = self._now_ns()
-        self._source_ns = msgs.stamp_to_ns(msg.header.stamp)
         if self.own.input_arrived(time.monotonic()):
             self._driver_back(now)
         try:
@@ -186,6 +185,8 @@ class ImpedanceNode(Node):
             # NaN/inf, or a reading the arm cannot produce: the controller must see it to
             # hold rather than compute a command from it.
             t_ns, q, qd, effort = now, np.full(self.model.n_joints, np.nan), None, None
+        else:   # commands carry the last good sample's stamp: holds age out at the driver
+            self._source_ns = t_ns
         command = self.last_command = self.controller.update(
             now, q[self._act], None if qd is None else qd[self._act],
             stamp_ns=t_ns if self.settings.use_header_stamp else None,
@@ -289,7 +290,6 @@ class ImpedanceNode(Node):
             self._pub_command.publish(
                 msgs.joint_trajectory(self._command_names, [self.settings.command.time_from_start],
                                       [values]) if self._kind == 'trajectory'
-                # a timer's hold ages with that stamp: past stale_s the driver holds itself
                 else msgs.joint_state(self._command_names, effort=values, t_ns=self._source_ns)
                 if self._stamped
                 else msgs.float64_multi_array(values, layout=self._layout))

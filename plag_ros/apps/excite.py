@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from plag_ros.core.control.settings import TRAJECTORY_CONTROLLER
+from plag_ros.core.control.settings import TRAJECTORY_COMMAND_TOPIC
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
@@ -52,7 +52,7 @@ from plag_ros.core.simulation.simulator import Simulator
 
 __all__ = ['configure', 'run', 'simulate_play']
 
-TOPIC = f'/{TRAJECTORY_CONTROLLER}/joint_trajectory'
+TOPIC = TRAJECTORY_COMMAND_TOPIC
 """The driver's trajectory controller's command topic."""
 
 

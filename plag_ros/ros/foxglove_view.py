@@ -19,10 +19,9 @@ import time
 from collections.abc import Sequence
 
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from plag_ros.io.bag import JOINT_STATE_TYPE
-from plag_ros.ros import topics
+from plag_ros.ros import qos, topics
 from plag_ros.ros.messages import message_class
 
 __all__ = ['DEFAULT_HOST', 'DEFAULT_PORT', 'FoxgloveView', 'view_topics']
@@ -87,12 +86,8 @@ class FoxgloveView:
                                        data=definition.encode()))
             self.channels[topic] = channel
             latched = topic in LATCHED
-            qos = QoSProfile(depth=1 if latched else 100,
-                             reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
-                             else DurabilityPolicy.VOLATILE)
-            node.create_subscription(message_class(msgtype), topic,
-                                     self._forward(channel), qos, raw=True)
+            node.create_subscription(message_class(msgtype), topic, self._forward(channel),
+                                     qos.LATCHED if latched else qos.reliable(100), raw=True)
 
     @staticmethod
     def _forward(channel):

@@ -17,7 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from plag_ros.core.control.settings import EFFORT_COMMAND_TOPIC
+from plag_ros.core.control.settings import (
+    EFFORT_COMMAND_TOPIC,
+    FORWARD_COMMAND_TOPIC,
+    TRAJECTORY_COMMAND_TOPIC,
+)
 from plag_ros.ros import topics
 
 __all__ = ['LATCHED', 'NODE_INTERFACES', 'RELIABLE', 'Endpoint', 'setting_value']
@@ -186,10 +190,10 @@ DRIVER = (
              'current [A] x 2.20 (XM430) or 3.60 (XM540), stamped when read'),
     Endpoint('out', '~/state', _STRING, LATCHED,
              'JSON: modes per joint, the latched fault, active_arm_controller, counters'),
-    Endpoint('in', '/crane_x7_arm_controller/joint_trajectory', _TRAJ,
+    Endpoint('in', TRAJECTORY_COMMAND_TOPIC, _TRAJ,
              RELIABLE.format(depth=10), 'arm joints by name, followed point to point '
              '(position mode)'),
-    Endpoint('in', '/plag_arm_position_controller/commands', _ARRAY,
+    Endpoint('in', FORWARD_COMMAND_TOPIC, _ARRAY,
              RELIABLE.format(depth=10), '7 arm goal positions [rad] in chain order '
              '(position mode)'),
     Endpoint('in', EFFORT_COMMAND_TOPIC, _JS, RELIABLE.format(depth=10),

@@ -45,8 +45,9 @@ from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.core.estimation.plausibility import PlausibilityConfig
 
-__all__ = ['EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER', 'FORWARD_CONTROLLER',
-           'IMPEDANCE_OPTIONS', 'SWITCH_METHODS', 'TRAJECTORY_CONTROLLER', 'CommandKind',
+__all__ = ['EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER', 'FORWARD_COMMAND_TOPIC',
+           'FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
+           'TRAJECTORY_COMMAND_TOPIC', 'TRAJECTORY_CONTROLLER', 'CommandKind',
            'CommandSettings', 'CommandType',
            'CompensateSettings', 'FaultSettings', 'ImpedanceSettings', 'OscillationSettings',
            'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings']
@@ -62,6 +63,11 @@ EFFORT_COMMAND_TOPIC = f'/{EFFORT_CONTROLLER}/commands'
 computed from (the driver refuses one older than its ``stale_s``)."""
 TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
 """The driver's joint trajectory controller: the trajectory path's target, the fallback."""
+FORWARD_COMMAND_TOPIC = f'/{FORWARD_CONTROLLER}/commands'
+"""The forward controller's goal positions (``std_msgs/Float64MultiArray``, its joints'
+order)."""
+TRAJECTORY_COMMAND_TOPIC = f'/{TRAJECTORY_CONTROLLER}/joint_trajectory'
+"""The trajectory controller's command (``trajectory_msgs/JointTrajectory``)."""
 
 CommandType = Literal['forward', 'trajectory']
 CommandKind = Literal['forward', 'trajectory', 'effort']
@@ -315,8 +321,8 @@ class ImpedanceSettings:
     def command_topic(self) -> str:
         """``command.topic``, or the default topic of :attr:`command_kind`."""
         return self.command.topic or {
-            'forward': f'/{FORWARD_CONTROLLER}/commands',
-            'trajectory': f'/{TRAJECTORY_CONTROLLER}/joint_trajectory',
+            'forward': FORWARD_COMMAND_TOPIC,
+            'trajectory': TRAJECTORY_COMMAND_TOPIC,
             'effort': EFFORT_COMMAND_TOPIC if self.switch.method == 'driver'
             else 'effort_controller/commands'}[self.command_kind]
 

@@ -57,7 +57,13 @@ from plag_ros.bus.host.driver import (
     gravity_in_chain_order,
 )
 from plag_ros.core.common.options import build
-from plag_ros.core.control.settings import EFFORT_COMMAND_TOPIC
+from plag_ros.core.control.settings import (
+    EFFORT_COMMAND_TOPIC,
+    FORWARD_COMMAND_TOPIC,
+    FORWARD_CONTROLLER,
+    TRAJECTORY_COMMAND_TOPIC,
+    TRAJECTORY_CONTROLLER,
+)
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.dynamics.motors import ARM_JOINTS
@@ -68,8 +74,6 @@ from plag_ros.ros.qos import LATCHED, reliable
 __all__ = ['NODE_NAME', 'DriverNode', 'main']
 
 NODE_NAME = 'plag_driver'
-TRAJECTORY_TOPIC = '/crane_x7_arm_controller/joint_trajectory'
-FORWARD_TOPIC = '/plag_arm_position_controller/commands'
 _RELIABLE = reliable()
 
 
@@ -114,9 +118,10 @@ class DriverNode(Node):
         self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
-        self.create_subscription(JointTrajectory, TRAJECTORY_TOPIC, self._on_trajectory,
+        self.create_subscription(JointTrajectory, TRAJECTORY_COMMAND_TOPIC, self._on_trajectory,
                                  _RELIABLE)
-        self.create_subscription(Float64MultiArray, FORWARD_TOPIC, self._on_forward, _RELIABLE)
+        self.create_subscription(Float64MultiArray, FORWARD_COMMAND_TOPIC, self._on_forward,
+                                 _RELIABLE)
         self.create_subscription(JointState, EFFORT_COMMAND_TOPIC, self._on_effort, _RELIABLE)
         self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -203,17 +208,18 @@ class DriverNode(Node):
 
     # ------------------------------------------------------------------ commands
     def _on_trajectory(self, msg: JointTrajectory) -> None:
-        if not self._accepting('crane_x7_arm_controller', TRAJECTORY_TOPIC):
+        if not self._accepting(TRAJECTORY_CONTROLLER, TRAJECTORY_COMMAND_TOPIC):
             return
         times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
         if not self.driver.command_trajectory(times, [list(p.positions) for p in msg.points],
                                               list(msg.joint_names)):
-            self._reject(f'{TRAJECTORY_TOPIC}: unknown joints, not finite or unordered points')
+            self._reject(f'{TRAJECTORY_COMMAND_TOPIC}: unknown joints, not finite or '
+                         'unordered points')
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
-        if self._accepting('plag_arm_position_controller', FORWARD_TOPIC) and \
+        if self._accepting(FORWARD_CONTROLLER, FORWARD_COMMAND_TOPIC) and \
                 not self.driver.command_positions(list(msg.data), ARM_JOINTS):
-            self._reject(f'{FORWARD_TOPIC}: need {len(ARM_JOINTS)} finite positions')
+            self._reject(f'{FORWARD_COMMAND_TOPIC}: need {len(ARM_JOINTS)} finite positions')
 
     def _on_effort(self, msg: JointState) -> None:
         if not self._accepting(EFFORT_CONTROLLER, EFFORT_COMMAND_TOPIC):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from torque_rig import (
     window,
 )
 
+import plag_ros.bus.host.driver as driver_module
 from plag_ros.bus.host.driver import BusError
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 
@@ -191,7 +193,6 @@ def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, 
     """On a USB adapter whose latency timer is 16 ms, and at a pose from which the elbow
     could not stop inside its limit (3 mrad from its upper limit, inside the 0.06 rad
     margin): current mode is refused with the reason, the arm stays in position mode."""
-    import plag_ros.bus.host.driver as driver_module
 
     devices = tmp_path / 'devices'
     pty = Path(os.path.realpath(bus.link)).name
@@ -216,20 +217,100 @@ def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, 
     bus.stop()
 
 
-def test_a_servo_of_unknown_mode_gets_its_gravity_torque_not_none(bus):
+def test_a_servo_of_unknown_mode_gets_its_gravity_torque_and_is_tried_again(bus):
     """A servo whose mode the driver no longer knows (it stopped answering during a
     recovery) may still be in current mode: each cycle writes it its pose's gravity torque
-    as Goal Current, so the elbow, left in current mode, holds within 10 mrad for 1 s
-    instead of falling."""
+    as Goal Current, so the elbow, left in current mode, holds within 10 mrad instead of
+    falling; REPROBE_S after it was last tried, it answers and is brought back to a hold in
+    position mode with its torque on."""
     driver = lockstep_driver(bus)
     feed = bent_in_current_mode(driver)
     driver.modes[ELBOW] = 'unknown'              # as _hold_servos leaves it
+    driver._probed_at = driver.clock()
     begin = time.monotonic()
-    loop(driver, 1.0, feed)
-    end = time.monotonic()
+    loop(driver, 0.5 * driver_module.REPROBE_S, feed)
     assert driver._read(driver.ids[ELBOW], 11, 1) == 0     # really still in current mode
+    loop(driver, 0.5 * driver_module.REPROBE_S + 0.1, feed)
+    end = time.monotonic()
+    assert driver.modes[ELBOW] == 'position' and not driver.fault, driver.fault
+    assert driver._read(driver.ids[ELBOW], 11, 1) == 3 and torque_enabled(driver) == [1] * 8
     driver.close()
     assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_a_servo_of_unknown_mode_is_watched_by_the_envelope(bus, monkeypatch):
+    """The elbow of unknown mode, still in current mode, pushed towards its upper limit by
+    a gravity torque 0.3 N*m off (the model's error on a real arm): the envelope watches it
+    as a current-mode joint, the fault tries the hold at once, and the elbow stops inside
+    its limit less the margin (by the emulator's record)."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    monkeypatch.setattr(driver_module, 'REPROBE_S', 10.0)      # only the fault tries it
+    driver.modes[ELBOW] = 'unknown'
+    driver._probed_at = driver.clock()
+    gravity = driver._gravity_or_last
+
+    def off_while_unknown(position):
+        g = gravity(position)
+        if driver.modes[ELBOW] == 'unknown':
+            g = g.copy()
+            g[ELBOW] += 0.3
+        return g
+
+    monkeypatch.setattr(driver, '_gravity_or_last', off_while_unknown)
+    begin = time.monotonic()
+    loop(driver, 3.0, feed)
+    end = time.monotonic()
+    assert driver.fault.startswith('position limit ahead: crane_x7_upper_arm_revolute_part_'
+                                   'rotate_joint'), driver.fault
+    assert driver.modes == ['position'] * 8 and torque_enabled(driver) == [1] * 8
+    driver.close()
+    record = bus.stop()
+    elbow = record['q'][window(record, begin, end)][:, ELBOW]
+    upper = driver.envelope.upper[ELBOW]
+    print(f'elbow from {elbow[0]:.3f} to at most {elbow.max():.3f} rad (limit {upper:.3f})')
+    assert elbow.max() < upper - driver.settings.limit_margin
+    assert abs(elbow[-1] - elbow[-40]) < 1e-3          # stopped, held
+
+
+def test_a_request_from_another_thread_waits_for_the_cycle(bus, monkeypatch):
+    """The bus loop's cycle and the ROS executor's requests never interleave: a mode request
+    and a fault clear made while a cycle is inside its read return only after it, and the
+    request is carried out at the next cycle, never lost between the cycle's read of it and
+    its reset."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+    inside, release = threading.Event(), threading.Event()
+    read = driver._sync_read
+
+    def slow_read():
+        inside.set()
+        release.wait(10.0)
+        return read()
+
+    monkeypatch.setattr(driver, '_sync_read', slow_read)
+    cycling = threading.Thread(target=driver.cycle)
+    cycling.start()
+    assert inside.wait(10.0)
+    answered = threading.Event()
+
+    def request() -> None:
+        driver.clear_fault()
+        driver.request_mode('current')
+        answered.set()
+
+    threading.Thread(target=request).start()
+    assert not answered.wait(0.3), 'a request went through in the middle of a cycle'
+    release.set()
+    cycling.join(10.0)
+    assert answered.wait(10.0) and driver._pending == 'current'
+    monkeypatch.setattr(driver, '_sync_read', read)
+    loop(driver, 0.1, gravity_feed(driver))
+    assert driver.modes[:7] == ['current'] * 7, driver.fault
+    driver.request_mode('position')
+    loop(driver, 0.1)
+    driver.close()
+    bus.stop()
 
 
 @pytest.mark.parametrize('failures', [2, 3])

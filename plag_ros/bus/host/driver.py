@@ -50,8 +50,10 @@ reach into the others.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -99,6 +101,9 @@ USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
 TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
 HOLD_TRIES = 3
 """Tries of each acknowledged write when a servo is brought back to a hold."""
+REPROBE_S = 1.0
+"""[s] a servo left 'unknown' (no answer while it was brought back to a hold) is tried
+again this often: it may answer again, and it may still be in current mode."""
 _ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
                0x10: 'electrical shock', 0x20: 'overload'}
 
@@ -285,6 +290,17 @@ class _Trajectory:
         return np.array([np.interp(s, times, points[:, j]) for j in range(points.shape[1])])
 
 
+def _serialised(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` under the driver's lock: the bus loop's cycle and the commands, mode
+    requests and fault clears of other threads (a ROS executor's) never interleave, so a
+    request is never lost between the cycle's read of it and its reset."""
+    @functools.wraps(method)
+    def locked(self: BusDriver, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class BusDriver:
     """The CRANE-X7's servos through dynamixel-sdk.
 
@@ -370,6 +386,8 @@ class BusDriver:
         self._forward = _Command()
         self._trajectory: _Trajectory | None = None
         self._pending: str | None = None
+        self._lock = threading.RLock()
+        self._probed_at = -math.inf      # when an 'unknown' servo was last tried [s, clock]
         # what the last read found wrong (set by _sync_read, acted on by cycle)
         self._expired: list[int] = []
         self._alerts: list[str] = []
@@ -566,6 +584,7 @@ class BusDriver:
             self._port = None
 
     # ------------------------------------------------------------------ commands
+    @_serialised
     def command_positions(self, positions: Sequence[float], joints: Sequence[str]) -> bool:
         """A forward position command [rad] for ``joints``; False (counted) if not finite
         or a joint is unknown. It replaces any trajectory."""
@@ -576,6 +595,7 @@ class BusDriver:
         self._trajectory = None
         return True
 
+    @_serialised
     def command_trajectory(self, times: Sequence[float], positions: Sequence[Sequence[float]],
                            joints: Sequence[str]) -> bool:
         """A joint trajectory: (P,) times from now [s], (P, len(joints)) positions [rad],
@@ -594,6 +614,7 @@ class BusDriver:
         self._forward = _Command()
         return True
 
+    @_serialised
     def command_effort(self, effort: Sequence[float], joints: Sequence[str],
                        source_t: float | None = None) -> bool:
         """An effort command [N*m] for the arm joints, placed by name. ``source_t`` [s, on
@@ -623,6 +644,7 @@ class BusDriver:
         self._effort = _Command(values, at)
         return True
 
+    @_serialised
     def request_mode(self, mode: str) -> tuple[bool, str]:
         """Switch the arm joints to ``'current'`` or ``'position'`` at the next cycle.
         Current mode is refused with the reason while a fault is latched, before the first
@@ -648,6 +670,7 @@ class BusDriver:
         self._pending = mode
         return True, f'arm joints to {mode} mode at the next cycle'
 
+    @_serialised
     def fail_safe(self, reason: str) -> None:
         """Latch ``reason`` and hold from the last reading: the bus loop's answer to an
         exception out of :meth:`cycle` (servos left in current mode without commands would
@@ -658,6 +681,7 @@ class BusDriver:
         except Exception as err:  # noqa: BLE001 - the hold's last try: report, never raise
             self.log(f'the hold after {reason!r} failed too: {err!r}')
 
+    @_serialised
     def clear_fault(self) -> str:
         """Unlatch the fault (the joints stay in position mode); the old fault's text. The
         next cycle first brings back to a hold any servo it finds with its torque off."""
@@ -666,6 +690,7 @@ class BusDriver:
         return old
 
     # ------------------------------------------------------------------ the cycle
+    @_serialised
     def cycle(self) -> Reading | None:
         """One read, the checks, a pending mode change, one write. None after a failed
         read (nothing is written then)."""
@@ -710,15 +735,20 @@ class BusDriver:
                 except BusError as err:       # the port failed under the burst
                     self._fail(f'mode switch to {mode} failed: {err}', reading)
         current = np.zeros(len(self.ids), dtype=np.int64)
+        unknown = self._unknown()
+        if unknown.any() and self.clock() - self._probed_at >= REPROBE_S:
+            # it may answer again, and may still be in current mode: back to a hold
+            self._hold_servos([self.ids[k] for k in np.flatnonzero(unknown)], reading)
+            unknown = self._unknown()
         in_current = np.array([m == 'current' for m in self.modes])
+        # a servo of unknown mode may be in current mode: it is watched as one
+        watched = in_current | unknown
+        outside = self.envelope.motion_fault(reading.position, reading.velocity,
+                                             watched) if watched.any() else ''
+        if outside:
+            self._fail(outside, reading)
         if in_current.any():
-            outside = self.envelope.motion_fault(reading.position, reading.velocity,
-                                                 in_current)
-            if outside:
-                self._fail(outside, reading)
-                effort = None
-            else:
-                effort = self._checked_effort(reading, in_current)
+            effort = None if outside else self._checked_effort(reading, in_current)
             if effort is None:
                 in_current[:] = False
             else:
@@ -726,7 +756,6 @@ class BusDriver:
                 self._last_effort, self._last_effort_at = effort, self.clock()
                 current = np.round(effort / self.torque_constant / CURRENT_UNIT).astype(np.int64)
                 current = np.clip(current, -self.current_limit, self.current_limit)
-        unknown = self.arm & np.array([m == 'unknown' for m in self.modes])
         if unknown.any():
             # a servo whose mode is not known may still be in current mode: its pose's
             # gravity torque, not none (in position mode Goal Current is not used)
@@ -749,6 +778,10 @@ class BusDriver:
         if self._switched[0]:
             self._check_switch(reading)
         return reading
+
+    def _unknown(self) -> np.ndarray:
+        """(8,) bool: the arm's servos whose mode is not known (no answer at a hold)."""
+        return self.arm & np.array([m == 'unknown' for m in self.modes])
 
     def _checked_effort(self, reading: Reading, joints: np.ndarray) -> np.ndarray | None:
         """The effort command of the current-mode joints, or None after a fault."""
@@ -976,6 +1009,8 @@ class BusDriver:
                 self.modes[k] = 'off' if self._read(servo_id, 64, 1) == 0 else 'unknown'
             except BusError:
                 self.modes[k] = 'unknown'
+            if self.modes[k] == 'unknown':
+                self._probed_at = self.clock()      # tried again after REPROBE_S
             left.append(servo_id)
         self.counts['holds'] += 1
         held_ids = [i for i in ids if i not in left]
@@ -1027,6 +1062,9 @@ class BusDriver:
         if new:        # the position joints stop where they are, whatever they followed
             self._hold_here([i for i, m in zip(self.ids, self.modes) if m == 'position'],
                             self._clip(self._holding_goal(reading)))
+            unknown = [self.ids[k] for k in np.flatnonzero(self._unknown())]
+            if unknown:    # may be in current mode: tried now, then every REPROBE_S
+                self._hold_servos(unknown, reading)
         switched: list[int] = []
         if 'current' in self.modes:
             try:

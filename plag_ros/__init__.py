@@ -10,6 +10,8 @@ The package's layers, each importing only the ones below it (``docs/layers.md``)
 
 * :mod:`plag_ros.core`: the physics and the control law, one package per concept; no ROS.
 * :mod:`plag_ros.io`: bags and npz files, through ``rosbags``; no rclpy.
+* :mod:`plag_ros.bus`: the CRANE-X7's servo bus: the torque-mode driver of the real arm
+  (ROBOTIS' dynamixel-sdk) and the emulated servos it is tested on; no ROS.
 * :mod:`plag_ros.api`: the researcher's entry point above (core and io).
 * :mod:`plag_ros.ros`: the ROS 2 adapter (messages, topics, parameters, the nodes).
 * :mod:`plag_ros.apps`: the ``plag-ros`` command line.

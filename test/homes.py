@@ -50,6 +50,7 @@ HOMES: dict[str, str] = {
     'test_control.py': CORE,
     'test_crane_x7_driver.py': ROS,
     'test_demo.py': FLOORS,
+    'test_dependencies.py': FLOORS,
     'test_doc_paths.py': ROS,
     'test_docs.py': ROS,
     'test_driver_node.py': ROS,

@@ -101,9 +101,6 @@ USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
 TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
 HOLD_TRIES = 3
 """Tries of each acknowledged write when a servo is brought back to a hold."""
-REPROBE_S = 1.0
-"""[s] a servo left 'unknown' (no answer while it was brought back to a hold) is tried
-again this often: it may answer again, and it may still be in current mode."""
 _ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
                0x10: 'electrical shock', 0x20: 'overload'}
 
@@ -387,7 +384,6 @@ class BusDriver:
         self._trajectory: _Trajectory | None = None
         self._pending: str | None = None
         self._lock = threading.RLock()
-        self._probed_at = -math.inf      # when an 'unknown' servo was last tried [s, clock]
         # what the last read found wrong (set by _sync_read, acted on by cycle)
         self._expired: list[int] = []
         self._alerts: list[str] = []
@@ -441,6 +437,7 @@ class BusDriver:
                        f'({self._packets.getTxRxResult(result)})')
 
     # ------------------------------------------------------------------ start and stop
+    @_serialised
     def open(self) -> Reading:
         """Open the port, find every servo, save what will be changed, configure, hold.
 
@@ -471,6 +468,9 @@ class BusDriver:
 
     def _configure(self) -> Reading:
         sdk = self._sdk
+        # nothing from before this open is carried out: the hold starts from the pose found
+        self.reading, self._pending, self._trajectory = None, None, None
+        self._forward, self._effort = _Command(), _Command()
         for servo_id in self.ids:
             self._saved[servo_id] = {address: self._read(servo_id, address, size)
                                      for _, address, size in SAVED}
@@ -524,6 +524,7 @@ class BusDriver:
         self.reading = reading
         return reading
 
+    @_serialised
     def close(self) -> None:
         """Hold every joint in position mode at its present pose, put back the RAM items
         :meth:`open` changed (indirect addresses, gains, profile; the Bus Watchdog off), and
@@ -601,7 +602,7 @@ class BusDriver:
         """A joint trajectory: (P,) times from now [s], (P, len(joints)) positions [rad],
         followed by linear interpolation from the present goal. False (counted) on bad
         input."""
-        maybe = [self._arm_values(p, joints) for p in positions]
+        maybe = [self._arm_values(p, joints, count=False) for p in positions]
         points = [p for p in maybe if p is not None]
         times_a = np.asarray(times, dtype=np.float64)
         if (not points or len(points) != len(maybe) or times_a.shape != (len(points),)
@@ -622,7 +623,8 @@ class BusDriver:
 
         False (counted in ``rejected_commands``, the last command kept) for a joint the
         chain does not have, a name twice, an arm joint left out, not as many values as
-        names, or a source reading older than ``stale_s`` or from the future. Checked again
+        names, a source reading older than ``stale_s`` or from the future, or before
+        :meth:`open` has found the pose. Checked again
         at each cycle in current mode, where NaN, beyond ``torque_limit``, a step beyond the
         envelope or a source older than ``stale_s`` is a fault.
         """
@@ -636,7 +638,8 @@ class BusDriver:
         named = np.zeros(len(self.ids), dtype=bool)
         named[index] = True
         if (not index or given.shape != (len(index),) or len(set(index)) != len(index)
-                or not named[self.arm].all() or not 0.0 <= now - at <= self.settings.stale_s):
+                or not named[self.arm].all() or not 0.0 <= now - at <= self.settings.stale_s
+                or self.reading is None):
             self.counts['rejected_commands'] += 1
             return False
         values = np.full(len(self.ids), np.nan)
@@ -736,15 +739,16 @@ class BusDriver:
                     self._fail(f'mode switch to {mode} failed: {err}', reading)
         current = np.zeros(len(self.ids), dtype=np.int64)
         unknown = self._unknown()
-        if unknown.any() and self.clock() - self._probed_at >= REPROBE_S:
-            # it may answer again, and may still be in current mode: back to a hold
-            self._hold_servos([self.ids[k] for k in np.flatnonzero(unknown)], reading)
+        if unknown.any():
+            self._resolve_unknown(reading)
             unknown = self._unknown()
         in_current = np.array([m == 'current' for m in self.modes])
-        # a servo of unknown mode may be in current mode: it is watched as one
-        watched = in_current | unknown
         outside = self.envelope.motion_fault(reading.position, reading.velocity,
-                                             watched) if watched.any() else ''
+                                             in_current) if in_current.any() else ''
+        if not outside and unknown.any():
+            # may be in current mode: its speed is watched (not its stopping point, which a
+            # position-mode joint parked near its limit may be inside of)
+            outside = self.envelope.velocity_fault(reading.velocity, unknown)
         if outside:
             self._fail(outside, reading)
         if in_current.any():
@@ -782,6 +786,41 @@ class BusDriver:
     def _unknown(self) -> np.ndarray:
         """(8,) bool: the arm's servos whose mode is not known (no answer at a hold)."""
         return self.arm & np.array([m == 'unknown' for m in self.modes])
+
+    def _resolve_unknown(self, reading: Reading) -> None:
+        """Each cycle while a servo's mode is unknown (it answered the cycle's sync read,
+        so it answers again): one sync read of its Operating Mode, no retry, no write. In
+        position mode with the torque on it holds, from its present pose; in current mode
+        it is a fault, whose hold switches it to position mode by the switch's burst; with
+        the torque off it is 'off', brought back at ``~/clear_fault``."""
+        ids = [self.ids[k] for k in np.flatnonzero(self._unknown())]
+        modes = self._read_modes(ids)
+        found_current = []
+        for servo_id, value in modes.items():
+            k = self.ids.index(servo_id)
+            if servo_id in self._torque_off:
+                self.modes[k] = 'off'
+            elif value == MODES['position']:
+                self.modes[k] = 'position'
+                self._hold[k] = self._clip(self._holding_goal(reading))[k]
+            elif value == MODES['current']:
+                self.modes[k] = 'current'
+                found_current.append(servo_id)
+        if modes:
+            self.log(f'modes read back: {modes} (IDs {ids} were unknown)')
+        if found_current:
+            self._fail(f'IDs {found_current} found in current mode after a failed hold',
+                       reading)
+
+    def _read_modes(self, ids: Sequence[int]) -> dict[int, int]:
+        """Operating Mode (11) of each of ``ids`` that answers one sync read."""
+        sdk = self._sdk
+        group = sdk.GroupSyncRead(self._port, self._packets, 11, 1)
+        for servo_id in ids:
+            group.addParam(servo_id)
+        if group.txRxPacket() != sdk.COMM_SUCCESS:
+            return {}
+        return {i: int(group.getData(i, 11, 1)) for i in ids if group.isAvailable(i, 11, 1)}
 
     def _checked_effort(self, reading: Reading, joints: np.ndarray) -> np.ndarray | None:
         """The effort command of the current-mode joints, or None after a fault."""
@@ -1009,8 +1048,6 @@ class BusDriver:
                 self.modes[k] = 'off' if self._read(servo_id, 64, 1) == 0 else 'unknown'
             except BusError:
                 self.modes[k] = 'unknown'
-            if self.modes[k] == 'unknown':
-                self._probed_at = self.clock()      # tried again after REPROBE_S
             left.append(servo_id)
         self.counts['holds'] += 1
         held_ids = [i for i in ids if i not in left]
@@ -1062,9 +1099,6 @@ class BusDriver:
         if new:        # the position joints stop where they are, whatever they followed
             self._hold_here([i for i, m in zip(self.ids, self.modes) if m == 'position'],
                             self._clip(self._holding_goal(reading)))
-            unknown = [self.ids[k] for k in np.flatnonzero(self._unknown())]
-            if unknown:    # may be in current mode: tried now, then every REPROBE_S
-                self._hold_servos(unknown, reading)
         switched: list[int] = []
         if 'current' in self.modes:
             try:
@@ -1080,13 +1114,13 @@ class BusDriver:
         if limp:
             self._restore(limp, reading)
 
-    def _arm_values(self, positions: Sequence[float], joints: Sequence[str]
-                    ) -> np.ndarray | None:
+    def _arm_values(self, positions: Sequence[float], joints: Sequence[str],
+                    count: bool = True) -> np.ndarray | None:
         """(8,) radians: ``positions`` placed by joint name, the present goal elsewhere;
-        None (counted) for bad input, or while a fault is latched (the hold stays until
-        :meth:`clear_fault`)."""
-        if self.fault:
-            self.counts['rejected_commands'] += 1
+        None (counted unless not ``count``) for bad input, before :meth:`open` has found
+        the pose, or while a fault is latched (the hold stays until :meth:`clear_fault`)."""
+        if self.fault or self.reading is None:
+            self.counts['rejected_commands'] += count
             return None
         values = self._goal_radians()
         try:
@@ -1095,7 +1129,7 @@ class BusDriver:
         except (ValueError, TypeError):
             given, index = np.zeros(0), []
         if given.shape != (len(joints),) or not index or not np.all(np.isfinite(given)):
-            self.counts['rejected_commands'] += 1
+            self.counts['rejected_commands'] += count
             return None
         values[index] = given
         return values

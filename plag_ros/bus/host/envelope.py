@@ -102,13 +102,20 @@ class Envelope:
         [rad/s] decelerating at :attr:`deceleration`."""
         return position + velocity * np.abs(velocity) / (2.0 * self.deceleration)
 
-    def motion_fault(self, position: np.ndarray, velocity: np.ndarray,
-                     checked: np.ndarray) -> str:
-        """'' or why the motion of the ``checked`` (n,) joints leaves the envelope."""
+    def velocity_fault(self, velocity: np.ndarray, checked: np.ndarray) -> str:
+        """'' or which of the ``checked`` (n,) joints move faster than their bound."""
         fast = checked & ~(np.abs(velocity) <= self.velocity)      # NaN is a fault too
         if fast.any():
             return 'velocity beyond the envelope: ' + _listed(
                 self.joints, fast, velocity, self.velocity, 'rad/s')
+        return ''
+
+    def motion_fault(self, position: np.ndarray, velocity: np.ndarray,
+                     checked: np.ndarray) -> str:
+        """'' or why the motion of the ``checked`` (n,) joints leaves the envelope."""
+        fast = self.velocity_fault(velocity, checked)
+        if fast:
+            return fast
         stop = self.stopping_point(position, velocity)
         out = checked & ~((stop >= self.lower + self.margin)
                           & (stop <= self.upper - self.margin))

@@ -39,6 +39,7 @@ HOMES: dict[str, str] = {
     'test_api.py': ROS,
     'test_arm_ownership.py': CORE,
     'test_bag.py': ROS,
+    'test_bag_formats.py': FLOORS,
     'test_bag_recovery.py': ROS,
     'test_bag_writer.py': ROS,
     'test_bringup.py': ROS,

@@ -17,6 +17,7 @@ from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.io.bag import EXIT_RECOVERED_WITH_LOSS, BagError
+from plag_ros.io.bag_writer import add_bag_for_argument
 
 __all__ = ['configure', 'run']
 
@@ -75,6 +76,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help='output bag storage')
     parser.add_argument('--compression', choices=('lz4', 'zstd', 'none'), default='lz4',
                         help='chunk compression of the output mcap bag')
+    add_bag_for_argument(parser)
     parser.add_argument('--npz-level', type=int, default=1, choices=range(10),
                         metavar='0-9', help='deflate level of analysis.npz (1-3: fast ISA-L, '
                         '4-9: zlib, smaller and slower; 0: uncompressed)')
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             visualization_rate_hz=args.visualization_rate_hz, storage=args.storage,
             output_rate_hz=args.output_rate_hz,
             npz_level=args.npz_level, npz_layout=args.npz_layout,
-            compression=args.compression,
+            compression=args.compression, bag_for=args.bag_for,
             products=frozenset({'bag', 'npz', 'csv', 'plots', 'summary'} - set(args.skip)),
             progress=False if args.no_progress else None)
         if not single:

@@ -39,7 +39,7 @@ from rosbags.interfaces import ConnectionExtRosbag2
 
 from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.io.bag import BagError, open_bag, pick_joint_state_topic, prepare_output, qos_profile
-from plag_ros.io.bag_writer import BagWriter
+from plag_ros.io.bag_writer import DEFAULT_BAG_FOR, BagWriter, add_bag_for_argument
 
 if TYPE_CHECKING:   # rclpy is imported where a node runs, not by the CLI parser
     from rclpy.subscription import Subscription
@@ -242,7 +242,7 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
            force: bool = False, duration: float | None = None,
            stop: threading.Event | None = None, node=None,
            discovery_period: float = 0.25,
-           flush_period: float | None = 0.5) -> dict[str, int]:
+           flush_period: float | None = 0.5, bag_for: str = DEFAULT_BAG_FOR) -> dict[str, int]:
     """Record topics into a new bag until ``stop`` is set, SIGINT, or ``duration`` passes.
 
     Subscriptions are raw (serialized bytes are written as received, no deserialization)
@@ -259,6 +259,8 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
         stop: event that ends the recording.
         node: node to subscribe from (default: a new ``plag_record`` node; needs rclpy.init).
         discovery_period: seconds between graph scans for new topics.
+        bag_for: the ROS 2 distribution whose ``ros2 bag`` must read the bag
+            (:data:`plag_ros.io.bag_writer.METADATA_VERSIONS`).
         flush_period: at most this many seconds [s] of messages are held in memory; a
             crash of the recorder loses no more (None: flush only at the end).
 
@@ -278,7 +280,8 @@ def record(out: str | Path, *, topics: tuple[str, ...] = DEFAULT_RECORD_TOPICS,
     if own:
         node = rclpy.create_node('plag_record')
     stop = stop or threading.Event()
-    writer = BagWriter(out, storage=storage, typestore=store, flush_period=flush_period)
+    writer = BagWriter(out, storage=storage, typestore=store, flush_period=flush_period,
+                       bag_for=bag_for)
     counts: dict[str, int] = {}
     subscriptions: dict[str, Subscription | None] = {}   # None: a topic not recorded
     lock = threading.Lock()
@@ -393,6 +396,7 @@ def configure_record(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--duration', type=float, help='seconds to record (default: until '
                                                        'Ctrl-C)')
     parser.add_argument('--force', action='store_true', help='overwrite the output bag')
+    add_bag_for_argument(parser)
     parser.add_argument('--flush-period', type=float, default=0.5, metavar='S',
                         help='write and sync what was received at least every S seconds, '
                              'so a crash or power cut loses at most that (0: only at the end)')
@@ -411,7 +415,8 @@ def run_record(args: argparse.Namespace) -> int:
         return 2
     counts = _with_ros(lambda stop: record(
         args.output, topics=DEFAULT_RECORD_TOPICS + tuple(args.topics), storage=args.storage,
-        force=True, duration=args.duration, stop=stop, flush_period=args.flush_period or None))
+        force=True, duration=args.duration, stop=stop, flush_period=args.flush_period or None,
+        bag_for=args.bag_for))
     total = sum(counts.values())
     print(f'recorded {total} messages on {len(counts)} topics into {args.output}')
     return 0

@@ -1,7 +1,8 @@
 """Writing rosbag2 bags (``rosbags`` Writer), in bulk and so that they survive a crash.
 
-:class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (mcap or sqlite3, rosbag2 format 9 with
-offered QoS profiles) and takes the rows of :class:`plag_ros.io.cdr.CdrTemplate` (N messages
+:class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (mcap or sqlite3, with offered QoS
+profiles, in the metadata version the target distribution's rosbag2 reads:
+:data:`METADATA_VERSIONS`) and takes the rows of :class:`plag_ros.io.cdr.CdrTemplate` (N messages
 serialized at once) in bulk. The bulk path appends to the chunk that the ``rosbags``
 McapWriter has open, through its private attributes, on the versions tested
 (:data:`ROSBAGS_TESTED`, pinned in requirements/libraries.txt); elsewhere it writes message by
@@ -31,7 +32,6 @@ from typing import Any
 import numpy as np
 from rosbags.interfaces import Qos
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, Writer
-from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
 from plag_ros.io.bag import (
@@ -39,10 +39,38 @@ from plag_ros.io.bag import (
     TopicError,
     open_bag,
     qos_profile,
+    typestore_for,
 )
 from plag_ros.io.bag_recovery import zstd_module as _zstd
 
-__all__ = ['ROSBAGS_TESTED', 'BagWriter']
+__all__ = ['DEFAULT_BAG_FOR', 'METADATA_VERSIONS', 'ROSBAGS_TESTED', 'BagWriter',
+           'add_bag_for_argument']
+
+METADATA_VERSIONS = {'humble': 5, 'jazzy': 9, 'kilted': 9}
+"""The ``metadata.yaml`` version each distribution's rosbag2 writes, which its reader takes
+(test/data/rosbag2_metadata.yaml holds the facts and their sources). A reader decodes each
+field by the version the file states, so an older version reads everywhere; a newer one
+does not: from 9 on the offered QoS profiles are a YAML sequence, where Humble's reader
+expects the YAML text of versions 4 to 8."""
+DEFAULT_BAG_FOR = 'humble'
+"""Bags are written for Humble unless asked otherwise: version 5, which Humble, Jazzy and
+Kilted all read (a bag from a Jazzy lab machine opens on the robot's Humble computer); it
+leaves out what later versions add (the type description hash, the ROS distribution, custom
+data), which rosbag2 reads as empty."""
+
+
+def add_bag_for_argument(parser) -> None:
+    """``--bag-for DISTRO`` on an ``argparse`` parser of a command that writes a bag."""
+    parser.add_argument('--bag-for', choices=sorted(METADATA_VERSIONS),
+                        default=DEFAULT_BAG_FOR,
+                        help='the ROS 2 distribution whose `ros2 bag` must read the bag '
+                             '(metadata version: humble 5, jazzy and kilted 9; default '
+                             '%(default)s, which all three read)')
+
+
+_LATER_FIELDS = {6: ('custom_data',), 8: ('ros_distro',)}
+"""Top-level metadata fields by the version that added them (above 5: left out for 5)."""
+_LATER_TOPIC_FIELDS = {7: ('type_description_hash',)}
 
 _MCAP_INTERNALS = ('chunk', 'chunks', 'bio', 'compressor', 'compression', 'channel_stats',
                    'message_start_time', 'message_end_time')
@@ -122,14 +150,21 @@ class BagWriter:
             SIGKILL or a power cut loses at most that much. See :meth:`flush`.
         fsync: with ``flush_period``, also ``fsync`` at each flush (survives a power cut,
             not only a killed process).
+        bag_for: the ROS 2 distribution whose ``ros2 bag`` must read the bag (its metadata
+            version, :data:`METADATA_VERSIONS`; default :data:`DEFAULT_BAG_FOR`); also the
+            message definitions, unless ``typestore`` is given.
     """
 
     def __init__(self, path: str | Path, *, storage: str = 'mcap',
                  typestore: Typestore | None = None, compression: str = 'none',
-                 flush_period: float | None = None, fsync: bool = True) -> None:
+                 flush_period: float | None = None, fsync: bool = True,
+                 bag_for: str = DEFAULT_BAG_FOR) -> None:
         plugins = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3}
         if storage not in plugins:
             raise ValueError(f"storage must be 'mcap' or 'sqlite3', got {storage!r}")
+        if bag_for not in METADATA_VERSIONS:
+            raise ValueError(f'bag_for must be one of {sorted(METADATA_VERSIONS)}, got '
+                             f'{bag_for!r}')
         if compression not in ('none', 'lz4', 'zstd'):
             raise ValueError(f"compression must be 'none', 'lz4' or 'zstd', got "
                              f'{compression!r}')
@@ -137,8 +172,12 @@ class BagWriter:
         if self.path.exists():
             raise OutputExistsError(f'{self.path} exists; use --force to overwrite it')
         self.storage = storage
-        self.typestore = typestore or get_typestore(Stores.ROS2_KILTED)
-        self._writer = Writer(self.path, version=9, storage_plugin=plugins[storage])
+        self.typestore = typestore or typestore_for(bag_for)
+        self.metadata_version = METADATA_VERSIONS[bag_for]
+        # rosbags writes 8 or 9; 8 has the QoS text of 4 to 8, and close() takes out the
+        # fields a lower version lacks
+        self._writer = Writer(self.path, version=9 if self.metadata_version >= 9 else 8,
+                              storage_plugin=plugins[storage])
         if storage == 'mcap' and compression != 'none':
             # MCAP chunk compression: inside the .mcap file, read by ros2 bag, Foxglove and
             # rosbags alike; the bag metadata stays uncompressed.
@@ -372,11 +411,13 @@ class BagWriter:
         return len(raws)
 
     def close(self) -> None:
-        """Finish the bag (writes metadata.yaml)."""
+        """Finish the bag (writes metadata.yaml, in :attr:`metadata_version`)."""
         storage: Any = self._writer.storage
         if self._fast and storage.chunk.bio.tell():
             _close_mcap_chunk(storage)
         self._writer.close()
+        if self.metadata_version < 8:
+            _lower_metadata(self.path / 'metadata.yaml', self.metadata_version)
 
     def abort(self) -> None:
         """Close after an error (what was written stays, metadata may be missing)."""
@@ -393,6 +434,29 @@ class BagWriter:
             self.close()
         else:
             self.abort()
+
+
+def _lower_metadata(path: Path, version: int) -> None:
+    """Rewrite a version 8 ``metadata.yaml`` as ``version`` (5 to 7): the fields added
+    after it taken out; the rest (the QoS profiles as YAML text among them) is the same."""
+    import yaml
+
+    document = yaml.safe_load(path.read_text())
+    info = document['rosbag2_bagfile_information']
+    info['version'] = version
+    for added, names in _LATER_FIELDS.items():
+        if added > version:
+            for name in names:
+                info.pop(name, None)
+    for added, names in _LATER_TOPIC_FIELDS.items():
+        if added > version:
+            for topic in info['topics_with_message_count']:
+                for name in names:
+                    topic['topic_metadata'].pop(name, None)
+    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    temporary = path.with_suffix('.yaml.tmp')
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _close_mcap_chunk(storage) -> None:

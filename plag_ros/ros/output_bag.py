@@ -23,7 +23,7 @@ import numpy as np
 from plag_ros.core.decomposition.analysis import Analysis, AnalysisOptions
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.io.bag import JOINT_STATE_TYPE, JointStates, qos_profile, typestore_for
-from plag_ros.io.bag_writer import BagWriter
+from plag_ros.io.bag_writer import DEFAULT_BAG_FOR, BagWriter
 from plag_ros.io.cdr import TEMPLATE_NS, CdrTemplate, cdr_encode
 from plag_ros.ros import topics
 
@@ -139,7 +139,8 @@ def write_bag(out: Path, model: RobotModel, analysis: Analysis, js: JointStates,
 
     frame = options.frame_id or model.root_link
     receive = js.receive_ns[analysis.index]
-    with BagWriter(out, storage=options.storage, compression=options.compression) as writer:
+    with BagWriter(out, storage=options.storage, compression=options.compression,
+                   bag_for=options.bag_for or DEFAULT_BAG_FOR) as writer:
         # 1. The input joint states, byte for byte, with their receive times.
         if source is not None:
             writer.copy_topic(source, js.topic)

@@ -73,6 +73,9 @@ class AnalysisOptions:
         storage: output bag storage, 'mcap' or 'sqlite3'.
         compression: MCAP chunk compression of the output bag, 'lz4' (default: about 4x
             smaller at ~1 GB/s), 'zstd' (smaller, ~3x slower) or 'none'.
+        bag_for: the ROS 2 distribution whose ``ros2 bag`` must read the output bag
+            ('humble', 'jazzy', 'kilted'; None: the writer's default,
+            :data:`plag_ros.io.bag_writer.DEFAULT_BAG_FOR`).
         npz_level: deflate level of the npz (1-3: ISA-L, about 700 MB/s; 4-9: zlib,
             smaller and much slower; 0: stored uncompressed). See :mod:`plag_ros.io.npz`.
         npz_layout: 'dense' (the engine's arrays) or 'compact' (only the structurally
@@ -103,6 +106,7 @@ class AnalysisOptions:
     frame_id: str = ''
     storage: str = 'mcap'
     compression: str = 'lz4'
+    bag_for: str | None = None
     npz_level: int = 1
     npz_layout: str = 'dense'
     figures_process: bool | None = None

@@ -350,6 +350,58 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
         context.try_shutdown()
 
 
+def test_safety_parameters_change_only_while_disabled(model):
+    """While enabled, a change that touches a safety parameter is refused whole, with the
+    names, and the parameter reads back unchanged; the impedance may still be tuned (the
+    gain check judges it). Disabled, the same change is accepted."""
+    from plag_ros.core.control.settings import safety_parameters
+
+    writable = [o.name for o in IMPEDANCE_OPTIONS if not o.read_only]
+    guarded = safety_parameters(writable)
+    # the review's list: what guards the arm
+    for name in ('gain_check', 'fault.tracking_error', 'fault.effort_error', 'fault.persist_s',
+                 'gravity_compensation', 'stale_periods', 'delay_periods',
+                 'max_position_step', 'effort_scale', 'fault_action', 'resume_after_fault',
+                 'servo_stiffness', 'switch.hold_s', 'oscillation.reversals'):
+        assert name in guarded, name
+    assert set(writable) - set(guarded) == {
+        'stiffness', 'damping', 'inertia', 'state_rate_hz', 'reference.mode',
+        'reference.amplitude', 'reference.frequency_hz', 'compensate.acceleration',
+        'compensate.velocity', 'compensate.bodies'}
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain(33))
+    try:
+        node = ImpedanceNode(context=context)
+        try:
+            names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+            k = model.joint_index(names)
+            q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
+            zero = np.zeros(len(names))
+            t0 = 10**12
+            for i in range(8):                       # past the estimator's warm-up
+                node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
+            assert node.controller.set_enabled(True, node._now_ns())[0]
+            result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
+            assert not result.successful
+            assert result.reason == ('gravity_compensation: safety parameters change only '
+                                     'while disabled')
+            assert node.get_parameter('gravity_compensation').value is True
+            assert node.controller.config.gravity_compensation
+            mixed = [Parameter('stiffness', value=[5.0]), Parameter('gain_check', value='off')]
+            result = node.set_parameters_atomically(mixed)
+            assert not result.successful and result.reason.startswith('gain_check:')
+            assert node.get_parameter('stiffness').value != [5.0]
+            assert node.set_parameters([Parameter('stiffness', value=[5.0])])[0].successful
+            assert node.controller.config.stiffness == 5.0
+            node.controller.set_enabled(False, node._now_ns())
+            result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
+            assert result.successful and not node.controller.config.gravity_compensation
+        finally:
+            node.destroy_node()
+    finally:
+        context.try_shutdown()
+
+
 def test_implausible_joint_state_makes_the_controller_hold(model):
     """A reading the arm cannot produce (1e300 rad, a jump) is counted and treated like a
     NaN: the controller holds its set point and computes nothing from it."""

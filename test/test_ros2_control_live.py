@@ -305,10 +305,11 @@ def test_switch_command_switch_back_fault_ctrl_c_and_relaunch(session):
         # A latched fault: the wrist reports 3 mrad off every command (a slipped servo),
         # beyond a 1 mrad tracking limit. Sent until seen: a made-up sample whose stamp is
         # older than one the node has taken is rejected as out of order.
-        assert s.enable(True).success
-        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled again', 60.0)
+        # (fault limits are safety parameters: set while disabled)
         s.client.set_parameters(NODE, {'fault.tracking_error': 1e-3,
                                         'fault.persist_s': 0.0})
+        assert s.enable(True).success
+        s.wait_state(lambda st: st['enabled'] and st['switched'], 'enabled again', 60.0)
 
         def faulted() -> bool:
             if s.node_state().get('reason', '').startswith('tracking'):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from plag_ros.bus.host.driver import DRIVER_NODE_OPTIONS
 from plag_ros.core.common.options import Option
-from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, safety_parameters
 from plag_ros.core.decomposition.settings import dynamics_options
 from plag_ros.core.simulation.settings import sim_options
 
@@ -63,20 +63,30 @@ def _allowed(opt: Option) -> str:
 
 def parameters_page() -> str:
     """Markdown: every node's parameters with type, default, allowed values, whether they
-    change at run time, and their description."""
+    change at run time (the impedance node's safety parameters only while it is disabled),
+    and their description."""
     lines = ['# Node parameters', '',
              'Generated from the settings dataclasses the nodes declare their parameters '
              'from; `ros2 param describe NODE NAME` shows the same text. The shipped '
-             'parameter files override some defaults for the CRANE-X7.', '']
+             'parameter files override some defaults for the CRANE-X7. "while disabled": a '
+             'safety parameter of `plag_impedance`, refused while the controller is enabled '
+             '(`plag_ros.core.control.settings.TUNABLE_WHILE_ENABLED` lists what is not one).',
+             '']
     for node, (_, config) in NODE_OPTIONS.items():
         lines += [f'## {node}', '', f'Parameter file: `{config}`.', '',
                   '| parameter | type | default | allowed | at run time | description |',
                   '|---|---|---|---|---|---|']
         lines += [f'| `{o.name}` | {o.kind} | {_cell(_default(o))} | {_cell(_allowed(o))} | '
-                  f'{"no" if o.read_only else "yes"} | {_cell(o.doc)} |'
-                  for o in node_options(node)]
+                  f'{_at_run_time(node, o)} | {_cell(o.doc)} |' for o in node_options(node)]
         lines.append('')
     return '\n'.join(lines)
+
+
+def _at_run_time(node: str, option: Option) -> str:
+    if option.read_only:
+        return 'no'
+    return 'while disabled' if node == 'plag_impedance' and safety_parameters([option.name]) \
+        else 'yes'
 
 
 _DIRECTIONS = {'out': 'publishes', 'in': 'subscribes', 'service': 'serves',

@@ -50,7 +50,8 @@ __all__ = ['EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER', 'FORWARD_COMMAND_TOPIC',
            'TRAJECTORY_COMMAND_TOPIC', 'TRAJECTORY_CONTROLLER', 'CommandKind',
            'CommandSettings', 'CommandType',
            'CompensateSettings', 'FaultSettings', 'ImpedanceSettings', 'OscillationSettings',
-           'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings']
+           'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings',
+           'TUNABLE_WHILE_ENABLED', 'safety_parameters']
 
 FORWARD_CONTROLLER = 'plag_arm_position_controller'
 """Our forward position controller (config/crane_x7_controllers.yaml), switched in."""
@@ -68,6 +69,25 @@ FORWARD_COMMAND_TOPIC = f'/{FORWARD_CONTROLLER}/commands'
 order)."""
 TRAJECTORY_COMMAND_TOPIC = f'/{TRAJECTORY_CONTROLLER}/joint_trajectory'
 """The trajectory controller's command (``trajectory_msgs/JointTrajectory``)."""
+
+TUNABLE_WHILE_ENABLED = ('stiffness', 'damping', 'inertia', 'state_rate_hz', 'reference.',
+                         'compensate.')
+"""The impedance node's writable parameters that may change while it is enabled (a name,
+or a group's prefix): the impedance, which the gain check still judges, the reference, the
+propagation paths to cancel (the experiment's switch) and the state's rate. Every other
+writable one is a safety parameter (:func:`safety_parameters`): refused while enabled, so
+that what guards the arm never changes under it; a parameter added later is one too."""
+
+
+def safety_parameters(names: Sequence[str]) -> list[str]:
+    """Those of ``names`` (the impedance node's writable parameters) that may change only
+    while the controller is disabled (:data:`TUNABLE_WHILE_ENABLED`)."""
+    def tunable(name: str) -> bool:
+        return any(name == t or (t.endswith('.') and name.startswith(t))
+                   for t in TUNABLE_WHILE_ENABLED)
+
+    return [n for n in names if not tunable(n)]
+
 
 CommandType = Literal['forward', 'trajectory']
 CommandKind = Literal['forward', 'trajectory', 'effort']

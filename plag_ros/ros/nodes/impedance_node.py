@@ -43,7 +43,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from plag_ros.core.common.rejections import RejectionLog
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
-from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings, safety_parameters
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
@@ -123,7 +123,6 @@ class ImpedanceNode(Node):
         self._auto_enable = config.start_enabled and self.own.switch_method not in (None, 'none')
         if self._auto_enable:
             self.controller.reconfigure(config.replace(start_enabled=False))
-
         self._pub_compensation = self.create_publisher(JointState, '~/compensation', _RELIABLE)
         self._pub_torque = self.create_publisher(JointState, '~/torque', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
@@ -142,6 +141,10 @@ class ImpedanceNode(Node):
 
     # ------------------------------------------------------------------ parameters
     def _on_set_parameters(self, parameters: Sequence[Parameter]) -> SetParametersResult:
+        guarded = self.controller.enabled and safety_parameters([p.name for p in parameters])
+        if guarded:     # what guards the arm never changes under it
+            return SetParametersResult(successful=False, reason=f'{", ".join(guarded)}: safety '
+                                       'parameters change only while disabled')
         try:
             s = ImpedanceSettings.from_values(
                 option_values(self, IMPEDANCE_OPTIONS, parameters))
@@ -209,8 +212,7 @@ class ImpedanceNode(Node):
     async def _on_enable(self, request: SetBool.Request, response: SetBool.Response, *,
                          quiet: bool = False):
         """The ``~/enable`` service; ``quiet``: no log lines (a caller that retries)."""
-        log = self.get_logger()
-        prefix = ''
+        log, prefix = self.get_logger(), ''
         if request.data and not self.controller.enabled:
             waiting = self.controller.state == 'waiting'
             blocker = self.handover.blocker(self._pub_command.get_subscription_count(),
@@ -321,8 +323,7 @@ class ImpedanceNode(Node):
             'saturated': [] if command is None else
             [self._names[a] for a in np.flatnonzero(command.saturated)],
             'commands': self.commands, 'rejected': self.rejected,
-            'estimator_rejected': ctl.estimator.rejected,
-            'estimator_resets': ctl.estimator.resets,
+            'estimator_rejected': ctl.estimator.rejected, 'estimator_resets': ctl.estimator.resets,
             'monitor_unjudged': ctl.monitor_unjudged})))
 
     def shutdown(self, executor, timeout_s: float = 3.0) -> None:
@@ -335,10 +336,9 @@ class ImpedanceNode(Node):
         deadline = time.monotonic() + self.own.hold_s
         while time.monotonic() < deadline and self.context.ok():
             executor.spin_once(timeout_sec=0.01)
-        # The timer schedules the same hand-back after the same hold. When it has created
-        # that task (started or not yet), release() below would return at once, and the
-        # node must not exit before that switch is answered (and logged): wait for the
-        # timer's task, then for any switch still under way (an enable's).
+        # The timer schedules the same hand-back after the same hold; once it created that
+        # task, release() below would return at once, and the node must not exit before that
+        # switch is answered (and logged): wait for it, then for any switch (an enable's).
         deadline = time.monotonic() + timeout_s
         pending = self._release_task
         if pending is not None and not pending.done() and self.context.ok():

@@ -458,7 +458,7 @@ def test_reconfigure_keeps_state(engine):
     ctl = law_controller(engine)
     _, now = feed_constant(ctl, Q0, 6)
     ctl.set_reference(q=Q0 + 0.1)
-    ctl.reconfigure(ctl.config.replace(stiffness=2.0))
+    ctl.reconfigure(ctl.config.replace(stiffness=2.0, damping=0.1))   # stable: enabled
     cmd, _ = feed_constant(ctl, Q0, 1, start_ns=now + PERIOD_NS)
     assert cmd.state == 'enabled'
     np.testing.assert_allclose(cmd.effort - gravity_act(engine, Q0), 0.2, atol=1e-12)
@@ -467,6 +467,22 @@ def test_reconfigure_keeps_state(engine):
     with pytest.raises(ValueError, match='estimator'):
         ctl.reconfigure(ctl.config.replace(estimator=EstimatorConfig(cutoff_hz=5.0)))
     assert ctl.config.stiffness == 2.0
+
+
+def test_unstable_gains_are_refused_while_enabled_whatever_gain_check_says(engine):
+    """gain_check 'off' admits gains outside the stable region into a disabled controller
+    (a study of an unstable loop), never onto one that drives an arm: enabled, the same
+    reconfigure is refused and nothing changes."""
+    ctl = law_controller(engine)
+    _, now = feed_constant(ctl, Q0, 6)
+    assert ctl.enabled
+    unstable = ctl.config.replace(stiffness=200.0, damping=0.0)
+    with pytest.raises(ValueError, match='refused while enabled: disable first'):
+        ctl.reconfigure(unstable)
+    assert ctl.config.stiffness.max() == 5.0 and ctl.enabled
+    ctl.set_enabled(False, now)
+    ctl.reconfigure(unstable)
+    assert ctl.config.stiffness == 200.0
 
 
 def test_hold_reference_is_default(engine):

@@ -352,8 +352,10 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
 
 def test_safety_parameters_change_only_while_disabled(model):
     """While enabled, a change that touches a safety parameter is refused whole, with the
-    names, and the parameter reads back unchanged; the impedance may still be tuned (the
-    gain check judges it). Disabled, the same change is accepted."""
+    names, and the parameter reads back unchanged; the impedance may still be tuned, and
+    the gain check judges it even where gain_check was set 'off' while disabled (the
+    review: 'off', then K = 200, D = 0 was accepted live). Disabled, the same change is
+    accepted."""
     from plag_ros.core.control.settings import safety_parameters
 
     writable = [o.name for o in IMPEDANCE_OPTIONS if not o.read_only]
@@ -380,7 +382,12 @@ def test_safety_parameters_change_only_while_disabled(model):
             t0 = 10**12
             for i in range(8):                       # past the estimator's warm-up
                 node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
+            assert node.set_parameters([Parameter('gain_check', value='off')])[0].successful
             assert node.controller.set_enabled(True, node._now_ns())[0]
+            result = node.set_parameters_atomically([Parameter('stiffness', value=[200.0]),
+                                                     Parameter('damping', value=[0.0])])
+            assert not result.successful and 'refused while enabled' in result.reason
+            assert node.get_parameter('stiffness').value != [200.0]
             result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
             assert not result.successful
             assert result.reason == ('gravity_compensation: safety parameters change only '

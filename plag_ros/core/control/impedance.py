@@ -217,6 +217,9 @@ class PartialImpedanceController:
 
     def reconfigure(self, config: ImpedanceConfig) -> None:
         """Swap gains, masks and limits in place, keeping the state (enable, estimator).
+        While enabled, gains outside the stable region are refused whatever
+        ``config.gain_check`` says: 'warn' and 'off' admit them only into a disabled
+        controller, never onto an arm it drives.
 
         Raises:
             ValueError: as the constructor; or a different estimator config (build a new
@@ -224,10 +227,10 @@ class PartialImpedanceController:
         """
         if config.estimator != self.config.estimator:
             raise ValueError('the estimator settings cannot change on a running controller')
-        self._apply(config)
+        self._apply(config, refuse_unstable=self._enabled)
         self._hold_effort: np.ndarray | None = None
 
-    def _apply(self, config: ImpedanceConfig) -> None:
+    def _apply(self, config: ImpedanceConfig, refuse_unstable: bool = False) -> None:
         model = self.model
         n, B = model.n_joints, model.n_bodies
         na = self._act.size
@@ -277,7 +280,8 @@ class PartialImpedanceController:
         monitored = np.ones(na, dtype=bool) if mon is None else mon.copy()
         # The checks come before any state changes: a refused reconfigure changes nothing.
         warnings = self._servo_warnings(config, Ks, table_Ks, monitored) + \
-            self._check_gains(config, K, D, Ks, monitored)
+            self._check_gains(config, K, D, Ks, monitored,
+                              'refuse' if refuse_unstable else config.gain_check)
         self.config = config
         self._K, self._D, self._Md, self._Ks, self._max_step = K, D, Md, Ks, max_step
         self._W_acc, self._W_vel = W_acc, W_vel
@@ -311,13 +315,14 @@ class PartialImpedanceController:
                 for a in np.flatnonzero(off & monitored)]
 
     def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
-                     Ks: np.ndarray, monitored: np.ndarray) -> list[str]:
-        """The gain check of ``config.gain_check`` (see :mod:`plag_ros.core.control.stability`).
+                     Ks: np.ndarray, monitored: np.ndarray, mode: str) -> list[str]:
+        """The gain check in ``mode`` ('refuse', 'warn', 'off'; see
+        :mod:`plag_ros.core.control.stability`).
 
         Raises:
             ValueError: ``'refuse'`` and a commanded joint below the required margin.
         """
-        if config.gain_check == 'off':
+        if mode == 'off':
             return []
         loops = stability.joint_loops(
             self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
@@ -333,9 +338,11 @@ class PartialImpedanceController:
                  f'{est.cutoff_hz:g} Hz, {est.velocity_source} velocity)')
         messages = [f'{check.message(stability.MIN_GAIN_MARGIN)} {where}'
                     for check in failing]
-        if config.gain_check == 'refuse':
-            raise ValueError('gains outside the verified stable region (gain_check '
-                             "'refuse'; 'warn' to run them anyway): " + '; '.join(messages))
+        if mode == 'refuse':
+            why = "gain_check 'refuse'; 'warn' to run them anyway" \
+                if config.gain_check == 'refuse' else 'refused while enabled: disable first'
+            raise ValueError(f'gains outside the verified stable region ({why}): '
+                             + '; '.join(messages))
         return messages
 
     # ------------------------------------------------------------------ state machine

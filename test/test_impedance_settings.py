@@ -159,3 +159,17 @@ def test_command_path_defaults():
     e = ImpedanceSettings.from_values({'command_interface': 'effort'})
     assert (e.command_kind, e.command_topic) == ('effort', 'effort_controller/commands')
     assert s.command.joints == list(motors.ARM_JOINTS)
+
+
+def test_torque_mode_never_resumes_on_its_own():
+    """Effort through plag_driver with resume_after_fault is refused, naming the
+    parameter; the shipped torque-mode file sets it false, the other paths keep it."""
+    torque = {'command_interface': 'effort', 'switch.method': 'driver'}
+    with pytest.raises(ValueError, match='resume_after_fault: torque mode'):
+        ImpedanceSettings.from_values(torque)
+    assert not ImpedanceSettings.from_values({**torque, 'resume_after_fault': False}) \
+        .resume_after_fault
+    shipped = node_parameters('torque_mode.yaml', 'plag_impedance')
+    assert shipped['resume_after_fault'] is False
+    assert not ImpedanceSettings.from_values(shipped).resume_after_fault
+    assert ImpedanceSettings.from_values({'command_interface': 'effort'}).resume_after_fault

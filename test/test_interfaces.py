@@ -154,7 +154,7 @@ IMPEDANCE_CASES = {
     # check): this case is about the endpoints, so the check only warns
     'effort': {'command_interface': 'effort', 'gain_check': 'warn'},
     'effort to plag_driver': {'command_interface': 'effort', 'switch.method': 'driver',
-                              'gain_check': 'warn'},
+                              'gain_check': 'warn', 'resume_after_fault': False},
 }
 
 

@@ -252,7 +252,8 @@ class ImpedanceSettings:
     fault_action: FaultAction = option(
         'zero', "effort interface while holding: 'zero' effort or open-loop gravity 'hold' "
         '(the position interface always holds the last valid position)')
-    resume_after_fault: bool = option(True, 're-ramp when a fault clears (else disable)')
+    resume_after_fault: bool = option(True, 're-ramp when a fault clears (else disable); '
+                                      'refused in torque mode (switch.method driver)')
     gravity_compensation: bool = option(True, 'add the gravity torque g(q)')
     stiffness: list[float] = option([10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0, 1.0],
                                     'joint stiffness K [N*m/rad] >= 0' + _PER_JOINT)
@@ -304,6 +305,11 @@ class ImpedanceSettings:
                 raise ValueError(f'filter.cutoff_hz with rate_hz {self.rate_hz:g}: {err}'
                                  ) from err
             object.__setattr__(self, 'filter', synced)
+        if self.stamped_effort and self.resume_after_fault:
+            # torque mode: after a fault or a driver restart the arm stays in the driver's
+            # position hold until an operator calls ~/enable
+            raise ValueError('resume_after_fault: torque mode (effort through plag_driver) '
+                             'never takes the arm back on its own; set it false')
         per_joint = {name: getattr(self, name) for name in (
             'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')}
         per_joint['reference.amplitude'] = self.reference.amplitude

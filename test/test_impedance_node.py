@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -350,6 +351,29 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
         context.try_shutdown()
 
 
+@contextlib.contextmanager
+def warm_node(model):
+    """An impedance node in a context of its own, fed 8 joint states at rest in mid-range
+    (past the estimator's warm-up); yields (node, names, q0, zero velocity, first stamp)."""
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain(33))
+    try:
+        node = ImpedanceNode(context=context)
+        try:
+            names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+            k = model.joint_index(names)
+            q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
+            zero = np.zeros(len(names))                # impedance.yaml: measured velocity
+            t0 = 10**12
+            for i in range(8):
+                node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
+            yield node, names, q0, zero, t0
+        finally:
+            node.destroy_node()
+    finally:
+        context.try_shutdown()
+
+
 def test_safety_parameters_change_only_while_disabled(model):
     """While enabled, a change that touches a safety parameter is refused whole, with the
     names, and the parameter reads back unchanged; the impedance may still be tuned, and
@@ -370,78 +394,48 @@ def test_safety_parameters_change_only_while_disabled(model):
         'stiffness', 'damping', 'inertia', 'state_rate_hz', 'reference.mode',
         'reference.amplitude', 'reference.frequency_hz', 'compensate.acceleration',
         'compensate.velocity', 'compensate.bodies'}
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain(33))
-    try:
-        node = ImpedanceNode(context=context)
-        try:
-            names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
-            k = model.joint_index(names)
-            q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
-            zero = np.zeros(len(names))
-            t0 = 10**12
-            for i in range(8):                       # past the estimator's warm-up
-                node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
-            assert node.set_parameters([Parameter('gain_check', value='off')])[0].successful
-            assert node.controller.set_enabled(True, node._now_ns())[0]
-            result = node.set_parameters_atomically([Parameter('stiffness', value=[200.0]),
-                                                     Parameter('damping', value=[0.0])])
-            assert not result.successful and 'refused while enabled' in result.reason
-            assert node.get_parameter('stiffness').value != [200.0]
-            result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
-            assert not result.successful
-            assert result.reason == ('gravity_compensation: safety parameters change only '
-                                     'while disabled')
-            assert node.get_parameter('gravity_compensation').value is True
-            assert node.controller.config.gravity_compensation
-            mixed = [Parameter('stiffness', value=[5.0]), Parameter('gain_check', value='off')]
-            result = node.set_parameters_atomically(mixed)
-            assert not result.successful and result.reason.startswith('gain_check:')
-            assert node.get_parameter('stiffness').value != [5.0]
-            assert node.set_parameters([Parameter('stiffness', value=[5.0])])[0].successful
-            assert node.controller.config.stiffness == 5.0
-            node.controller.set_enabled(False, node._now_ns())
-            result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
-            assert result.successful and not node.controller.config.gravity_compensation
-        finally:
-            node.destroy_node()
-    finally:
-        context.try_shutdown()
+    with warm_node(model) as (node, _, _, _, _):
+        assert node.set_parameters([Parameter('gain_check', value='off')])[0].successful
+        assert node.controller.set_enabled(True, node._now_ns())[0]
+        result = node.set_parameters_atomically([Parameter('stiffness', value=[200.0]),
+                                                 Parameter('damping', value=[0.0])])
+        assert not result.successful and 'refused while enabled' in result.reason
+        assert node.get_parameter('stiffness').value != [200.0]
+        result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
+        assert not result.successful
+        assert result.reason == ('gravity_compensation: safety parameters change only '
+                                 'while disabled')
+        assert node.get_parameter('gravity_compensation').value is True
+        assert node.controller.config.gravity_compensation
+        mixed = [Parameter('stiffness', value=[5.0]), Parameter('gain_check', value='off')]
+        result = node.set_parameters_atomically(mixed)
+        assert not result.successful and result.reason.startswith('gain_check:')
+        assert node.get_parameter('stiffness').value != [5.0]
+        assert node.set_parameters([Parameter('stiffness', value=[5.0])])[0].successful
+        assert node.controller.config.stiffness == 5.0
+        node.controller.set_enabled(False, node._now_ns())
+        result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
+        assert result.successful and not node.controller.config.gravity_compensation
 
 
 def test_implausible_joint_state_makes_the_controller_hold(model):
     """A reading the arm cannot produce (1e300 rad, a jump) is counted and treated like a
     NaN: the controller holds its set point and computes nothing from it."""
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain(33))
-    try:
-        node = ImpedanceNode(context=context)
-        try:
-            names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
-            k = model.joint_index(names)
-            q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
-            zero = np.zeros(len(names))                # impedance.yaml: measured velocity
-            t0 = 10**12
-            for i in range(8):                       # past the estimator's warm-up
-                node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
-            assert node.controller.fault != 'nan'
-            hold = node.last_command.position.copy()     # disabled: the hold set point
-            bad = q0.copy()
-            bad[3] = 1e300
-            node.on_joint_state(msgs.joint_state(names, bad, zero, t_ns=t0 + 8 * 5_000_000))
-            assert node.rejected['position_out_of_range'] == 1
-            assert node.controller.fault == 'nan'
-            assert np.isfinite(node.last_command.position).all()
-            np.testing.assert_array_equal(node.last_command.position, hold)
-            jump = q0.copy()
-            jump[0] += 0.5                             # 0.5 rad in 5 ms: impossible
-            node.on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
-            assert node.rejected['position_jump'] == 1
-            np.testing.assert_array_equal(node.last_command.position, hold)
-            # the stamp a command to plag_driver would carry stays the last good sample's:
-            # holds computed after garbage age out at the driver instead of looking fresh
-            assert node._source_ns == t0 + 7 * 5_000_000
-        finally:
-            node.destroy_node()
-    finally:
-        context.try_shutdown()
+    with warm_node(model) as (node, names, q0, zero, t0):
+        assert node.controller.fault != 'nan'
+        hold = node.last_command.position.copy()     # disabled: the hold set point
+        bad = q0.copy()
+        bad[3] = 1e300
+        node.on_joint_state(msgs.joint_state(names, bad, zero, t_ns=t0 + 8 * 5_000_000))
+        assert node.rejected['position_out_of_range'] == 1
+        assert node.controller.fault == 'nan'
+        assert np.isfinite(node.last_command.position).all()
+        np.testing.assert_array_equal(node.last_command.position, hold)
+        jump = q0.copy()
+        jump[0] += 0.5                             # 0.5 rad in 5 ms: impossible
+        node.on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
+        assert node.rejected['position_jump'] == 1
+        np.testing.assert_array_equal(node.last_command.position, hold)
+        # the stamp a command to plag_driver would carry stays the last good sample's:
+        # holds computed after garbage age out at the driver instead of looking fresh
+        assert node._source_ns == t0 + 7 * 5_000_000

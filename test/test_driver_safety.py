@@ -321,6 +321,52 @@ def test_a_position_mode_servo_of_unknown_mode_near_its_limit_is_no_fault(bus, m
     bus.stop()
 
 
+def test_a_disarmed_bus_watchdog_is_armed_again_and_current_mode_waits_for_it(bus):
+    """A servo whose Bus Watchdog reads 0 (a hold cut short after its watchdog-off write)
+    would keep its last current if the host died: the next cycle arms it again, current
+    mode is refused until a read shows it armed, and a servo of unknown mode found in
+    position mode is taken as holding only then."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+    elbow_id = driver.ids[ELBOW]
+    driver._write(elbow_id, 98, 1, 0)
+    driver.modes[ELBOW] = 'unknown'
+    loop(driver, 1.0 / RATE_HZ)                  # reads 0, arms it again
+    assert driver.modes[ELBOW] == 'unknown'
+    ok, why = driver.request_mode('current')
+    assert not ok and why == f'IDs [{elbow_id}] have no Bus Watchdog armed', why
+    loop(driver, 1.0 / RATE_HZ)                  # reads it armed: holding in position mode
+    assert driver._read(elbow_id, 98, 1) == round(driver.settings.watchdog_s / 0.02)
+    assert driver.modes == ['position'] * 8 and not driver.fault, driver.fault
+    assert driver.request_mode('current')[0]
+    loop(driver, 0.1, gravity_feed(driver))
+    assert driver.modes[:7] == ['current'] * 7, driver.fault
+    driver.request_mode('position')
+    loop(driver, 0.1)
+    driver.close()
+    bus.stop()
+
+
+def test_a_servo_of_unknown_mode_in_another_mode_is_brought_back_to_the_hold(bus):
+    """A servo found in an Operating Mode the driver never sets (5, current-based position)
+    is a fault, and the hold puts it back in position mode with its torque on."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+    elbow_id = driver.ids[ELBOW]
+    for address, value in ((64, 0), (11, 5), (64, 1)):
+        driver._write(elbow_id, address, 1, value)
+    driver.modes[ELBOW] = 'unknown'
+    begin = time.monotonic()
+    loop(driver, 0.5)
+    end = time.monotonic()
+    assert driver.fault == f'IDs [{elbow_id}] found in another Operating Mode after a ' \
+                           'failed hold', driver.fault
+    assert driver.modes == ['position'] * 8
+    assert driver._read(elbow_id, 11, 1) == 3 and torque_enabled(driver) == [1] * 8
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after

@@ -375,11 +375,11 @@ def warm_node(model):
 
 
 def test_safety_parameters_change_only_while_disabled(model):
-    """While enabled, a change that touches a safety parameter is refused whole, with the
-    names, and the parameter reads back unchanged; the impedance may still be tuned, and
-    the gain check judges it even where gain_check was set 'off' while disabled (the
-    review: 'off', then K = 200, D = 0 was accepted live). Disabled, the same change is
-    accepted."""
+    """While enabled or holding the arm, a change that touches a safety parameter is
+    refused whole, with the names, and the parameter reads back unchanged; the stiffness
+    and damping may still be tuned, and the gain check judges them even where gain_check
+    was set 'off' while disabled (the review: 'off', then K = 200, D = 0 was accepted
+    live). Disabled and handed back, the same change is accepted."""
     from plag_ros.core.control.settings import safety_parameters
 
     writable = [o.name for o in IMPEDANCE_OPTIONS if not o.read_only]
@@ -388,12 +388,10 @@ def test_safety_parameters_change_only_while_disabled(model):
     for name in ('gain_check', 'fault.tracking_error', 'fault.effort_error', 'fault.persist_s',
                  'gravity_compensation', 'stale_periods', 'delay_periods',
                  'max_position_step', 'effort_scale', 'fault_action', 'resume_after_fault',
-                 'servo_stiffness', 'switch.hold_s', 'oscillation.reversals'):
+                 'servo_stiffness', 'switch.hold_s', 'oscillation.reversals', 'inertia',
+                 'reference.amplitude', 'compensate.acceleration'):
         assert name in guarded, name
-    assert set(writable) - set(guarded) == {
-        'stiffness', 'damping', 'inertia', 'state_rate_hz', 'reference.mode',
-        'reference.amplitude', 'reference.frequency_hz', 'compensate.acceleration',
-        'compensate.velocity', 'compensate.bodies'}
+    assert set(writable) - set(guarded) == {'stiffness', 'damping', 'state_rate_hz'}
     with warm_node(model) as (node, _, _, _, _):
         assert node.set_parameters([Parameter('gain_check', value='off')])[0].successful
         assert node.controller.set_enabled(True, node._now_ns())[0]
@@ -414,6 +412,11 @@ def test_safety_parameters_change_only_while_disabled(model):
         assert node.set_parameters([Parameter('stiffness', value=[5.0])])[0].successful
         assert node.controller.config.stiffness == 5.0
         node.controller.set_enabled(False, node._now_ns())
+        # disabled, but still holding the arm until the hand-back: still refused
+        node.own.switched = True
+        result = node.set_parameters([Parameter('fault_action', value='hold')])[0]
+        assert not result.successful and result.reason.startswith('fault_action:')
+        node.own.switched = False
         result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
         assert result.successful and not node.controller.config.gravity_compensation
 

@@ -161,14 +161,17 @@ def test_command_path_defaults():
     assert s.command.joints == list(motors.ARM_JOINTS)
 
 
-def test_torque_mode_never_resumes_on_its_own():
-    """Effort through plag_driver with resume_after_fault is refused, naming the
-    parameter; the shipped torque-mode file sets it false, the other paths keep it."""
-    torque = {'command_interface': 'effort', 'switch.method': 'driver'}
-    with pytest.raises(ValueError, match='resume_after_fault: torque mode'):
-        ImpedanceSettings.from_values(torque)
-    assert not ImpedanceSettings.from_values({**torque, 'resume_after_fault': False}) \
-        .resume_after_fault
+def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
+    """Effort through plag_driver with resume_after_fault, start_enabled or a gain_check
+    other than 'refuse' is refused, naming the parameter; the shipped torque-mode file
+    sets them so, the other paths keep theirs."""
+    torque = {'command_interface': 'effort', 'switch.method': 'driver',
+              'resume_after_fault': False}
+    for name, value in (('resume_after_fault', True), ('start_enabled', True),
+                        ('gain_check', 'warn'), ('gain_check', 'off')):
+        with pytest.raises(ValueError, match=f'{name}: torque mode'):
+            ImpedanceSettings.from_values({**torque, name: value})
+    assert not ImpedanceSettings.from_values(torque).resume_after_fault
     shipped = node_parameters('torque_mode.yaml', 'plag_impedance')
     assert shipped['resume_after_fault'] is False
     assert not ImpedanceSettings.from_values(shipped).resume_after_fault

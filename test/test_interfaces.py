@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from parameter_files import node_parameters
 
 from plag_ros.apps.reference import node_options
 from plag_ros.bus.host.driver import DriverNodeSettings
@@ -153,8 +154,8 @@ IMPEDANCE_CASES = {
     # the effort path's gains are refused without a rotor inertia in the model (the stability
     # check): this case is about the endpoints, so the check only warns
     'effort': {'command_interface': 'effort', 'gain_check': 'warn'},
-    'effort to plag_driver': {'command_interface': 'effort', 'switch.method': 'driver',
-                              'gain_check': 'warn', 'resume_after_fault': False},
+    # torque mode as shipped (its gains pass the check with the delay it states)
+    'effort to plag_driver': node_parameters('torque_mode.yaml', 'plag_impedance'),
 }
 
 

@@ -386,6 +386,7 @@ class BusDriver:
         self._lock = threading.RLock()
         # what the last read found wrong (set by _sync_read, acted on by cycle)
         self._expired: list[int] = []
+        self._disarmed: list[int] = []       # Bus Watchdog 0: a silent host leaves them be
         self._alerts: list[str] = []
         self._torque_off: list[int] = []
         # current mode's start: the gravity torque written at the switch, and when
@@ -521,7 +522,7 @@ class BusDriver:
         self._group_write(98, 1, dict.fromkeys(self.ids, round(self.settings.watchdog_s
                                                                / WATCHDOG_UNIT)))
         self._group_write(64, 1, dict.fromkeys(self.ids, 1))
-        self.reading = reading
+        self.reading, self._disarmed = reading, []      # armed just now
         return reading
 
     @_serialised
@@ -666,6 +667,10 @@ class BusDriver:
                                                  self.reading.velocity, self.arm)
             if outside:
                 return False, f'not from this pose: {outside}'
+            disarmed = [i for i in self._disarmed if self.arm[self.ids.index(i)]]
+            if disarmed or 'unknown' in self.modes:
+                return False, (f'IDs {disarmed} have no Bus Watchdog armed' if disarmed else
+                               f'servos of unknown mode: {self.modes}')
             if self.latency_timer_ms is not None and self.latency_timer_ms > 1:
                 return False, (f'the USB adapter of {self.port_name} waits '
                                f'{self.latency_timer_ms} ms before it passes a reply on; set '
@@ -707,6 +712,14 @@ class BusDriver:
             return None
         self._failed = 0
         self.reading = reading
+        if self._disarmed and self.is_open:
+            # a hold cut short after its watchdog-off write (one sync write, no reply to
+            # wait for): a silent host must stop every servo
+            try:
+                self._group_write(98, 1, dict.fromkeys(self._disarmed,
+                                                       self._watchdog_units(None)))
+            except BusError as err:
+                self.log(f'arming the Bus Watchdog failed: {err}')
         if self._recover:                # clear_fault: limp servos back to a hold first
             self._recover = False
             if self._torque_off:
@@ -765,7 +778,9 @@ class BusDriver:
             # gravity torque, not none (in position mode Goal Current is not used)
             g = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
                         self.torque_limit)
-            current[unknown] = np.round(g / self.torque_constant / CURRENT_UNIT)[unknown]
+            amps = np.clip(np.round(g / self.torque_constant / CURRENT_UNIT).astype(np.int64),
+                           -self.current_limit, self.current_limit)
+            current[unknown] = amps[unknown]
         goals = self._position_goals(reading, in_current)
         group = self._write_group
         for k, servo_id in enumerate(self.ids):
@@ -795,22 +810,31 @@ class BusDriver:
         the torque off it is 'off', brought back at ``~/clear_fault``."""
         ids = [self.ids[k] for k in np.flatnonzero(self._unknown())]
         modes = self._read_modes(ids)
-        found_current = []
+        found_current, found_other = [], []
         for servo_id, value in modes.items():
             k = self.ids.index(servo_id)
             if servo_id in self._torque_off:
                 self.modes[k] = 'off'
             elif value == MODES['position']:
+                if servo_id in self._disarmed:
+                    continue        # a hold cut short after its watchdog-off write: once
+                    # the cycle's re-arming shows in a read
                 self.modes[k] = 'position'
                 self._hold[k] = self._clip(self._holding_goal(reading))[k]
             elif value == MODES['current']:
                 self.modes[k] = 'current'
                 found_current.append(servo_id)
+            else:
+                found_other.append(servo_id)
         if modes:
             self.log(f'modes read back: {modes} (IDs {ids} were unknown)')
         if found_current:
             self._fail(f'IDs {found_current} found in current mode after a failed hold',
                        reading)
+        if found_other:        # a mode the driver never sets: back to its own hold
+            self._fail(f'IDs {found_other} found in another Operating Mode after a failed '
+                       'hold', reading)
+            self._restore(found_other, reading)
 
     def _read_modes(self, ids: Sequence[int]) -> dict[int, int]:
         """Operating Mode (11) of each of ``ids`` that answers one sync read."""
@@ -880,6 +904,7 @@ class BusDriver:
                 offset += size
         torque, errors, watchdog, current, velocity, counts, temperature = raw.T
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
+        self._disarmed = [i for i, w in zip(self.ids, watchdog) if w == 0]
         self._alerts = [f'ID {i}: {hardware_error_text(int(e))}'
                         for i, e in zip(self.ids, errors) if e]
         # (open() reads with the torque still off: only a running bus is checked)

@@ -218,8 +218,8 @@ class PartialImpedanceController:
     def reconfigure(self, config: ImpedanceConfig) -> None:
         """Swap gains, masks and limits in place, keeping the state (enable, estimator).
         While enabled, gains outside the stable region are refused whatever
-        ``config.gain_check`` says: 'warn' and 'off' admit them only into a disabled
-        controller, never onto an arm it drives.
+        ``config.gain_check`` says ('warn' and 'off' act on a disabled controller; torque
+        mode takes only 'refuse': :class:`~plag_ros.core.control.settings.ImpedanceSettings`).
 
         Raises:
             ValueError: as the constructor; or a different estimator config (build a new

@@ -70,13 +70,15 @@ order)."""
 TRAJECTORY_COMMAND_TOPIC = f'/{TRAJECTORY_CONTROLLER}/joint_trajectory'
 """The trajectory controller's command (``trajectory_msgs/JointTrajectory``)."""
 
-TUNABLE_WHILE_ENABLED = ('stiffness', 'damping', 'inertia', 'state_rate_hz', 'reference.',
-                         'compensate.')
-"""The impedance node's writable parameters that may change while it is enabled (a name,
-or a group's prefix): the impedance, which the gain check still judges, the reference, the
-propagation paths to cancel (the experiment's switch) and the state's rate. Every other
-writable one is a safety parameter (:func:`safety_parameters`): refused while enabled, so
-that what guards the arm never changes under it; a parameter added later is one too."""
+TUNABLE_WHILE_ENABLED = ('stiffness', 'damping', 'state_rate_hz')
+"""The impedance node's writable parameters that may change while it holds the arm (a name,
+or a group's prefix ending in '.'): the stiffness and damping, which the gain check judges
+at every change, and the state's rate. Every other writable one is a safety parameter
+(:func:`safety_parameters`): refused while the node is enabled or holds the arm, so that
+what guards the arm never changes under it and no change steps the torque unchecked (a
+reference swapped mid-swing stepped the tilt's torque by 2 N*m; a target inertia is
+acceleration feedback the gain check does not judge; a path switched on adds its whole
+torque at once); a parameter added later is one too."""
 
 
 def safety_parameters(names: Sequence[str]) -> list[str]:
@@ -305,11 +307,18 @@ class ImpedanceSettings:
                 raise ValueError(f'filter.cutoff_hz with rate_hz {self.rate_hz:g}: {err}'
                                  ) from err
             object.__setattr__(self, 'filter', synced)
-        if self.stamped_effort and self.resume_after_fault:
-            # torque mode: after a fault or a driver restart the arm stays in the driver's
-            # position hold until an operator calls ~/enable
-            raise ValueError('resume_after_fault: torque mode (effort through plag_driver) '
-                             'never takes the arm back on its own; set it false')
+        if self.stamped_effort:
+            # torque mode: after a start, a fault or a driver restart the arm stays in the
+            # driver's position hold until an operator calls ~/enable, and gains the check
+            # refuses never reach it
+            for name, wrong in (('resume_after_fault', self.resume_after_fault),
+                                ('start_enabled', self.start_enabled),
+                                ('gain_check', self.gain_check != 'refuse')):
+                if wrong:
+                    raise ValueError(f'{name}: torque mode (effort through plag_driver) '
+                                     'never takes the arm on its own nor runs gains the '
+                                     "check refuses: resume_after_fault and start_enabled "
+                                     "false, gain_check 'refuse'")
         per_joint = {name: getattr(self, name) for name in (
             'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')}
         per_joint['reference.amplitude'] = self.reference.amplitude

@@ -141,7 +141,8 @@ class ImpedanceNode(Node):
 
     # ------------------------------------------------------------------ parameters
     def _on_set_parameters(self, parameters: Sequence[Parameter]) -> SetParametersResult:
-        guarded = self.controller.enabled and safety_parameters([p.name for p in parameters])
+        holds = self.controller.enabled or self.own.switched or self.own.switching
+        guarded = holds and safety_parameters([p.name for p in parameters])
         if guarded:     # what guards the arm never changes under it
             return SetParametersResult(successful=False, reason=f'{", ".join(guarded)}: safety '
                                        'parameters change only while disabled')
@@ -381,9 +382,8 @@ def main(args: list[str] | None = None) -> None:
                 node.shutdown(executor)
             except Exception as err:  # noqa: BLE001 - best effort on the way out
                 node.get_logger().error(f'shutdown switch-back failed: {err}')
-        # This executor is ours, not rclpy's global one (which rclpy's shutdown shuts
-        # down): shut it down before the node and the context go, so its guard conditions
-        # and any task left are not torn down by the interpreter's exit after the context
+        # Our executor, not rclpy's global one: shut down before the node and the context,
+        # so its guard conditions and tasks are not torn down after the context at exit
         # (a CI run saw this node die with -11 after a clean Ctrl-C hold and switch-back).
         executor.shutdown(timeout_sec=1.0)
         if node is not None:

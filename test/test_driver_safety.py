@@ -721,10 +721,10 @@ def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
         model = RobotModel.from_urdf(default_urdf_path())
         settings = ImpedanceSettings.from_values({
             **node_parameters('torque_mode.yaml', 'plag_impedance'),
-            'start_enabled': True, 'ramp_s': 0.0, 'reference.mode': 'hold'})
-        law = PartialImpedanceController(PartialLagrangian(model),
-                                         settings.controller_config(model),
-                                         settings.reference_trajectory(8))
+            'ramp_s': 0.0, 'reference.mode': 'hold'})
+        law = PartialImpedanceController(  # enabled at once (refused in the node's settings)
+            PartialLagrangian(model), settings.controller_config(model).replace(
+                start_enabled=True), settings.reference_trajectory(8))
         driver = lockstep_driver(bus)
         move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
         pose = driver.reading.position.copy()

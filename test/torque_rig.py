@@ -273,7 +273,9 @@ def scenario_controllers(motion_source: str | None = None
     n = len(model.actuated_names)
     amplitude = [0.0] * n
     amplitude[ELBOW] = 0.5
-    scenario = {'start_enabled': True, 'ramp_s': 0.0, 'reference.mode': 'sine',
+    # enabled at once: in the law's own config (the node's torque-mode settings refuse
+    # start_enabled, which would take the arm without an operator)
+    scenario = {'ramp_s': 0.0, 'reference.mode': 'sine',
                 'reference.amplitude': amplitude, 'reference.frequency_hz': [1.0]}
     if motion_source is not None:
         scenario['motion_source'] = motion_source
@@ -285,7 +287,8 @@ def scenario_controllers(motion_source: str | None = None
         settings = ImpedanceSettings.from_values(
             {**node_parameters(file, 'plag_impedance'), **scenario, **change})
         controllers[name] = PartialImpedanceController(
-            engine, settings.controller_config(model), settings.reference_trajectory(n))
+            engine, settings.controller_config(model).replace(start_enabled=True),
+            settings.reference_trajectory(n))
     warm = controllers['plain']
     bent = np.append(BENT, 0.0)
     for k in range(8):      # the kernels compile here: the Bus Watchdog allows no stall

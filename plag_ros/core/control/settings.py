@@ -71,9 +71,9 @@ TRAJECTORY_COMMAND_TOPIC = f'/{TRAJECTORY_CONTROLLER}/joint_trajectory'
 """The trajectory controller's command (``trajectory_msgs/JointTrajectory``)."""
 
 TUNABLE_WHILE_ENABLED = ('stiffness', 'damping', 'state_rate_hz')
-"""The impedance node's writable parameters that may change while it holds the arm (a name,
-or a group's prefix ending in '.'): the stiffness and damping, which the gain check judges
-at every change, and the state's rate. Every other writable one is a safety parameter
+"""The impedance node's writable parameters that may change while it holds the arm: the
+stiffness and damping, which the gain check judges at every change, and the state's
+rate. Every other writable one is a safety parameter
 (:func:`safety_parameters`): refused while the node is enabled or holds the arm, so that
 what guards the arm never changes under it and no change steps the torque unchecked (a
 reference swapped mid-swing stepped the tilt's torque by 2 N*m; a target inertia is
@@ -84,11 +84,7 @@ torque at once); a parameter added later is one too."""
 def safety_parameters(names: Sequence[str]) -> list[str]:
     """Those of ``names`` (the impedance node's writable parameters) that may change only
     while the controller is disabled (:data:`TUNABLE_WHILE_ENABLED`)."""
-    def tunable(name: str) -> bool:
-        return any(name == t or (t.endswith('.') and name.startswith(t))
-                   for t in TUNABLE_WHILE_ENABLED)
-
-    return [n for n in names if not tunable(n)]
+    return [n for n in names if n not in TUNABLE_WHILE_ENABLED]
 
 
 CommandType = Literal['forward', 'trajectory']

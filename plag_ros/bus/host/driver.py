@@ -771,16 +771,13 @@ class BusDriver:
             else:
                 effort = np.where(in_current, effort, 0.0)
                 self._last_effort, self._last_effort_at = effort, self.clock()
-                current = np.round(effort / self.torque_constant / CURRENT_UNIT).astype(np.int64)
-                current = np.clip(current, -self.current_limit, self.current_limit)
+                current = self._goal_current(effort)
         if unknown.any():
             # a servo whose mode is not known may still be in current mode: its pose's
             # gravity torque, not none (in position mode Goal Current is not used)
             g = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
                         self.torque_limit)
-            amps = np.clip(np.round(g / self.torque_constant / CURRENT_UNIT).astype(np.int64),
-                           -self.current_limit, self.current_limit)
-            current[unknown] = amps[unknown]
+            current[unknown] = self._goal_current(g)[unknown]
         goals = self._position_goals(reading, in_current)
         group = self._write_group
         for k, servo_id in enumerate(self.ids):
@@ -797,6 +794,12 @@ class BusDriver:
         if self._switched[0]:
             self._check_switch(reading)
         return reading
+
+    def _goal_current(self, torque: np.ndarray) -> np.ndarray:
+        """(8,) Goal Current [2.69 mA units, int] of (8,) motor torques [N*m], within each
+        servo's Current Limit."""
+        amps = np.round(torque / self.torque_constant / CURRENT_UNIT).astype(np.int64)
+        return np.clip(amps, -self.current_limit, self.current_limit)
 
     def _unknown(self) -> np.ndarray:
         """(8,) bool: the arm's servos whose mode is not known (no answer at a hold)."""
@@ -933,8 +936,7 @@ class BusDriver:
         if mode == 'current':
             start = np.clip(self._gravity_or_last(reading.position), -self.torque_limit,
                             self.torque_limit)
-            amps = np.clip(np.round(start / self.torque_constant / CURRENT_UNIT).astype(int),
-                           -self.current_limit, self.current_limit)
+            amps = self._goal_current(start)
             first = (102, 2, {self.ids[k]: int(amps[k]) for k in which})
         else:
             held = self._clip(self._holding_goal(reading))
@@ -973,13 +975,9 @@ class BusDriver:
         next cycle's read)."""
         ids, mode = self._switched
         self._switched = ([], '')
-        sdk, value = self._sdk, MODES[mode]
-        group = sdk.GroupSyncRead(self._port, self._packets, 11, 1)
-        for servo_id in ids:
-            group.addParam(servo_id)
-        answered = group.txRxPacket() == sdk.COMM_SUCCESS
-        wrong = [i for i in ids if not answered or not group.isAvailable(i, 11, 1)
-                 or group.getData(i, 11, 1) != value]
+        value = MODES[mode]
+        found = self._read_modes(ids)
+        wrong = [i for i in ids if found.get(i) != value]
         if wrong:
             self._restore(ids, reading)
             self._fail(f'mode switch to {mode} failed: IDs {wrong} did not take Operating '

@@ -493,12 +493,6 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
             if _report_exits(children, reported):
                 status = 1
                 break
-        # The executor serves the output topic first, so a loaded process may still hold
-        # seconds of queued input: the record window is complete once the input reaches it.
-        drain_until = time.monotonic() + RECORD_QUEUE_S
-        while (recording is not None and end_ns is not None and clock['input'] < end_ns
-               and not stop.is_set() and time.monotonic() < drain_until):
-            executor.spin_once(timeout_sec=0.01)
     except rclpy.executors.ExternalShutdownException:
         pass
     finally:

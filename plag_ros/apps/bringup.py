@@ -333,12 +333,12 @@ def _swing_trajectory(start_ns: int, origin_ns: int, q0: np.ndarray, joints: np.
 def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: float | None,
              startup_timeout: float, motion: bool, out, report: Path | None = None,
              foxglove: tuple[str, int, bool] | None = None) -> int:
-    """Host ``plag_monitor``: once the dynamics node publishes, start the swing (``motion``),
-    print the summary once a second until the node's output reaches ``duration`` seconds of
-    stamp time past that start, or until ``stop`` (a signal; exit status 0); with
-    ``report``, then write the run's picture and table over that stretch there
-    (:mod:`.live_report`); with ``foxglove`` (host, port, control), serve the view topics to
-    Foxglove meanwhile (:mod:`plag_ros.ros.foxglove_view`).
+    """Host ``plag_monitor``: once the dynamics node publishes and the joint states reach
+    this process, start the swing (``motion``), print the summary once a second until the
+    node's output reaches ``duration`` seconds of stamp time past that start, or until
+    ``stop`` (a signal; exit status 0); with ``report``, then write the run's picture and
+    table over that stretch there (:mod:`.live_report`); with ``foxglove`` (host, port,
+    control), serve the view topics to Foxglove meanwhile (:mod:`plag_ros.ros.foxglove_view`).
 
     The run's clock is the stamps, not this process's: the simulator's (or the robot's)
     clock, on which the arm's trajectory controller also plays the swing. A stall of this
@@ -444,15 +444,22 @@ def _monitor(children: list[NodeProcess], stop: threading.Event, *, duration: fl
     reported: set[NodeProcess] = set()     # nodes whose exit was reported
     status = 0
     start_ns = end_ns = None
+    # The graph is up once the node's output and, where the run records or moves the arm,
+    # the joint states both reach this process: discovery matches each subscription on its
+    # own, and a loaded machine has matched the input seconds after the output, which left
+    # the record's first seconds without input and the swing's start late.
+    needs_input = recording is not None or motion
     try:
         begin = time.monotonic()
-        while summary.total_outputs == 0 and not stop.is_set():   # the graph comes up
+        while (summary.total_outputs == 0 or (needs_input and clock['input'] == 0)) \
+                and not stop.is_set():
             executor.spin_once(timeout_sec=0.1)
             if _report_exits(children, reported):
                 return 1
             if not reported and time.monotonic() - begin > startup_timeout:
-                print(f'plag-ros: no output from {DYNAMICS} within {startup_timeout:g} s',
-                      file=sys.stderr)
+                missing = f'output from {DYNAMICS}' if summary.total_outputs == 0 \
+                    else 'joint_states'
+                print(f'plag-ros: no {missing} within {startup_timeout:g} s', file=sys.stderr)
                 for child in children:
                     print(child.tail(), file=sys.stderr)
                 return 1

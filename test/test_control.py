@@ -22,7 +22,12 @@ import torch
 
 from plag_ros.core.control.config import ImpedanceConfig, propagation_mask
 from plag_ros.core.control.impedance import PartialImpedanceController
-from plag_ros.core.control.references import HoldReference, SineReference
+from plag_ros.core.control.references import (
+    REFERENCE_MARGIN,
+    HoldReference,
+    SineReference,
+    reference_bounds,
+)
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
 from plag_ros.core.dynamics.motors import servo_gains
@@ -310,7 +315,7 @@ def test_nan_holds_and_recovers(engine):
 def test_effort_clipped_to_urdf_limits(engine, model):
     ctl = law_controller(engine, stiffness=1000.0, effort_scale=0.5)
     feed_constant(ctl, Q0, 5)
-    ctl.set_reference(q=Q0 + np.where(np.arange(8) % 2, 1.0, -1.0))
+    ctl.set_reference(q=Q0 + np.where(np.arange(8) % 2, 0.5, -0.5))
     cmd, _ = feed_constant(ctl, Q0, 1, start_ns=5 * PERIOD_NS)
     limit = 0.5 * model.effort_limit[model.actuated]
     np.testing.assert_allclose(np.abs(cmd.effort), limit)
@@ -319,18 +324,69 @@ def test_effort_clipped_to_urdf_limits(engine, model):
 
 
 def test_position_clipped_to_joint_limits_and_step(engine, model):
-    ctl = law_controller(engine, command_interface='position', stiffness=1.0,
+    # K = 2 K_s: the servo target q + K (q_d - q) / K_s = 2 q_d - q lies beyond every upper
+    # limit for a reference at the reference bounds' upper side.
+    ctl = law_controller(engine, command_interface='position', stiffness=2.0,
                          servo_stiffness=1.0, max_position_step=0.01,
                          gravity_compensation=False)
     feed_constant(ctl, Q0, 5)
     upper = model.joint_upper[model.actuated]
-    ctl.set_reference(q=upper + 0.5)                   # beyond every upper limit
+    ctl.set_reference(q=reference_bounds(model.joint_lower[model.actuated], upper)[1])
+    assert np.all(2 * ctl.reference.q - Q0 > upper)
     positions = [feed_constant(ctl, Q0, 1, start_ns=(5 + c) * PERIOD_NS)[0].position
                  for c in range(400)]
     steps = np.abs(np.diff([Q0, *positions], axis=0))
     assert steps.max() <= 0.01 + 1e-12
     np.testing.assert_allclose(steps[0], 0.01)         # rate-limited from the first q
     np.testing.assert_allclose(positions[-1], upper)   # then held at the limit
+
+
+def test_a_point_reference_outside_the_limits_margin_is_refused_and_counted(engine, model):
+    ctl = law_controller(engine)
+    feed_constant(ctl, Q0, 5)
+    ctl.set_reference(q=Q0 + 0.05)
+    lower, upper = model.joint_lower[model.actuated], model.joint_upper[model.actuated]
+    # The upright elbow (0 rad) is its upper limit (1.7e-5 rad): a reference there is
+    # refused, one 0.1 rad in is taken.
+    elbow = ctl.joint_names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
+    for value in (0.0, upper[elbow] - REFERENCE_MARGIN + 1e-9, math.nan):
+        bad = Q0.copy()
+        bad[elbow] = value
+        with pytest.raises(ValueError, match='reference q'):
+            ctl.set_reference(q=bad)
+    assert ctl.references == {'rejected': 3, 'clipped': 0}
+    np.testing.assert_array_equal(ctl.reference.q, Q0 + 0.05)   # the one in force stays
+    good = Q0.copy()
+    good[elbow] = upper[elbow] - REFERENCE_MARGIN
+    ctl.set_reference(q=good)
+    # A narrow range keeps a tenth of itself: the gripper finger's 1.66 rad keeps 0.1 rad,
+    # a 0.5 rad range would keep 0.05 rad on each side.
+    inner = reference_bounds(np.array([-0.25, lower[-1]]), np.array([0.25, upper[-1]]))
+    np.testing.assert_allclose(inner[0], [-0.2, lower[-1] + 0.1])
+    np.testing.assert_allclose(inner[1], [0.2, upper[-1] - 0.1])
+
+
+def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(engine, model):
+    upper = reference_bounds(model.joint_lower[model.actuated],
+                             model.joint_upper[model.actuated])[1]
+    # A sine swinging the pan 3 rad about 0 (its limit is 2.74 rad) stops 0.1 rad short.
+    ctl = law_controller(engine)
+    feed_constant(ctl, Q0, 5)
+    amplitude = np.zeros(8)
+    amplitude[0] = 3.0
+    ctl.set_reference(SineReference(amplitude, 0.25))
+    desired = [feed_constant(ctl, Q0, 1, start_ns=(5 + c) * PERIOD_NS)[0].q_desired
+               for c in range(400)]
+    pan = np.array(desired)[:, 0]
+    assert pan.max() == pytest.approx(upper[0], abs=1e-12) and pan.min() > -upper[0] - 1e-12
+    assert ctl.references['clipped'] > 0 and ctl.references['rejected'] == 0
+    # Enabled with the elbow upright, on its limit: holding that pose moves nothing.
+    upright = Q0.copy()
+    upright[3] = 0.0
+    ctl = law_controller(engine)
+    cmd, _ = feed_constant(ctl, upright, 10)
+    np.testing.assert_array_equal(cmd.q_desired, upright)
+    assert ctl.references['clipped'] == 0
 
 
 def test_ramp_scales_gains_not_gravity(engine):

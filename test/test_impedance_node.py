@@ -27,6 +27,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
 
+from plag_ros.core.control.references import reference_bounds
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
@@ -442,3 +443,23 @@ def test_implausible_joint_state_makes_the_controller_hold(model):
         # the stamp a command to plag_driver would carry stays the last good sample's:
         # holds computed after garbage age out at the driver instead of looking fresh
         assert node._source_ns == t0 + 7 * 5_000_000
+
+
+def test_a_reference_outside_the_limits_margin_is_refused_and_counted(model):
+    """``~/reference`` with the elbow upright (0 rad, on its limit) is refused, counted in
+    ``~/state``'s ``references``, and the reference in force stays; one 0.1 rad inside
+    every limit is taken."""
+    with warm_node(model) as (node, names, q0, _, t0):
+        before = node.controller.reference
+        target = q0.copy()
+        target[names.index('crane_x7_upper_arm_revolute_part_rotate_joint')] = 0.0
+        order = list(reversed(range(len(names))))
+        node._on_reference(msgs.joint_state([names[i] for i in order], target[order],
+                                            t_ns=t0))
+        assert node.controller.references == {'rejected': 1, 'clipped': 0}
+        assert node.controller.reference is before
+        inside = np.clip(target, *reference_bounds(model.joint_lower[model.actuated],
+                                                   model.joint_upper[model.actuated]))
+        node._on_reference(msgs.joint_state(names, inside, t_ns=t0))
+        assert node.controller.references['rejected'] == 1
+        np.testing.assert_array_equal(node.controller.reference.q, inside)

@@ -87,7 +87,12 @@ from numpy.typing import ArrayLike
 from plag_ros.core.control import stability
 from plag_ros.core.control.config import SERVO_STIFFNESS_TOLERANCE, ControlState, ImpedanceConfig
 from plag_ros.core.control.oscillation import OscillationMonitor
-from plag_ros.core.control.references import HoldReference, PointReference, Reference
+from plag_ros.core.control.references import (
+    HoldReference,
+    PointReference,
+    Reference,
+    reference_bounds,
+)
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import actuation_matrix
 from plag_ros.core.dynamics.motors import servo_gains
@@ -207,6 +212,9 @@ class PartialImpedanceController:
         self._G, self._offset = actuation_matrix(model)
         self._apply(config)
         self._estimator = JointStateEstimator(self._act.size, config.estimator)
+        self.references = {'rejected': 0, 'clipped': 0}
+        """Point references refused (outside :func:`reference_bounds`) and cycles whose
+        sampled reference was clipped into them."""
         self.reset()
         # One sample's tables, rewritten by every cycle (read within the cycle only).
         self._tables = engine.empty_arrays()
@@ -287,6 +295,7 @@ class PartialImpedanceController:
         self._W_acc, self._W_vel = W_acc, W_vel
         self._effort_max = config.effort_scale * model.effort_limit[self._act]
         self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
+        self._ref_lower, self._ref_upper = reference_bounds(self._lower, self._upper)
         self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
         self._monitored = monitored
         self.warnings: list[str] = warnings
@@ -455,17 +464,32 @@ class PartialImpedanceController:
 
     def set_reference(self, reference: Reference | None = None, *, q: ArrayLike | None = None,
                       qd: ArrayLike | None = None, qdd: ArrayLike | None = None) -> None:
-        """Replace the desired trajectory, or set a constant point (q, qd, qdd) (n_act,)."""
+        """Replace the desired trajectory, or set a constant point (q, qd, qdd) (n_act,).
+
+        Raises:
+            ValueError: a point that is not finite, of the wrong size, or with a position
+                outside :func:`reference_bounds` (counted in ``references['rejected']``;
+                the reference in force stays).
+        """
         if reference is None:
             na = self._act.size
 
             def vec(x, name):
                 a = np.zeros(na) if x is None else np.asarray(x, dtype=np.float64)
                 if a.shape != (na,) or not np.isfinite(a).all():
+                    self.references['rejected'] += 1
                     raise ValueError(f'reference {name} must be {na} finite values')
                 return a
 
-            reference = PointReference(vec(q, 'q'), vec(qd, 'qd'), vec(qdd, 'qdd'))
+            point = vec(q, 'q')
+            outside = np.flatnonzero((point < self._ref_lower) | (point > self._ref_upper))
+            if outside.size:
+                self.references['rejected'] += 1
+                k = outside[0]
+                raise ValueError(f'reference q of {self.joint_names[k]} = {point[k]:.4g} is '
+                                 f'outside [{self._ref_lower[k]:.4g}, {self._ref_upper[k]:.4g}]'
+                                 ' (its limits less the reference margin)')
+            reference = PointReference(point, vec(qd, 'qd'), vec(qdd, 'qdd'))
         self.reference = reference
 
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
@@ -682,6 +706,16 @@ class PartialImpedanceController:
             raise RuntimeError('ImpedanceController: control law before the first enable')
         q_d, qd_d, qdd_d = (np.asarray(x, dtype=np.float64) for x in
                             self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor))
+        # A trajectory (a sine's swing) is held inside the bounds, at rest where it is
+        # clipped; the pose of the enable stays allowed, so holding it never moves the arm
+        # (the CRANE-X7's upright elbow rests on its upper limit).
+        lower = np.minimum(self._ref_lower, self._anchor)
+        upper = np.maximum(self._ref_upper, self._anchor)
+        clipped = (q_d < lower) | (q_d > upper)
+        if clipped.any():
+            self.references['clipped'] += 1
+            q_d = np.clip(q_d, lower, upper)
+            qd_d, qdd_d = np.where(clipped, 0.0, qd_d), np.where(clipped, 0.0, qdd_d)
         # 1. One decomposition at the measured configuration with the chosen motion.
         q_full = G @ q + self._offset
         if cfg.motion_source == 'desired':

@@ -13,7 +13,23 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ['HoldReference', 'PointReference', 'Reference', 'SineReference']
+__all__ = ['REFERENCE_MARGIN', 'HoldReference', 'PointReference', 'Reference',
+           'SineReference', 'reference_bounds']
+
+REFERENCE_MARGIN = 0.1
+"""A reference stays this far [rad or m] inside each joint's limits (at most a tenth of the
+range): farther in than the torque-mode driver's stopping-point margin (0.06 rad,
+:class:`plag_ros.bus.host.driver.DriverSettings`), so an arm that tracks its reference with
+a little overshoot never meets the driver's envelope."""
+
+
+def reference_bounds(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (n,) bounds [rad or m] a reference must stay within: the joint limits less
+    :data:`REFERENCE_MARGIN`, or less a tenth of the range where that is smaller. An
+    unlimited side (infinite) stays unlimited."""
+    lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    margin = np.minimum(REFERENCE_MARGIN, 0.1 * (upper - lower))
+    return lower + margin, upper - margin
 
 
 class Reference(Protocol):

@@ -325,7 +325,7 @@ class ImpedanceNode(Node):
             [self._names[a] for a in np.flatnonzero(command.saturated)],
             'commands': self.commands, 'rejected': self.rejected,
             'estimator_rejected': ctl.estimator.rejected, 'estimator_resets': ctl.estimator.resets,
-            'monitor_unjudged': ctl.monitor_unjudged})))
+            'monitor_unjudged': ctl.monitor_unjudged, 'references': ctl.references})))
 
     def shutdown(self, executor, timeout_s: float = 3.0) -> None:
         """Hold, then switch the fallback controller back (shutdown path)."""

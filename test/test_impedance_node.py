@@ -463,3 +463,41 @@ def test_a_reference_outside_the_limits_margin_is_refused_and_counted(model):
         node._on_reference(msgs.joint_state(names, inside, t_ns=t0))
         assert node.controller.references['rejected'] == 1
         np.testing.assert_array_equal(node.controller.reference.q, inside)
+
+
+@pytest.mark.parametrize('enabled', [True, False])
+def test_a_position_jump_that_persists_is_a_latched_fault_while_enabled(model, enabled):
+    """The review: a false 0.3 rad elbow jump was accepted after 3 samples and the node
+    re-ramped towards the old anchor. Enabled, the jump's acceptance latches a fault: the
+    hold of the last good pose stays whatever follows, and only a disable ends it.
+    Disabled, the new pose is simply taken (nothing is commanded from it)."""
+    with warm_node(model) as (node, names, q0, zero, t0):
+        if enabled:
+            assert node.controller.set_enabled(True, node._now_ns())[0]
+        elbow = names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
+        jumped = q0.copy()
+        jumped[elbow] += 0.3
+        stamps = (t0 + i * 5_000_000 for i in range(8, 40))
+        for _ in range(node._gate.config.reanchor_samples):
+            node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
+        assert node.rejected['position_jump'] == node._gate.config.reanchor_samples - 1
+        assert node._gate.reanchors == 1
+        if not enabled:
+            assert node.controller.fault in ('', 'nan') and node.controller.state != 'fault'
+            return
+        hold = node.last_command.position.copy()
+        assert node.controller.state == 'fault'
+        assert node.controller.fault.startswith('position_jump')
+        for _ in range(20):      # the readings stay at the new pose: the fault stays
+            node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
+        assert node.controller.fault.startswith('position_jump')
+        np.testing.assert_array_equal(node.last_command.position, hold)
+        # the hold of the pose before the jump (plus its sag), not of the new one
+        assert abs(hold[elbow] - q0[elbow]) < 0.1 and abs(hold[elbow] - jumped[elbow]) > 0.2
+        assert node.controller.set_enabled(False, node._now_ns())[0]
+        assert node.controller.fault == '' and node.controller.state == 'disabled'
+        # ~/enable again takes the new pose as the arm's
+        assert node.controller.set_enabled(True, node._now_ns())[0]
+        node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
+        assert node.controller.state == 'ramping'
+        np.testing.assert_array_equal(node.last_command.q_desired, jumped)

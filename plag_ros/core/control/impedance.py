@@ -118,8 +118,8 @@ class Command(NamedTuple):
         t_ns: time it was computed for [ns] (controller clock).
         state: :data:`ControlState` after this cycle.
         reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
-            'warming_up', or a monitor fault starting 'tracking', 'effort' or
-            'oscillation'.
+            'warming_up', or a latched fault starting 'tracking', 'effort',
+            'oscillation' or 'position_jump'.
         effort: (n_act,) [N*m] for the effort interface, else None.
         position: (n_act,) [rad] for the position interface, else None.
         torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
@@ -461,6 +461,15 @@ class PartialImpedanceController:
         if self._fault:
             return True, f'enabled; waiting for fault to clear ({self._fault})'
         return True, f'enabled; ramping over {self.config.ramp_s:g} s'
+
+    def latch_fault(self, reason: str) -> None:
+        """While enabled, hold and keep holding until a disable, whatever the next samples:
+        for input judged wrong that no later sample can prove right (a position jump that
+        persisted: a false reading, or an arm that moved while its readings were refused).
+        Resuming would pull the arm towards a reference anchored in the old readings."""
+        if self._enabled and not self._latched:
+            self._set_fault(reason)
+            self._latched = True
 
     def set_reference(self, reference: Reference | None = None, *, q: ArrayLike | None = None,
                       qd: ArrayLike | None = None, qdd: ArrayLike | None = None) -> None:

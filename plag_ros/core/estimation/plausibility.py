@@ -101,6 +101,9 @@ class PlausibilityGate:
 
     Attributes:
         rejected: reason -> count since construction (``reset`` keeps it).
+        reanchors: how often rejected samples that agreed with each other were accepted as
+            the arm's new position (``reset`` keeps it). A controller compares it around
+            :meth:`check`: a jump that persisted is no reading to resume from.
     """
 
     def __init__(self, model: RobotModel, config: PlausibilityConfig | None = None) -> None:
@@ -118,6 +121,7 @@ class PlausibilityGate:
                               np.inf)
         self.joint_names = tuple(model.joint_names)
         self.rejected = dict.fromkeys(PLAUSIBILITY_REASONS, 0)
+        self.reanchors = 0
         self.reset()
 
     def reset(self) -> None:
@@ -168,6 +172,7 @@ class PlausibilityGate:
             self._pending.append(sample)
             if 0 < self.config.reanchor_samples <= len(self._pending):
                 self._anchor, self._pending = sample, []
+                self.reanchors += 1
                 return None
             reason = 'position_jump'
         if reason is not None:

@@ -17,11 +17,11 @@ on enable and back ``switch.hold_s`` after a disable, a latched fault or shutdow
 equal the controller's ``joints`` in order. ``trajectory`` sends one-point trajectories to
 the running ``crane_x7_arm_controller``; keep ``command.time_from_start`` 0 (a positive
 value interpolates from the sagged measured position and halves the servo stiffness).
-``effort`` with ``switch.method driver`` sends ``plag_driver`` a ``sensor_msgs/JointState``:
-joints by name, ``effort`` [N*m], stamped with the joint state it was computed from.
+``effort`` with ``switch.method driver`` sends ``plag_driver`` a ``sensor_msgs/JointState``
+(joints by name, ``effort`` [N*m], the stamp of the joint state it was computed from).
 ``~/enable`` is refused while nothing subscribes to the command topic or the controller's
-joints differ. Nothing is published before the first valid joint state.
-"""
+joints differ. Nothing is published before the first valid joint state; a position jump
+that persists is a latched fault while enabled."""
 from __future__ import annotations
 
 import json
@@ -182,7 +182,9 @@ class ImpedanceNode(Node):
                 return
             garbage = 'nonfinite'
         else:
-            garbage = self._gate.check(t_ns, q, qd) or ''
+            reanchors, garbage = self._gate.reanchors, self._gate.check(t_ns, q, qd) or ''
+            if self._gate.reanchors > reanchors:     # a jump that persisted: no resuming
+                self.controller.latch_fault('position_jump: the readings stayed at a new pose')
             if garbage:
                 self._reject(garbage, f'sample stamped {t_ns} ns is beyond what the arm can do')
         if garbage:
@@ -275,11 +277,9 @@ class ImpedanceNode(Node):
     async def _reacquire(self, resume: bool) -> None:
         """Switch again from scratch after a driver outage; with ``resume``, enable."""
         await self.handover.reset_after_outage()
-        self.get_logger().warning(
-            'joint_states is back: ' + ('switching in again, then re-ramping '
-                                        '(resume_after_fault)' if resume else
-                                        'staying disabled (resume_after_fault false); '
-                                        '~/enable to resume'))
+        self.get_logger().warning('joint_states is back: ' + (
+            'switching in again, then re-ramping (resume_after_fault)' if resume else
+            'staying disabled (resume_after_fault false); ~/enable to resume'))
         if resume:
             await self._start_enabled()
 

@@ -192,6 +192,43 @@ def test_plag_ros_identify_from_bags(nominal, true_arm, tmp_path):
     assert main(['identify', str(bare), '-o', str(tmp_path / 'bare_out')]) == 2
 
 
+def test_identify_says_which_held_out_channels_were_left_out(nominal, true_arm, tmp_path,
+                                                             capsys):
+    """Held-out effort channels left out (all zero here) are no 'does not move': every
+    one dropped is nothing to score (exit 2, the channels named); one dropped is reported
+    as moving without a measured effort, and the rest are scored."""
+    from plag_ros.apps.cli import main
+    from plag_ros.core.dynamics import motors
+    from plag_ros.ros.output_bag import write_joint_state_bag
+
+    act = np.flatnonzero(nominal.actuated)
+    names = [nominal.joint_names[j] for j in act]
+    bags = {}
+    for label, seed, seconds, zero in (('fit', 5, 10.0, []), ('all_zero', 6, 4.0, names),
+                                       ('tilt_zero', 6, 4.0, names[1:2])):
+        q, qd, qdd = _trajectory(nominal, seconds, seed=seed)
+        effort = _measured(true_arm, q, qd, qdd, seed=seed + 10) \
+            / motors.effort_to_torque(names)
+        effort[:, [names.index(j) for j in zero]] = 0.0
+        t_ns = 1_700_000_000_000_000_000 + (np.arange(len(q)) * 1e9 / RATE_HZ).astype(np.int64)
+        bags[label] = write_joint_state_bag(tmp_path / label, t_ns, names, q[:, act],
+                                            effort=effort)
+    out = str(tmp_path / 'out')
+    assert main(['identify', str(bags['fit']), '--holdout', str(bags['all_zero']),
+                 '-o', out]) == 2
+    err = capsys.readouterr().err
+    assert 'nothing to score: no held-out row has a measured effort of a joint that moves' \
+        in err and f'all_zero: {names[1]} (zero)' in err, err
+    assert main(['identify', str(bags['fit']), '--holdout', str(bags['tilt_zero']),
+                 '-o', out]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = {name: next(line for line in lines if line.strip().startswith(name + ' '))
+            for name in names}
+    assert 'moves in the held-out rows without a measured effort' in said[names[1]]
+    assert 'does not move' in said[names[WRIST]]
+    assert all('held-out RMS' in said[n] for k, n in enumerate(names) if k not in (1, WRIST))
+
+
 def test_plag_ros_identify_from_tables_without_the_gripper(nominal, true_arm, tmp_path):
     """The same arm logged to tables that lack the gripper: a Parquet file in rad and s to
     fit, a CSV in degrees and milliseconds to hold out, read through one column mapping.

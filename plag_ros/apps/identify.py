@@ -100,6 +100,13 @@ class Recording:
     def __len__(self) -> int:
         return sum(len(x) for x in self.q)
 
+    def measured_motion(self, model: RobotModel, band: np.ndarray) -> np.ndarray:
+        """(m,) bool per actuated joint: some row has it moving (outside ``band`` (n,)
+        [rad/s]) with a measured torque, so it can be fitted or scored there."""
+        _, qd, _, torque = self.arrays()
+        moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
+        return (moving & np.isfinite(torque)).any(axis=0)
+
 
 def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarray
                         ) -> tuple[list[str], np.ndarray]:
@@ -323,6 +330,13 @@ def _recordings_section(recordings: dict[Path, Estimated]) -> list[dict]:
     return out
 
 
+def _left_out(recordings: dict[Path, Estimated]) -> str:
+    """'; effort channels left out: ...' naming each with its recording and why, or ''."""
+    left = [f'{path.name}: {f.joint} ({f.kind.replace("_", " ")})'
+            for path, r in recordings.items() for f in r.channels]
+    return '; effort channels left out: ' + ', '.join(left) if left else ''
+
+
 def _peer(model: RobotModel, fit: Recording, band: np.ndarray, terms: MeasurementTerms,
           extra: dict):
     """The least-squares peer, or None with the reason in ``extra``."""
@@ -359,6 +373,11 @@ def run(args: argparse.Namespace) -> int:
         print('plag-ros identify: no samples to fit or none held out', file=sys.stderr)
         return 2
     band = np.max([r.band for r in recordings.values()], axis=0)
+    for rows, what in ((fit, 'fit: no fitted'), (held, 'score: no held-out')):
+        if not rows.measured_motion(model, band).any():
+            print(f'plag-ros identify: nothing to {what} row has a measured effort of a '
+                  f'joint that moves{_left_out(recordings)}', file=sys.stderr)
+            return 2
     tuples = {path: (r.q, r.qd, r.qdd, r.torque, r.t) for path, r in recordings.items()}
     payload = None
     extra: dict = carried_sections(start)
@@ -423,7 +442,11 @@ def _print_summary(args: argparse.Namespace, model: RobotModel, result: Identifi
     peer = errors.get('least_squares')
     for k, name in enumerate(errors['joints']):
         if errors['nominal'][k] is None:
-            print(f'  {name:50s} does not move in the held-out rows')
+            # no score: no moving row, or none with a measured effort
+            print(f'  {name:50s} ' + ('moves in the held-out rows without a measured effort '
+                                      '(its channel was left out)'
+                                      if errors['moving_samples'][k] else
+                                      'does not move in the held-out rows'))
             continue
         line = (f'  {name:50s} held-out RMS {errors["nominal"][k]:8.4f} -> '
                 f'{errors["identified"][k]:8.4f} N*m')

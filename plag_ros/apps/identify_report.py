@@ -67,7 +67,8 @@ def held_out_errors(model: RobotModel, predictions: dict[str, np.ndarray],
         else None for name, v in per_joint.items()}
     out = {'joints': list(act), 'moving_samples': moving.sum(axis=0).tolist(),
            'rows': 'per joint, the samples where it moves (outside its rest band: at rest '
-                   'the friction is an unknown stick reaction); None: it does not move',
+                   'the friction is an unknown stick reaction) with a measured effort; None: '
+                   'it does not move, or its effort channel was left out',
            **per_joint,
            'over_moving_joints': {'joints': [act[k] for k in moved], **overall}}
     nominal = overall['nominal']

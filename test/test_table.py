@@ -309,6 +309,43 @@ def test_unknown_suffix_and_missing_file(tmp_path, model):
         read_table(tmp_path / 'absent.csv', mapping, model)
 
 
+def test_a_csv_without_a_header_row_reads_through_columns_by_number(tmp_path, model):
+    """A MATLAB-era log: no header row, the column meanings only in the loader code.
+    Columns are named by their 1-based place; the mapping lists them (numbers from YAML),
+    in any order, and reads the same doubles as a headed table would."""
+    n = 40
+    t = 0.005 * np.arange(n)
+    q, tau = _values(n, 3, 4), _values(n, 3, 5)
+    # columns: 1 time, 2-4 effort of j3, j2, j1 (reversed), 5-7 position j1..j3, 8 junk
+    body = np.column_stack([t, tau[:, ::-1], q, np.ones(n)])
+    path = tmp_path / 'log.csv'
+    path.write_text('\n'.join(','.join(repr(float(v)) for v in row) for row in body) + '\n')
+    mapping_file = tmp_path / 'log.yaml'
+    mapping_file.write_text('header: false\ntime: 1\nposition: [5, 6, 7]\n'
+                            'effort: [4, 3, 2]\n')
+    mapping = ColumnMapping.from_yaml(mapping_file)
+    assert mapping.time == '1' and mapping.position == ('5', '6', '7')
+
+    rec = read_table(path, mapping, model)
+
+    assert len(rec.t_ns) == n                   # the first row is data, not a header
+    np.testing.assert_array_equal(rec.t_ns, np.rint(t * 1e9).astype(np.int64))
+    np.testing.assert_array_equal(rec.q[:, :3], q)
+    np.testing.assert_array_equal(rec.effort[:, :3], tau)
+    assert rec.columns['effort'] == ['4', '3', '2']
+    # a column beyond the file's is named with what the file has
+    wide = ColumnMapping.from_dict({'header': False, 'time': 1, 'position': [5, 6, 9],
+                                    'effort': [4, 3, 2]})
+    with pytest.raises(TableError, match=r"missing columns \['9'\]; the file has \['1', '2'"):
+        read_table(path, wide, model)
+    with pytest.raises(ValueError, match=r'position: 2 columns listed for the 3 joints'):
+        read_table(path, ColumnMapping.from_dict({**GOOD, 'position': [5, 6]}), model)
+    parquet = tmp_path / 'log.parquet'
+    pq.write_table(pa.table({'1': t}), parquet)
+    with pytest.raises(TableError, match='header false is for CSV'):
+        read_table(parquet, mapping, model)
+
+
 GOOD = {'time': 't', 'position': 'p{index}', 'effort': 'e{index}'}
 
 
@@ -328,6 +365,9 @@ GOOD = {'time': 't', 'position': 'p{index}', 'effort': 'e{index}'}
     ({'position': 'p{axis}'}, r"may use only \{index\} and \{joint\}, not \['axis'\]"),
     ({'position': 'p{index'}, r"position: template 'p\{index' does not parse"),
     ({'position': 3}, r'position: a string is needed, got 3'),
+    ({'position': [2, 2, 3]}, r"position: the columns \['2'\] are listed more than once"),
+    ({'position': []}, r'position: a list of column names or numbers is needed, got \[\]'),
+    ({'header': 'no'}, r"header: true or false, got 'no'"),
     ({'joints': ['j1', 'j1']}, r"joints: \['j1'\] named more than once"),
     ({'joints': 'j1'}, r'joints: a list of joint names is needed'),
     ({'torque_constant': [1.0]}, r'torque_constant: given without a current column'),

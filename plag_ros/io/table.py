@@ -66,9 +66,13 @@ class ColumnMapping:
 
     Per-joint columns are named by a template: ``{index}`` is the joint's 1-based place in
     ``joints`` and ``{joint}`` its URDF name (``'Position{index}'`` gives ``Position1``,
-    ``Position2``, ...; ``'{joint}_pos'`` gives ``joint_1_pos``, ...).
+    ``Position2``, ...; ``'{joint}_pos'`` gives ``joint_1_pos``, ...), or listed, one
+    column per entry of ``joints``. A CSV without a header row (``header: false``) names
+    its columns by their 1-based place, ``'1'``, ``'2'``, ...: its mapping lists them
+    (``time: 1``, ``position: [2, 3, 4]``; from YAML numbers become names).
 
     Attributes:
+        header: False: the CSV has no header row (see above).
         time: the column of time stamps.
         time_unit: ``s``, ``ms``, ``us``, ``ns``, or ``sample`` (the column is a sample
             index: time = index / ``rate_hz``). A Parquet timestamp or duration column
@@ -77,13 +81,13 @@ class ColumnMapping:
             required) with ``time_unit: sample``.
         joints: URDF joint names in the order of ``{index}`` (1, 2, ...); None: the model's
             actuated joints in model order.
-        position: template of the joint position columns (required).
+        position: template or list of the joint position columns (required).
         position_unit: ``rad`` or ``deg``.
-        velocity: template of the measured joint velocity columns, or None.
+        velocity: template or list of the measured joint velocity columns, or None.
         velocity_unit: ``rad/s`` or ``deg/s``.
-        effort: template of the joint torque columns [N*m], or None.
+        effort: template or list of the joint torque columns [N*m], or None.
         effort_unit: ``N*m`` (the only one).
-        current: template of the motor current columns, or None.
+        current: template or list of the motor current columns, or None.
         current_unit: ``A`` or ``mA``.
         torque_constant: one factor per entry of ``joints`` [N*m/A], turning the current
             into torque when no effort column is mapped, or None.
@@ -93,20 +97,23 @@ class ColumnMapping:
     """
 
     time: str
-    position: str
+    position: str | tuple[str, ...]
     time_unit: str = 's'
     rate_hz: float | None = None
     joints: tuple[str, ...] | None = None
     position_unit: str = 'rad'
-    velocity: str | None = None
+    velocity: str | tuple[str, ...] | None = None
     velocity_unit: str = 'rad/s'
-    effort: str | None = None
+    effort: str | tuple[str, ...] | None = None
     effort_unit: str = 'N*m'
-    current: str | None = None
+    current: str | tuple[str, ...] | None = None
     current_unit: str = 'A'
     torque_constant: tuple[float, ...] | None = None
+    header: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.header, bool):
+            raise ValueError(f'header: true or false, got {self.header!r}')
         if not isinstance(self.time, str) or not self.time:
             raise ValueError(f'time: a column name is needed, got {self.time!r}')
         if self.time_unit not in TIME_UNITS:
@@ -135,6 +142,9 @@ class ColumnMapping:
             object.__setattr__(self, 'joints', joints)
         for name, (unit_field, units) in _QUANTITIES.items():
             template = getattr(self, name)
+            if isinstance(template, list):
+                template = tuple(template)
+                object.__setattr__(self, name, template)
             if template is None:
                 if name == 'position':
                     raise ValueError('position: a column template is needed')
@@ -180,7 +190,12 @@ class ColumnMapping:
             if isinstance(values.get(key), list):
                 values[key] = tuple(values[key])
         for key, value in values.items():
-            if key.endswith('unit') or key in _QUANTITIES or key == 'time':
+            # columns by number (a table without a header row): the number is the name
+            if key == 'time' and _is_number(value):
+                values[key] = str(value)
+            elif key in _QUANTITIES and isinstance(value, list):
+                values[key] = tuple(str(v) if _is_number(v) else v for v in value)
+            elif key.endswith('unit') or key in _QUANTITIES or key == 'time':
                 if value is not None and not isinstance(value, str):
                     # YAML reads an unquoted {joint}_pos as a mapping
                     hint = " (quote a template that starts with '{')" if isinstance(
@@ -227,13 +242,30 @@ class ColumnMapping:
         names = {'time': [self.time]}
         for field in _QUANTITIES:
             template = getattr(self, field)
-            if template is not None:
+            if isinstance(template, tuple):
+                if len(template) != len(joints):
+                    raise ValueError(f'{field}: {len(template)} columns listed for the '
+                                     f'{len(joints)} joints {list(joints)}')
+                names[field] = list(template)
+            elif template is not None:
                 names[field] = [template.format(index=k + 1, joint=j)
                                 for k, j in enumerate(joints)]
         return names
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_template(field: str, template: object) -> None:
+    if isinstance(template, tuple):
+        if not template or not all(isinstance(c, str) and c for c in template):
+            raise ValueError(f'{field}: a list of column names or numbers is needed, got '
+                             f'{list(template)!r}')
+        repeated = sorted({c for c in template if template.count(c) > 1})
+        if repeated:
+            raise ValueError(f'{field}: the columns {repeated} are listed more than once')
+        return
     if not isinstance(template, str):
         raise ValueError(f'{field}: a column template string is needed, got {template!r}')
     try:
@@ -318,7 +350,7 @@ def _read(path: Path, mapping: ColumnMapping, model: RobotModel) -> TableRecordi
         raise ValueError(f'torque_constant has {len(mapping.torque_constant)} values for '
                          f'the {len(joints)} joints {list(joints)}')
     wanted = [c for cols in names.values() for c in cols]
-    table = _load(path, wanted)
+    table = _load(path, wanted, header=mapping.header)
     n_rows = table.num_rows
     if n_rows == 0:
         raise TableError(f'{path}: the table has no rows')
@@ -358,20 +390,29 @@ def _read(path: Path, mapping: ColumnMapping, model: RobotModel) -> TableRecordi
         joint_names=tuple(model.joint_names), rate_hz=rate, path=path)
 
 
-def _load(path: Path, wanted: list[str]) -> pa.Table:
-    """The ``wanted`` columns of the file (time as text for CSV: parsed in _stamps)."""
+def _load(path: Path, wanted: list[str], *, header: bool = True) -> pa.Table:
+    """The ``wanted`` columns of the file (time as text for CSV: parsed in _stamps);
+    without a ``header`` row, a CSV's columns are named '1', '2', ..."""
     name = path.name.lower()
     suffix = '.csv.gz' if name.endswith('.csv.gz') else path.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
         raise TableError(f'{path}: unknown table format {suffix!r}; the suffix must be one '
                          f'of {list(TABLE_SUFFIXES)}')
+    if not header and suffix in ('.parquet', '.pq'):
+        raise TableError(f'{path}: header false is for CSV; a Parquet file names its columns')
+    read = pa_csv.ReadOptions()
     try:
         if suffix in ('.parquet', '.pq'):
             available = pq.read_schema(path).names
-        else:
+        elif header:
             # the header alone: the columns are read below with their types fixed, so a
             # column of integers turning float deep in the file cannot fail inference
             available = pa_csv.open_csv(path).schema.names
+        else:
+            count = len(pa_csv.open_csv(path, read_options=pa_csv.ReadOptions(
+                autogenerate_column_names=True)).schema.names)
+            available = [str(k + 1) for k in range(count)]
+            read = pa_csv.ReadOptions(column_names=available)
     except (pa.ArrowException, OSError) as err:
         raise TableError(f'{path}: cannot read the table: {err}') from err
     missing = [c for c in dict.fromkeys(wanted) if c not in available]
@@ -389,7 +430,7 @@ def _load(path: Path, wanted: list[str]) -> pa.Table:
         types[time] = pa.string()
         options = pa_csv.ConvertOptions(include_columns=list(dict.fromkeys(wanted)),
                                         column_types=types, strings_can_be_null=True)
-        return pa_csv.read_csv(path, convert_options=options)
+        return pa_csv.read_csv(path, read_options=read, convert_options=options)
     except (pa.ArrowException, OSError) as err:
         raise TableError(f'{path}: cannot read the table: {err}') from err
 

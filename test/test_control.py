@@ -27,6 +27,7 @@ from plag_ros.core.control.references import (
     HoldReference,
     SineReference,
     reference_bounds,
+    slew_step,
 )
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
@@ -137,9 +138,11 @@ def test_actuation_matrix_maps_mimic(model):
 
 
 def law_controller(engine, **changes) -> PartialImpedanceController:
-    # The law's arithmetic and the state machine, not a loop: no gain check.
+    # The law's arithmetic and the state machine, not a loop: no gain check, and a point
+    # reference is the set point at once (no slew).
     settings = dict(stiffness=np.linspace(5.0, 1.0, 8), damping=np.linspace(0.5, 0.1, 8),
-                    start_enabled=True, ramp_s=0.0, motion_source='desired', gain_check='off')
+                    start_enabled=True, ramp_s=0.0, motion_source='desired', gain_check='off',
+                    reference_max_velocity=None, reference_max_acceleration=None)
     return PartialImpedanceController(engine, ImpedanceConfig(**{**settings, **changes}))
 
 
@@ -341,29 +344,97 @@ def test_position_clipped_to_joint_limits_and_step(engine, model):
     np.testing.assert_allclose(positions[-1], upper)   # then held at the limit
 
 
-def test_a_point_reference_outside_the_limits_margin_is_refused_and_counted(engine, model):
+def test_a_point_reference_is_clipped_inside_the_limits_margin(engine, model):
+    """A point beyond the bounds (the limits less 0.1 rad) is held at them, joint by joint,
+    and counted; one that is not finite is refused and counted, and the one in force stays.
+    The pose of the enable stays reachable: enabled upright, the elbow may be sent back to
+    its limit (0 rad), as a closed gripper may be."""
     ctl = law_controller(engine)
     feed_constant(ctl, Q0, 5)
-    ctl.set_reference(q=Q0 + 0.05)
     lower, upper = model.joint_lower[model.actuated], model.joint_upper[model.actuated]
-    # The upright elbow (0 rad) is its upper limit (1.7e-5 rad): a reference there is
-    # refused, one 0.1 rad in is taken.
+    inner_lower, inner_upper = reference_bounds(lower, upper)
     elbow = ctl.joint_names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
-    for value in (0.0, upper[elbow] - REFERENCE_MARGIN + 1e-9, math.nan):
-        bad = Q0.copy()
-        bad[elbow] = value
-        with pytest.raises(ValueError, match='reference q'):
-            ctl.set_reference(q=bad)
-    assert ctl.references == {'rejected': 3, 'clipped': 0}
-    np.testing.assert_array_equal(ctl.reference.q, Q0 + 0.05)   # the one in force stays
-    good = Q0.copy()
-    good[elbow] = upper[elbow] - REFERENCE_MARGIN
-    ctl.set_reference(q=good)
+    target = Q0.copy()
+    target[elbow], target[0] = 0.0, -3.5              # upright elbow; pan beyond its limit
+    ctl.set_reference(q=target)
+    cmd, _ = feed_constant(ctl, Q0, 1, start_ns=5 * PERIOD_NS)
+    expected = target.copy()
+    expected[elbow], expected[0] = inner_upper[elbow], inner_lower[0]
+    np.testing.assert_array_equal(cmd.q_desired, expected)
+    assert inner_upper[elbow] == pytest.approx(upper[elbow] - REFERENCE_MARGIN)
+    assert ctl.references == {'rejected': 0, 'clipped': 1}
+    bad = Q0.copy()
+    bad[elbow] = math.nan
+    with pytest.raises(ValueError, match='reference q must be 8 finite values'):
+        ctl.set_reference(q=bad)
+    assert ctl.references['rejected'] == 1
+    np.testing.assert_array_equal(ctl.reference.q, target)      # the one in force stays
+    upright = Q0.copy()
+    upright[elbow] = 0.0
+    ctl = law_controller(engine)
+    feed_constant(ctl, upright, 5)
+    ctl.set_reference(q=Q0)                           # away from the limit ...
+    ctl.set_reference(q=upright)                      # ... and back onto it
+    cmd, _ = feed_constant(ctl, upright, 1, start_ns=5 * PERIOD_NS)
+    np.testing.assert_array_equal(cmd.q_desired, upright)
+    assert ctl.references['clipped'] == 0
     # A narrow range keeps a tenth of itself: the gripper finger's 1.66 rad keeps 0.1 rad,
-    # a 0.5 rad range would keep 0.05 rad on each side.
+    # a 0.5 rad range keeps 0.05 rad on each side.
     inner = reference_bounds(np.array([-0.25, lower[-1]]), np.array([0.25, upper[-1]]))
     np.testing.assert_allclose(inner[0], [-0.2, lower[-1] + 0.1])
     np.testing.assert_allclose(inner[1], [0.2, upper[-1] - 0.1])
+
+
+@pytest.mark.parametrize('distance', [0.5, 0.05])
+def test_slew_step_is_the_trapezoid_without_overshoot(distance):
+    """From rest to a point ``distance`` away, with 1 rad/s and 4 rad/s^2: the speed and
+    the acceleration stay within their limits, the set point never passes the target and
+    comes to rest on it within two periods of the continuous trapezoid's time (D/v + v/a,
+    or 2 sqrt(D/a) when the speed limit is not reached), on periods jittered by +-20 %."""
+    v_max, a_max = np.array([1.0]), np.array([4.0])
+    rng = np.random.default_rng(8)
+    q, qd, t = np.zeros(1), np.zeros(1), 0.0
+    target = (np.array([distance]), np.zeros(1), np.zeros(1))
+    arrived_at = None
+    for _ in range(400):
+        dt = 0.005 * rng.uniform(0.8, 1.2)
+        q_new, qd_new, qdd = slew_step(q, qd, target, dt, v_max, a_max)
+        assert abs(qd_new[0]) <= 1.0 + 1e-12 and abs(qdd[0]) <= 4.0 + 1e-12
+        assert abs(qd_new[0] - qd[0]) <= 4.0 * dt + 1e-12
+        assert 0.0 <= q_new[0] <= distance
+        q, qd, t = q_new, qd_new, t + dt
+        if arrived_at is None and q[0] == distance and qd[0] == 0.0:
+            arrived_at = t
+        if arrived_at is not None:
+            assert q[0] == distance and qd[0] == 0.0 and qdd[0] == 0.0
+    trapezoid = distance / 1.0 + 1.0 / 4.0 if distance >= 1.0 / 4.0 else \
+        2.0 * math.sqrt(distance / 4.0)
+    assert arrived_at is not None and abs(arrived_at - trapezoid) <= 0.012, arrived_at
+
+
+def test_a_point_reference_is_approached_within_the_slew_limits(engine):
+    """The review's reference step (7 N*m at once on the pan): with the slew, a 0.5 rad step
+    of the elbow's point moves the set point at most 1 rad/s and 4 rad/s^2; a second point
+    sent mid-way turns it without a velocity step, and the other joints stay."""
+    ctl = law_controller(engine, reference_max_velocity=1.0, reference_max_acceleration=4.0)
+    feed_constant(ctl, Q0, 5)
+    target = Q0.copy()
+    target[3] += 0.5
+    ctl.set_reference(q=target)
+    desired = []
+    for c in range(5, 300):
+        if c == 80:                                   # mid-way: back to the start
+            ctl.set_reference(q=Q0)
+        desired.append(feed_constant(ctl, Q0, 1, start_ns=c * PERIOD_NS)[0].q_desired)
+    desired = np.array(desired)
+    velocity = np.diff(desired, axis=0) / (PERIOD_NS * 1e-9)
+    acceleration = np.diff(velocity, axis=0) / (PERIOD_NS * 1e-9)
+    assert np.abs(velocity).max() <= 1.0 + 1e-9
+    assert np.abs(acceleration).max() <= 4.0 + 1e-6
+    assert desired[:, 3].max() < target[3] - 0.1      # turned before reaching it
+    np.testing.assert_array_equal(desired[-1], Q0)     # and back, exactly
+    np.testing.assert_array_equal(np.delete(desired, 3, axis=1),
+                                  np.broadcast_to(np.delete(Q0, 3), (len(desired), 7)))
 
 
 def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(engine, model):
@@ -387,6 +458,35 @@ def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(e
     cmd, _ = feed_constant(ctl, upright, 10)
     np.testing.assert_array_equal(cmd.q_desired, upright)
     assert ctl.references['clipped'] == 0
+
+
+@pytest.mark.parametrize('interface,action,latched', [
+    ('position', 'zero', True), ('effort', 'hold', True), ('effort', 'zero', False)])
+@pytest.mark.parametrize('moved', [0.25, 0.0])
+def test_a_reading_that_moved_while_held_is_a_latched_fault_not_a_resume(
+        engine, interface, action, latched, moved):
+    """The review: after a stamp gap a 0.25 rad jump passes the plausibility gate (the step
+    fits the gap at the velocity bound), and the resume re-ramped towards the set point of
+    before. Where a hold kept the arm (position interface, or fault_action 'hold') a
+    reading more than 0.05 rad from the pose of the hold is a latched position_jump; the
+    same gap without the jump resumes, and with fault_action 'zero' (no hold) it resumes
+    as before."""
+    ctl = law_controller(engine, command_interface=interface, fault_action=action,
+                         servo_stiffness=5.0, resume_after_fault=True)
+    _, now = feed_constant(ctl, Q0, 10)
+    assert ctl.state == 'enabled'
+    ctl.tick(now + 6 * PERIOD_NS)                       # 30 ms without input: stale
+    assert ctl.fault == 'stale'
+    after = Q0.copy()
+    after[3] += moved
+    cmd, _ = feed_constant(ctl, after, 8, start_ns=now + 7 * PERIOD_NS)
+    if moved and latched:
+        assert cmd.state == 'fault' and ctl.latched
+        assert ctl.fault.startswith('position_jump: crane_x7_upper_arm_revolute_part_rotate')
+        ctl.set_enabled(False, now + 20 * PERIOD_NS)     # only a disable ends it
+        assert ctl.fault == '' and not ctl.latched
+    else:
+        assert cmd.state in ('ramping', 'enabled') and not ctl.latched, ctl.fault
 
 
 def test_ramp_scales_gains_not_gravity(engine):

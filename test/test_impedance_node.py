@@ -445,24 +445,42 @@ def test_implausible_joint_state_makes_the_controller_hold(model):
         assert node._source_ns == t0 + 7 * 5_000_000
 
 
-def test_a_reference_outside_the_limits_margin_is_refused_and_counted(model):
-    """``~/reference`` with the elbow upright (0 rad, on its limit) is refused, counted in
-    ``~/state``'s ``references``, and the reference in force stays; one 0.1 rad inside
-    every limit is taken."""
-    with warm_node(model) as (node, names, q0, _, t0):
-        before = node.controller.reference
+def test_a_reference_is_held_inside_the_limits_and_approached_within_the_slew(model):
+    """``~/reference`` (joints in any order) with the elbow upright (0 rad, on its limit)
+    and the pan beyond its limit: the set point goes no farther than 0.1 rad inside them,
+    counted in ``~/state``'s ``references``, and moves there at most
+    ``reference.max_velocity`` (1 rad/s) fast; one that is not finite is refused and
+    counted, and the reference in force stays."""
+    with warm_node(model) as (node, names, q0, zero, t0):
+        assert node.controller.set_enabled(True, node._now_ns())[0]
+        elbow = names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
         target = q0.copy()
-        target[names.index('crane_x7_upper_arm_revolute_part_rotate_joint')] = 0.0
+        target[elbow], target[0] = 0.0, 3.5
         order = list(reversed(range(len(names))))
         node._on_reference(msgs.joint_state([names[i] for i in order], target[order],
                                             t_ns=t0))
-        assert node.controller.references == {'rejected': 1, 'clipped': 0}
-        assert node.controller.reference is before
-        inside = np.clip(target, *reference_bounds(model.joint_lower[model.actuated],
-                                                   model.joint_upper[model.actuated]))
-        node._on_reference(msgs.joint_state(names, inside, t_ns=t0))
+        bad = target.copy()
+        bad[1] = np.nan
+        node._on_reference(msgs.joint_state(names, bad, t_ns=t0))
         assert node.controller.references['rejected'] == 1
-        np.testing.assert_array_equal(node.controller.reference.q, inside)
+        np.testing.assert_array_equal(node.controller.reference.q, target)
+        bounds = reference_bounds(model.joint_lower[model.actuated],
+                                  model.joint_upper[model.actuated])
+        desired, clock = [], []
+        for i in range(8, 8 + 200):
+            node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
+            desired.append(node.last_command.q_desired)
+            clock.append(node.last_command.t_ns)
+        desired = np.array(desired)
+        assert node.controller.references['clipped'] > 0
+        # The slew runs on the node's clock (here faster than the stamps), which the
+        # commands carry: the set point heads for the bounds, never past them, at most
+        # 1 rad/s by that clock (each step capped at 4 periods' worth).
+        assert (desired[:, [0, elbow]] <= [bounds[1][0], bounds[1][elbow]]).all()
+        assert desired[-1][0] > q0[0] and desired[-1][elbow] > q0[elbow]
+        steps = np.abs(np.diff(desired, axis=0)).max(axis=1)
+        elapsed = np.minimum(np.diff(clock) * 1e-9, 4 * 0.005)
+        assert (steps <= 1.0 * elapsed + 1e-9).all()
 
 
 @pytest.mark.parametrize('enabled', [True, False])
@@ -492,12 +510,15 @@ def test_a_position_jump_that_persists_is_a_latched_fault_while_enabled(model, e
             node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
         assert node.controller.fault.startswith('position_jump')
         np.testing.assert_array_equal(node.last_command.position, hold)
+        node.controller.tick(node._now_ns() + 10**9)    # the input then stops: still held,
+        assert node.controller.fault.startswith('position_jump')   # for the latched reason
         # the hold of the pose before the jump (plus its sag), not of the new one
         assert abs(hold[elbow] - q0[elbow]) < 0.1 and abs(hold[elbow] - jumped[elbow]) > 0.2
         assert node.controller.set_enabled(False, node._now_ns())[0]
         assert node.controller.fault == '' and node.controller.state == 'disabled'
         # ~/enable again takes the new pose as the arm's
         assert node.controller.set_enabled(True, node._now_ns())[0]
-        node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
-        assert node.controller.state == 'ramping'
+        for _ in range(6):      # the estimator restarted after the silence: its warm-up
+            node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
+        assert node.controller.state == 'ramping', node.controller.fault
         np.testing.assert_array_equal(node.last_command.q_desired, jumped)

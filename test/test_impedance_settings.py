@@ -79,9 +79,20 @@ def test_read_only_flags():
                'inertia', 'servo_stiffness', 'max_position_step', 'effort_scale',
                'motion_source', 'compensate.acceleration', 'compensate.velocity',
                'compensate.bodies', 'reference.mode', 'reference.amplitude',
-               'reference.frequency_hz', 'gain_check', 'delay_periods',
+               'reference.frequency_hz', 'reference.max_velocity',
+               'reference.max_acceleration', 'gain_check', 'delay_periods',
                'oscillation.reversals', 'oscillation.window_s', 'state_rate_hz'}
     assert {opt.name for opt in IMPEDANCE_OPTIONS if not opt.read_only} == runtime
+
+
+def test_reference_slew_limits_are_per_joint_and_positive(model):
+    config = ImpedanceSettings.from_values({
+        'reference.max_velocity': [0.5, 1, 1, 2, 1, 1, 1, 1]}).controller_config(model)
+    np.testing.assert_array_equal(config.reference_max_velocity, [0.5, 1, 1, 2, 1, 1, 1, 1])
+    assert config.reference_max_acceleration == 4.0
+    for name in ('reference.max_velocity', 'reference.max_acceleration'):
+        with pytest.raises(ValueError, match=name.replace('reference.', '')):
+            ImpedanceSettings.from_values({name: [0.0]}).controller_config(model)
 
 
 def test_controller_config_of_the_defaults(model):

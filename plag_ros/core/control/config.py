@@ -125,6 +125,12 @@ class ImpedanceConfig:
         oscillation_reversals: the oscillation monitor's trip count
             (:class:`plag_ros.core.control.oscillation.OscillationMonitor`); 0 turns it off.
         oscillation_window_s: its window [s].
+        reference_max_velocity: (n_act,) or scalar > 0 [rad/s]: a point reference
+            (``set_reference(q=...)``, the node's ``~/reference``) is approached at most this
+            fast, from the set point in force
+            (:func:`~plag_ros.core.control.references.slew_step`); None (with
+            ``reference_max_acceleration``): the point at once.
+        reference_max_acceleration: (n_act,) or scalar > 0 [rad/s^2]: and at most this hard.
 
     Raises:
         ValueError: a field is out of range; the message names it.
@@ -157,17 +163,24 @@ class ImpedanceConfig:
     delay_periods: float = 1.0
     oscillation_reversals: int = 8
     oscillation_window_s: float = 0.8
+    reference_max_velocity: ArrayLike | None = 1.0
+    reference_max_acceleration: ArrayLike | None = 4.0
 
     def __post_init__(self) -> None:
-        fields = _ARRAY_FIELDS + tuple(name for name in ('servo_stiffness', 'armature')
-                                       if getattr(self, name) is not None)
+        if (self.reference_max_velocity is None) != (self.reference_max_acceleration is None):
+            raise ValueError('ImpedanceConfig.reference_max_velocity and '
+                             'reference_max_acceleration: both set, or both None (no slew)')
+        fields = _ARRAY_FIELDS + tuple(name for name in (
+            'servo_stiffness', 'armature', 'reference_max_velocity',
+            'reference_max_acceleration') if getattr(self, name) is not None)
         for name in fields:
             a = _frozen(getattr(self, name), name, (0, 1))
             object.__setattr__(self, name, a)
             if (a < 0.0).any():
                 raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {a.tolist()}')
         for name in fields:
-            if name in ('servo_stiffness', 'max_position_step') and \
+            if name in ('servo_stiffness', 'max_position_step', 'reference_max_velocity',
+                        'reference_max_acceleration') and \
                     (getattr(self, name) <= 0.0).any():
                 raise ValueError(f'ImpedanceConfig.{name} must be > 0, '
                                  f'got {getattr(self, name).tolist()}')

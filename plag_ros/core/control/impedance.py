@@ -92,6 +92,7 @@ from plag_ros.core.control.references import (
     PointReference,
     Reference,
     reference_bounds,
+    slew_step,
 )
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import actuation_matrix
@@ -102,6 +103,13 @@ __all__ = ['Command', 'PartialImpedanceController']
 
 _MONITOR_WINDOW_S = 0.05
 """[s] commands sent this long before a measurement count as possibly in force for it."""
+_HELD_STILL_RAD = 0.05
+"""[rad] How far from the pose of its hold a held joint may read when a fault clears
+(servo tracking, encoder steps and the open-loop gravity hold's drift over a short fault
+stay well inside); farther is a latched ``position_jump``."""
+_SLEW_MAX_STEP_PERIODS = 4.0
+"""A point reference's set point moves by at most this many control periods per cycle: a
+cycle late after a stall does not jump it by the stall's worth."""
 _MONITOR_HISTORY_S = 0.5
 """[s] commands kept for the monitor: a measurement read this late (a backlog of
 joint_states behind a stalled node; its subscription queues 50) is still judged against
@@ -256,6 +264,8 @@ class PartialImpedanceController:
         table_Ks = servo_gains(model)[0]
         Ks = table_Ks if config.servo_stiffness is None else per_joint('servo_stiffness')
         max_step = per_joint('max_position_step')
+        slew = None if config.reference_max_velocity is None else (
+            per_joint('reference_max_velocity'), per_joint('reference_max_acceleration'))
 
         def weights(name: str) -> np.ndarray | None:
             a = getattr(config, name)
@@ -296,6 +306,7 @@ class PartialImpedanceController:
         self._effort_max = config.effort_scale * model.effort_limit[self._act]
         self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
         self._ref_lower, self._ref_upper = reference_bounds(self._lower, self._upper)
+        self._slew_limits = slew        # (max velocity, max acceleration) (n_act,) or None
         self._stale_ns = int(config.stale_periods * 1e9 / config.rate_hz)
         self._monitored = monitored
         self.warnings: list[str] = warnings
@@ -363,6 +374,7 @@ class PartialImpedanceController:
         self._last_valid_ns: int | None = None
         self._q: np.ndarray | None = None        # last valid raw position (n_act,)
         self._q_hold: np.ndarray | None = None
+        self._hold_pose: np.ndarray | None = None   # the measured q the hold was latched at
         self._hold_effort = None
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
@@ -377,6 +389,10 @@ class PartialImpedanceController:
         self._t0_ns = 0
         self._anchor: np.ndarray | None = None
         self._now_ns = 0
+        # The set point last commanded and a point reference's slew state, each (stamp
+        # [ns], q_d, qd_d); a slew of None starts afresh from that set point.
+        self._desired: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._slew: tuple[int, np.ndarray, np.ndarray] | None = None
 
     @property
     def state(self) -> ControlState:
@@ -490,26 +506,25 @@ class PartialImpedanceController:
                     raise ValueError(f'reference {name} must be {na} finite values')
                 return a
 
-            point = vec(q, 'q')
-            outside = np.flatnonzero((point < self._ref_lower) | (point > self._ref_upper))
-            if outside.size:
-                self.references['rejected'] += 1
-                k = outside[0]
-                raise ValueError(f'reference q of {self.joint_names[k]} = {point[k]:.4g} is '
-                                 f'outside [{self._ref_lower[k]:.4g}, {self._ref_upper[k]:.4g}]'
-                                 ' (its limits less the reference margin)')
-            reference = PointReference(point, vec(qd, 'qd'), vec(qdd, 'qdd'))
+            reference = PointReference(vec(q, 'q'), vec(qd, 'qd'), vec(qdd, 'qdd'))
         self.reference = reference
+        self._slew = None           # a new point is approached from the set point in force
 
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
         self._recent.clear()          # the hold set point is in force, not older commands
         if self._oscillation is not None:
             self._oscillation.reset()
+        # a point reference is approached afresh, from rest: from the pose of this enable,
+        # or (a resume) from the set point the fault stopped
+        self._slew = None
         if new_reference:
             self._t0_ns = now_ns
             self._anchor = self._valid_q().copy()
             self._last_position = None
+            self._desired = None
+        elif self._desired is not None:
+            self._desired = (now_ns, self._desired[1], np.zeros_like(self._desired[2]))
 
     def _alpha(self, now_ns: int | None) -> float:
         if self.config.ramp_s <= 0.0:
@@ -538,11 +553,14 @@ class PartialImpedanceController:
         else:
             q_hold = self._valid_q().copy()
         self._q_hold = q_hold
+        self._hold_pose = None if self._q is None else self._q.copy()
         self._hold_effort = None
         self._last_position = None
         return q_hold
 
     def _set_fault(self, reason: str) -> None:
+        if self._latched:
+            return              # the latched reason stays until the disable that ends it
         if not self._fault and self._enabled:
             self._latch_hold()  # disabled: already latched at disable or first state
         self._fault = reason
@@ -552,10 +570,31 @@ class PartialImpedanceController:
             return
         self._fault = ''
         if self._enabled:
-            if self.config.resume_after_fault:
+            moved = self._moved_while_held()
+            if moved:
+                # A held arm does not move: a reading this far from the pose of the hold is
+                # false or the arm was moved, and a resume would pull it towards a set point
+                # from before (a jump after a stamp gap passes the plausibility gate).
+                self._fault, self._latched = moved, True
+            elif self.config.resume_after_fault:
                 self._start(now_ns, new_reference=False)
             else:
                 self._enabled = False
+
+    def _moved_while_held(self) -> str:
+        """'position_jump: ...' when a hold kept the arm (the position interface, or
+        ``fault_action 'hold'``) and the reading is more than :data:`_HELD_STILL_RAD` from
+        the pose the hold was latched at; else ''."""
+        if self._hold_pose is None or self._q is None or (
+                self.config.command_interface != 'position'
+                and self.config.fault_action != 'hold'):
+            return ''
+        moved = np.abs(self._q - self._hold_pose)
+        k = int(np.argmax(moved))
+        if moved[k] <= _HELD_STILL_RAD:
+            return ''
+        return (f'position_jump: {self.joint_names[k]} read {moved[k]:.3g} rad from where it '
+                'was held')
 
     # ------------------------------------------------------------------ cycle
     def update(self, now_ns: int, q: ArrayLike, qd: ArrayLike | None = None, *,
@@ -708,6 +747,20 @@ class PartialImpedanceController:
                        zero if effort is None else effort.copy(), zero.copy(), q_hold.copy(),
                        0.0, np.zeros(na, dtype=bool))
 
+    def _slewed(self, now_ns: int, target: tuple[np.ndarray, np.ndarray, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The point reference ``target`` (q, qd, qdd) (n_act,) as the set point reaches it
+        at this cycle, within the slew limits (:func:`slew_step`)."""
+        if self._slew is None:
+            anchor = self._anchor if self._anchor is not None else self._valid_q()
+            self._slew = self._desired or (now_ns, anchor, np.zeros_like(anchor))
+        t_ns, q, qd = self._slew
+        # a late cycle moves the set point at most a few periods' worth
+        dt = min(max((now_ns - t_ns) * 1e-9, 0.0), _SLEW_MAX_STEP_PERIODS / self.config.rate_hz)
+        q, qd, qdd = slew_step(q, qd, target, dt, *self._slew_limits)
+        self._slew = (now_ns, q, qd)
+        return q.copy(), qd.copy(), qdd
+
     def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
         cfg, G = self.config, self._G
         alpha = self._alpha(now_ns)
@@ -725,6 +778,9 @@ class PartialImpedanceController:
             self.references['clipped'] += 1
             q_d = np.clip(q_d, lower, upper)
             qd_d, qdd_d = np.where(clipped, 0.0, qd_d), np.where(clipped, 0.0, qdd_d)
+        if self._slew_limits is not None and isinstance(self.reference, PointReference):
+            q_d, qd_d, qdd_d = self._slewed(now_ns, (q_d, qd_d, qdd_d))
+        self._desired = (now_ns, q_d, qd_d)
         # 1. One decomposition at the measured configuration with the chosen motion.
         q_full = G @ q + self._offset
         if cfg.motion_source == 'desired':

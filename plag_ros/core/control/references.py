@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 __all__ = ['REFERENCE_MARGIN', 'HoldReference', 'PointReference', 'Reference',
-           'SineReference', 'reference_bounds']
+           'SineReference', 'reference_bounds', 'slew_step']
 
 REFERENCE_MARGIN = 0.1
 """A reference stays this far [rad or m] inside each joint's limits (at most a tenth of the
@@ -81,3 +81,41 @@ class PointReference:
 
     def sample(self, t_s: float, anchor: np.ndarray):
         return self.q, self.qd, self.qdd
+
+
+def slew_step(q: np.ndarray, qd: np.ndarray, target: tuple[np.ndarray, np.ndarray, np.ndarray],
+              dt: float, max_velocity: np.ndarray, max_acceleration: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One step [s] of a set point (q, qd) (n,) [rad, rad/s] towards ``target`` (q, qd, qdd)
+    (n,), at most ``max_velocity`` fast and ``max_acceleration`` [rad/s^2] hard per joint.
+
+    Per joint, the speed aimed for is the target's plus the one from which braking at the
+    limit, step by step (``q += qd dt``), stops on the target: the braking distance
+    ``h (sqrt(1/4 + 2 |e| / (h dt)) - 1/2)`` with ``h = a dt`` is that of the discrete
+    motion, so the set point arrives within a step of the continuous trapezoid's time
+    (``D / v + v / a``, or ``2 sqrt(D / a)`` when the speed limit is not reached); a step
+    longer than the last (the receive clock's jitter) that would carry it past the target
+    stops it there. Within a step's braking of the target (``a dt^2`` and ``a dt``) the set
+    point is on it and follows it exactly (its qdd included).
+
+    Returns:
+        The new (q, qd, qdd) (n,); qdd is the step's acceleration, or the target's.
+    """
+    q_t, qd_t, qdd_t = target
+    qd_t = np.clip(qd_t, -max_velocity, max_velocity)
+    qdd_t = np.clip(qdd_t, -max_acceleration, max_acceleration)
+    h = max_acceleration * dt
+    e = q_t - q
+    with np.errstate(divide='ignore', invalid='ignore'):
+        braking = np.where(h > 0.0, h * (np.sqrt(0.25 + 2.0 * np.abs(e) / (h * dt)) - 0.5),
+                           0.0)
+    aim = np.clip(qd_t + np.sign(e) * braking, -max_velocity, max_velocity)
+    dv = np.clip(aim - qd, -h, h)
+    qd_new = qd + dv
+    q_new = q + qd_new * dt
+    # a step longer than the last may carry it past: it stops on the target instead
+    q_new = np.where(np.sign(q_t - q_new) != np.sign(e), q_t, q_new)
+    # on the target: within a step's braking of it, at a speed one step can change to its
+    arrived = (np.abs(q_t - q_new) <= h * dt) & (np.abs(qd_t - qd) <= h)
+    qdd = np.where(arrived, qdd_t, dv / dt if dt > 0.0 else 0.0)
+    return np.where(arrived, q_t, q_new), np.where(arrived, qd_t, qd_new), qdd

@@ -198,6 +198,10 @@ class ReferenceSettings:
         'sin(2 pi f t)')
     amplitude: list[float] = option([0.0], 'sine amplitude [rad]' + _PER_JOINT)
     frequency_hz: list[float] = option([0.5], 'sine frequency [Hz]' + _PER_JOINT)
+    max_velocity: list[float] = option(
+        [1.0], 'a ~/reference point is approached at most this fast [rad/s], > 0' + _PER_JOINT)
+    max_acceleration: list[float] = option(
+        [4.0], 'and at most this hard [rad/s^2], > 0' + _PER_JOINT)
 
 
 @dataclass(frozen=True)
@@ -317,8 +321,8 @@ class ImpedanceSettings:
                                      "false, gain_check 'refuse'")
         per_joint = {name: getattr(self, name) for name in (
             'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')}
-        per_joint['reference.amplitude'] = self.reference.amplitude
-        per_joint['reference.frequency_hz'] = self.reference.frequency_hz
+        for name in ('amplitude', 'frequency_hz', 'max_velocity', 'max_acceleration'):
+            per_joint[f'reference.{name}'] = getattr(self.reference, name)
         for name, values in per_joint.items():
             _per_joint(values, name)
 
@@ -417,7 +421,11 @@ class ImpedanceSettings:
             start_enabled=self.start_enabled, estimator=self.filter,
             gain_check=self.gain_check, delay_periods=self.delay_periods,
             oscillation_reversals=self.oscillation.reversals,
-            oscillation_window_s=self.oscillation.window_s)
+            oscillation_window_s=self.oscillation.window_s,
+            reference_max_velocity=_per_joint(self.reference.max_velocity,
+                                              'reference.max_velocity'),
+            reference_max_acceleration=_per_joint(self.reference.max_acceleration,
+                                                  'reference.max_acceleration'))
 
     def reference_trajectory(self, n_act: int) -> HoldReference | SineReference:
         """The trajectory ``reference.*`` describes, over ``n_act`` actuated joints.

@@ -20,8 +20,8 @@ value interpolates from the sagged measured position and halves the servo stiffn
 ``effort`` with ``switch.method driver`` sends ``plag_driver`` a ``sensor_msgs/JointState``
 (joints by name, ``effort`` [N*m], the stamp of the joint state it was computed from).
 ``~/enable`` is refused while nothing subscribes to the command topic or the controller's
-joints differ. Nothing is published before the first valid joint state; a position jump
-that persists is a latched fault while enabled."""
+joints differ. Nothing is published before the first valid joint state; a position jump that
+persists is a latched fault while enabled."""
 from __future__ import annotations
 
 import json
@@ -118,8 +118,7 @@ class ImpedanceNode(Node):
         self.handover = ArmHandover(self, s, self._command_names, self._async_group)
         self.own = self.handover.own
         self._release_task: Task | None = None   # the timer's hand-back, once scheduled
-        # start_enabled with a switch: enable through the same path as ~/enable (switch
-        # first) at the first valid state, not inside the controller.
+        # start_enabled with a switch: at the first valid state, as ~/enable (switch first)
         self._auto_enable = config.start_enabled and self.own.switch_method not in (None, 'none')
         if self._auto_enable:
             self.controller.reconfigure(config.replace(start_enabled=False))
@@ -208,7 +207,8 @@ class ImpedanceNode(Node):
         try:
             _, q, qd, _ = self._ref_reader.read(msg, velocity=len(msg.velocity) > 0)
             self.controller.set_reference(q=q[self._act], qd=None if qd is None else qd[self._act])
-        except ValueError as err:
+        except ValueError as err:   # the controller counts its own refusals, not the reader's
+            self.controller.references['rejected'] += isinstance(err, msgs.JointStateError)
             self.get_logger().warning(f'~/reference rejected: {err}')
 
     # ------------------------------------------------------------------ taking the arm

@@ -345,8 +345,10 @@ def test_position_clipped_to_joint_limits_and_step(engine, model):
 
 
 def test_a_point_reference_is_clipped_inside_the_limits_margin(engine, model):
-    """A point beyond the bounds (the limits less 0.1 rad) is held at them, joint by joint,
-    and counted; one that is not finite is refused and counted, and the one in force stays.
+    """A point inside the limits but beyond the bounds (the limits less 0.1 rad) is held at
+    the bounds, joint by joint, and counted; one beyond the limits themselves (no pose of
+    this arm: degrees, another joint order) or not finite is refused whole and counted, and
+    the one in force stays.
     The pose of the enable stays reachable: enabled upright, the elbow may be sent back to
     its limit (0 rad), as a closed gripper may be."""
     ctl = law_controller(engine)
@@ -355,7 +357,7 @@ def test_a_point_reference_is_clipped_inside_the_limits_margin(engine, model):
     inner_lower, inner_upper = reference_bounds(lower, upper)
     elbow = ctl.joint_names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
     target = Q0.copy()
-    target[elbow], target[0] = 0.0, -3.5              # upright elbow; pan beyond its limit
+    target[elbow], target[0] = 0.0, -2.7              # upright elbow; pan within 0.04 rad
     ctl.set_reference(q=target)
     cmd, _ = feed_constant(ctl, Q0, 1, start_ns=5 * PERIOD_NS)
     expected = target.copy()
@@ -367,7 +369,11 @@ def test_a_point_reference_is_clipped_inside_the_limits_margin(engine, model):
     bad[elbow] = math.nan
     with pytest.raises(ValueError, match='reference q must be 8 finite values'):
         ctl.set_reference(q=bad)
-    assert ctl.references['rejected'] == 1
+    bad[elbow] = math.degrees(-1.0)                   # a pose in degrees: beyond the limit
+    with pytest.raises(ValueError, match='reference q of crane_x7_upper_arm_revolute_part_'
+                                         r'rotate_joint = -57.3 is beyond its limits'):
+        ctl.set_reference(q=bad)
+    assert ctl.references['rejected'] == 2
     np.testing.assert_array_equal(ctl.reference.q, target)      # the one in force stays
     upright = Q0.copy()
     upright[elbow] = 0.0
@@ -410,6 +416,19 @@ def test_slew_step_is_the_trapezoid_without_overshoot(distance):
     trapezoid = distance / 1.0 + 1.0 / 4.0 if distance >= 1.0 / 4.0 else \
         2.0 * math.sqrt(distance / 4.0)
     assert arrived_at is not None and abs(arrived_at - trapezoid) <= 0.012, arrived_at
+
+
+def test_slew_step_reaches_a_point_moving_away_and_keeps_the_speed_limit():
+    """The second review: a target velocity against the error held the set point short
+    (at 0.874 of a 1 rad step), and a huge acceleration limit let the arrival window jump a
+    whole step at once."""
+    one, zero = np.ones(1), np.zeros(1)
+    q, qd = zero, zero
+    for _ in range(1000):
+        q, qd, _ = slew_step(q, qd, (one, -one, zero), 0.005, one, 4.0 * one)
+    assert q[0] == 1.0 and qd[0] == -1.0          # on the point, with its velocity
+    q, _, _ = slew_step(zero, zero, (one, zero, zero), 0.005, one, 1e9 * one)
+    assert q[0] <= 1.0 * 0.005 + 1e-12
 
 
 def test_a_point_reference_is_approached_within_the_slew_limits(engine):
@@ -461,18 +480,18 @@ def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(e
 
 
 @pytest.mark.parametrize('interface,action,latched', [
-    ('position', 'zero', True), ('effort', 'hold', True), ('effort', 'zero', False)])
+    ('position', 'zero', True), ('effort', 'hold', False), ('effort', 'zero', False)])
 @pytest.mark.parametrize('moved', [0.25, 0.0])
 def test_a_reading_that_moved_while_held_is_a_latched_fault_not_a_resume(
         engine, interface, action, latched, moved):
     """The review: after a stamp gap a 0.25 rad jump passes the plausibility gate (the step
     fits the gap at the velocity bound), and the resume re-ramped towards the set point of
-    before. Where a hold kept the arm (position interface, or fault_action 'hold') a
-    reading more than 0.05 rad from the pose of the hold is a latched position_jump; the
-    same gap without the jump resumes, and with fault_action 'zero' (no hold) it resumes
-    as before."""
+    before. Where the servos' position loops held the arm (position interface) a reading
+    more than 0.05 rad from where that hold leaves it (set point less sag) is a latched
+    position_jump; the same gap without the jump resumes. The effort path's holds do not
+    keep the arm still (open-loop gravity, or none): there it resumes as before."""
     ctl = law_controller(engine, command_interface=interface, fault_action=action,
-                         servo_stiffness=5.0, resume_after_fault=True)
+                         servo_stiffness=5.0, resume_after_fault=True, max_position_step=10.0)
     _, now = feed_constant(ctl, Q0, 10)
     assert ctl.state == 'enabled'
     ctl.tick(now + 6 * PERIOD_NS)                       # 30 ms without input: stale

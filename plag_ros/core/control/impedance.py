@@ -372,6 +372,7 @@ class PartialImpedanceController:
         self._enabled = False
         self._fault = ''
         self._last_valid_ns: int | None = None
+        self._stale_after_ns: int | None = None   # the last valid sample before a gap
         self._q: np.ndarray | None = None        # last valid raw position (n_act,)
         self._q_hold: np.ndarray | None = None
         self._hold_pose: np.ndarray | None = None   # the measured q the hold was latched at
@@ -469,6 +470,7 @@ class PartialImpedanceController:
         if self._latched:
             return False, f'fault {self._fault}: disable first'
         self._enabled = True
+        self._hold_pose = None      # the enable takes the present pose: no hold to judge by
         if self.config.command_interface != 'position':
             # the hold's gravity torque at the pose of this enable, not at the pose of the
             # last disable: someone else may have moved the arm in between
@@ -506,7 +508,17 @@ class PartialImpedanceController:
                     raise ValueError(f'reference {name} must be {na} finite values')
                 return a
 
-            reference = PointReference(vec(q, 'q'), vec(qd, 'qd'), vec(qdd, 'qdd'))
+            point = vec(q, 'q')
+            # within the limits, a point is held inside their margin; beyond them it is no
+            # pose of this arm (degrees for radians, another joint order): refused whole
+            beyond = np.flatnonzero((point < self._lower) | (point > self._upper))
+            if beyond.size:
+                self.references['rejected'] += 1
+                k = beyond[0]
+                raise ValueError(f'reference q of {self.joint_names[k]} = {point[k]:.4g} is '
+                                 f'beyond its limits [{self._lower[k]:.4g}, '
+                                 f'{self._upper[k]:.4g}]')
+            reference = PointReference(point, vec(qd, 'qd'), vec(qdd, 'qdd'))
         self.reference = reference
         self._slew = None           # a new point is approached from the set point in force
 
@@ -553,7 +565,13 @@ class PartialImpedanceController:
         else:
             q_hold = self._valid_q().copy()
         self._q_hold = q_hold
-        self._hold_pose = None if self._q is None else self._q.copy()
+        self._hold_pose = None
+        if self.config.command_interface == 'position' and self._q is not None:
+            # where the servo's position loop leaves the arm: the set point less the sag
+            q_full = self._G @ self._q + self._offset
+            with torch.inference_mode():
+                g = self.engine.gravity_torque(q_full).cpu().numpy()
+            self._hold_pose = q_hold - (self._G.T @ g) / self._Ks
         self._hold_effort = None
         self._last_position = None
         return q_hold
@@ -570,7 +588,7 @@ class PartialImpedanceController:
             return
         self._fault = ''
         if self._enabled:
-            moved = self._moved_while_held()
+            moved = self._moved_while_held() if self.config.resume_after_fault else ''
             if moved:
                 # A held arm does not move: a reading this far from the pose of the hold is
                 # false or the arm was moved, and a resume would pull it towards a set point
@@ -582,12 +600,12 @@ class PartialImpedanceController:
                 self._enabled = False
 
     def _moved_while_held(self) -> str:
-        """'position_jump: ...' when a hold kept the arm (the position interface, or
-        ``fault_action 'hold'``) and the reading is more than :data:`_HELD_STILL_RAD` from
-        the pose the hold was latched at; else ''."""
-        if self._hold_pose is None or self._q is None or (
-                self.config.command_interface != 'position'
-                and self.config.fault_action != 'hold'):
+        """'position_jump: ...' when the servos' position loops held the arm (position
+        interface) and a joint reads more than :data:`_HELD_STILL_RAD` from where that
+        hold leaves it (its set point less the sag); else ''. The effort path's holds do
+        not keep the arm still (open-loop gravity drifts and lets a moving joint coast;
+        'zero' lets it fall): there a resume is judged by nothing but its ramp."""
+        if self._hold_pose is None or self._q is None:
             return ''
         moved = np.abs(self._q - self._hold_pose)
         k = int(np.argmax(moved))
@@ -717,7 +735,8 @@ class PartialImpedanceController:
         if self._q is None or self._last_valid_ns is None:
             return None
         if now_ns - self._last_valid_ns > self._stale_ns:
-            if self._fault != 'stale':
+            if self._stale_after_ns != self._last_valid_ns:    # once per gap
+                self._stale_after_ns = self._last_valid_ns
                 self._set_fault('stale')
                 self._estimator.reset()  # no derivative across the gap
             return self._hold(now_ns)

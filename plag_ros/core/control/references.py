@@ -96,7 +96,8 @@ def slew_step(q: np.ndarray, qd: np.ndarray, target: tuple[np.ndarray, np.ndarra
     (``D / v + v / a``, or ``2 sqrt(D / a)`` when the speed limit is not reached); a step
     longer than the last (the receive clock's jitter) that would carry it past the target
     stops it there. Within a step's braking of the target (``a dt^2`` and ``a dt``) the set
-    point is on it and follows it exactly (its qdd included).
+    point is on it and follows it exactly (its qdd included). The target's velocity counts
+    only once the set point heads its way.
 
     Returns:
         The new (q, qd, qdd) (n,); qdd is the step's acceleration, or the target's.
@@ -109,13 +110,17 @@ def slew_step(q: np.ndarray, qd: np.ndarray, target: tuple[np.ndarray, np.ndarra
     with np.errstate(divide='ignore', invalid='ignore'):
         braking = np.where(h > 0.0, h * (np.sqrt(0.25 + 2.0 * np.abs(e) / (h * dt)) - 0.5),
                            0.0)
-    aim = np.clip(qd_t + np.sign(e) * braking, -max_velocity, max_velocity)
+    # the target's velocity counts once the set point is on it or heading its way: against
+    # the error it would hold the set point short of the target
+    along = np.where(qd_t * e < 0.0, 0.0, qd_t)
+    aim = np.clip(along + np.sign(e) * braking, -max_velocity, max_velocity)
     dv = np.clip(aim - qd, -h, h)
     qd_new = qd + dv
     q_new = q + qd_new * dt
     # a step longer than the last may carry it past: it stops on the target instead
     q_new = np.where(np.sign(q_t - q_new) != np.sign(e), q_t, q_new)
     # on the target: within a step's braking of it, at a speed one step can change to its
-    arrived = (np.abs(q_t - q_new) <= h * dt) & (np.abs(qd_t - qd) <= h)
+    arrived = (np.abs(q_t - q_new) <= np.minimum(h, max_velocity) * dt) \
+        & (np.abs(qd_t - qd) <= h)
     qdd = np.where(arrived, qdd_t, dv / dt if dt > 0.0 else 0.0)
     return np.where(arrived, q_t, q_new), np.where(arrived, qd_t, qd_new), qdd

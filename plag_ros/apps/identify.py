@@ -373,8 +373,8 @@ def run(args: argparse.Namespace) -> int:
         print('plag-ros identify: no samples to fit or none held out', file=sys.stderr)
         return 2
     band = np.max([r.band for r in recordings.values()], axis=0)
-    for rows, what in ((fit, 'fit: no fitted'), (held, 'score: no held-out')):
-        if not rows.measured_motion(model, band).any():
+    for part, what in ((fit, 'fit: no fitted'), (held, 'score: no held-out')):
+        if not part.measured_motion(model, band).any():
             print(f'plag-ros identify: nothing to {what} row has a measured effort of a '
                   f'joint that moves{_left_out(recordings)}', file=sys.stderr)
             return 2

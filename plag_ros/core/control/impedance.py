@@ -776,6 +776,8 @@ class PartialImpedanceController:
         t_ns, q, qd = self._slew
         # a late cycle moves the set point at most a few periods' worth
         dt = min(max((now_ns - t_ns) * 1e-9, 0.0), _SLEW_MAX_STEP_PERIODS / self.config.rate_hz)
+        if self._slew_limits is None:
+            raise RuntimeError('ImpedanceController: slew without its limits')
         q, qd, qdd = slew_step(q, qd, target, dt, *self._slew_limits)
         self._slew = (now_ns, q, qd)
         return q.copy(), qd.copy(), qdd

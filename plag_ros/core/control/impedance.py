@@ -104,9 +104,9 @@ __all__ = ['Command', 'PartialImpedanceController']
 _MONITOR_WINDOW_S = 0.05
 """[s] commands sent this long before a measurement count as possibly in force for it."""
 _HELD_STILL_RAD = 0.05
-"""[rad] How far from the pose of its hold a held joint may read when a fault clears
-(servo tracking, encoder steps and the open-loop gravity hold's drift over a short fault
-stay well inside); farther is a latched ``position_jump``."""
+"""[rad] How far from where the servos' position hold leaves it a joint may read when a
+fault clears (servo tracking and encoder steps stay well inside); farther is a latched
+``position_jump``."""
 _SLEW_MAX_STEP_PERIODS = 4.0
 """A point reference's set point moves by at most this many control periods per cycle: a
 cycle late after a stall does not jump it by the stall's worth."""
@@ -221,8 +221,8 @@ class PartialImpedanceController:
         self._apply(config)
         self._estimator = JointStateEstimator(self._act.size, config.estimator)
         self.references = {'rejected': 0, 'clipped': 0}
-        """Point references refused (outside :func:`reference_bounds`) and cycles whose
-        sampled reference was clipped into them."""
+        """Point references refused (not finite, or beyond the joint limits) and cycles
+        whose sampled reference was clipped into :func:`reference_bounds`."""
         self.reset()
         # One sample's tables, rewritten by every cycle (read within the cycle only).
         self._tables = engine.empty_arrays()
@@ -375,7 +375,7 @@ class PartialImpedanceController:
         self._stale_after_ns: int | None = None   # the last valid sample before a gap
         self._q: np.ndarray | None = None        # last valid raw position (n_act,)
         self._q_hold: np.ndarray | None = None
-        self._hold_pose: np.ndarray | None = None   # the measured q the hold was latched at
+        self._hold_pose: np.ndarray | None = None   # where the position hold leaves the arm
         self._hold_effort = None
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
@@ -390,10 +390,9 @@ class PartialImpedanceController:
         self._t0_ns = 0
         self._anchor: np.ndarray | None = None
         self._now_ns = 0
-        # The set point last commanded and a point reference's slew state, each (stamp
-        # [ns], q_d, qd_d); a slew of None starts afresh from that set point.
+        # The set point last commanded, (stamp [ns], q_d, qd_d): a point reference's slew
+        # goes on from it (None: from the anchor at rest).
         self._desired: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._slew: tuple[int, np.ndarray, np.ndarray] | None = None
 
     @property
     def state(self) -> ControlState:
@@ -495,8 +494,9 @@ class PartialImpedanceController:
 
         Raises:
             ValueError: a point that is not finite, of the wrong size, or with a position
-                outside :func:`reference_bounds` (counted in ``references['rejected']``;
-                the reference in force stays).
+                beyond the joint limits (counted in ``references['rejected']``; the
+                reference in force stays). One inside the limits but beyond
+                :func:`reference_bounds` is taken and held at the bounds.
         """
         if reference is None:
             na = self._act.size
@@ -520,7 +520,6 @@ class PartialImpedanceController:
                                  f'{self._upper[k]:.4g}]')
             reference = PointReference(point, vec(qd, 'qd'), vec(qdd, 'qdd'))
         self.reference = reference
-        self._slew = None           # a new point is approached from the set point in force
 
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
@@ -529,7 +528,6 @@ class PartialImpedanceController:
             self._oscillation.reset()
         # a point reference is approached afresh, from rest: from the pose of this enable,
         # or (a resume) from the set point the fault stopped
-        self._slew = None
         if new_reference:
             self._t0_ns = now_ns
             self._anchor = self._valid_q().copy()
@@ -554,24 +552,18 @@ class PartialImpedanceController:
         """Latch the hold set point: the last position command in force (position
         interface), else ``q + G^T g(q) / K_s`` (what the sagging servo needs to stay at q),
         else the measured q (effort interface). Returns the new set point (n_act,)."""
-        if self.config.command_interface == 'position' and self._last_command is not None:
-            q_hold = self._last_command.copy()
-        elif self.config.command_interface == 'position':
+        self._hold_pose = None
+        if self.config.command_interface == 'position':
             q = self._valid_q()
             q_full = self._G @ q + self._offset
             with torch.inference_mode():
-                g = self.engine.gravity_torque(q_full).cpu().numpy()
-            q_hold = np.clip(q + (self._G.T @ g) / self._Ks, self._lower, self._upper)
+                sag = (self._G.T @ self.engine.gravity_torque(q_full).cpu().numpy()) / self._Ks
+            q_hold = self._last_command.copy() if self._last_command is not None else \
+                np.clip(q + sag, self._lower, self._upper)
+            self._hold_pose = q_hold - sag   # where the servo's position loop leaves the arm
         else:
             q_hold = self._valid_q().copy()
         self._q_hold = q_hold
-        self._hold_pose = None
-        if self.config.command_interface == 'position' and self._q is not None:
-            # where the servo's position loop leaves the arm: the set point less the sag
-            q_full = self._G @ self._q + self._offset
-            with torch.inference_mode():
-                g = self.engine.gravity_torque(q_full).cpu().numpy()
-            self._hold_pose = q_hold - (self._G.T @ g) / self._Ks
         self._hold_effort = None
         self._last_position = None
         return q_hold
@@ -770,17 +762,13 @@ class PartialImpedanceController:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The point reference ``target`` (q, qd, qdd) (n_act,) as the set point reaches it
         at this cycle, within the slew limits (:func:`slew_step`)."""
-        if self._slew is None:
-            anchor = self._anchor if self._anchor is not None else self._valid_q()
-            self._slew = self._desired or (now_ns, anchor, np.zeros_like(anchor))
-        t_ns, q, qd = self._slew
+        anchor = self._anchor if self._anchor is not None else self._valid_q()
+        t_ns, q, qd = self._desired or (now_ns, anchor, np.zeros_like(anchor))
         # a late cycle moves the set point at most a few periods' worth
         dt = min(max((now_ns - t_ns) * 1e-9, 0.0), _SLEW_MAX_STEP_PERIODS / self.config.rate_hz)
         if self._slew_limits is None:
             raise RuntimeError('ImpedanceController: slew without its limits')
-        q, qd, qdd = slew_step(q, qd, target, dt, *self._slew_limits)
-        self._slew = (now_ns, q, qd)
-        return q.copy(), qd.copy(), qdd
+        return slew_step(q, qd, target, dt, *self._slew_limits)
 
     def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
         cfg, G = self.config, self._G

@@ -786,14 +786,15 @@ def _stalled_node_run(engine, cfg, *, p_gain_drop: bool):
     """The elbow on a 0.5 Hz, 0.4 rad sine; 1 s in, the node stalls for 250 ms, then reads
     the samples queued meanwhile at 2.5 ms each (a loaded machine) until it has caught up.
     The servo takes one sample every period with the newest command sent by then. Returns
-    the controller and its commands from the stall on."""
+    the controller, its commands from the stall on and the age of the sample each was
+    computed from [ns]."""
     sim, ctl = _held_at_horizontal(engine, cfg)
     amplitude = np.zeros(8)
     amplitude[3] = 0.4
     ctl.set_reference(SineReference(amplitude, 0.5))
     stall = (HZ, HZ + HZ // 4)                         # periods the node does not run
     sent: list[tuple[int, np.ndarray]] = []            # (send time, position command)
-    read_ns, cmds = 0, []
+    read_ns, cmds, ages = 0, [], []
     for c in range(3 * HZ):
         taken = c * PERIOD_NS
         given = [q for t, q in sent if t <= taken]
@@ -812,7 +813,8 @@ def _stalled_node_run(engine, cfg, *, p_gain_drop: bool):
         sent.append((read_ns, cmd.position))
         if c >= stall[0]:
             cmds.append(cmd)
-    return ctl, cmds
+            ages.append(read_ns - taken)
+    return ctl, cmds, ages
 
 
 def test_a_backlog_of_joint_states_is_judged_against_the_commands_of_its_time(engine):
@@ -820,21 +822,45 @@ def test_a_backlog_of_joint_states_is_judged_against_the_commands_of_its_time(en
     # so its newest commands are up to K/K_s * 0.3 rad from what the servo was given when
     # each queued sample was taken. Judged against those newest commands, the healthy servo
     # looked like a lost one (the effort fault CI saw on the elbow, 3.12 N*m > 1.5).
-    cfg = _position_config()
-    ctl, cmds = _stalled_node_run(engine, cfg, p_gain_drop=False)
+    # A stale limit longer than the stall (0.3 s) lets the whole backlog be used.
+    cfg = _position_config(stale_periods=0.3 * RATE)
+    ctl, cmds, _ = _stalled_node_run(engine, cfg, p_gain_drop=False)
     assert all(c.state == 'enabled' for c in cmds), {(c.state, c.reason) for c in cmds}
-    assert ctl.monitor_unjudged == 0
+    assert ctl.monitor_unjudged == 0 and ctl.stale_samples == 0
     # The same stall with the servo's gain dropped to P=5 during it is still caught, on the
     # backlog itself.
-    ctl, cmds = _stalled_node_run(engine, cfg, p_gain_drop=True)
+    ctl, cmds, _ = _stalled_node_run(engine, cfg, p_gain_drop=True)
     first = next(k for k, c in enumerate(cmds) if c.state == 'fault')
     assert first < HZ // 2 and cmds[first].reason.startswith(('effort', 'tracking'))
 
 
+def test_a_backlog_older_than_the_stale_limit_commands_nothing(engine):
+    # The review: 50 queued samples, each 250 ms old when read, gave 50 enabled commands.
+    # With the default limit (3 periods), the samples of the stalled run's backlog older
+    # than that are not used: the controller holds ('stale', as if nothing had come), and
+    # goes on once the samples are fresh again; no command comes from a stale sample.
+    cfg = _position_config()
+    stale_ns = cfg.stale_periods * PERIOD_NS
+    ctl, cmds, ages = _stalled_node_run(engine, cfg, p_gain_drop=False)
+    assert ctl.stale_samples > 0.2 * HZ
+    assert all(age <= stale_ns for c, age in zip(cmds, ages) if c.state == 'enabled')
+    reasons = {c.reason for c in cmds if c.state == 'fault'}
+    assert 'stale' in reasons and reasons <= {'stale', 'warming_up'}, reasons
+    assert cmds[-1].state == 'enabled' and ctl.monitor_unjudged == 0
+    # Stamps on a clock 2 s behind: nothing is ever commanded from them.
+    sim, ctl = _held_at_horizontal(engine, cfg)
+    for c in range(HZ // 4):
+        cmd = ctl.update((HZ + c) * PERIOD_NS, sim.measure().q,
+                         stamp_ns=(HZ + c) * PERIOD_NS - 2_000_000_000)
+        assert cmd is None, cmd      # not even a hold: no valid state was ever taken
+    assert ctl.stale_samples == HZ // 4
+
+
 def test_a_sample_older_than_every_kept_command_is_counted_not_judged(engine):
-    # Stamps on a clock 2 s behind the node's: every sample predates every kept command, so
-    # none can be judged (an effort 100 N*m off would otherwise fault); each is counted.
-    sim, ctl = _held_at_horizontal(engine, _position_config())
+    # Stamps on a clock 2 s behind the node's, with a stale limit longer still: every
+    # sample predates every kept command, so none can be judged (an effort 100 N*m off
+    # would otherwise fault); each is counted.
+    sim, ctl = _held_at_horizontal(engine, _position_config(stale_periods=3 * RATE))
     states = []
     for c in range(HZ):
         m = sim.measure()

@@ -53,12 +53,17 @@ def gravity(model, q_act):
 
 
 def states(model, q_act, count, start_ns, *, order=None):
-    """``count`` JointState messages (actuated joints, shuffled order) at 200 Hz."""
+    """``count`` JointState messages (actuated joints, shuffled order) at 200 Hz, stamped
+    5 ms apart from ``start_ns`` on, or later where the wall clock is later when each is
+    made (the node judges freshness by stamp: a burst after a pause must not look old)."""
     names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
     order = list(reversed(range(len(names)))) if order is None else order
-    for c in range(count):
+    t_ns = start_ns
+    for _ in range(count):
+        t_ns = max(t_ns, time.time_ns())
         yield msgs.joint_state([names[i] for i in order], np.asarray(q_act)[order],
-                               np.zeros(len(names)), t_ns=start_ns + c * PERIOD_NS)
+                               np.zeros(len(names)), t_ns=t_ns)
+        t_ns += PERIOD_NS
 
 
 def last_state(collected) -> dict:
@@ -80,15 +85,21 @@ def call_enable(client, value: bool) -> SetBool.Response:
 
 
 class Feed:
-    """Joint states to ``pub`` at 200 Hz, stamped 5 ms apart from ``start_ns`` on across
-    every burst."""
+    """Joint states to ``pub`` at 200 Hz, stamped at least 5 ms apart from ``start_ns`` on
+    across every burst, never before the wall clock when made (see :func:`states`)."""
 
     def __init__(self, model, pub, start_ns: int) -> None:
         self.model, self.pub, self.next_ns = model, pub, start_ns
 
     def burst(self, q, count: int) -> None:
-        publish_at_rate(self.pub, states(self.model, q, count, self.next_ns), RATE_HZ)
-        self.next_ns += count * PERIOD_NS
+        sent = []
+
+        def stamped_as_sent():     # each message is made just before it is published
+            for msg in states(self.model, q, count, self.next_ns):
+                sent.append(msg)
+                yield msg
+        publish_at_rate(self.pub, stamped_as_sent(), RATE_HZ)
+        self.next_ns = msgs.stamp_to_ns(sent[-1].header.stamp) + PERIOD_NS
 
     def until(self, q, predicate, what: str, timeout: float = 60.0) -> None:
         """Bursts of 0.1 s until ``predicate()``: the node's ramp and stale watchdog run on
@@ -193,6 +204,23 @@ def test_safety_rules_over_dds(model, tmp_path):
                                    for _, m in state[-30:])
                    and gravity_commanded(commands[count:], hold), 'enabled, ramped')
         np.testing.assert_allclose(last_active(commands), hold, atol=1e-9)
+
+        # A backlog: 60 states of another pose, each stamped 0.3 s before it is sent (past
+        # the 0.2 s stale limit). None is used: after the fresh ones' gravity (still in
+        # flight) only the watchdog's zero effort comes, never a command for that pose.
+        count = len(commands)
+        names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
+        q_old = Q0 + np.array([0.0, 0.3, 0.0, 0.3, 0.0, 0.0, 0.0, 0.0])
+        publish_at_rate(pub, (msgs.joint_state(names, q_old, np.zeros(len(names)),
+                                               t_ns=time.time_ns() - 300_000_000)
+                              for _ in range(60)), RATE_HZ)
+        client.wait_for(lambda: last_state(state)['rejected'].get('stale_stamp', 0) > 0
+                        and last_state(state)['reason'] == 'stale', 60.0,
+                        'stale stamps counted, held')
+        client.wait_for(lambda: not any(commands[-1][1].data), 60.0, 'zero effort')
+        for _, msg in commands[count:]:
+            assert not any(msg.data) or np.allclose(msg.data, hold, rtol=0, atol=1e-9), \
+                msg.data
     finally:
         code = node.stop()
         client.close()
@@ -365,7 +393,7 @@ def warm_node(model):
             k = model.joint_index(names)
             q0 = 0.5 * (model.joint_lower[k] + model.joint_upper[k])
             zero = np.zeros(len(names))                # impedance.yaml: measured velocity
-            t0 = 10**12
+            t0 = node._now_ns()       # stamps on the node's clock: fresh, not stale
             for i in range(8):
                 node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=t0 + i * 5_000_000))
             yield node, names, q0, zero, t0

@@ -117,8 +117,9 @@ DYNAMICS = (
 """``plag_dynamics`` (:mod:`plag_ros.ros.nodes.dynamics_node`)."""
 
 IMPEDANCE = (
-    Endpoint('in', 'joint_states', _JS, RELIABLE.format(depth=50),
-             'measured state, any joint order'),
+    Endpoint('in', 'joint_states', _JS, RELIABLE.format(depth=10),
+             'measured state, any joint order; one stamped longer ago than the stale '
+             'limit is not used (a backlog of up to 10 is read in a few ms)'),
     Endpoint('in', '~/reference', _JS, RELIABLE.format(depth=10),
              'set point of every actuated joint: position [rad], velocity [rad/s] '
              'optional'),

@@ -53,7 +53,8 @@ Two command interfaces:
 Safety, as a pure state machine (no ROS here; :mod:`plag_ros.ros.nodes.impedance_node` wraps
 it): nothing is commanded before the first valid state; a watchdog holds when joint states
 are stale for more than ``stale_periods`` periods, contain NaN/inf, or the estimator is
-warming up (after a stamp gap); disable holds; enable ramps ``alpha`` from 0 to 1 over
+warming up (after a stamp gap); a sample stamped longer ago than that (a backlog read late)
+is not used, as if it had not come; disable holds; enable ramps ``alpha`` from 0 to 1 over
 ``ramp_s``. With the position interface a monitor compares the command in force with the
 measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
 than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)
@@ -385,6 +386,8 @@ class PartialImpedanceController:
         self.monitor_unjudged = 0
         """Measurements the servo monitor could not judge: taken before every command it
         keeps (a backlog longer than its history, or stamps on a clock far behind)."""
+        self.stale_samples = 0
+        """Samples stamped longer ago than the stale limit, not used (see :meth:`update`)."""
         self._latched = False
         self._ramp_start_ns = 0
         self._t0_ns = 0
@@ -617,11 +620,16 @@ class PartialImpedanceController:
             q: (n_act,) measured positions of the actuated joints [rad].
             qd: (n_act,) measured velocities (used with the estimator's
                 ``velocity_source='measured'``).
-            stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``).
+            stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``), on the
+                clock of ``now_ns``. A sample stamped more than the stale limit
+                (``stale_periods``) before ``now_ns`` is not used: it is counted in
+                :attr:`stale_samples` and the call is :meth:`tick`'s. Stamps ahead of
+                ``now_ns`` are taken as they are (clocks that disagree cannot be judged).
             effort: (n_act,) measured effort [N*m] for the effort monitor (None: off).
 
         Returns:
-            The command, or None before the first valid state.
+            The command, or None before the first valid state and for a sample not used
+            while the command in force is still fresh.
         """
         self._now_ns = now_ns
         na = self._act.size
@@ -634,6 +642,11 @@ class PartialImpedanceController:
                 return None
             self._set_fault('nan')
             return self._hold(now_ns)
+        if stamp_ns is not None and now_ns - int(stamp_ns) > self._stale_ns:
+            # Freshness by stamp, not by arrival: a backlog of queued samples read late, or
+            # a publisher that stalled, says nothing of where the arm is now.
+            self.stale_samples += 1
+            return self.tick(now_ns)
         rejected = sum(self._estimator.rejected.values())
         sample = self._estimator.update(now_ns if stamp_ns is None else int(stamp_ns), q, qd)
         if sum(self._estimator.rejected.values()) > rejected:

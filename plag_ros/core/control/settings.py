@@ -288,8 +288,10 @@ class ImpedanceSettings:
     delay_periods: float = option(1.0, 'sample-to-command delay the gain check assumes '
                                   '[periods]', low=0.0, high=99.0)
     oscillation: OscillationSettings = group(OscillationSettings)
-    use_header_stamp: bool = option(True, 'estimate, and judge the servo monitor, on the '
-                                    'joint_states header stamps (else on receive time)',
+    use_header_stamp: bool = option(True, 'estimate, judge freshness (a sample stamped past '
+                                    'the stale limit is not used) and judge the servo '
+                                    'monitor on the joint_states header stamps (else on '
+                                    'receive time)',
                                     read_only=True)
     state_rate_hz: float = option(10.0, 'rate of ~/state besides every change [Hz]', low=0.1,
                                   high=1000.0)

@@ -20,8 +20,8 @@ value interpolates from the sagged measured position and halves the servo stiffn
 ``effort`` with ``switch.method driver`` sends ``plag_driver`` a ``sensor_msgs/JointState``
 (joints by name, ``effort`` [N*m], the stamp of the joint state it was computed from).
 ``~/enable`` is refused while nothing subscribes to the command topic or the controller's
-joints differ. Nothing is published before the first valid joint state; a position jump that
-persists is a latched fault while enabled."""
+joints differ. Nothing is published before the first valid joint state, nothing computed from
+one stamped past the stale limit; a position jump that persists latches a fault."""
 from __future__ import annotations
 
 import json
@@ -90,8 +90,7 @@ class ImpedanceNode(Node):
             raise ValueError(f'{self.get_name()}: {err}') from err
         for warning in self.controller.warnings:
             self.get_logger().warning(warning)
-        self._reader = msgs.JointStateReader(self.model)
-        self._ref_reader = msgs.JointStateReader(self.model)
+        self._reader, self._ref_reader = (msgs.JointStateReader(self.model) for _ in range(2))
         self._gate = PlausibilityGate(self.model, s.plausibility)
         self._act = np.flatnonzero(self.model.actuated)
         self._names = list(self.controller.joint_names)
@@ -125,7 +124,7 @@ class ImpedanceNode(Node):
         self._pub_compensation = self.create_publisher(JointState, '~/compensation', _RELIABLE)
         self._pub_torque = self.create_publisher(JointState, '~/torque', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
-        self.create_subscription(JointState, 'joint_states', self.on_joint_state, reliable(50))
+        self.create_subscription(JointState, 'joint_states', self.on_joint_state, _RELIABLE)
         self.create_subscription(JointState, '~/reference', self._on_reference, _RELIABLE)
         self.create_service(SetBool, '~/enable', self._on_enable,
                             callback_group=self._async_group)
@@ -186,16 +185,17 @@ class ImpedanceNode(Node):
                 self.controller.latch_fault('position_jump: the readings stayed at a new pose')
             if garbage:
                 self._reject(garbage, f'sample stamped {t_ns} ns is beyond what the arm can do')
-        if garbage:
-            # NaN/inf, or a reading the arm cannot produce: the controller must see it to
-            # hold rather than compute a command from it.
+        if garbage:   # NaN/inf or impossible: the controller must see it, to hold on it
             t_ns, q, qd, effort = now, np.full(self.model.n_joints, np.nan), None, None
-        else:   # commands carry the last good sample's stamp: holds age out at the driver
-            self._source_ns = t_ns
-        command = self.last_command = self.controller.update(
+        ctl, stale = self.controller, self.controller.stale_samples
+        command = self.last_command = ctl.update(   # None for a stale sample while fresh
             now, q[self._act], None if qd is None else qd[self._act],
             stamp_ns=t_ns if self.settings.use_header_stamp else None,
             effort=None if effort is None else effort[self._act] * self._effort_to_torque)
+        if ctl.stale_samples > stale:
+            self._reject('stale_stamp', f'{(now - t_ns) * 1e-6:.1f} ms old: not used')
+        elif not garbage:   # commands carry the last good sample's stamp: holds age out
+            self._source_ns = t_ns
         if not self.own.commanding:
             self.controller.relatch_hold()   # the driver's controller holds the arm now
         self._publish(command, now)

@@ -847,13 +847,14 @@ def test_a_backlog_older_than_the_stale_limit_commands_nothing(engine):
     reasons = {c.reason for c in cmds if c.state == 'fault'}
     assert 'stale' in reasons and reasons <= {'stale', 'warming_up'}, reasons
     assert cmds[-1].state == 'enabled' and ctl.monitor_unjudged == 0
-    # Stamps on a clock 2 s behind: nothing is ever commanded from them.
-    sim, ctl = _held_at_horizontal(engine, cfg)
-    for c in range(HZ // 4):
-        cmd = ctl.update((HZ + c) * PERIOD_NS, sim.measure().q,
-                         stamp_ns=(HZ + c) * PERIOD_NS - 2_000_000_000)
-        assert cmd is None, cmd      # not even a hold: no valid state was ever taken
-    assert ctl.stale_samples == HZ // 4
+    # Stamps on a clock 2 s behind, or 2 s ahead: nothing is ever commanded from them.
+    for skew_ns in (-2_000_000_000, 2_000_000_000):
+        sim, ctl = _held_at_horizontal(engine, cfg)
+        for c in range(HZ // 4):
+            cmd = ctl.update((HZ + c) * PERIOD_NS, sim.measure().q,
+                             stamp_ns=(HZ + c) * PERIOD_NS + skew_ns)
+            assert cmd is None, cmd      # not even a hold: no valid state was ever taken
+        assert ctl.stale_samples == HZ // 4
 
 
 def test_a_sample_older_than_every_kept_command_is_counted_not_judged(engine):

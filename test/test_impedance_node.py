@@ -387,7 +387,10 @@ def warm_node(model):
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain(33))
     try:
-        node = ImpedanceNode(context=context)
+        # Stamps 5 ms apart, fed as fast as this machine goes, run ahead of the node's
+        # clock: a stale limit of 5 s (1000 periods) lets them all be used.
+        node = ImpedanceNode(context=context, parameter_overrides=[
+            Parameter('stale_periods', value=1000.0)])
         try:
             names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
             k = model.joint_index(names)
@@ -470,7 +473,12 @@ def test_implausible_joint_state_makes_the_controller_hold(model):
         np.testing.assert_array_equal(node.last_command.position, hold)
         # the stamp a command to plag_driver would carry stays the last good sample's:
         # holds computed after garbage age out at the driver instead of looking fresh
-        assert node._source_ns == t0 + 7 * 5_000_000
+        assert node.controller.used_stamp_ns == t0 + 7 * 5_000_000
+        # so do a sample stamped past the stale limit and one stamped as far ahead
+        for stamp in (node._now_ns() - 6 * 10**9, node._now_ns() + 6 * 10**9):
+            node.on_joint_state(msgs.joint_state(names, q0, zero, t_ns=stamp))
+        assert node.rejected['stale_stamp'] == 2 == node.controller.stale_samples
+        assert node.controller.used_stamp_ns == t0 + 7 * 5_000_000
 
 
 def test_a_reference_is_held_inside_the_limits_and_approached_within_the_slew(model):

@@ -387,7 +387,10 @@ class PartialImpedanceController:
         """Measurements the servo monitor could not judge: taken before every command it
         keeps (a backlog longer than its history, or stamps on a clock far behind)."""
         self.stale_samples = 0
-        """Samples stamped longer ago than the stale limit, not used (see :meth:`update`)."""
+        """Samples stamped more than the stale limit before or after the controller's
+        clock, not used (see :meth:`update`)."""
+        self.used_stamp_ns = 0
+        """Stamp [ns] of the newest sample the estimator took: what commands come from."""
         self._latched = False
         self._ramp_start_ns = 0
         self._t0_ns = 0
@@ -622,9 +625,10 @@ class PartialImpedanceController:
                 ``velocity_source='measured'``).
             stamp_ns: sample stamp for the estimator [ns] (default ``now_ns``), on the
                 clock of ``now_ns``. A sample stamped more than the stale limit
-                (``stale_periods``) before ``now_ns`` is not used: it is counted in
-                :attr:`stale_samples` and the call is :meth:`tick`'s. Stamps ahead of
-                ``now_ns`` are taken as they are (clocks that disagree cannot be judged).
+                (``stale_periods``) before ``now_ns``, or as far after it (clocks that
+                disagree: its age cannot be judged, and one stamp far ahead would blind
+                the stamp checks after it), is not used: it is counted in
+                :attr:`stale_samples` and the call is :meth:`tick`'s.
             effort: (n_act,) measured effort [N*m] for the effort monitor (None: off).
 
         Returns:
@@ -642,7 +646,7 @@ class PartialImpedanceController:
                 return None
             self._set_fault('nan')
             return self._hold(now_ns)
-        if stamp_ns is not None and now_ns - int(stamp_ns) > self._stale_ns:
+        if stamp_ns is not None and abs(now_ns - int(stamp_ns)) > self._stale_ns:
             # Freshness by stamp, not by arrival: a backlog of queued samples read late, or
             # a publisher that stalled, says nothing of where the arm is now.
             self.stale_samples += 1
@@ -652,6 +656,7 @@ class PartialImpedanceController:
         if sum(self._estimator.rejected.values()) > rejected:
             return None  # a rejected sample is skipped; the watchdog sees if they persist
         self._last_valid_ns = now_ns  # fresh input, even while the estimator warms up
+        self.used_stamp_ns = now_ns if stamp_ns is None else int(stamp_ns)
         if sample is None:
             if self._q is None:
                 return None

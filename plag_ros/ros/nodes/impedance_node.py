@@ -109,7 +109,7 @@ class ImpedanceNode(Node):
         kind = self._kind = s.command_kind
         self._command_names = s.command_joints(self.model)
         self._command_idx = np.array([self._names.index(j) for j in self._command_names])
-        self._stamped, self._source_ns = s.stamped_effort, 0   # newest joint state's stamp
+        self._stamped = s.stamped_effort
         self._pub_command = self.create_publisher(
             JointTrajectory if kind == 'trajectory' else
             JointState if self._stamped else Float64MultiArray, s.command_topic, _RELIABLE)
@@ -193,9 +193,7 @@ class ImpedanceNode(Node):
             stamp_ns=t_ns if self.settings.use_header_stamp else None,
             effort=None if effort is None else effort[self._act] * self._effort_to_torque)
         if ctl.stale_samples > stale:
-            self._reject('stale_stamp', f'{(now - t_ns) * 1e-6:.1f} ms old: not used')
-        elif not garbage:   # commands carry the last good sample's stamp: holds age out
-            self._source_ns = t_ns
+            self._reject('stale_stamp', f'{(t_ns - now) * 1e-6:+.1f} ms from now: not used')
         if not self.own.commanding:
             self.controller.relatch_hold()   # the driver's controller holds the arm now
         self._publish(command, now)
@@ -293,7 +291,9 @@ class ImpedanceNode(Node):
             self._pub_command.publish(
                 msgs.joint_trajectory(self._command_names, [self.settings.command.time_from_start],
                                       [values]) if self._kind == 'trajectory'
-                else msgs.joint_state(self._command_names, effort=values, t_ns=self._source_ns)
+                # the stamp of the last sample used: holds after it age out at the driver
+                else msgs.joint_state(self._command_names, effort=values,
+                                      t_ns=self.controller.used_stamp_ns)
                 if self._stamped
                 else msgs.float64_multi_array(values, layout=self._layout))
             self.commands += 1

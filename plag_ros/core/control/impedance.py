@@ -53,8 +53,9 @@ Two command interfaces:
 Safety, as a pure state machine (no ROS here; :mod:`plag_ros.ros.nodes.impedance_node` wraps
 it): nothing is commanded before the first valid state; a watchdog holds when joint states
 are stale for more than ``stale_periods`` periods, contain NaN/inf, or the estimator is
-warming up (after a stamp gap); a sample stamped longer ago than that (a backlog read late)
-is not used, as if it had not come; disable holds; enable ramps ``alpha`` from 0 to 1 over
+warming up (after a stamp gap); a sample stamped longer ago than that (a backlog read late),
+or as far ahead of the clock, is not used, as if it had not come; disable holds; enable
+ramps ``alpha`` from 0 to 1 over
 ``ramp_s``. With the position interface a monitor compares the command in force with the
 measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
 than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)

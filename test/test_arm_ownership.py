@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from plag_ros.core.control.arm_ownership import ArmOwnership
+from plag_ros.core.control.arm_ownership import ArmOwnership, driver_joint_check
+from plag_ros.core.dynamics.motors import ARM_JOINTS, GRIPPER_JOINT
 
 
 def forward(**kw) -> ArmOwnership:
@@ -60,3 +61,82 @@ def test_no_loss_without_a_switch():
     own = ArmOwnership('trajectory', None, hold_s=0.5, input_loss_s=1.0)
     own.taken()
     assert not own.input_lost(100.0)
+
+
+def test_the_bus_drivers_current_mode_is_given_back_at_once():
+    """Its position mode holds the present pose in the servos' loop; our hold there would be
+    open-loop gravity torque for hold_s. The forward path keeps its hold."""
+    current = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    current.taken()
+    current.schedule_release(10.0)
+    assert current.hold_time == 0.0 and current.release_due(10.0)
+    assert forward().hold_time == 0.5
+    assert ArmOwnership('forward', 'driver', hold_s=0.5, input_loss_s=1.0).hold_time == 0.5
+
+
+def test_a_driver_fault_while_the_arm_is_ours_ends_our_commands_until_the_next_take():
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    assert not own.driver_reported('stale effort command', ours=True)   # not ours yet
+    own.taken()
+    assert not own.driver_reported('', ours=True, current=True)
+    assert own.commanding
+    assert own.driver_reported('stale effort command', ours=True, current=False) == \
+        'stale effort command'
+    assert not own.commanding and own.switched           # given back by the node, not here
+    assert not own.driver_reported('stale effort command', ours=True)    # once per take
+    own.switched = False                                   # the hand-back
+    assert not own.commanding
+    own.taken()                                            # a new enable, the driver cleared
+    assert own.commanding and own.driver_fault == ''
+
+
+def test_the_driver_holding_the_arm_is_judged_only_on_messages_after_our_switch():
+    """A state sent before our switch reached the driver (delivered late) shows another
+    controller and the arm in position mode: that proves nothing. Once the driver has shown
+    ours, another controller means it was switched or restarted; once it has shown current
+    mode, position mode means it left it (a fault cleared before we read it)."""
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    own.taken()
+    assert not own.driver_reported('', ours=False, current=False)       # from before
+    assert not own.driver_reported('', ours=True, current=False)        # switch pending
+    assert own.driver_reported('', ours=False, current=False) == \
+        'another arm controller is active'
+    own.taken()
+    assert not own.driver_reported('', ours=True, current=True)
+    assert own.driver_reported('', ours=True, current=False) == 'the arm joints left current mode'
+    own.taken()
+    own.switching = True                                    # our own hand-back under way
+    assert not own.driver_reported('', ours=False, current=False)
+    forward_driver = ArmOwnership('forward', 'driver', hold_s=0.5, input_loss_s=1.0)
+    forward_driver.taken()                                  # position mode: no mode to judge
+    assert not forward_driver.driver_reported('', ours=True, current=None)
+
+
+def test_a_hand_back_due_before_an_enable_is_void_after_it():
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    own.taken()
+    due_at = own.takes
+    own.taken()                     # enabled again before the hand-back task ran
+    assert own.takes != due_at
+
+
+def test_the_driver_joint_check_wants_every_arm_joint_by_a_name_it_knows():
+    arm = list(ARM_JOINTS)
+    driver = [*arm, GRIPPER_JOINT]
+    assert driver_joint_check(arm, driver) == 'ok'
+    assert driver_joint_check(list(reversed(arm)), driver) == 'ok'     # by name, any order
+    assert 'left out' in driver_joint_check(arm[:6], driver)
+    assert 'not its joints' in driver_joint_check([*arm[:6], 'wrist'], driver)
+
+
+def test_our_own_stall_is_not_taken_for_a_silent_driver():
+    """The timer ticks every few ms; a gap of its own longer than half input_loss_s means
+    this process was stopped or starved: the joint states it did not read were not missing."""
+    own = forward()
+    own.taken()
+    for t in (0.0, 0.005, 0.4, 0.8):
+        own.input_arrived(t)
+        assert not own.input_lost(t)
+    assert not own.input_lost(3.8)           # 3 s stopped: ours, counted again from here
+    ticks = [round(3.8 + 0.01 * k, 2) for k in range(1, 102)]
+    assert [t for t in ticks if own.input_lost(t)] == [4.81]   # silent while we tick

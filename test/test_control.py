@@ -767,7 +767,7 @@ def test_p_gain_drop_is_a_latched_fault_within_half_a_second(engine):
     assert first / HZ < 0.5
     assert cmds[first].reason.startswith(('effort', 'tracking')), cmds[first].reason
     assert all(c.state == 'fault' for c in cmds[first:])      # latched
-    assert ctl.set_enabled(True, 3 * HZ * PERIOD_NS)[0] is True   # already enabled
+    assert ctl.set_enabled(True, 3 * HZ * PERIOD_NS)[0] is False  # latched: disable first
     assert ctl.set_enabled(False, 3 * HZ * PERIOD_NS) == (True, 'disabled')
     assert ctl.fault == '' and ctl.state == 'disabled'
 

@@ -4,12 +4,16 @@ The impedance node commands the arm only while it holds it. On the forward path 
 switches our controller in (:class:`~plag_ros.ros.controller_switch.ControllerSwitch`) and
 back after a hold; on the trajectory path it starts and stops streaming to the driver's
 own controller. Before the first enable it checks that ``command.joints`` match the target
-controller's ``joints`` parameter. The bookkeeping (who holds the arm, when to give it
-back, a driver taken as gone) is the ROS-free
+controller's ``joints`` parameter (on the bus driver's current mode: the joints its
+``~/state`` names). It follows the bus driver's ``~/state``: a fault the driver latches
+while we hold the arm is latched as the controller's fault, nothing more is commanded and
+the arm is given back at once (the driver already holds it). The bookkeeping (who holds
+the arm, when to give it back, a driver taken as gone) is the ROS-free
 :class:`~plag_ros.core.control.arm_ownership.ArmOwnership`; this module adds the service calls.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import cast
@@ -17,17 +21,22 @@ from typing import cast
 from rcl_interfaces.srv import GetParameters
 from rclpy.client import Client
 from rclpy.node import Node
+from std_msgs.msg import String
 
-from plag_ros.core.control.arm_ownership import ArmOwnership
+from plag_ros.core.control.arm_ownership import ArmOwnership, driver_joint_check
 from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.control.settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
 from plag_ros.ros.controller_file import ControllerFileError, differences, read_controller_file
 from plag_ros.ros.controller_switch import ControllerSwitch, read_parameters, switch_command
+from plag_ros.ros.qos import LATCHED
 
-__all__ = ['JOINT_CHECK_TRIES', 'ArmHandover']
+__all__ = ['JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover']
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
+
+RELEASE_RETRY_S = 1.0
+"""A hand-back that failed is tried again this much later [s]."""
 
 
 class ArmHandover:
@@ -38,6 +47,7 @@ class ArmHandover:
         settings: the node's settings (command path, switch, hold and loss times).
         command_names: ``command.joints``, validated.
         callback_group: a reentrant group for the service clients and the coroutine timer.
+        ctl: the node's controller (latches the bus driver's faults).
 
     Attributes:
         own: who holds the arm (read by the node for every command).
@@ -46,8 +56,9 @@ class ArmHandover:
     """
 
     def __init__(self, node: Node, settings: ImpedanceSettings, command_names: list[str],
-                 callback_group) -> None:
+                 callback_group, ctl: PartialImpedanceController) -> None:
         self.node, self.kind, self.command_names = node, settings.command_kind, command_names
+        self.ctl = ctl
         self.controller = settings.target_controller
         self.switch: ControllerSwitch | None = None
         sw = settings.switch
@@ -81,6 +92,12 @@ class ArmHandover:
         # awaits coroutine timer callbacks (rclpy/executors.py, await_or_execute).
         self._timer = node.create_timer(1.0, cast('Callable[[], None]', self._check_joints),
                                         callback_group=callback_group)
+        self.driver_node = sw.driver_node if self.own.switch_method == 'driver' else None
+        self.driver_heard = False
+        self.driver_state_fault = ''    # the driver's fault as it reports it now
+        if self.driver_node is not None:
+            node.create_subscription(String, f'{self.driver_node}/state',
+                                     self._on_driver_state, LATCHED)
 
     @property
     def log(self):
@@ -127,6 +144,35 @@ class ArmHandover:
                                                       'same order)' if forward else ''))
             self.log.error(self.joint_check)
 
+    def _on_driver_state(self, msg: String) -> None:
+        """The bus driver's ``~/state``: its joints against ``command.joints`` (effort path,
+        once), and whether it holds the arm itself while we hold it
+        (:meth:`ArmOwnership.driver_reported`): then the controller latches that as its fault."""
+        try:
+            state = json.loads(msg.data)
+            fault, modes = str(state['fault']), dict(state['modes'])
+            active = str(state['active_arm_controller'])
+        except (ValueError, KeyError, TypeError) as err:
+            self.log.warning(f'{self.driver_node}/state unreadable: {err!r}',
+                             throttle_duration_sec=1.0)
+            return
+        self.driver_heard, self.driver_state_fault = True, fault
+        effort = self.kind == 'effort'
+        if effort and self.joint_check == 'unchecked':
+            self.joint_check = driver_joint_check(self.command_names, list(modes))
+            (self.log.info if self.joint_check == 'ok' else self.log.error)(
+                f'{self.driver_node}: {self.joint_check}')
+        current = all(modes.get(j) == 'current' for j in self.command_names) if effort \
+            else None
+        reason = self.own.driver_reported(fault, ours=active == self.controller,
+                                          current=current)
+        if reason:
+            self.ctl.latch_fault(f'driver fault: {reason}')
+            self.log.error(
+                f'{self.driver_node} holds the arm itself ({reason}); nothing more is '
+                f'commanded and the arm is handed back. To go on: ~/enable false, '
+                f'{self.driver_node}/clear_fault if it latched a fault, ~/enable true')
+
     def blocker(self, subscribers: int, topic: str, *, waiting: bool = False,
                 fault: str = '') -> str:
         """Why an enable must be refused now ('' when it may go ahead), given the number of
@@ -139,6 +185,8 @@ class ArmHandover:
                     'running? (refused)')
         if self.joint_check not in ('ok', 'unchecked'):
             return f'{self.joint_check} (refused)'
+        if self.driver_node is not None and not self.driver_heard:
+            return f'no {self.driver_node}/state yet: is the driver running? (refused)'
         if self.own.switching:
             return 'a controller switch is under way (refused)'
         if waiting:
@@ -167,9 +215,12 @@ class ArmHandover:
         self.own.taken()
         return True, message
 
-    async def release(self) -> None:
-        """Give the arm back after the hold (switch the fallback controller back in)."""
+    async def release(self, takes: int | None = None) -> None:
+        """Give the arm back after the hold (switch the fallback controller back in);
+        ``takes``: the :attr:`ArmOwnership.takes` it was due at (an enable since voids it)."""
         own = self.own
+        if takes is not None and takes != own.takes:
+            return
         if self.kind == 'trajectory' and own.switched:
             own.switched = False
             self.log.info(f'stopped streaming; {TRAJECTORY_CONTROLLER} holds the last point')
@@ -181,7 +232,9 @@ class ArmHandover:
             own.switched = False
             self.log.info(message)
         else:
-            self.log.error(f'{message}; our controller keeps holding the arm')
+            own.release_at = time.monotonic() + RELEASE_RETRY_S   # not every timer tick
+            self.log.error(f'{message}; our controller keeps holding the arm (again in '
+                           f'{RELEASE_RETRY_S:g} s)')
 
     async def reset_after_outage(self) -> None:
         """Back to the fallback after a driver outage, whatever state it left: the release

@@ -123,6 +123,10 @@ IMPEDANCE = (
     Endpoint('in', '~/reference', _JS, RELIABLE.format(depth=10),
              'set point of every actuated joint: position [rad], velocity [rad/s] '
              'optional'),
+    Endpoint('in', '{switch.driver_node}/state', _STRING, LATCHED,
+             "plag_driver's state: its joints (checked against command.joints) and whether "
+             'it holds the arm itself (a fault latched, another controller active): then '
+             'nothing more is commanded', (('switch.method', 'driver'),)),
     Endpoint('out', '{command_topic}', _ARRAY, RELIABLE.format(depth=10),
              'goal positions [rad] of command.joints in that order (forward controller)',
              (('command_kind', 'forward'),)),

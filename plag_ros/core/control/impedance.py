@@ -471,10 +471,10 @@ class PartialImpedanceController:
             return True, 'disabled'
         if self._q is None:
             return False, 'no valid joint state yet'
+        if self._latched:          # enabled and holding on it: an enable cannot clear it
+            return False, f'fault latched ({self._fault}): disable first'
         if self._enabled:
             return True, 'already enabled'
-        if self._latched:
-            return False, f'fault {self._fault}: disable first'
         self._enabled = True
         self._hold_pose = None      # the enable takes the present pose: no hold to judge by
         if self.config.command_interface != 'position':

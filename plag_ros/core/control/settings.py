@@ -152,7 +152,8 @@ class SwitchSettings:
                               read_only=True)
     fallback: str = option(TRAJECTORY_CONTROLLER, 'the controller ours replaces, switched '
                            'back after a hold', read_only=True)
-    hold_s: float = option(0.5, 'hold this long before switching back [s]', low=0.0,
+    hold_s: float = option(0.5, 'hold this long before switching back [s] (not in the '
+                           "bus driver's current mode: handed back at once)", low=0.0,
                            high=60.0)
     timeout_s: float = option(5.0, 'deadline of one switch [s]', low=0.1, high=60.0,
                               read_only=True)

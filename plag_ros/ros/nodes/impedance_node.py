@@ -18,10 +18,11 @@ equal the controller's ``joints`` in order. ``trajectory`` sends one-point traje
 the running ``crane_x7_arm_controller``; keep ``command.time_from_start`` 0 (a positive
 value interpolates from the sagged measured position and halves the servo stiffness).
 ``effort`` with ``switch.method driver`` sends ``plag_driver`` a ``sensor_msgs/JointState``
-(joints by name, ``effort`` [N*m], the stamp of the joint state it was computed from).
-``~/enable`` is refused while nothing subscribes to the command topic or the controller's
-joints differ. Nothing is published before the first valid joint state, nothing computed from
-one stamped past the stale limit; a position jump that persists latches a fault."""
+(joints by name, ``effort`` [N*m], the stamp of the joint state it was computed from);
+a disable hands back at once, and a driver fault is latched here and ends our commands.
+``~/enable`` is refused while nothing subscribes to the command topic or the joints differ.
+Nothing is published before the first valid joint state, nothing computed from one stamped
+past the stale limit; a position jump that persists latches a fault."""
 from __future__ import annotations
 
 import json
@@ -110,11 +111,11 @@ class ImpedanceNode(Node):
         self._command_names = s.command_joints(self.model)
         self._command_idx = np.array([self._names.index(j) for j in self._command_names])
         self._stamped = s.stamped_effort
-        self._pub_command = self.create_publisher(
-            JointTrajectory if kind == 'trajectory' else
+        self._pub_command = self.create_publisher(JointTrajectory if kind == 'trajectory' else
             JointState if self._stamped else Float64MultiArray, s.command_topic, _RELIABLE)
         self._layout = msgs.array_layout((len(self._command_names),), ['joint'])
-        self.handover = ArmHandover(self, s, self._command_names, self._async_group)
+        self.handover = ArmHandover(self, s, self._command_names, self._async_group,
+                                    self.controller)
         self.own = self.handover.own
         self._release_task: Task | None = None   # the timer's hand-back, once scheduled
         # start_enabled with a switch: at the first valid state, as ~/enable (switch first)
@@ -212,7 +213,7 @@ class ImpedanceNode(Node):
     # ------------------------------------------------------------------ taking the arm
     async def _on_enable(self, request: SetBool.Request, response: SetBool.Response, *,
                          quiet: bool = False):
-        """The ``~/enable`` service; ``quiet``: no log lines (a caller that retries)."""
+        """``~/enable``; ``quiet``: no log lines (a caller that retries)."""
         log, prefix = self.get_logger(), ''
         if request.data and not self.controller.enabled:
             waiting = self.controller.state == 'waiting'
@@ -237,9 +238,8 @@ class ImpedanceNode(Node):
         return response
 
     async def _start_enabled(self) -> None:
-        """Enable as ``~/enable true`` does, trying again every 0.1 s for ``switch.timeout_s``:
-        at the first joint state (or the first after a driver restart) the controller's
-        command subscription or the switch service may not be discovered yet."""
+        """``~/enable true``, tried every 0.1 s for ``switch.timeout_s``: at the first joint
+        state the command subscription or the switch service may not be discovered yet."""
         timeout_s = self.settings.switch.timeout_s if self.handover.switch else 0.0
         deadline = time.monotonic() + timeout_s
         while True:
@@ -260,7 +260,7 @@ class ImpedanceNode(Node):
         if self.handover.watch(ctl):
             if self.executor is None:    # timers only fire from an executor spinning the node
                 raise RuntimeError(f'{self.get_name()}: timer fired without an executor')
-            self._release_task = self.executor.create_task(self.handover.release)
+            self._release_task = self.executor.create_task(self.handover.release, self.own.takes)
 
     def _driver_back(self, now: int) -> None:
         """joint_states is back after the driver was gone: hold, disabled, until switched
@@ -312,14 +312,14 @@ class ImpedanceNode(Node):
                 now - self._last_state_ns < 1e9 / self.settings.state_rate_hz:
             return
         if key != self._last_state:
-            self.get_logger().info(f'state {ctl.state}' + (f' ({ctl.fault})' if ctl.fault
-                                                           else ''))
+            self.get_logger().info(f'state {ctl.state}' + (f' ({ctl.fault})' if ctl.fault else ''))
         self._last_state, self._last_state_ns = key, now
         self._pub_state.publish(String(data=json.dumps({
             'state': ctl.state, 'reason': ctl.fault or ('disabled' if not ctl.enabled else ''),
             'enabled': ctl.enabled, 'interface': ctl.config.command_interface,
             'command': self._kind, 'topic': self._pub_command.topic_name,
             'switched': self.own.switched, 'joint_check': self.handover.joint_check,
+            'driver_fault': self.handover.driver_state_fault,
             'alpha': None if command is None else command.alpha,
             'saturated': [] if command is None else
             [self._names[a] for a in np.flatnonzero(command.saturated)],
@@ -334,7 +334,7 @@ class ImpedanceNode(Node):
         self.controller.set_enabled(False, self._now_ns())
         now = self._now_ns()
         self._publish(self.controller.hold(now), now)
-        deadline = time.monotonic() + self.own.hold_s
+        deadline = time.monotonic() + self.own.hold_time
         while time.monotonic() < deadline and self.context.ok():
             executor.spin_once(timeout_sec=0.01)
         # The timer schedules the same hand-back after the same hold; once it created that

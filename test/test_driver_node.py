@@ -236,10 +236,10 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
     (latched as its own, or disabled by the end of its stale hold, whichever it reads
     first), no command after it, the arm given back; ~/enable true is refused (while
     latched) until ~/enable false, then refused with the driver's reason until the driver's
-    fault is cleared; only then does current mode come back. On an arm 5 % heavier with 5 % weaker motors than the
-    model, it stays within 30 mrad of where it was at the stall through all of it (the
-    emulator's record). Before the node followed the driver, it came back 'enabled' and
-    kept commanding a driver that no longer listened."""
+    fault is cleared; only then does current mode come back. On an arm 5 % heavier with
+    5 % weaker motors than the model, it stays within 30 mrad of where it was at the stall
+    through all of it (the emulator's record). Before the node followed the driver, it
+    took its own stall for a lost driver and never showed the driver's fault."""
     from std_srvs.srv import Trigger
 
     bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')

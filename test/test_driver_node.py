@@ -181,6 +181,26 @@ def enable(client: RosClient, on: bool):
     return client.call(SetBool, '/plag_impedance/enable', SetBool.Request(data=on), once=True)
 
 
+def stopped_and_moved(nodes: list, bus: EmulatedBus, before: float, after: float) -> float:
+    """Stop the nodes (each must exit 0), then the bus; the largest joint move [rad] in the
+    emulator's record between the monotonic times ``before`` and ``after``."""
+    for node in reversed(nodes):
+        assert node.stop() == 0, node.tail()
+    record = bus.stop()
+    inside = (record['wall'] >= before) & (record['wall'] <= after)
+    return float(np.abs(record['q'][inside] - record['q'][inside][0]).max())
+
+
+def tear_down(nodes: list, bus: EmulatedBus) -> None:
+    """Whatever a failed test left running: stopped (a stopped process continued first)."""
+    for node in nodes:
+        if node.alive():
+            node.process.send_signal(signal.SIGCONT)
+            node.stop()
+    if bus.process.poll() is None:
+        bus.process.kill()
+
+
 def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_path):
     """The torque-mode stack over DDS: plag_driver on the emulated bus and plag_impedance
     with config/torque_mode.yaml (effort interface, switch.method driver). ~/enable true
@@ -293,21 +313,11 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
             assert enable(client, False).success
             client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
                             'position mode')
-            after = time.monotonic()
-            for node in reversed(nodes):
-                assert node.stop() == 0, node.tail()
-        record = bus.stop()
-        inside = (record['wall'] >= before) & (record['wall'] <= after)
-        moved = np.abs(record['q'][inside] - record['q'][inside][0]).max()
+            moved = stopped_and_moved(nodes, bus, before, time.monotonic())
         print(f'largest move through the stall and the re-enable: {moved * 1e3:.3f} mrad')
         assert moved < 0.030
     finally:
-        for node in nodes:
-            if node.alive():
-                node.process.send_signal(signal.SIGCONT)
-                node.stop()
-        if bus.process.poll() is None:
-            bus.process.kill()
+        tear_down(nodes, bus)
 
 
 def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_arm_back(
@@ -352,20 +362,11 @@ def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_ar
             assert last(reports)['active_arm_controller'] == 'crane_x7_arm_controller'
             assert last(states)['commands'] == commands
             assert not last(states)['switched']
-            after = time.monotonic()
-            for node in reversed(nodes):
-                assert node.stop() == 0, node.tail()
-        record = bus.stop()
-        inside = (record['wall'] >= before) & (record['wall'] <= after)
-        moved = np.abs(record['q'][inside] - record['q'][inside][0]).max()
+            moved = stopped_and_moved(nodes, bus, before, time.monotonic())
         print(f'largest move from the loss of input to the end: {moved * 1e3:.3f} mrad')
         assert moved < 0.030
     finally:
-        for node in nodes:
-            if node.alive():
-                node.stop()
-        if bus.process.poll() is None:
-            bus.process.kill()
+        tear_down(nodes, bus)
 
 
 def test_plag_ros_run_driver_runs_the_torque_mode_nodes_on_the_bus(tmp_path):

@@ -120,13 +120,26 @@ def test_a_hand_back_due_before_an_enable_is_void_after_it():
     assert own.takes != due_at
 
 
+def test_an_enable_switches_again_when_the_driver_took_the_arm_back():
+    """A hand-back that failed after a driver fault leaves the switch ours on paper: the
+    next enable must switch, not trust it (the driver may run another controller)."""
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    assert own.needs_switch()
+    own.taken()
+    assert not own.needs_switch()
+    own.driver_reported('', ours=True, current=True)
+    own.driver_reported('', ours=False, current=False)      # a switch by hand
+    assert own.switched and own.needs_switch()
+
+
 def test_the_driver_joint_check_wants_every_arm_joint_by_a_name_it_knows():
     arm = list(ARM_JOINTS)
     driver = [*arm, GRIPPER_JOINT]
     assert driver_joint_check(arm, driver) == 'ok'
     assert driver_joint_check(list(reversed(arm)), driver) == 'ok'     # by name, any order
     assert 'left out' in driver_joint_check(arm[:6], driver)
-    assert 'not its joints' in driver_joint_check([*arm[:6], 'wrist'], driver)
+    assert 'not its arm joints' in driver_joint_check([*arm[:6], 'wrist'], driver)
+    assert 'not its arm joints' in driver_joint_check([*arm, GRIPPER_JOINT], driver)
 
 
 def test_our_own_stall_is_not_taken_for_a_silent_driver():

@@ -163,7 +163,7 @@ class ArmHandover:
             (self.log.info if self.joint_check == 'ok' else self.log.error)(
                 f'{self.driver_node}: {self.joint_check}')
         current = all(modes.get(j) == 'current' for j in self.command_names) if effort \
-            else None
+            else None   # (command.joints are arm joints: driver_joint_check)
         reason = self.own.driver_reported(fault, ours=active == self.controller,
                                           current=current)
         if reason:
@@ -208,7 +208,7 @@ class ArmHandover:
     async def take(self) -> tuple[bool, str]:
         """Take the arm for an enable: switch in where needed. Returns (ok, message)."""
         message = ''
-        if self.switch is not None and not self.own.switched:
+        if self.switch is not None and self.own.needs_switch():
             ok, message = await self._call(release=False)
             if not ok:
                 return False, message
@@ -257,7 +257,8 @@ class ArmHandover:
                 'switch, so we switch again before any command when joint_states returns')
         if own.switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
             own.schedule_release(now)
-        return own.release_due(now) and (not ctl.enabled or ctl.latched)
+        # (not while a switch is under way: its task would find nothing to do)
+        return not own.switching and own.release_due(now) and (not ctl.enabled or ctl.latched)
 
     def abandoned(self) -> bool:
         """At shutdown without a context: log the command that gives the arm back. True

@@ -77,6 +77,11 @@ class ArmOwnership:
         return (self.kind == 'effort' and self.switch_method is None) or \
             self.switch_method == 'none' or (self.switched and not self.driver_fault)
 
+    def needs_switch(self) -> bool:
+        """Whether an enable must switch (again): the arm is not ours, or the bus driver
+        took it back (a fault, another controller) and a hand-back has not finished."""
+        return not self.switched or bool(self.driver_fault)
+
     def taken(self) -> None:
         """The arm is ours after an enable (a switch made, or none needed)."""
         self.release_at, self.driver_fault = None, ''
@@ -146,13 +151,13 @@ class ArmOwnership:
 
 
 def driver_joint_check(command: list[str], driver: list[str]) -> str:
-    """'ok', or why ``command.joints`` cannot drive the bus driver's current mode, whose
-    joints (``driver``, from its state) it must name, every arm joint among them (the
-    driver refuses a command that leaves one out)."""
-    unknown = [j for j in command if j not in driver]
+    """'ok', or why ``command.joints`` cannot drive the bus driver's current mode: they
+    must be its arm joints (``driver``: the joints of its state), every one of them (the
+    driver refuses a command that leaves one out; its gripper stays in position mode)."""
+    unknown = [j for j in command if j not in driver or j not in ARM_JOINTS]
     left_out = [j for j in ARM_JOINTS if j in driver and j not in command]
     if not unknown and not left_out:
         return 'ok'
-    why = ([f'not its joints {unknown}'] if unknown else []) + \
+    why = ([f'not its arm joints {unknown}'] if unknown else []) + \
         ([f'left out {left_out}'] if left_out else [])
     return "command.joints do not match the driver's arm joints: " + '; '.join(why)

@@ -144,8 +144,9 @@ def bent_torque_stack(client: RosClient, bus: EmulatedBus, tmp_path, nodes: list
                       remaps: dict | None = None) -> tuple[list, list]:
     """plag_driver on the emulated ``bus``, the arm bent through the forward position
     path, then plag_impedance with config/torque_mode.yaml (effort interface, switch.method
-    driver; ``remaps`` its topics), disabled, past ``waiting``. Returns the collected driver
-    and impedance ``~/state`` messages; the node processes go into ``nodes``."""
+    driver; ``remaps`` its topics), disabled, past ``waiting``, the driver's joints checked.
+    Returns the collected driver and impedance ``~/state`` messages; the node processes go
+    into ``nodes``."""
     reports = client.collect(String, '/plag_driver/state', LATCHED)
     states = client.collect(String, '/plag_impedance/state', LATCHED)
     nodes.append(start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
@@ -166,8 +167,10 @@ def bent_torque_stack(client: RosClient, bus: EmulatedBus, tmp_path, nodes: list
                             params_file=ROOT / 'config' / 'torque_mode.yaml',
                             params={'stale_periods': 100.0, 'filter.gap_periods': 100.0},
                             remaps=remaps))
-    client.wait_for(lambda: states and last(states)['state'] != 'waiting', 60.0,
-                    'the impedance node')
+    # joint_check turns 'ok' once the node has heard the driver's ~/state (it refuses an
+    # enable until then: the latched message may reach it after its first joint state)
+    client.wait_for(lambda: states and last(states)['state'] != 'waiting'
+                    and last(states)['joint_check'] == 'ok', 60.0, 'the impedance node')
     return reports, states
 
 

@@ -5,7 +5,7 @@ bring-up (``crane_x7_control``) beside this: both would own the servo bus. This 
 
 * ``plag_driver`` (config/torque_mode.yaml) on ``port``: ``/joint_states`` like
   crane_x7_control, position mode until the controller switches it to current mode;
-* ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml) on the bundled URDF;
+* ``plag_dynamics`` (dynamics_node, config/crane_x7.yaml);
 * ``plag_impedance`` (impedance_node, config/torque_mode.yaml: effort interface,
   ``switch.method: driver``) when ``control:=true``; ``~/enable`` puts the arm joints in
   current mode, a disable or a fault gives them back to position mode;
@@ -14,9 +14,13 @@ bring-up (``crane_x7_control``) beside this: both would own the servo bus. This 
 
 The plag_ros nodes are those of ``torque_setup()`` in plag_ros/ros/node_setups.py.
 
+All three take their model from ``robot_description_source``: the bundled URDF
+(``file``, the default) or the ``robot_description`` of a robot_state_publisher the lab
+runs (``topic``).
+
 Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=true]
-[rviz:=true]``. The arguments, their defaults and the values each accepts are
-``torque_arguments()`` of plag_ros/ros/node_setups.py.
+[rviz:=true] [robot_description_source:=file|topic]``. The arguments, their defaults and the
+values each accepts are ``torque_arguments()`` of plag_ros/ros/node_setups.py.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.conditions import IfCondition
@@ -36,7 +40,8 @@ def generate_launch_description():
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in torque_arguments()),
         *(plag_node(setup, share, control)
-          for setup in torque_setup(LaunchConfiguration('port'))),
+          for setup in torque_setup(LaunchConfiguration('port'),
+                                    LaunchConfiguration('robot_description_source'))),
         Node(
             package='robot_state_publisher',
             executable='robot_state_publisher',

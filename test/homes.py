@@ -109,6 +109,7 @@ HOMES: dict[str, str] = {
     'test_rviz_config.py': CORE,
     'test_sim_node.py': ROS,
     'test_simulation.py': CORE,
+    'test_robot_description.py': ROS,
     'test_spin_node.py': ROS,
     'test_stability.py': FLOORS,
     'test_study_branching.py': CORE,

@@ -274,7 +274,8 @@ def test_enable_refused_without_subscriber(tmp_path):
     client = RosClient(53, 'plag_test_driver')
     ctl = start_node('impedance_node', domain_id=53, log_dir=tmp_path,
                      params_file=REPO / 'config' / 'impedance.yaml',
-                     params={'switch.method': 'sim'})
+                     # (no robot_description here: the bundled URDF at once)
+                     params={'switch.method': 'sim', 'robot_description_source': 'file'})
     try:
         response = enable(client, True)
         assert not response.success

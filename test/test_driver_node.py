@@ -29,7 +29,8 @@ ARM = list(ARM_JOINTS)
 # reads in a row are a fault). They are tested on the bus in test_bus_driver.py; here they
 # are set far above a stall (beside two other suites the bus thread was once silent for over
 # 1 s), and the impedance node's stale limit with them (0.5 s, as in the other DDS tests).
-LOADED = {'stale_s': 2.0, 'watchdog_s': 2.5, 'failed_reads': 100}   # 2.54 s at most
+LOADED = {'stale_s': 2.0, 'watchdog_s': 2.5, 'failed_reads': 100,   # 2.54 s at most
+          'robot_description_source': 'file'}   # as torque_mode.yaml: nothing publishes one
 
 
 def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):

@@ -38,6 +38,9 @@ NODE = '/plag_impedance'
 RATE_HZ = 200.0
 PERIOD_NS = 5_000_000
 START_S = 120.0               # a cold node start on a loaded 2-core machine
+# no robot_description here: the bundled URDF at once (not after the topic's timeout)
+FILE_MODEL = Parameter('robot_description_source', value='file')
+FILE = {'robot_description_source': 'file'}
 Q0 = np.array([0.0, 0.6, 0.0, -1.4, 0.0, 0.5, 0.0, 0.3])
 TILT, ELBOW = 1, 3
 
@@ -136,7 +139,8 @@ def test_safety_rules_over_dds(model, tmp_path):
                       # the loaded 2-core machine would re-ramp the node mid-burst, and the
                       # exact gravity checks below read the burst's last command.
                       params={'command_interface': 'effort', 'start_enabled': True,
-                              'ramp_s': 0.1, 'stale_periods': 40.0, 'gain_check': 'warn'})
+                              'ramp_s': 0.1, 'stale_periods': 40.0, 'gain_check': 'warn',
+                              **FILE})
     try:
         client.wait_for_subscribers(pub, timeout=START_S)
         client.wait_for(lambda: state, START_S, 'first ~/state')
@@ -296,7 +300,7 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
                              'switch.timeout_s': 60.0, 'stale_periods': 100.0,
                              # this test's stream stalls with the machine: a gap restarts
                              # the estimate (warming_up) and a fault stops the switch
-                             'filter.gap_periods': 100.0})
+                             'filter.gap_periods': 100.0, **FILE})
     stop = threading.Event()
 
     def stream():
@@ -346,22 +350,22 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
     rclpy.init(context=context, domain_id=domain(33))
     try:
         with pytest.raises(ValueError, match='stiffness must be >= 0'):
-            ImpedanceNode(context=context, parameter_overrides=[
+            ImpedanceNode(context=context, parameter_overrides=[FILE_MODEL,
                 Parameter('stiffness', value=[-1.0])])
         with pytest.raises(ValueError, match='compensate.velocity: .*nope'):
-            ImpedanceNode(context=context, parameter_overrides=[
+            ImpedanceNode(context=context, parameter_overrides=[FILE_MODEL,
                 Parameter('compensate.velocity', value=['nope<-*'])])
         # Gains outside the sampled loop's stable region: 3 N*m*s/rad on the elbow.
         elbow = 'crane_x7_upper_arm_revolute_part_rotate_joint'
         damping = [0.4, 1.5, 0.8, 3.0, 0.05, 0.06, 0.02, 0.01]
         with pytest.raises(ValueError, match=f'{elbow}: K = 10 N.m/rad, D = 3 N.m.s/rad'):
-            ImpedanceNode(context=context, parameter_overrides=[
+            ImpedanceNode(context=context, parameter_overrides=[FILE_MODEL,
                 Parameter('damping', value=damping)])
-        warned = ImpedanceNode(context=context, parameter_overrides=[
+        warned = ImpedanceNode(context=context, parameter_overrides=[FILE_MODEL,
             Parameter('damping', value=damping), Parameter('gain_check', value='warn')])
         assert [w.split(':')[0] for w in warned.controller.warnings] == [elbow]
         warned.destroy_node()
-        node = ImpedanceNode(context=context)
+        node = ImpedanceNode(context=context, parameter_overrides=[FILE_MODEL])
         try:
             assert node.controller.warnings == []
             result = node.set_parameters([Parameter('damping', value=damping)])[0]
@@ -389,7 +393,7 @@ def warm_node(model):
     try:
         # Stamps 5 ms apart, fed as fast as this machine goes, run ahead of the node's
         # clock: a stale limit of 5 s (1000 periods) lets them all be used.
-        node = ImpedanceNode(context=context, parameter_overrides=[
+        node = ImpedanceNode(context=context, parameter_overrides=[FILE_MODEL,
             Parameter('stale_periods', value=1000.0)])
         try:
             names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]

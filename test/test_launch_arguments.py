@@ -50,7 +50,8 @@ PROMISED_DEFAULTS = {
     'replay.launch.py': {'bag': None, 'rate': '1.0', 'loop': 'false', 'player': 'plag',
                          'rviz': 'false', 'control': 'false',
                          'robot_description_source': 'file', 'robot_state_publisher': 'auto'},
-    'torque.launch.py': {'port': '/dev/ttyUSB0', 'control': 'false', 'rviz': 'false'},
+    'torque.launch.py': {'port': '/dev/ttyUSB0', 'control': 'false', 'rviz': 'false',
+                         'robot_description_source': 'file'},
 }
 
 

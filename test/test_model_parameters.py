@@ -146,7 +146,8 @@ def test_every_node_takes_the_figures(nominal, true_arm, tmp_path):
         np.testing.assert_allclose(inertial_parameters(node.model),
                                    inertial_parameters(true_arm), rtol=1e-11, atol=1e-14)
         node.destroy_node()
-        node = ImpedanceNode(context=context, parameter_overrides=figures)
+        node = ImpedanceNode(context=context, parameter_overrides=[
+            Parameter('robot_description_source', value='file'), *figures])
         assert np.asarray(node.controller.config.servo_stiffness)[1] == STIFFNESS
         np.testing.assert_allclose(joint_friction(node.model)[1],
                                    joint_friction(true_arm)[1], rtol=1e-12)

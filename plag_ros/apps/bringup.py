@@ -714,25 +714,27 @@ def _run_dynamixel(args: argparse.Namespace) -> int:
     return _bring_up(specs, args, motion=False)
 
 
-def torque_specs(port: str, control: bool = False) -> list[NodeSpec]:
-    """The torque-mode nodes, as ``torque.launch.py port:=<port> control:=<control>``
-    starts them."""
-    return [NodeSpec.from_setup(s) for s in running(torque_setup(port), control)]
+def torque_specs(port: str, control: bool = False, description_source: str = 'file'
+                 ) -> list[NodeSpec]:
+    """The torque-mode nodes, as ``torque.launch.py port:=<port> control:=<control>
+    robot_description_source:=<description_source>`` starts them."""
+    return [NodeSpec.from_setup(s)
+            for s in running(torque_setup(port, description_source), control)]
 
 
 def run_dynamics_only(args: argparse.Namespace) -> int:
     """``plag-ros run``: the dynamics node joining a running robot's graph; with
     ``--driver PORT``, the torque-mode nodes on the robot's bus."""
     if args.driver:
-        return _bring_up(with_model(torque_specs(args.driver, args.control), args.model),
-                         args, motion=False)
+        specs = torque_specs(args.driver, args.control, args.description_source or 'file')
+        return _bring_up(with_model(specs, args.model), args, motion=False)
     if args.control:
         print('plag-ros: run --control needs --driver PORT (torque mode); the position path '
               "on the robot's own driver is `ros2 launch plag_ros crane_x7.launch.py "
               'control:=true`', file=sys.stderr)
         return 2
-    return _bring_up(with_model(robot_specs(args.description_source), args.model), args,
-                     motion=False)
+    return _bring_up(with_model(robot_specs(args.description_source or 'topic'), args.model),
+                     args, motion=False)
 
 
 def with_model(specs: list[NodeSpec], model: Path | None, sim_model: Path | None = None
@@ -815,12 +817,13 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``plag-ros run``."""
     _common(parser)
     parser.add_argument('--description-source', choices=('topic', 'file'),
-                        default='topic', help='where the dynamics node takes the model from '
-                        "(default: the robot's robot_description topic)")
+                        default=None, help='where the nodes take the model from (default: '
+                        "the robot's robot_description topic; with --driver, the bundled "
+                        'URDF)')
     parser.add_argument('--driver', default=None, metavar='PORT',
                         help="torque mode: our bus driver plag_driver on the servo bus PORT "
-                             "(/dev/ttyUSB0) in place of the robot's driver, the dynamics node "
-                             'on the bundled URDF (docs/concepts/torque-mode.md)')
+                             "(/dev/ttyUSB0) in place of the robot's driver "
+                             '(docs/concepts/torque-mode.md)')
     parser.add_argument('--control', action='store_true',
                         help='with --driver, also start impedance_node on the effort path '
                              '(config/torque_mode.yaml; ~/enable puts the arm in current '

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from plag_ros.core.common.options import options
 from plag_ros.core.control.settings import (
     EFFORT_COMMAND_TOPIC,
     FORWARD_COMMAND_TOPIC,
@@ -33,7 +34,11 @@ LATCHED = 'reliable, transient local, depth 1'
 
 
 def setting_value(settings: object, name: str) -> object:
-    """``settings.a.b`` for ``name`` 'a.b'."""
+    """The value of option ``name`` (dotted, as the node's parameter is named) in
+    ``settings``, or of a property of theirs (``command_kind``)."""
+    values = {option.name: option.default for option in options(settings)}
+    if name in values:
+        return values[name]
     value = settings
     for part in name.split('.'):
         value = getattr(value, part)
@@ -116,7 +121,14 @@ DYNAMICS = (
 )
 """``plag_dynamics`` (:mod:`plag_ros.ros.nodes.dynamics_node`)."""
 
+_MODEL_AT_START = Endpoint(
+    'in', 'robot_description', _STRING, LATCHED,
+    "the URDF text: the model, taken once at start with robot_description_source 'topic'; "
+    'a later one with another model is logged as an error, never taken '
+    '(plag_ros.ros.robot_description)')
+
 IMPEDANCE = (
+    _MODEL_AT_START,
     Endpoint('in', 'joint_states', _JS, RELIABLE.format(depth=10),
              'measured state, any joint order; one stamped longer ago than the stale '
              'limit is not used (a backlog of up to 10 is read in a few ms)'),
@@ -190,6 +202,7 @@ SIM = (
 """``plag_sim`` (:mod:`plag_ros.ros.nodes.sim_node`)."""
 
 DRIVER = (
+    _MODEL_AT_START,
     Endpoint('out', 'joint_states', _JS, RELIABLE.format(depth=10),
              "the chain's 8 joints in chain order: position [rad], velocity [rad/s], effort = "
              'current [A] x 2.20 (XM430) or 3.60 (XM540), stamped when read'),

@@ -81,7 +81,7 @@ def robot_arguments() -> list[LaunchArgument]:
                        "into /controller_manager (controller_manager's spawner)", 'true',
                        boolean=True),
         _RVIZ,
-        LaunchArgument('robot_description_source', "dynamics model: 'topic' (the robot's "
+        LaunchArgument('robot_description_source', "the nodes' model: 'topic' (the robot's "
                        "robot_description) or 'file' (bundled URDF)", 'topic',
                        DESCRIPTION_SOURCES),
         LaunchArgument('controllers_file', f'ros2_control parameter file of {CONTROLLER}; it '
@@ -105,8 +105,8 @@ def replay_arguments() -> list[LaunchArgument]:
         _RVIZ,
         LaunchArgument('control', 'start the partial-impedance controller on sim time (its '
                        'commands reach no robot)', 'false', boolean=True),
-        LaunchArgument('robot_description_source', "dynamics model: 'file' (bundled URDF) or "
-                       "'topic' (a robot_description published alongside)", 'file',
+        LaunchArgument('robot_description_source', "the nodes' model: 'file' (bundled URDF) "
+                       "or 'topic' (a robot_description published alongside)", 'file',
                        DESCRIPTION_SOURCES),
         LaunchArgument('robot_state_publisher', "/tf from the replayed joint states: 'auto' "
                        "(when installed), 'true' (required) or 'false'", 'auto', TF_MODES),
@@ -123,6 +123,9 @@ def torque_arguments() -> list[LaunchArgument]:
         LaunchArgument('rviz', 'start rviz2 with the plag_ros displays (and '
                        'robot_state_publisher with the bundled URDF for its /tf)', 'false',
                        boolean=True),
+        LaunchArgument('robot_description_source', "the nodes' model: 'file' (bundled URDF) "
+                       "or 'topic' (the robot_description a robot_state_publisher of the "
+                       "lab's own publishes)", 'file', DESCRIPTION_SOURCES),
     ]
 
 
@@ -225,6 +228,15 @@ def _dynamics(description_source: object, **overrides: object) -> NodeSetup:
                      {'robot_description_source': description_source, **overrides})
 
 
+def _impedance(params_file: str, description_source: object, **overrides: object
+               ) -> NodeSetup:
+    # one model source for every node of a setup: the controller's model is the one the
+    # dynamics node decomposes with
+    return NodeSetup('impedance_node', 'plag_impedance', params_file,
+                     {'robot_description_source': description_source, **overrides},
+                     control_only=True)
+
+
 def sim_setup() -> list[NodeSetup]:
     """The simulated CRANE-X7: simulator, dynamics node, controller with ``control``."""
     return [
@@ -235,8 +247,8 @@ def sim_setup() -> list[NodeSetup]:
         # urdf_path.
         _dynamics('topic', robot_description_timeout=0.0),
         # The simulator emulates the driver's controller manager: switch through it.
-        NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml',
-                  {'switch.method': 'sim'}, control_only=True),
+        _impedance('impedance.yaml', 'topic', robot_description_timeout=0.0,
+                   **{'switch.method': 'sim'}),
     ]
 
 
@@ -252,20 +264,22 @@ def robot_setup(description_source: object = 'topic', controller_file: object = 
     impedance = {'command.controller_file': controller_file} if controller_file else {}
     return [
         _dynamics(description_source),
-        NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml', impedance,
-                  control_only=True),
+        _impedance('impedance.yaml', description_source, **impedance),
     ]
 
 
-def torque_setup(port: object = '/dev/ttyUSB0') -> list[NodeSetup]:
+def torque_setup(port: object = '/dev/ttyUSB0', description_source: object = 'file'
+                 ) -> list[NodeSetup]:
     """Torque mode on the real CRANE-X7 (docs/concepts/torque-mode.md): our bus driver on
-    ``port`` in place of the robot's, the dynamics node on the bundled URDF (no
-    robot_description is published in this mode), the controller on the effort path with
-    ``control`` (config/torque_mode.yaml, ``switch.method: driver``)."""
+    ``port`` in place of the robot's, the dynamics node, the controller on the effort path
+    with ``control`` (config/torque_mode.yaml, ``switch.method: driver``). All three take
+    their model from ``description_source``: 'file' (the bundled URDF; this mode publishes
+    no robot_description of its own) or 'topic'."""
     return [
-        NodeSetup('driver_node', 'plag_driver', 'torque_mode.yaml', {'port': port}),
-        _dynamics('file'),
-        NodeSetup('impedance_node', 'plag_impedance', 'torque_mode.yaml', control_only=True),
+        NodeSetup('driver_node', 'plag_driver', 'torque_mode.yaml',
+                  {'port': port, 'robot_description_source': description_source}),
+        _dynamics(description_source),
+        _impedance('torque_mode.yaml', description_source),
     ]
 
 
@@ -276,8 +290,7 @@ def replay_setup(description_source: object = 'file') -> list[NodeSetup]:
     commands reach no robot: it runs to study what it would have sent."""
     return [
         _dynamics(description_source, use_sim_time=True),
-        NodeSetup('impedance_node', 'plag_impedance', 'impedance.yaml',
-                  {'use_sim_time': True}, control_only=True),
+        _impedance('impedance.yaml', description_source, use_sim_time=True),
     ]
 
 

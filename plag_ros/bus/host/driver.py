@@ -67,6 +67,7 @@ from plag_ros.bus.control_table import CURRENT_UNIT, HOME_COUNT, VELOCITY_UNIT, 
 from plag_ros.bus.host.envelope import Envelope
 from plag_ros.core.common.options import group, inline, option, options
 from plag_ros.core.control.settings import EFFORT_CONTROLLER
+from plag_ros.core.dynamics.description import DescriptionSettings
 from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.dynamics.motors import MOTORS, PULSE_RAD, Motor
 
@@ -236,8 +237,7 @@ class DriverNodeSettings:
     (the gravity torque of a switch, an unknown servo and a hold without commands)."""
 
     bus: DriverSettings = inline(DriverSettings)
-    urdf_path: str = option('', "URDF for the gravity torque ('' = the bundled crane_x7.urdf)",
-                            read_only=True)
+    description: DescriptionSettings = inline(DescriptionSettings)
     model: ModelSettings = group(ModelSettings)
 
 
@@ -1169,7 +1169,11 @@ def gravity_in_chain_order(model: RobotModel, joints: Sequence[str]
                            ) -> Callable[[np.ndarray], np.ndarray]:
     """The ``gravity`` of :class:`BusDriver` for ``model``: (len(joints),) positions [rad]
     in chain order -> gravity torque [N*m] of those joints, same order (the engine's,
-    through the model's actuation matrix, mimic joints included)."""
+    through the model's actuation matrix, mimic joints included).
+
+    Raises:
+        ValueError: a chain joint the model does not actuate.
+    """
     import torch
 
     from plag_ros.core.dynamics.engine import PartialLagrangian
@@ -1178,6 +1182,10 @@ def gravity_in_chain_order(model: RobotModel, joints: Sequence[str]
     engine = PartialLagrangian(model, dtype=torch.float64)
     G, offset = actuation_matrix(model)
     act_names = model.actuated_names
+    missing = [j for j in joints if j not in act_names]
+    if missing:
+        raise ValueError(f'the model {model.name!r} has no actuated joints {missing} of the '
+                         'servo chain: it is not the robot on this bus')
     index = np.array([act_names.index(j) for j in joints])
 
     def gravity(q_chain: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from plag_ros.core.common.options import Option, build, group, option, options
+from plag_ros.core.common.options import Option, build, group, inline, option, options
 from plag_ros.core.control.config import (
     CONTROL_ESTIMATOR,
     CommandInterface,
@@ -40,6 +40,7 @@ from plag_ros.core.control.config import (
 )
 from plag_ros.core.control.references import HoldReference, SineReference
 from plag_ros.core.dynamics import motors
+from plag_ros.core.dynamics.description import DescriptionSettings
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.estimation.filters import EstimatorConfig
@@ -230,8 +231,7 @@ class ImpedanceSettings:
         ValueError: a value the node cannot run with; the message names the parameter.
     """
 
-    urdf_path: str = option('', 'URDF of the controlled robot; empty: the bundled '
-                            'crane_x7.urdf', read_only=True)
+    description: DescriptionSettings = inline(DescriptionSettings)
     model: ModelSettings = group(ModelSettings)
     command_interface: CommandInterface = option(
         'position', "'position' (the real CRANE-X7 driver: it has no effort interface) or "

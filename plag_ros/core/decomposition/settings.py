@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from plag_ros.core.common.options import Option, group, option, options
+from plag_ros.core.common.options import Option, group, inline, option, options
+from plag_ros.core.dynamics.description import DescriptionSettings
 from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.dynamics.motors import DEFAULT_POSITION_RESOLUTION
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.core.estimation.plausibility import PlausibilityConfig
 
-__all__ = ['DescriptionSource', 'DynamicsSettings', 'FrictionReportSettings',
+__all__ = ['DynamicsSettings', 'FrictionReportSettings',
            'StampSource', 'dynamics_options']
 
-DescriptionSource = Literal['topic', 'parameter', 'file']
 StampSource = Literal['header', 'receive']
 
 # A reliable keep-last writer drops samples a slow reader has not acknowledged once its
@@ -61,18 +60,7 @@ class DynamicsSettings:
         ValueError: inconsistent settings (the message names the parameter).
     """
 
-    robot_description_source: DescriptionSource = option(
-        'topic', "where the model comes from: 'topic' (robot_description, transient local; "
-        "falls back to urdf_path after robot_description_timeout), 'parameter' or 'file'",
-        read_only=True)
-    robot_description: str = option(
-        '', "URDF XML, used when robot_description_source is 'parameter'", read_only=True)
-    urdf_path: str = option(
-        '', "URDF file for 'file' and the topic fallback; empty: the bundled crane_x7.urdf",
-        read_only=True)
-    robot_description_timeout: float = option(
-        5.0, 'seconds to wait for robot_description before falling back to urdf_path; 0 '
-        'waits forever', low=0.0, high=3600.0, read_only=True)
+    description: DescriptionSettings = inline(DescriptionSettings)
     model: ModelSettings = group(ModelSettings)
     frame_id: str = option('', 'frame of stamped outputs and markers; empty: the URDF root '
                            'link', read_only=True)
@@ -124,17 +112,9 @@ class DynamicsSettings:
                                              exclude=('jump_slack', 'reanchor_samples'))
 
     def __post_init__(self) -> None:
-        for name, allowed in (('robot_description_source', ('topic', 'parameter', 'file')),
-                              ('stamp_source', ('header', 'receive'))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f'{name} must be one of {list(allowed)}, got '
-                                 f'{getattr(self, name)!r}')
-        source = self.robot_description_source
-        if source == 'parameter' and not self.robot_description.strip():
-            raise ValueError("robot_description_source is 'parameter' but robot_description "
-                             'is empty')
-        if self.urdf_path and source != 'parameter' and not Path(self.urdf_path).is_file():
-            raise ValueError(f'urdf_path {self.urdf_path!r} is not a file')
+        if self.stamp_source not in ('header', 'receive'):
+            raise ValueError(f"stamp_source must be one of ['header', 'receive'], got "
+                             f'{self.stamp_source!r}')
 
     @property
     def input_queue_depth(self) -> int:

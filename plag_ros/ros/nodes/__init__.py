@@ -7,12 +7,16 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes stays cheap
+    from rclpy.executors import Executor
     from rclpy.node import Node
 
-__all__ = ['driver_main', 'dynamics_main', 'impedance_main', 'sim_main', 'spin_node']
+__all__ = ['driver_main', 'dynamics_main', 'impedance_main', 'sim_main', 'spin_node',
+           'spin_with_shutdown']
+
+N = TypeVar('N', bound='Node')
 
 SPIN_POLL_S = 0.1
 """Longest executor wait [s]: the spin loop looks at the context and Ctrl-C this often."""
@@ -169,3 +173,63 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         faulthandler.cancel_dump_traceback_later()   # shut down in time: the caller goes on
+
+
+def spin_with_shutdown(factory: Callable[[], N], shutdown: Callable[[N, Executor], None],
+                       args: list[str] | None = None) -> None:
+    """Init rclpy, spin the node ``factory()`` builds on an executor of its own until
+    SIGINT, SIGTERM or an external shutdown, then ``shutdown(node, executor)`` while the
+    context is still up (a controller holds and switches the arm back), and shut down.
+
+    Unlike :func:`spin_node`, a signal while the node runs only sets a flag that the spin
+    loop checks (a ``KeyboardInterrupt`` inside a binding call would surface as a
+    ``RuntimeError``), and no deadline cuts the shutdown short: its own timeouts bound it.
+    A signal while the node is built (a wait for ``robot_description``) ends the build
+    with ``KeyboardInterrupt``: there is nothing to switch back yet. Exits quietly.
+    """
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from plag_ros.ros import rclpy_compat
+
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop: list[int] = []
+
+    def on_signal(signum, frame) -> None:
+        stop.append(signum)
+        if node is None:
+            raise KeyboardInterrupt
+
+    node: N | None = None
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    executor = SingleThreadedExecutor()
+    try:
+        node = factory()
+        executor.add_node(node)
+        while not stop and rclpy.ok():
+            executor.spin_once(timeout_sec=SPIN_POLL_S)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        if node is not None or not stop:    # else: a build cut short inside a binding call
+            raise
+    finally:
+        if node is not None:
+            try:
+                shutdown(node, executor)
+            except Exception as err:  # noqa: BLE001 - best effort on the way out
+                node.get_logger().error(f'shutdown failed: {err}')
+        # Our executor, not rclpy's global one: shut down before the node and the context,
+        # so its guard conditions and tasks are not torn down after the context at exit
+        # (a CI run saw the impedance node die with -11 after a clean Ctrl-C hold and
+        # switch-back).
+        executor.shutdown(timeout_sec=1.0)
+        if node is not None:
+            node.destroy_node()
+        rclpy_compat.try_shutdown()
+        # Ignored from here on, not restored: a second Ctrl-C (a terminal and ros2 launch
+        # each send one) arriving while the interpreter finalises would otherwise meet the
+        # default action and end the process with -SIGINT instead of 0.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)

@@ -24,7 +24,10 @@ does the bus; this node is its ROS face). What it offers, with the robot driver'
 * ``~/state`` (std_msgs/String, JSON, transient local): modes, fault, counters, on every
   change and once a second; ``~/clear_fault`` (std_srvs/Trigger).
 
-The gripper stays in position mode, holding where it is. MoveIt's trajectory controller
+Its model (the gravity torque of a switch and of a hold) is taken once, at start, from
+``robot_description_source`` (:mod:`plag_ros.ros.robot_description`); one that lacks a
+joint of the chain is an error at start. The gripper stays in position mode, holding
+where it is. MoveIt's trajectory controller
 is not there: trajectories are followed point to point, without its tolerances or its
 action interface. The bus runs in a thread of its own at ``rate_hz``; callbacks only hand
 commands over. On SIGINT/SIGTERM the node holds every joint in position mode at its pose,
@@ -64,12 +67,12 @@ from plag_ros.core.control.settings import (
     TRAJECTORY_COMMAND_TOPIC,
     TRAJECTORY_CONTROLLER,
 )
-from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.dynamics.motors import ARM_JOINTS
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
+from plag_ros.ros.robot_description import StartModel
 
 __all__ = ['NODE_NAME', 'DriverNode', 'main']
 
@@ -92,8 +95,8 @@ class DriverNode(Node):
             raise ValueError(f'{NODE_NAME}: use_sim_time must be false: the servos, their Bus '
                              'Watchdog and the age of every command run on the wall clock')
         config = BusConfig.load(s.bus.chain or CRANE_X7_BUS)
-        model, parameters = model_with_parameters(
-            RobotModel.from_urdf(s.urdf_path or default_urdf_path()), s.model.parameters)
+        self.urdf = StartModel(self, s.description)    # before the other entities: it spins
+        model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)
         torch.set_num_threads(1)
         joints = [spec.joint for spec in config.servos]
         calibration = None

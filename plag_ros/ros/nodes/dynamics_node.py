@@ -43,7 +43,7 @@ from visualization_msgs.msg import MarkerArray
 from plag_ros.core.common.options import build
 from plag_ros.core.decomposition import live as live_core
 from plag_ros.core.decomposition.settings import DynamicsSettings, dynamics_options
-from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.ros import messages as msgs
 from plag_ros.ros import qos, topics, tuning
@@ -121,16 +121,16 @@ class DynamicsNode(Node):
         self._input_qos = qos.reliable(s.input_queue_depth)
         self._sub_state: Subscription | None = None
         self._fallback_timer: Timer | None = None
-        if s.robot_description_source == 'file':
+        if s.description.robot_description_source == 'file':
             self._load_file('file')
-        elif s.robot_description_source == 'parameter':
-            self._set_model(self._with_parameters(RobotModel.from_urdf(s.robot_description)),
-                            'parameter')
+        elif s.description.robot_description_source == 'parameter':
+            self._set_model(self._with_parameters(
+                RobotModel.from_urdf(s.description.robot_description)), 'parameter')
         else:
             self._sub_description = self.create_subscription(
                 String, 'robot_description', self._on_description,
                 qos.LATCHED)
-            timeout = s.robot_description_timeout
+            timeout = s.description.robot_description_timeout
             if timeout > 0.0:
                 self._fallback_timer = self.create_timer(timeout, self._on_description_timeout)
             self.get_logger().info('waiting for robot_description (fallback to the URDF file '
@@ -184,7 +184,7 @@ class DynamicsNode(Node):
 
     # ------------------------------------------------------------------ model
     def _load_file(self, why: str) -> None:
-        path = self.settings.urdf_path or str(default_urdf_path())
+        path = self.settings.description.file
         self._set_model(self._with_parameters(RobotModel.from_urdf(path)), f'{why}:{path}')
 
     def _with_parameters(self, model: RobotModel) -> RobotModel:
@@ -218,9 +218,9 @@ class DynamicsNode(Node):
         if self._fallback_timer is not None:    # this callback is that timer's
             self._fallback_timer.cancel()
         if self.model is None:
-            self.get_logger().warning('no robot_description received within '
-                                      f'{self.settings.robot_description_timeout} s; using '
-                                      'the URDF file')
+            timeout = self.settings.description.robot_description_timeout
+            self.get_logger().warning(f'no robot_description received within {timeout} s; '
+                                      'using the URDF file')
             self._load_file('fallback')
 
     def _set_model(self, model: RobotModel, source: str) -> None:

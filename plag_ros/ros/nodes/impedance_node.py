@@ -1,9 +1,10 @@
 """``plag_impedance``: partial-impedance control of the CRANE-X7.
 
 Per ``joint_states`` message the node maps the joints by name, runs
-:class:`plag_ros.core.control.impedance.PartialImpedanceController` (its own estimator, tuned for
-control, then the decomposition and the law) and publishes the command at once; a timer at
-``rate_hz`` runs the watchdog, which holds when the input goes stale. Parameters:
+:class:`plag_ros.core.control.impedance.PartialImpedanceController` (its own estimator, then
+the decomposition and the law) and publishes the command at once; a timer at ``rate_hz``
+runs the watchdog, which holds when the input goes stale. The model is taken once, at start
+(:mod:`plag_ros.ros.robot_description`). Parameters:
 :class:`plag_ros.core.control.settings.ImpedanceSettings` (config/impedance.yaml).
 
 Its topics and services (``joint_states`` and ``~/reference`` in; the command on
@@ -26,7 +27,6 @@ past the stale limit; a position jump that persists latches a fault."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Sequence
 
@@ -47,7 +47,6 @@ from plag_ros.core.control.impedance import Command, PartialImpedanceController
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings, safety_parameters
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.engine import PartialLagrangian
-from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
@@ -55,6 +54,7 @@ from plag_ros.ros.arm_handover import ArmHandover
 from plag_ros.ros.controller_switch import sleep
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
+from plag_ros.ros.robot_description import StartModel
 
 __all__ = ['NODE_NAME', 'ImpedanceNode', 'main']
 
@@ -78,8 +78,8 @@ class ImpedanceNode(Node):
         try:
             self.settings = s = ImpedanceSettings.from_values(values)
             torch.set_num_threads(s.torch_threads)
-            self.model, parameters = model_with_parameters(
-                RobotModel.from_urdf(s.urdf_path or default_urdf_path()), s.model.parameters)
+            self.urdf = StartModel(self, s.description)    # first: it spins the node
+            self.model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)
             config = s.controller_config(self.model)
             if parameters is not None:
                 config = config.with_model_parameters(parameters, self.model)
@@ -346,54 +346,15 @@ class ImpedanceNode(Node):
             executor.spin_until_future_complete(pending, timeout_sec=timeout_s)
         while self.own.switching and time.monotonic() < deadline and self.context.ok():
             executor.spin_once(timeout_sec=0.01)
-        task = executor.create_task(self.handover.release)
-        executor.spin_until_future_complete(task, timeout_sec=max(deadline - time.monotonic(),
-                                                                  0.1))
+        executor.spin_until_future_complete(executor.create_task(self.handover.release),
+                                            timeout_sec=max(deadline - time.monotonic(), 0.1))
 
 
 def main(args: list[str] | None = None) -> None:
     """Console script ``impedance_node``: spin :class:`ImpedanceNode` until shutdown; on
     Ctrl-C hold and switch the driver's controller back before exiting."""
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
-
-    from plag_ros.ros import rclpy_compat
-
-    # Our own SIGINT/SIGTERM handling: the context must outlive Ctrl-C to switch back, and
-    # a KeyboardInterrupt raised inside a binding call would surface as a RuntimeError;
-    # the handler only sets a flag that the spin loop checks.
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    node = None
-    executor = SingleThreadedExecutor()
-    try:
-        node = ImpedanceNode()
-        executor.add_node(node)
-        while not stop and rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            try:
-                node.shutdown(executor)
-            except Exception as err:  # noqa: BLE001 - best effort on the way out
-                node.get_logger().error(f'shutdown switch-back failed: {err}')
-        # Our executor, not rclpy's global one: shut down before the node and the context,
-        # so its guard conditions and tasks are not torn down after the context at exit
-        # (a CI run saw this node die with -11 after a clean Ctrl-C hold and switch-back).
-        executor.shutdown(timeout_sec=1.0)
-        if node is not None:
-            node.destroy_node()
-        rclpy_compat.try_shutdown()
-        # Ignored from here on, not restored: a second Ctrl-C (a terminal and ros2 launch
-        # each send one) arriving while the interpreter finalises would otherwise meet the
-        # default action and end the process with -SIGINT instead of 0.
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
+    from plag_ros.ros.nodes import spin_with_shutdown
+    spin_with_shutdown(ImpedanceNode, ImpedanceNode.shutdown, args)
 
 
 if __name__ == '__main__':

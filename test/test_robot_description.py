@@ -8,18 +8,22 @@ texts built here: the bundled CRANE-X7 with a heavier wrist link (a tool clamped
 body mass the bundled file does not have."""
 from __future__ import annotations
 
+import json
 import signal
 import time
 
 import pytest
 import rclpy
+from parameter_files import node_parameters
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from ros_domains import domain
-from ros_helpers import LATCHED, start_node, wait_until
-from std_msgs.msg import String
+from ros_helpers import LATCHED, RosClient, start_node, wait_until
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
 
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.motors import ARM_JOINTS
 from plag_ros.ros import node_setups
 from plag_ros.ros.nodes.driver_node import DriverNode
 from plag_ros.ros.nodes.impedance_node import ImpedanceNode
@@ -68,28 +72,55 @@ def spin_until(node, predicate, what: str, timeout_s: float = 30.0) -> None:
         executor.shutdown()
 
 
+def enable_now(node: ImpedanceNode):
+    """``~/enable true`` on the node, answered without awaiting anything (a refusal)."""
+    from std_srvs.srv import SetBool
+
+    coroutine = node._on_enable(SetBool.Request(data=True), SetBool.Response())
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError('the enable awaited a switch: it was not refused')
+
+
 def test_the_controller_takes_the_published_model_once(context):
     """plag_impedance with 'topic' takes the robot's description (the heavy wrist, not the
-    bundled file); the same model written otherwise changes nothing; another model (the
-    bundled file) is counted and not taken: the controller keeps the model it started with."""
+    bundled file) into its law; the same model written otherwise (a byte order mark, a
+    comment) changes nothing; another model (the bundled file) and a text that is no URDF
+    are counted, not taken, do not stop the node, and ~/enable is refused from then on."""
     publisher = rclpy.create_node('plag_test_description', context=context)
     pub = publisher.create_publisher(String, 'robot_description', LATCHED)
-    pub.publish(String(data=HEAVY))
+    pub.publish(String(data='\ufeff' + HEAVY))
     node = ImpedanceNode(context=context, parameter_overrides=source('topic', 60.0))
     try:
         heavy = RobotModel.from_urdf(HEAVY)
-        assert node.urdf.source == 'topic'
-        assert not node.model.changes_from(heavy)
-        assert 'mass' in node.model.changes_from(
+        assert node.urdf.source == 'topic' and node.urdf.rejected == 0
+        for used in (node.urdf.model, node.model, node.controller.engine.model):
+            assert not used.changes_from(heavy)
+        assert 'mass' in node.urdf.model.changes_from(
             RobotModel.from_urdf(BUNDLED)).changed_bodies[WRIST]
-        # robot_state_publisher's text of the same model: a comment more
+        # a subscriber on the command topic: the enable gets past that check
+        publisher.create_subscription(Float64MultiArray, node._pub_command.topic_name,
+                                      lambda msg: None, 10)
+        spin_until(node, lambda: node._pub_command.get_subscription_count() > 0,
+                   'the command subscriber')
         pub.publish(String(data=HEAVY.replace('<robot ', '<!-- xacro -->\n<robot ', 1)))
         spin_until(node, lambda: node.urdf.received == 1, 'the same model')
-        assert node.urdf.changed == 0
+        assert node.urdf.changed == 0 and node.urdf.difference == ''
+        assert 'robot_description' not in enable_now(node).message
         pub.publish(String(data=BUNDLED))
         spin_until(node, lambda: node.urdf.received == 2, 'another model')
-        assert node.urdf.changed == 1
-        assert not node.model.changes_from(heavy)
+        assert node.urdf.changed == 1 and WRIST in node.urdf.difference
+        pub.publish(String(data='/etc/passwd'))       # no XML: never read as a path
+        spin_until(node, lambda: node.urdf.received == 3, 'a text that is no URDF')
+        assert node.urdf.changed == 2 and 'not URDF XML' in node.urdf.difference
+        for used in (node.urdf.model, node.model, node.controller.engine.model):
+            assert not used.changes_from(heavy)
+        refused = enable_now(node)
+        assert not refused.success and 'robot_description differs' in refused.message, \
+            refused.message
+        assert not node.controller.enabled
     finally:
         node.destroy_node()
         publisher.destroy_node()
@@ -97,19 +128,86 @@ def test_the_controller_takes_the_published_model_once(context):
 
 def test_without_a_description_the_controller_falls_back_to_the_file(context):
     """No robot_description within the timeout: the bundled URDF, said as 'fallback'; a
-    description that does not load is rejected and the wait goes on to the same end."""
+    description that does not load is rejected (counted) and the wait goes on to the same
+    end."""
     publisher = rclpy.create_node('plag_test_description', context=context)
     pub = publisher.create_publisher(String, 'robot_description', LATCHED)
     pub.publish(String(data='<robot name="broken"><link name="a"/>'))
-    start = time.monotonic()
-    node = ImpedanceNode(context=context, parameter_overrides=source('topic', 1.0))
+    node = ImpedanceNode(context=context, parameter_overrides=source('topic', 5.0))
     try:
-        assert time.monotonic() - start >= 1.0
+        assert node.urdf.rejected == 1
+        assert node.urdf.waited_s >= 5.0
         assert node.urdf.source == f'fallback:{default_urdf_path()}'
         assert not node.model.changes_from(RobotModel.from_urdf(BUNDLED))
     finally:
         node.destroy_node()
         publisher.destroy_node()
+
+
+def test_the_driver_and_the_controller_must_compute_with_one_model(context):
+    """On the effort path through plag_driver, ~/enable is refused while the driver's
+    ~/state reports a model digest other than the node's (its gravity torque at the
+    switch and in the hold would not be the law's), and passes that check when they
+    agree."""
+    publisher = rclpy.create_node('plag_test_description', context=context)
+    torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
+    node = ImpedanceNode(context=context, parameter_overrides=[
+        Parameter(name, value=value) for name, value in torque_mode.items()])
+    try:
+        publisher.create_subscription(JointState, node._pub_command.topic_name,
+                                      lambda msg: None, 10)
+        spin_until(node, lambda: node._pub_command.get_subscription_count() > 0,
+                   'the command subscriber')
+        joints = list(ARM_JOINTS)
+        ours = node.urdf.report(node.model)
+        assert ours['digest'] == RobotModel.from_urdf(BUNDLED).digest()
+
+        def driver_state(digest: str) -> String:
+            return String(data=json.dumps({
+                'fault': '', 'modes': {j: 'position' for j in joints},
+                'active_arm_controller': 'crane_x7_arm_controller',
+                'model': {'source': 'fallback:x', 'digest': digest, 'changed': 0}}))
+
+        node.handover._on_driver_state(driver_state(RobotModel.from_urdf(HEAVY).digest()))
+        refused = enable_now(node)
+        assert not refused.success and "/plag_driver's model" in refused.message, \
+            refused.message
+        node.handover._on_driver_state(driver_state(ours['digest']))
+        assert 'model' not in enable_now(node).message
+    finally:
+        node.destroy_node()
+        publisher.destroy_node()
+
+
+def test_parameters_are_refused_while_the_node_waits_for_its_model(tmp_path):
+    """Set during the wait, a parameter would read back set and never be used (the
+    settings were read before): it is refused, and reads back unchanged once the node
+    has started."""
+    from rcl_interfaces.srv import GetParameters, SetParameters
+
+    with RosClient(DOMAIN_ID, 'plag_test_description') as client:
+        node = start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                          params={'robot_description_source': 'topic',
+                                  'robot_description_timeout': 0.0})
+        try:
+            wait_until(lambda: 'waiting for robot_description' in node.output(), 120.0,
+                       'the wait')
+            request = SetParameters.Request(parameters=[
+                Parameter('gravity_compensation', value=False).to_parameter_msg()])
+            result = client.call(SetParameters, '/plag_impedance/set_parameters', request,
+                                 once=True).results[0]
+            assert not result.successful and 'starting' in result.reason, result.reason
+            pub = client.publisher(String, 'robot_description', LATCHED)
+            pub.publish(String(data=BUNDLED))
+            wait_until(lambda: "model 'crane_x7' from topic" in node.output(), 120.0,
+                       'the model')
+            read = client.call(GetParameters, '/plag_impedance/get_parameters',
+                               GetParameters.Request(names=['gravity_compensation']))
+            assert read.values[0].bool_value is True
+            assert node.stop() == 0, node.tail()
+        finally:
+            if node.alive():
+                node.process.kill()
 
 
 def test_the_parameter_source_and_the_file_source(context, tmp_path):
@@ -141,8 +239,9 @@ def test_the_driver_refuses_a_model_without_the_chains_joints(context, tmp_path)
 @pytest.mark.parametrize('module', ['impedance_node', 'driver_node'])
 def test_ctrl_c_ends_a_wait_for_the_description(tmp_path, module):
     """A node waiting without end for robot_description (timeout 0, as sim.launch.py's
-    controller does) ends on SIGINT at once, with exit code 0: ``ros2 launch`` must not
-    escalate to SIGKILL because the robot never came up."""
+    controller does) ends on Ctrl-C at once, with exit code 0 and no traceback, the second
+    SIGINT of a terminal included: ``ros2 launch`` must not escalate to SIGKILL because
+    the robot never came up."""
     node = start_node(module, domain_id=DOMAIN_ID, log_dir=tmp_path,
                       params={'robot_description_source': 'topic',
                               'robot_description_timeout': 0.0,
@@ -153,6 +252,8 @@ def test_ctrl_c_ends_a_wait_for_the_description(tmp_path, module):
         wait_until(lambda: 'waiting for robot_description' in node.output(), 120.0,
                    'the wait')
         node.process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        node.process.send_signal(signal.SIGINT)      # a terminal and ros2 launch: two
         node.process.wait(30)
         assert node.process.returncode == 0, node.tail()
         assert 'Traceback' not in node.output(), node.tail()

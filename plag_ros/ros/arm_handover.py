@@ -48,6 +48,8 @@ class ArmHandover:
         command_names: ``command.joints``, validated.
         callback_group: a reentrant group for the service clients and the coroutine timer.
         ctl: the node's controller (latches the bus driver's faults).
+        model: the node's model as ``~/state`` reports it (``source``, ``digest``): on the
+            bus driver, an enable needs the driver's model to have the same digest.
 
     Attributes:
         own: who holds the arm (read by the node for every command).
@@ -56,8 +58,9 @@ class ArmHandover:
     """
 
     def __init__(self, node: Node, settings: ImpedanceSettings, command_names: list[str],
-                 callback_group, ctl: PartialImpedanceController) -> None:
+                 callback_group, ctl: PartialImpedanceController, model: dict) -> None:
         self.node, self.kind, self.command_names = node, settings.command_kind, command_names
+        self.model = model      # ~/state's model entry: the driver's must have its digest
         self.ctl = ctl
         self.controller = settings.target_controller
         self.switch: ControllerSwitch | None = None
@@ -95,6 +98,7 @@ class ArmHandover:
         self.driver_node = sw.driver_node if self.own.switch_method == 'driver' else None
         self.driver_heard = False
         self.driver_state_fault = ''    # the driver's fault as it reports it now
+        self.driver_model: dict = {}    # the driver's model entry as it reports it now
         if self.driver_node is not None:
             node.create_subscription(String, f'{self.driver_node}/state',
                                      self._on_driver_state, LATCHED)
@@ -157,6 +161,7 @@ class ArmHandover:
                              throttle_duration_sec=1.0)
             return
         self.driver_heard, self.driver_state_fault = True, fault
+        self.driver_model = dict(state.get('model') or {})
         effort = self.kind == 'effort'
         if effort and self.joint_check == 'unchecked':
             self.joint_check = driver_joint_check(self.command_names, list(modes))
@@ -174,12 +179,14 @@ class ArmHandover:
                 f'{self.driver_node}/clear_fault if it latched a fault, ~/enable true')
 
     def blocker(self, subscribers: int, topic: str, *, waiting: bool = False,
-                fault: str = '') -> str:
+                fault: str = '', model: str = '') -> str:
         """Why an enable must be refused now ('' when it may go ahead), given the number of
         ``subscribers`` to the command ``topic``, whether the controller is still
-        ``waiting`` for its first valid joint state and its ``fault``. Checked before any
-        switch: a driver put in current mode for a controller that cannot run yet gets
-        its hold torque, from a set point that may not be where the arm is."""
+        ``waiting`` for its first valid joint state, its ``fault`` and how the robot's
+        ``robot_description`` differs from the node's ``model`` ('' where it does not).
+        Checked before any switch: a driver put in current mode for a controller that
+        cannot run yet gets its hold torque, from a set point that may not be where the
+        arm is."""
         if subscribers == 0:
             return (f'nothing subscribes to {topic}: is the controller loaded and the driver '
                     'running? (refused)')
@@ -187,6 +194,15 @@ class ArmHandover:
             return f'{self.joint_check} (refused)'
         if self.driver_node is not None and not self.driver_heard:
             return f'no {self.driver_node}/state yet: is the driver running? (refused)'
+        theirs = self.driver_model.get('digest')
+        if self.driver_node is not None and theirs != self.model['digest']:
+            # its gravity torque at the switch and in the hold would not be the law's
+            return (f"{self.driver_node}'s model ({self.driver_model.get('source')}, digest "
+                    f"{theirs}) is not this node's ({self.model['source']}, digest "
+                    f"{self.model['digest']}): give both the same robot_description_source, "
+                    'urdf_path and model.parameters (refused)')
+        if model:
+            return f'{model}: start the node again to take it (refused)'
         if self.own.switching:
             return 'a controller switch is under way (refused)'
         if waiting:

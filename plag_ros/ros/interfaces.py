@@ -136,9 +136,10 @@ IMPEDANCE = (
              'set point of every actuated joint: position [rad], velocity [rad/s] '
              'optional'),
     Endpoint('in', '{switch.driver_node}/state', _STRING, LATCHED,
-             "plag_driver's state: its joints (checked against command.joints) and whether "
-             'it holds the arm itself (a fault latched, another controller active): then '
-             'nothing more is commanded', (('switch.method', 'driver'),)),
+             "plag_driver's state: its joints (checked against command.joints), its model "
+             "(~/enable is refused unless its digest is this node's) and whether it holds the "
+             'arm itself (a fault latched, another controller active): then nothing more is '
+             'commanded', (('switch.method', 'driver'),)),
     Endpoint('out', '{command_topic}', _ARRAY, RELIABLE.format(depth=10),
              'goal positions [rad] of command.joints in that order (forward controller)',
              (('command_kind', 'forward'),)),
@@ -156,7 +157,8 @@ IMPEDANCE = (
     Endpoint('out', '~/torque', _JS, RELIABLE.format(depth=10),
              'clipped impedance torque [N*m] in effort'),
     Endpoint('out', '~/state', _STRING, LATCHED,
-             'JSON: state, reason, alpha, saturated joints, counters'),
+             'JSON: state, reason, alpha, saturated joints, counters, model (source, digest, '
+             'changed)'),
     Endpoint('service', '~/enable', 'std_srvs/srv/SetBool', '',
              'enable (ramp in) / disable (hold)'),
     Endpoint('client', '{switch.controller_manager}/switch_controller',
@@ -207,7 +209,8 @@ DRIVER = (
              "the chain's 8 joints in chain order: position [rad], velocity [rad/s], effort = "
              'current [A] x 2.20 (XM430) or 3.60 (XM540), stamped when read'),
     Endpoint('out', '~/state', _STRING, LATCHED,
-             'JSON: modes per joint, the latched fault, active_arm_controller, counters'),
+             'JSON: modes per joint, the latched fault, active_arm_controller, counters, '
+             'model (source, digest, changed)'),
     Endpoint('in', TRAJECTORY_COMMAND_TOPIC, _TRAJ,
              RELIABLE.format(depth=10), 'arm joints by name, followed point to point '
              '(position mode)'),

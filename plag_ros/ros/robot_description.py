@@ -5,22 +5,27 @@
 
 * ``'topic'``: the robot's ``robot_description`` (transient local), waited for up to
   ``robot_description_timeout`` s (0: without end), then the URDF file, said in the log
-  as a warning. A text that does not parse is logged and the wait goes on;
+  as a warning. A text that does not load is logged and counted, and the wait goes on.
+  While the node waits, every parameter change is refused (the settings were read
+  before the wait; a change then would be reported set and never used);
 * ``'parameter'``: the ``robot_description`` parameter;
 * ``'file'``: ``urdf_path``, or the bundled crane_x7.urdf.
 
 The model is taken once: a model swapped under a running controller would change the
 torques it commands from one sample to the next. A ``robot_description`` whose model
 differs from the one taken (:meth:`RobotModel.changes_from`) is logged as an error and
-counted in :attr:`StartModel.changed`; the node keeps its model until it is started again.
-(``plag_dynamics``, which commands nothing, takes a new model between two samples.)
+counted in :attr:`StartModel.changed`; the node keeps its model until it is started again,
+and ``plag_impedance`` refuses ``~/enable`` meanwhile. (``plag_dynamics``, which commands
+nothing, takes a new model between two samples.) Nothing a publisher sends stops the node:
+a text that does not load is logged.
 """
 from __future__ import annotations
 
 import math
 import time
 
-from rclpy.executors import SingleThreadedExecutor
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import String
 
@@ -28,34 +33,54 @@ from plag_ros.core.dynamics.description import DescriptionSettings
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['WAIT_POLL_S', 'StartModel']
+__all__ = ['WAIT_POLL_S', 'StartModel', 'urdf_from_topic']
 
 WAIT_POLL_S = 0.1
 """Longest executor wait [s] while the node waits for ``robot_description``."""
+
+
+def urdf_from_topic(text: str) -> RobotModel:
+    """The model of a ``robot_description`` text (a byte order mark and blank lines before
+    it allowed). Never reads a file: a text that is no XML is refused.
+
+    Raises:
+        ValueError: not URDF XML, or a URDF the model refuses.
+    """
+    xml = text.lstrip('\ufeff \t\r\n')
+    if not xml.startswith('<'):
+        raise ValueError(f'not URDF XML (starts with {text[:20]!r})')
+    return RobotModel.from_urdf(xml)
 
 
 class StartModel:
     """The model of ``node`` from ``settings``, taken in the constructor.
 
     Args:
-        node: the node being built; it is spun on an executor of its own while waiting,
-            so build this before any other entity of the node.
+        node: the node being built, its parameters declared; it is spun on an executor of
+            its own while waiting, so build this before any other entity of the node.
         settings: where the model comes from.
 
     Attributes:
         model: the model (before ``model.parameters`` are applied).
         source: ``'topic'``, ``'parameter'``, ``'file:<path>'`` or ``'fallback:<path>'``.
+        waited_s: how long the node waited for ``robot_description`` [s].
+        rejected: ``robot_description`` texts that did not load.
         received: ``robot_description`` messages after the model was taken.
         changed: those of them whose model differs from the one taken.
+        difference: what differed in the last of those ('' while none did).
 
     Raises:
         ValueError, FileNotFoundError: a parameter or file URDF that does not load.
         KeyboardInterrupt: Ctrl-C while waiting (see :func:`plag_ros.ros.nodes.spin_node`).
+        ExternalShutdownException: the context shut down while waiting.
     """
 
     def __init__(self, node: Node, settings: DescriptionSettings) -> None:
         self._log = node.get_logger()
-        self.received = self.changed = 0
+        self.received = self.changed = self.rejected = 0
+        self.waited_s = 0.0
+        self.difference = ''
+        self._digest: tuple[RobotModel | None, str] = (None, '')
         self._taken: RobotModel | None = None
         self.source = ''
         source = settings.robot_description_source
@@ -65,61 +90,84 @@ class StartModel:
         elif source == 'file':
             self._taken, self.source = RobotModel.from_urdf(settings.file), f'file:{settings.file}'
         # the topic is watched whatever the source: a robot that publishes another model
-        # than the one taken is said in the log
+        # than the one taken is said in the log and in the node's state
         node.create_subscription(String, 'robot_description', self._on_description, LATCHED)
         if source == 'topic':
             self._wait(node, settings.robot_description_timeout)
         if self._taken is None:     # (the topic, none in time)
             self._log.warning(
-                f'no robot_description within {settings.robot_description_timeout:g} s; the '
-                f'model is the URDF file {settings.file}')
+                f'no robot_description within {settings.robot_description_timeout:g} s (its '
+                f'publisher must be transient local); the model is the URDF file '
+                f'{settings.file}')
             self._taken = RobotModel.from_urdf(settings.file)
             self.source = f'fallback:{settings.file}'
         self.model: RobotModel = self._taken
         self._log.info(f'model {self.model.name!r} from {self.source}: '
                        f'{self.model.n_joints} joints')
 
+    def report(self, used: RobotModel) -> dict:
+        """The ``model`` entry of a node's ``~/state``: ``source``, ``digest`` of ``used``
+        (:meth:`RobotModel.digest` of the model the node computes with, ``model.parameters``
+        applied), ``changed`` (:attr:`changed`)."""
+        if self._digest[0] is not used:
+            self._digest = (used, used.digest())
+        return {'source': self.source, 'digest': self._digest[1], 'changed': self.changed}
+
     def _wait(self, node: Node, timeout: float) -> None:
         self._log.info('waiting for robot_description' +
                        (f' (the URDF file after {timeout:g} s)' if timeout > 0.0 else ''))
-        deadline = time.monotonic() + timeout if timeout > 0.0 else math.inf
+        start = time.monotonic()
+        deadline = start + timeout if timeout > 0.0 else math.inf
+
+        def starting(parameters) -> SetParametersResult:
+            return SetParametersResult(successful=False, reason='the node is starting: it '
+                                       'waits for robot_description; set it again then')
+
+        node.add_on_set_parameters_callback(starting)
         executor = SingleThreadedExecutor(context=node.context)
         executor.add_node(node)
         try:
-            while self._taken is None and node.context.ok():
-                left = deadline - time.monotonic()
-                if left <= 0.0:
-                    return
-                executor.spin_once(timeout_sec=min(WAIT_POLL_S, left))
-        finally:
+            while self._taken is None and time.monotonic() < deadline:
+                if not node.context.ok():
+                    raise ExternalShutdownException()
+                executor.spin_once(timeout_sec=min(WAIT_POLL_S, deadline - time.monotonic()))
+        except BaseException:
             executor.remove_node(node)
             executor.shutdown()
+            Node.destroy_node(node)      # half built: no process exit with it still alive
+            raise
+        executor.remove_node(node)
+        executor.shutdown()
+        node.remove_on_set_parameters_callback(starting)
+        self.waited_s = time.monotonic() - start
 
     def _on_description(self, msg: String) -> None:
-        if self._taken is None:
-            try:
-                self._taken = RobotModel.from_urdf(msg.data)
-            except (ValueError, FileNotFoundError) as err:
-                self._log.error(f'robot_description rejected: {err}')
-                return
-            self.source = 'topic'
-            return
-        self.received += 1
-        if msg.data == self._taken.urdf_xml:
+        if self._taken is not None and msg.data == self._taken.urdf_xml:
+            self.received += 1
             return
         try:
-            changes = RobotModel.from_urdf(msg.data).changes_from(self._taken)
-        except (ValueError, FileNotFoundError) as err:
-            changes, why = None, f'it does not load: {err}'
-        if changes is not None and not changes:
-            return      # the same model, written otherwise (a xacro's output)
-        if changes is not None:
+            model = urdf_from_topic(msg.data)
+        except Exception as err:  # noqa: BLE001 - a publisher never stops this node
+            model, error = None, f'{type(err).__name__}: {err}'
+        if self._taken is None:
+            if model is None:
+                self.rejected += 1
+                self._log.error(f'robot_description rejected: {error}')
+                return
+            self._taken, self.source = model, 'topic'
+            return
+        self.received += 1
+        if model is not None and not (changes := model.changes_from(self._taken)):
+            return      # the same model, perhaps written otherwise (a xacro's output)
+        if model is None:
+            why = f'it does not load ({error})'
+        else:
             why = ('joints ' + ', '.join(sorted({*changes.added_joints, *changes.removed_joints,
                                                  *changes.changed_joints})) +
                    '; bodies ' + ', '.join(sorted({*changes.added_bodies,
                                                    *changes.removed_bodies,
                                                    *changes.changed_bodies})))
         self.changed += 1
-        self._log.error(f'robot_description differs from the model this node took at start '
-                        f'({self.source}): {why}. It keeps that model: start it again to take '
-                        'the new one', throttle_duration_sec=10.0)
+        self.difference = f'robot_description differs from the model taken at start ({why})'
+        self._log.error(f'{self.difference}. This node keeps its model ({self.source}): '
+                        'start it again to take the new one', throttle_duration_sec=10.0)

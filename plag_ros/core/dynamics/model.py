@@ -23,6 +23,7 @@ of Multi-DoF Systems and Efficient Analysis Using Automatic Differentiation", Ro
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -517,6 +518,25 @@ class RobotModel:
         """Name of the parent moving joint of ``joint`` (None at the root)."""
         parent = int(self.joint_parent[joint])
         return None if parent < 0 else self.joint_names[parent]
+
+    def digest(self) -> str:
+        """16 hex digits of every figure of the model, exact to the last bit (joints, bodies,
+        link frames, gravity, effort calibration; not the robot's name nor the URDF text):
+        the same model built from another text (a xacro's output) has the same digest.
+        Two nodes compare digests to know they compute with one model."""
+        h = hashlib.sha256()
+        for field in dataclasses.fields(self):
+            if field.name in ('name', 'urdf_xml'):
+                continue
+            value = getattr(self, field.name)
+            if isinstance(value, str) or (isinstance(value, tuple) and value
+                                          and isinstance(value[0], str)):
+                h.update(f'{field.name}{value!r}'.encode())
+                continue
+            array = np.ascontiguousarray(np.asarray(
+                np.nan if value is None else value, dtype=float))
+            h.update(f'{field.name}{array.shape}'.encode() + array.tobytes())
+        return h.hexdigest()[:16]
 
     def changes_from(self, previous: RobotModel) -> ModelChanges:
         """What differs in this model from ``previous``, joint by joint and body by body.

@@ -184,8 +184,9 @@ def spin_with_shutdown(factory: Callable[[], N], shutdown: Callable[[N, Executor
     Unlike :func:`spin_node`, a signal while the node runs only sets a flag that the spin
     loop checks (a ``KeyboardInterrupt`` inside a binding call would surface as a
     ``RuntimeError``), and no deadline cuts the shutdown short: its own timeouts bound it.
-    A signal while the node is built (a wait for ``robot_description``) ends the build
-    with ``KeyboardInterrupt``: there is nothing to switch back yet. Exits quietly.
+    The first signal while the node is built (a wait for ``robot_description``) ends the
+    build with ``KeyboardInterrupt``: there is nothing to switch back yet; a second one
+    (``ros2 launch`` in a terminal delivers two) is only counted. Exits quietly.
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -198,13 +199,15 @@ def spin_with_shutdown(factory: Callable[[], N], shutdown: Callable[[N, Executor
 
     def on_signal(signum, frame) -> None:
         stop.append(signum)
-        if node is None:
+        if node is None and len(stop) == 1:     # once: never inside the clean-up below
             raise KeyboardInterrupt
 
     node: N | None = None
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     executor = SingleThreadedExecutor()
+    previous: dict = {}
     try:
+        previous.update({sig: signal.signal(sig, on_signal)
+                         for sig in (signal.SIGINT, signal.SIGTERM)})
         node = factory()
         executor.add_node(node)
         while not stop and rclpy.ok():

@@ -96,7 +96,8 @@ class DriverNode(Node):
                              'Watchdog and the age of every command run on the wall clock')
         config = BusConfig.load(s.bus.chain or CRANE_X7_BUS)
         self.urdf = StartModel(self, s.description)    # before the other entities: it spins
-        model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)
+        self.model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)
+        model = self.model
         torch.set_num_threads(1)
         joints = [spec.joint for spec in config.servos]
         calibration = None
@@ -205,7 +206,8 @@ class DriverNode(Node):
             self._pub_state.publish(String(data=json.dumps({
                 'modes': dict(zip(self._names, d.modes)), 'fault': d.fault,
                 'active_arm_controller': self._active, 'counts': d.counts,
-                'rejected': self.rejected, 'cycle_errors': self.cycle_errors})))
+                'rejected': self.rejected, 'cycle_errors': self.cycle_errors,
+                'model': self.urdf.report(self.model)})))
         except Exception:  # noqa: BLE001 - as in _publish
             self.publish_errors += 1
 

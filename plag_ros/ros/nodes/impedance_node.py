@@ -115,7 +115,7 @@ class ImpedanceNode(Node):
             JointState if self._stamped else Float64MultiArray, s.command_topic, _RELIABLE)
         self._layout = msgs.array_layout((len(self._command_names),), ['joint'])
         self.handover = ArmHandover(self, s, self._command_names, self._async_group,
-                                    self.controller)
+                                    self.controller, self.urdf.report(self.model))
         self.own = self.handover.own
         self._release_task: Task | None = None   # the timer's hand-back, once scheduled
         # start_enabled with a switch: at the first valid state, as ~/enable (switch first)
@@ -219,7 +219,8 @@ class ImpedanceNode(Node):
             waiting = self.controller.state == 'waiting'
             blocker = self.handover.blocker(self._pub_command.get_subscription_count(),
                                             self._pub_command.topic_name, waiting=waiting,
-                                            fault=self.controller.fault)
+                                            fault=self.controller.fault,
+                                            model=self.urdf.difference)
             ok, message = (False, blocker) if blocker else await self.handover.take()
             if not ok:
                 response.success, response.message = False, message
@@ -320,6 +321,7 @@ class ImpedanceNode(Node):
             'command': self._kind, 'topic': self._pub_command.topic_name,
             'switched': self.own.switched, 'joint_check': self.handover.joint_check,
             'driver_fault': self.handover.driver_state_fault,
+            'model': self.urdf.report(self.model),
             'alpha': None if command is None else command.alpha,
             'saturated': [] if command is None else
             [self._names[a] for a in np.flatnonzero(command.saturated)],

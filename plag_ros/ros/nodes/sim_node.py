@@ -147,9 +147,8 @@ class SimNode(Node):
             raise ValueError(f'{NODE_NAME}: {err}') from err
         self.settings = settings
         torch.set_num_threads(settings.torch_threads)
-        self.model, parameters = model_with_parameters(
-            RobotModel.from_urdf(settings.urdf_path or default_urdf_path()),
-            settings.model.parameters)
+        nominal = RobotModel.from_urdf(settings.urdf_path or default_urdf_path())
+        self.model, parameters = model_with_parameters(nominal, settings.model.parameters)
         config = settings.simulator_config()
         if parameters is not None:
             config = config.with_model_parameters(parameters, self.model)
@@ -185,7 +184,9 @@ class SimNode(Node):
             settings.state_queue_depth))
         self._pub_description = self.create_publisher(String, 'robot_description', latched)
         self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', reliable)
-        self._pub_description.publish(String(data=self.model.urdf_xml))
+        # the URDF as a robot publishes it, without the simulated arm's own figures
+        # (model.parameters): the other nodes apply theirs, as on a real arm
+        self._pub_description.publish(String(data=nominal.urdf_xml))
         driver = self.driver
         self.create_subscription(Float64MultiArray, 'effort_controller/commands',
                                  _data_to(driver.effort_command), reliable)

@@ -90,6 +90,17 @@ def test_a_driver_fault_while_the_arm_is_ours_ends_our_commands_until_the_next_t
     assert own.commanding and own.driver_fault == ''
 
 
+def test_a_driver_model_not_ours_while_the_arm_is_ours_ends_our_commands():
+    """A driver restarted with another model while we hold the arm (its first state
+    reaches us after its joint states): its gravity torque is not the law's, at once,
+    whatever else it shows; nothing while we do not hold the arm (the enable judges it)."""
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    assert not own.driver_reported('', ours=False, current=False, model='not ours')
+    own.taken()
+    assert own.driver_reported('', ours=False, current=False, model='not ours') == 'not ours'
+    assert not own.commanding
+
+
 def test_the_driver_holding_the_arm_is_judged_only_on_messages_after_our_switch():
     """A state sent before our switch reached the driver (delivered late) shows another
     controller and the arm in position mode: that proves nothing. Once the driver has shown

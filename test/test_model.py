@@ -1,6 +1,8 @@
 """URDF -> RobotModel: structure, lumping, mimic joints, link poses and clear errors."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -175,6 +177,24 @@ def test_changes_from_lists_every_difference(crane):
                                inertia=np.eye(3) * 2e-4)
     assert heavier.changes_from(loaded).changed_bodies == {'tool': ('mass', 'inertia')}
     assert not heavier.changes_from(loaded).changed_joints
+
+
+def test_the_digest_follows_the_figures_not_the_text(crane):
+    """Two nodes compare digests: the same figures written otherwise (a comment, -0 for
+    0) give the same digest; a body edit, a payload, another gravity or effort calibration
+    does not."""
+    text = crane.urdf_xml
+    assert text.count('xyz="0 0 ') > 3
+    same = RobotModel.from_urdf(text.replace('<robot ', '<!-- xacro -->\n<robot ', 1)
+                                .replace('xyz="0 0 ', 'xyz="-0 0 '))
+    assert same.digest() == crane.digest() and len(crane.digest()) == 16
+    tool = crane.with_payload('tool', link='crane_x7_gripper_base_link', mass=0.2,
+                              com=[0, 0, 0.05], inertia=np.eye(3) * 1e-4)
+    heavier = tool.with_body('tool', mass=0.3, com=[0, 0, 0.05], inertia=np.eye(3) * 1e-4)
+    moon = RobotModel.from_urdf(text, gravity=(0.0, 0.0, -1.62))
+    calibrated = dataclasses.replace(crane, effort_calibration=np.ones(crane.n_joints))
+    digests = {m.digest() for m in (crane, tool, heavier, moon, calibrated)}
+    assert len(digests) == 5
 
 
 def _with_declaration(text: str, encoding: str) -> str:

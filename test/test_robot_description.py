@@ -115,6 +115,12 @@ def test_the_controller_takes_the_published_model_once(context):
         pub.publish(String(data='/etc/passwd'))       # no XML: never read as a path
         spin_until(node, lambda: node.urdf.received == 3, 'a text that is no URDF')
         assert node.urdf.changed == 2 and 'not URDF XML' in node.urdf.difference
+        pub.publish(String(data=HEAVY))                 # the robot's model again
+        spin_until(node, lambda: node.urdf.received == 4, 'the model again')
+        assert node.urdf.difference == ''
+        pub.publish(String(data=BUNDLED))
+        spin_until(node, lambda: node.urdf.received == 5, 'another model again')
+        assert node.urdf.changed == 3 and 'start it again' in node.urdf.difference
         for used in (node.urdf.model, node.model, node.controller.engine.model):
             assert not used.changes_from(heavy)
         refused = enable_now(node)
@@ -174,6 +180,15 @@ def test_the_driver_and_the_controller_must_compute_with_one_model(context):
             refused.message
         node.handover._on_driver_state(driver_state(ours['digest']))
         assert 'model' not in enable_now(node).message
+        # a state the node cannot read is logged, never raised out of the callback
+        node.handover._on_driver_state(String(data=json.dumps({
+            'fault': '', 'modes': {}, 'active_arm_controller': 'x', 'model': 'x'})))
+        # the arm ours, a driver restarted with another model: its hold is not the law's
+        node.own.taken()
+        assert node.own.commanding
+        node.handover._on_driver_state(driver_state(RobotModel.from_urdf(HEAVY).digest()))
+        assert not node.own.commanding
+        assert "/plag_driver's model" in node.own.driver_fault, node.own.driver_fault
     finally:
         node.destroy_node()
         publisher.destroy_node()
@@ -216,7 +231,8 @@ def test_the_parameter_source_and_the_file_source(context, tmp_path):
     path.write_text(HEAVY)
     heavy = RobotModel.from_urdf(HEAVY)
     for overrides, said in (
-            (source('parameter') + [Parameter('robot_description', value=HEAVY)], 'parameter'),
+            (source('parameter') + [Parameter('robot_description', value='\ufeff' + HEAVY)],
+             'parameter'),
             (source('file') + [Parameter('urdf_path', value=str(path))], f'file:{path}')):
         node = ImpedanceNode(context=context, parameter_overrides=overrides)
         try:

@@ -156,12 +156,12 @@ class ArmHandover:
             state = json.loads(msg.data)
             fault, modes = str(state['fault']), dict(state['modes'])
             active = str(state['active_arm_controller'])
+            model = dict(state.get('model') or {})
         except (ValueError, KeyError, TypeError) as err:
             self.log.warning(f'{self.driver_node}/state unreadable: {err!r}',
                              throttle_duration_sec=1.0)
             return
-        self.driver_heard, self.driver_state_fault = True, fault
-        self.driver_model = dict(state.get('model') or {})
+        self.driver_heard, self.driver_state_fault, self.driver_model = True, fault, model
         effort = self.kind == 'effort'
         if effort and self.joint_check == 'unchecked':
             self.joint_check = driver_joint_check(self.command_names, list(modes))
@@ -170,13 +170,25 @@ class ArmHandover:
         current = all(modes.get(j) == 'current' for j in self.command_names) if effort \
             else None   # (command.joints are arm joints: driver_joint_check)
         reason = self.own.driver_reported(fault, ours=active == self.controller,
-                                          current=current)
+                                          current=current, model=self.model_mismatch())
         if reason:
             self.ctl.latch_fault(f'driver fault: {reason}')
             self.log.error(
                 f'{self.driver_node} holds the arm itself ({reason}); nothing more is '
                 f'commanded and the arm is handed back. To go on: ~/enable false, '
                 f'{self.driver_node}/clear_fault if it latched a fault, ~/enable true')
+
+    def model_mismatch(self) -> str:
+        """How the bus driver's model, as its last ``~/state`` reports it, differs from
+        this node's ('' when the digests agree, or without a bus driver): its gravity
+        torque at the switch and in the hold would not be the law's."""
+        theirs = self.driver_model.get('digest')
+        if self.driver_node is None or theirs == self.model['digest']:
+            return ''
+        return (f"{self.driver_node}'s model ({self.driver_model.get('source')}, digest "
+                f"{theirs}) is not this node's ({self.model['source']}, digest "
+                f"{self.model['digest']}): give both the same robot_description_source, "
+                'urdf_path and model.parameters')
 
     def blocker(self, subscribers: int, topic: str, *, waiting: bool = False,
                 fault: str = '', model: str = '') -> str:
@@ -194,15 +206,11 @@ class ArmHandover:
             return f'{self.joint_check} (refused)'
         if self.driver_node is not None and not self.driver_heard:
             return f'no {self.driver_node}/state yet: is the driver running? (refused)'
-        theirs = self.driver_model.get('digest')
-        if self.driver_node is not None and theirs != self.model['digest']:
-            # its gravity torque at the switch and in the hold would not be the law's
-            return (f"{self.driver_node}'s model ({self.driver_model.get('source')}, digest "
-                    f"{theirs}) is not this node's ({self.model['source']}, digest "
-                    f"{self.model['digest']}): give both the same robot_description_source, "
-                    'urdf_path and model.parameters (refused)')
+        mismatch = self.model_mismatch()
+        if mismatch:
+            return f'{mismatch} (refused)'
         if model:
-            return f'{model}: start the node again to take it (refused)'
+            return f'{model} (refused)'
         if self.own.switching:
             return 'a controller switch is under way (refused)'
         if waiting:

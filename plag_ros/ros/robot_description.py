@@ -33,15 +33,16 @@ from plag_ros.core.dynamics.description import DescriptionSettings
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['WAIT_POLL_S', 'StartModel', 'urdf_from_topic']
+__all__ = ['WAIT_POLL_S', 'StartModel', 'urdf_from_text']
 
 WAIT_POLL_S = 0.1
 """Longest executor wait [s] while the node waits for ``robot_description``."""
 
 
-def urdf_from_topic(text: str) -> RobotModel:
-    """The model of a ``robot_description`` text (a byte order mark and blank lines before
-    it allowed). Never reads a file: a text that is no XML is refused.
+def urdf_from_text(text: str) -> RobotModel:
+    """The model of a ``robot_description`` text, the topic's or the parameter's (a byte
+    order mark and blank lines before it allowed). Never reads a file: a text that is no
+    XML is refused.
 
     Raises:
         ValueError: not URDF XML, or a URDF the model refuses.
@@ -67,7 +68,8 @@ class StartModel:
         rejected: ``robot_description`` texts that did not load.
         received: ``robot_description`` messages after the model was taken.
         changed: those of them whose model differs from the one taken.
-        difference: what differed in the last of those ('' while none did).
+        difference: how the last description differs from the model taken, with what to
+            do ('' when it is that model, or none came).
 
     Raises:
         ValueError, FileNotFoundError: a parameter or file URDF that does not load.
@@ -81,11 +83,13 @@ class StartModel:
         self.waited_s = 0.0
         self.difference = ''
         self._digest: tuple[RobotModel | None, str] = (None, '')
+        # the last text judged after start, and how it differed
+        self._judged: tuple[str | None, str] = (None, '')
         self._taken: RobotModel | None = None
         self.source = ''
         source = settings.robot_description_source
         if source == 'parameter':
-            self._taken = RobotModel.from_urdf(settings.robot_description)
+            self._taken = urdf_from_text(settings.robot_description)
             self.source = 'parameter'
         elif source == 'file':
             self._taken, self.source = RobotModel.from_urdf(settings.file), f'file:{settings.file}'
@@ -127,10 +131,14 @@ class StartModel:
         executor = SingleThreadedExecutor(context=node.context)
         executor.add_node(node)
         try:
-            while self._taken is None and time.monotonic() < deadline:
+            while self._taken is None:
                 if not node.context.ok():
                     raise ExternalShutdownException()
-                executor.spin_once(timeout_sec=min(WAIT_POLL_S, deadline - time.monotonic()))
+                left = deadline - time.monotonic()
+                if left <= 0.0:
+                    break
+                # (never a negative timeout: rclpy waits without end on one)
+                executor.spin_once(timeout_sec=min(WAIT_POLL_S, left))
         except BaseException:
             executor.remove_node(node)
             executor.shutdown()
@@ -142,11 +150,12 @@ class StartModel:
         self.waited_s = time.monotonic() - start
 
     def _on_description(self, msg: String) -> None:
-        if self._taken is not None and msg.data == self._taken.urdf_xml:
-            self.received += 1
+        if self._taken is not None and msg.data in (self._taken.urdf_xml, self._judged[0]):
+            self.received += 1          # (a text judged before is not parsed again)
+            self._judge(self._judged[1] if msg.data == self._judged[0] else '')
             return
         try:
-            model = urdf_from_topic(msg.data)
+            model = urdf_from_text(msg.data)
         except Exception as err:  # noqa: BLE001 - a publisher never stops this node
             model, error = None, f'{type(err).__name__}: {err}'
         if self._taken is None:
@@ -157,17 +166,30 @@ class StartModel:
             self._taken, self.source = model, 'topic'
             return
         self.received += 1
-        if model is not None and not (changes := model.changes_from(self._taken)):
-            return      # the same model, perhaps written otherwise (a xacro's output)
+        why = ''
         if model is None:
             why = f'it does not load ({error})'
-        else:
+        elif changes := model.changes_from(self._taken):
             why = ('joints ' + ', '.join(sorted({*changes.added_joints, *changes.removed_joints,
                                                  *changes.changed_joints})) +
                    '; bodies ' + ', '.join(sorted({*changes.added_bodies,
                                                    *changes.removed_bodies,
                                                    *changes.changed_bodies})))
+        self._judged = (msg.data, why)
+        self._judge(why)
+
+    def _judge(self, why: str) -> None:
+        """A description after start: ``why`` it differs from the model taken, '' when it
+        is that model (perhaps written otherwise: a xacro's output)."""
+        if not why:
+            self.difference = ''
+            return
         self.changed += 1
-        self.difference = f'robot_description differs from the model taken at start ({why})'
-        self._log.error(f'{self.difference}. This node keeps its model ({self.source}): '
-                        'start it again to take the new one', throttle_duration_sec=10.0)
+        advice = ('start it again to take the new one' if self.source == 'topic' or
+                  self.source.startswith('fallback:') else
+                  f'it took its model from {self.source}: give it the URDF the robot has, or '
+                  'robot_description_source topic')
+        self.difference = (f'robot_description differs from the model this node took at '
+                           f'start ({why}); {advice}')
+        self._log.error(f'{self.difference}. The node keeps its model',
+                        throttle_duration_sec=10.0)

@@ -95,11 +95,14 @@ class ArmOwnership:
         if self.switched and self.release_at is None:
             self.release_at = now + self.hold_time
 
-    def driver_reported(self, fault: str, *, ours: bool, current: bool | None = None) -> str:
+    def driver_reported(self, fault: str, *, ours: bool, current: bool | None = None,
+                        model: str = '') -> str:
         """The bus driver's state while we hold the arm: its ``fault`` ('' when none),
-        whether its active arm controller is ``ours``, and on the effort path whether the
-        arm's joints are all in ``current`` mode. Returns, once per take, why the driver
-        holds the arm itself ('' while it does not): a fault; another active controller
+        whether its active arm controller is ``ours``, on the effort path whether the
+        arm's joints are all in ``current`` mode, and how its ``model`` differs from ours
+        ('' when it does not). Returns, once per take, why the driver must hold the arm
+        itself ('' while it need not): a fault; a model not ours (a driver restarted
+        with another one: its gravity torque is not the law's); another active controller
         (a restarted driver, a switch by hand) or the arm out of current mode, once ours
         and current mode have been seen since the take (a message sent before our switch
         reached it shows neither, and proves nothing). From then on nothing is commanded."""
@@ -109,6 +112,8 @@ class ArmOwnership:
         self.current_seen |= bool(ours and current)
         if fault:
             reason = fault
+        elif model:
+            reason = model
         elif self.driver_confirmed and not ours:
             reason = 'another arm controller is active'
         elif self.current_seen and current is False:

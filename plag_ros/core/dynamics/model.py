@@ -521,9 +521,11 @@ class RobotModel:
 
     def digest(self) -> str:
         """16 hex digits of every figure of the model, exact to the last bit (joints, bodies,
-        link frames, gravity, effort calibration; not the robot's name nor the URDF text):
-        the same model built from another text (a xacro's output) has the same digest.
-        Two nodes compare digests to know they compute with one model."""
+        link frames, gravity, effort calibration; not the robot's name nor the URDF text;
+        -0.0 as 0.0): the same figures written in another text (a comment, a xacro's
+        output) give the same digest. Two nodes compare digests to know they compute with
+        one model; it covers more than :meth:`changes_from` (every link's frame, gravity,
+        the effort calibration)."""
         h = hashlib.sha256()
         for field in dataclasses.fields(self):
             if field.name in ('name', 'urdf_xml'):
@@ -534,7 +536,7 @@ class RobotModel:
                 h.update(f'{field.name}{value!r}'.encode())
                 continue
             array = np.ascontiguousarray(np.asarray(
-                np.nan if value is None else value, dtype=float))
+                np.nan if value is None else value, dtype=float) + 0.0)   # -0.0 -> 0.0
             h.update(f'{field.name}{array.shape}'.encode() + array.tobytes())
         return h.hexdigest()[:16]
 

@@ -123,6 +123,37 @@ def test_the_driver_holding_the_arm_is_judged_only_on_messages_after_our_switch(
     assert not forward_driver.driver_reported('', ours=True, current=None)
 
 
+def test_a_driver_that_never_shows_current_mode_after_the_switch_holds_the_arm_itself():
+    """The switch answered, but the driver faulted in that cycle and someone cleared the
+    fault before we read it: its state then shows our controller in position mode, never
+    current mode. Past ``confirm_s`` after the take that is the driver's hold, judged on a
+    message received then (its once-a-second republish), never on our clock alone; once
+    current mode was seen in time, later messages are judged as before."""
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0, confirm_s=5.0)
+    own.taken(100.0)
+    assert not own.driver_reported('', ours=True, current=False, now=101.0)   # pending
+    assert not own.driver_reported('', ours=True, current=False, now=105.0)   # at the limit
+    why = own.driver_reported('', ours=True, current=False, now=106.0)
+    assert why.startswith('not in current mode with our controller 6.0 s after the switch')
+    assert not own.commanding and own.needs_switch()
+    own.taken(200.0)                                      # enabled again: a new deadline
+    assert not own.driver_reported('', ours=True, current=True, now=200.5)
+    assert not own.driver_reported('', ours=True, current=True, now=300.0)    # seen in time
+    own.taken(400.0)
+    assert own.driver_reported('', ours=False, current=False, now=406.0).startswith(
+        'not in current mode')                            # a driver that never took ours
+    forward_driver = ArmOwnership('forward', 'driver', hold_s=0.5, input_loss_s=1.0,
+                                  confirm_s=5.0)          # position mode: ours is enough
+    forward_driver.taken(0.0)
+    assert not forward_driver.driver_reported('', ours=True, current=None, now=9.0)
+    forward_driver.taken(10.0)
+    assert forward_driver.driver_reported('', ours=False, current=None, now=16.0).startswith(
+        'not with our controller 6.0 s')
+    no_deadline = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    no_deadline.taken(0.0)
+    assert not no_deadline.driver_reported('', ours=True, current=False, now=1e6)
+
+
 def test_a_hand_back_due_before_an_enable_is_void_after_it():
     own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
     own.taken()

@@ -564,3 +564,132 @@ def test_a_position_jump_that_persists_is_a_latched_fault_while_enabled(model, e
         node.on_joint_state(msgs.joint_state(names, jumped, zero, t_ns=next(stamps)))
         assert node.controller.state == 'ramping', node.controller.fault
         np.testing.assert_array_equal(node.last_command.q_desired, jumped)
+
+
+class FakeBusDriver:
+    """A stand-in for ``plag_driver``'s ROS side as the impedance node sees it (mirrors
+    plag_ros/ros/nodes/driver_node.py: the ``active_arm_controller`` parameter switches,
+    ``~/state`` is latched JSON), spun on a thread of its own. ``on_switch(active)`` gives
+    the state it publishes when a switch is accepted, before the answer goes back."""
+
+    def __init__(self, context, node_model: dict, on_switch, answer_after_s: float) -> None:
+        from rcl_interfaces.msg import SetParametersResult
+        from rclpy.executors import SingleThreadedExecutor
+
+        from plag_ros.core.dynamics.motors import ARM_JOINTS
+
+        self.node = rclpy.create_node('plag_driver', context=context)
+        self.node.declare_parameter('active_arm_controller', 'crane_x7_arm_controller')
+        self.pub = self.node.create_publisher(String, '~/state', LATCHED)
+        self.node.create_subscription(JointState, '/plag_arm_effort_controller/commands',
+                                      lambda msg: None, 10)
+        self.joints, self.model, self.switches = list(ARM_JOINTS), node_model, []
+
+        def switched(parameters):
+            for p in parameters:
+                self.switches.append(p.value)
+                self.publish(**on_switch(p.value))
+                time.sleep(answer_after_s)     # the answer comes after the state
+            return SetParametersResult(successful=True)
+
+        self.node.add_on_set_parameters_callback(switched)
+        self.publish(fault='', current=False, active='crane_x7_arm_controller')
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def publish(self, *, fault: str, current: bool, active: str) -> None:
+        self.pub.publish(String(data=json.dumps({
+            'fault': fault, 'active_arm_controller': active, 'model': self.model,
+            'modes': {j: 'current' if current else 'position' for j in self.joints}})))
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.thread.join(timeout=10.0)
+        self.node.destroy_node()
+
+
+@pytest.mark.parametrize('case', ['fault_in_the_switch', 'never_current'])
+def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case):
+    """Torque mode through plag_driver, whose switch to current mode is accepted but ends
+    in its position hold. ``fault_in_the_switch``: it faulted in the switch's own cycle and
+    its state saying so reached the node while the node awaited the switch's answer (no
+    republish follows). ``never_current``: it shows our controller but never current mode
+    (a fault cleared by hand before the node read it), republished every 0.2 s. Either way
+    the node must latch the driver's hold as its fault, command nothing more and hand
+    back, without waiting for anything else: before, the first stayed unread for good and
+    the second left the node commanding into the hold."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain(34))
+    torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
+    node = driver = None
+    try:
+        node = ImpedanceNode(context=context, parameter_overrides=[
+            Parameter(name, value=value) for name, value in torque_mode.items()] + [
+            Parameter('stale_periods', value=1000.0), Parameter('switch.timeout_s', value=1.0)])
+        ours = node.urdf.report(node.model)
+        effort = node.settings.target_controller
+        if case == 'fault_in_the_switch':
+            def on_switch(active):
+                return {'fault': 'Bus Watchdog expired on IDs [4]', 'current': False,
+                        'active': active} if active == effort else \
+                    {'fault': '', 'current': False, 'active': active}
+        else:
+            def on_switch(active):
+                return {'fault': '', 'current': False, 'active': active}
+        driver = FakeBusDriver(context, ours, on_switch, answer_after_s=0.3)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+
+        def spin_until(predicate, what, timeout_s=30.0):
+            deadline = time.monotonic() + timeout_s
+            while not predicate():
+                assert time.monotonic() < deadline, f'timed out waiting for {what}'
+                executor.spin_once(timeout_sec=0.02)
+
+        names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+        q0 = Q0[:len(names)]
+        t0 = node._now_ns()
+        for i in range(8):
+            node.on_joint_state(msgs.joint_state(names, q0, np.zeros(len(names)),
+                                                 t_ns=t0 + i * PERIOD_NS))
+        spin_until(lambda: node.handover.joint_check == 'ok' and
+                   node._pub_command.get_subscription_count() > 0 and
+                   node.handover.switch.error == '' and
+                   node.handover.switch._client.service_is_ready(), 'the fake driver')
+        task = executor.create_task(node._on_enable(SetBool.Request(data=True),
+                                                    SetBool.Response()))
+        spin_until(task.done, 'the enable')
+        assert task.result().success, task.result().message
+        assert driver.switches == [effort]
+        enabled_at = time.monotonic()
+        if case == 'never_current':
+            def republish():
+                while not stop.wait(0.2):
+                    driver.publish(fault='', current=False, active=effort)
+            stop = threading.Event()
+            threading.Thread(target=republish, daemon=True).start()
+        try:
+            spin_until(lambda: node.controller.latched, 'the driver hold latched')
+        finally:
+            if case == 'never_current':
+                stop.set()
+        took = time.monotonic() - enabled_at
+        assert node.controller.fault.startswith('driver fault: '), node.controller.fault
+        assert not node.own.commanding
+        if case == 'fault_in_the_switch':
+            assert 'Bus Watchdog expired' in node.controller.fault
+            assert took < 0.5, took        # at once, from the state heard during the switch
+        else:
+            assert 'not in current mode with our controller' in node.controller.fault
+            assert 1.0 < took < 3.0, took  # past switch.timeout_s, at a republish
+        spin_until(lambda: driver.switches[-1] == 'crane_x7_arm_controller', 'the hand-back')
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if driver is not None:
+            driver.close()
+        context.try_shutdown()

@@ -78,7 +78,7 @@ class ArmHandover:
                 node.get_logger().warning(self.switch.error)
         self.own = ArmOwnership(self.kind, settings.switch.method if self.switch else None,
                                 settings.switch.hold_s, settings.input_loss_s,
-                                last_input=time.monotonic())
+                                last_input=time.monotonic(), confirm_s=sw.timeout_s)
         self.joint_check = 'unchecked'
         self._file = None
         if self.kind == 'forward' and settings.command.controller_file:
@@ -99,6 +99,9 @@ class ArmHandover:
         self.driver_heard = False
         self.driver_state_fault = ''    # the driver's fault as it reports it now
         self.driver_model: dict = {}    # the driver's model entry as it reports it now
+        # the newest driver state heard during our switch that shows our controller (sent
+        # after the switch reached the driver): judged once the take is done
+        self._heard_in_switch: tuple | None = None
         if self.driver_node is not None:
             node.create_subscription(String, f'{self.driver_node}/state',
                                      self._on_driver_state, LATCHED)
@@ -169,8 +172,17 @@ class ArmHandover:
                 f'{self.driver_node}: {self.joint_check}')
         current = all(modes.get(j) == 'current' for j in self.command_names) if effort \
             else None   # (command.joints are arm joints: driver_joint_check)
-        reason = self.own.driver_reported(fault, ours=active == self.controller,
-                                          current=current, model=self.model_mismatch())
+        ours = active == self.controller
+        if self.own.switching and ours:
+            self._heard_in_switch = (fault, ours, current)
+        self._judge(fault, ours, current)
+
+    def _judge(self, fault: str, ours: bool, current: bool | None) -> None:
+        """Latch the driver's hold as the controller's fault where the driver's state
+        (its ``fault``, whether the active controller is ``ours``, whether the arm is in
+        ``current`` mode) says it holds the arm itself (:meth:`ArmOwnership.driver_reported`)."""
+        reason = self.own.driver_reported(fault, ours=ours, current=current,
+                                          model=self.model_mismatch(), now=time.monotonic())
         if reason:
             self.ctl.latch_fault(f'driver fault: {reason}')
             self.log.error(
@@ -232,12 +244,22 @@ class ArmHandover:
     async def take(self) -> tuple[bool, str]:
         """Take the arm for an enable: switch in where needed. Returns (ok, message)."""
         message = ''
+        self._heard_in_switch = None
         if self.switch is not None and self.own.needs_switch():
             ok, message = await self._call(release=False)
             if not ok:
                 return False, message
-        self.own.taken()
+        self.own.taken(time.monotonic())
         return True, message
+
+    def taken_and_enabled(self) -> None:
+        """After a take and the controller's enable: judge the driver's newest state
+        heard during the switch (:meth:`ArmOwnership.driver_reported` ignores messages
+        while a switch is under way), so that a fault in it is latched now, not at the
+        driver's next republish a second later."""
+        heard, self._heard_in_switch = self._heard_in_switch, None
+        if heard is not None:
+            self._judge(*heard)
 
     async def release(self, takes: int | None = None) -> None:
         """Give the arm back after the hold (switch the fallback controller back in);

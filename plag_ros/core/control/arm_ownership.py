@@ -8,7 +8,10 @@ where our hold would be open-loop torque). A driver silent for ``input_loss_s`` 
 hold the arm is taken as gone: a restarted driver brings its controllers back without our
 switch, so when joint states return nothing is commanded until the node has switched
 again. A driver that reports a fault of its own while we hold the arm holds it itself:
-nothing is commanded from then on, and the arm is given back at once.
+nothing is commanded from then on, and the arm is given back at once; so does a driver
+that has not shown our controller and current mode within ``switch.timeout_s`` of the take
+(a fault in the switch's own cycle, cleared by hand before we read it, would otherwise
+leave us commanding into its position hold).
 
 This module keeps that bookkeeping; the node awaits the switch services and calls in here.
 Times are monotonic seconds from the caller.
@@ -44,6 +47,9 @@ class ArmOwnership:
         driver_confirmed: the driver's state has shown our controller since the take.
         current_seen: ... and the arm's joints all in current mode.
         takes: the number of takes so far (a hand-back due before the latest is void).
+        confirm_s: the bus driver must show our controller (on the effort path: and
+            current mode) within this long of the take [s]; 0: no deadline.
+        taken_at: when the latest take finished [s].
     """
 
     kind: CommandKind
@@ -60,6 +66,8 @@ class ArmOwnership:
     current_seen: bool = False
     takes: int = 0
     last_check: float = 0.0
+    confirm_s: float = 0.0
+    taken_at: float = 0.0
 
     @property
     def hold_time(self) -> float:
@@ -82,9 +90,9 @@ class ArmOwnership:
         took it back (a fault, another controller) and a hand-back has not finished."""
         return not self.switched or bool(self.driver_fault)
 
-    def taken(self) -> None:
-        """The arm is ours after an enable (a switch made, or none needed)."""
-        self.release_at, self.driver_fault = None, ''
+    def taken(self, now: float = 0.0) -> None:
+        """The arm is ours after an enable (a switch made, or none needed) at ``now``."""
+        self.release_at, self.driver_fault, self.taken_at = None, '', now
         self.driver_confirmed = self.current_seen = False
         self.takes += 1
         if self.kind == 'trajectory' or self.switch_method not in (None, 'none'):
@@ -96,7 +104,7 @@ class ArmOwnership:
             self.release_at = now + self.hold_time
 
     def driver_reported(self, fault: str, *, ours: bool, current: bool | None = None,
-                        model: str = '') -> str:
+                        model: str = '', now: float = 0.0) -> str:
         """The bus driver's state while we hold the arm: its ``fault`` ('' when none),
         whether its active arm controller is ``ours``, on the effort path whether the
         arm's joints are all in ``current`` mode, and how its ``model`` differs from ours
@@ -105,7 +113,10 @@ class ArmOwnership:
         with another one: its gravity torque is not the law's); another active controller
         (a restarted driver, a switch by hand) or the arm out of current mode, once ours
         and current mode have been seen since the take (a message sent before our switch
-        reached it shows neither, and proves nothing). From then on nothing is commanded."""
+        reached it shows neither, and proves nothing); neither seen, received at ``now``
+        more than ``confirm_s`` after the take (the driver republishes its state every
+        second: judged on its messages, not on our clock, a stall of ours is no driver's
+        fault). From then on nothing is commanded."""
         if not self.switched or self.switching or self.driver_fault:
             return ''
         self.driver_confirmed |= ours
@@ -118,6 +129,11 @@ class ArmOwnership:
             reason = 'another arm controller is active'
         elif self.current_seen and current is False:
             reason = 'the arm joints left current mode'
+        elif self.confirm_s > 0 and now - self.taken_at > self.confirm_s and not (
+                self.current_seen if current is not None else self.driver_confirmed):
+            reason = (f'not {"in current mode " if current is not None else ""}with our '
+                      f'controller {now - self.taken_at:.1f} s after the switch '
+                      f'(switch.timeout_s {self.confirm_s:g})')
         else:
             return ''
         self.driver_fault = reason

@@ -233,6 +233,8 @@ class ImpedanceNode(Node):
         response.message = prefix + message
         if request.data and not response.success:
             self.own.schedule_release(time.monotonic())
+        elif request.data:
+            self.handover.taken_and_enabled()
         if not quiet:
             log.info(f'~/enable {request.data}: {response.message}')
         self._publish_state(None, self._now_ns(), force=True)

@@ -1,6 +1,8 @@
 """plag_ros.ros.nodes.spin_node, the shutdown every console node goes through, in a real process
-with a real rclpy context (logical domain 35): SIGTERM alone ends it, and a shutdown that
-hangs ends in SHUTDOWN_DEADLINE_S with every thread's stack instead of waiting for SIGKILL.
+with a real rclpy context (logical domain 35): SIGTERM alone ends it, a shutdown that hangs
+ends in SHUTDOWN_DEADLINE_S with every thread's stack instead of waiting for SIGKILL, and
+what a node starts after its build (the driver's bus loop) never starts in a node a Ctrl-C
+cut short.
 """
 from __future__ import annotations
 
@@ -87,3 +89,49 @@ def test_a_hanging_shutdown_ends_with_the_stacks():
     # not before the deadline (a stall of this machine can only make it later)
     assert took > SHUTDOWN_DEADLINE_S - 0.5, f'{took:.1f} s'
     assert 'in destroy_node' in err, err
+
+
+# A node whose build ends with a Ctrl-C ('build': the signal lands in its constructor, as
+# one can in plag_driver's last lines), or whose start sends it ('start'); start() stands
+# for the driver's bus loop (DriverNode.start_bus).
+START_SCRIPT = """
+import os, signal, sys
+from rclpy.node import Node
+from plag_ros.ros.nodes import spin_node
+
+class Built(Node):
+    def __init__(self):
+        super().__init__('plag_test_built')
+        if sys.argv[1] == 'build':
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10 ** 6):      # the handler raises at the next bytecode
+                pass
+        print('built', flush=True)
+
+    def start(self):
+        print('started', flush=True)
+        if sys.argv[1] == 'start':
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def destroy_node(self):
+        print('destroyed', flush=True)
+        super().destroy_node()
+
+spin_node(Built, start=Built.start)
+print('returned', flush=True)
+"""
+
+
+@pytest.mark.parametrize('when, lines', [
+    ('build', ['returned']),                            # cut short: nothing started
+    ('start', ['built', 'started', 'destroyed', 'returned']),
+])
+def test_what_a_node_starts_after_its_build_never_runs_in_a_node_cut_short(when, lines):
+    """A Ctrl-C during the build ends it with nothing started (nobody could destroy a
+    half-built node, so a bus loop started there would run on with no hold at exit); one
+    during start() is seen by the spin loop, and the node is destroyed; exit 0 both."""
+    out = subprocess.run([sys.executable, '-c', START_SCRIPT, when], env=ros_env(35),
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == lines, (out.stdout, out.stderr)
+    assert 'Traceback' not in out.stderr, out.stderr

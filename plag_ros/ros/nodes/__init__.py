@@ -107,8 +107,15 @@ def impedance_main() -> None:
     _console('impedance_node')
 
 
-def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> None:
+def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
+              start: Callable[[N], None] | None = None) -> None:
     """Init rclpy, spin the node ``factory()`` builds, and always shut down cleanly.
+
+    ``start(node)``, where given, runs once the node is built and a signal no longer
+    raises, before the spin: what must not begin in a half-built node that nobody will
+    destroy (the driver's bus thread: a Ctrl-C landing between its start and the end of
+    the constructor would leave it driving the servos with no hold at exit). A signal
+    during ``start`` is seen by the spin loop, and the node is destroyed as usual.
 
     The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
     external shutdown end the spin quietly, and the node is destroyed before the context.
@@ -149,6 +156,8 @@ def spin_node(factory: Callable[[], Node], args: list[str] | None = None) -> Non
             node = factory()
             if interrupts is not None:
                 interrupts.raise_once = False    # from here the loop below sees a signal
+            if start is not None and not interrupted():
+                start(node)
             executor = rclpy.get_global_executor()
             executor.add_node(node)
             try:

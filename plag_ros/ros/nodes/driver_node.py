@@ -129,12 +129,22 @@ class DriverNode(Node):
         self.create_subscription(JointState, EFFORT_COMMAND_TOPIC, self._on_effort, _RELIABLE)
         self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._thread: threading.Thread | None = None     # start_bus()
+
+    def start_bus(self) -> None:
+        """Open the bus and start its loop on a thread of its own (once). Not in the
+        constructor: a Ctrl-C there ends the build, and a loop already started would go
+        on driving the servos with nobody to hold them at exit (``spin_node(start=...)``)."""
+        if self._thread is not None:
+            return
+        s = self.settings
         self._thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
         self._thread.start()
         kt = ', '.join(f'{k:.3g}' for k in self.driver.torque_constant)
-        log.info(f'bus {s.bus.port}: servos {self.driver.ids} at {s.bus.rate_hz:g} Hz; '
-                 f'active_arm_controller {self._active}; torque constants [{kt}] N*m/A '
-                 f'({s.bus.torque_constant}); Bus Watchdog {s.bus.watchdog_s:g} s')
+        self.get_logger().info(
+            f'bus {s.bus.port}: servos {self.driver.ids} at {s.bus.rate_hz:g} Hz; '
+            f'active_arm_controller {self._active}; torque constants [{kt}] N*m/A '
+            f'({s.bus.torque_constant}); Bus Watchdog {s.bus.watchdog_s:g} s')
 
     # ------------------------------------------------------------------ the bus thread
     def _open(self) -> None:
@@ -293,7 +303,7 @@ class DriverNode(Node):
         stopped first would leave current-mode servos silent, and their Bus Watchdog would
         take their torque before close() holds them."""
         thread = getattr(self, '_thread', None)
-        if thread is None:                # refused at start: no bus touched
+        if thread is None:                # refused at start, or never started: no bus touched
             super().destroy_node()
             return
         if thread.is_alive() and 'current' in self.driver.modes:
@@ -321,7 +331,7 @@ class DriverNode(Node):
 def main(args: list[str] | None = None) -> None:
     """Console script ``driver_node`` (launch/torque.launch.py starts it)."""
     from plag_ros.ros.nodes import spin_node
-    spin_node(DriverNode, args)
+    spin_node(DriverNode, args, start=DriverNode.start_bus)
 
 
 if __name__ == '__main__':

@@ -21,7 +21,7 @@ def forward(**kw) -> ArmOwnership:
 def test_commands_go_out_only_while_the_arm_is_ours(kind, method, before, after):
     own = ArmOwnership(kind, method, hold_s=0.5, input_loss_s=1.0)
     assert own.commanding is before
-    own.taken()
+    own.taken(0.0)
     assert own.commanding is after
 
 
@@ -29,21 +29,21 @@ def test_the_hand_back_is_due_once_after_the_hold():
     own = forward()
     own.schedule_release(10.0)
     assert own.release_at is None            # not ours: nothing to give back
-    own.taken()
+    own.taken(0.0)
     own.schedule_release(10.0)
     own.schedule_release(10.3)               # already scheduled: the first one stands
     assert not own.release_due(10.49)
     assert own.release_due(10.5)
     assert not own.release_due(10.6)
     own.schedule_release(11.0)
-    own.taken()                              # enabled again within the hold: stay
+    own.taken(0.0)                              # enabled again within the hold: stay
     assert own.release_at is None and own.switched
 
 
 def test_a_silent_driver_is_taken_as_gone_and_its_return_drops_our_switch():
     own = forward(last_input=0.0)
     assert not own.input_lost(5.0)           # not ours: a silence means nothing
-    own.taken()
+    own.taken(0.0)
     assert not own.input_arrived(1.0)
     assert not own.input_lost(2.0)          # 1.0 s exactly: not yet
     assert own.input_lost(2.01)
@@ -56,10 +56,10 @@ def test_a_silent_driver_is_taken_as_gone_and_its_return_drops_our_switch():
 
 def test_no_loss_without_a_switch():
     own = ArmOwnership('forward', 'none', hold_s=0.5, input_loss_s=1.0)
-    own.taken()
+    own.taken(0.0)
     assert not own.input_lost(100.0)
     own = ArmOwnership('trajectory', None, hold_s=0.5, input_loss_s=1.0)
-    own.taken()
+    own.taken(0.0)
     assert not own.input_lost(100.0)
 
 
@@ -67,7 +67,7 @@ def test_the_bus_drivers_current_mode_is_given_back_at_once():
     """Its position mode holds the present pose in the servos' loop; our hold there would be
     open-loop gravity torque for hold_s. The forward path keeps its hold."""
     current = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
-    current.taken()
+    current.taken(0.0)
     current.schedule_release(10.0)
     assert current.hold_time == 0.0 and current.release_due(10.0)
     assert forward().hold_time == 0.5
@@ -76,17 +76,17 @@ def test_the_bus_drivers_current_mode_is_given_back_at_once():
 
 def test_a_driver_fault_while_the_arm_is_ours_ends_our_commands_until_the_next_take():
     own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
-    assert not own.driver_reported('stale effort command', ours=True)   # not ours yet
-    own.taken()
-    assert not own.driver_reported('', ours=True, current=True)
+    assert not own.driver_reported('stale effort command', ours=True, now=0.0)   # not ours yet
+    own.taken(0.0)
+    assert not own.driver_reported('', ours=True, current=True, now=0.0)
     assert own.commanding
-    assert own.driver_reported('stale effort command', ours=True, current=False) == \
+    assert own.driver_reported('stale effort command', ours=True, current=False, now=0.0) == \
         'stale effort command'
     assert not own.commanding and own.switched           # given back by the node, not here
-    assert not own.driver_reported('stale effort command', ours=True)    # once per take
+    assert not own.driver_reported('stale effort command', ours=True, now=0.0)    # once per take
     own.switched = False                                   # the hand-back
     assert not own.commanding
-    own.taken()                                            # a new enable, the driver cleared
+    own.taken(0.0)                                            # a new enable, the driver cleared
     assert own.commanding and own.driver_fault == ''
 
 
@@ -95,9 +95,10 @@ def test_a_driver_model_not_ours_while_the_arm_is_ours_ends_our_commands():
     reaches us after its joint states): its gravity torque is not the law's, at once,
     whatever else it shows; nothing while we do not hold the arm (the enable judges it)."""
     own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
-    assert not own.driver_reported('', ours=False, current=False, model='not ours')
-    own.taken()
-    assert own.driver_reported('', ours=False, current=False, model='not ours') == 'not ours'
+    assert not own.driver_reported('', ours=False, current=False, model='not ours', now=0.0)
+    own.taken(0.0)
+    assert own.driver_reported('', ours=False, current=False, model='not ours',
+                               now=0.0) == 'not ours'
     assert not own.commanding
 
 
@@ -107,20 +108,21 @@ def test_the_driver_holding_the_arm_is_judged_only_on_messages_after_our_switch(
     ours, another controller means it was switched or restarted; once it has shown current
     mode, position mode means it left it (a fault cleared before we read it)."""
     own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
-    own.taken()
-    assert not own.driver_reported('', ours=False, current=False)       # from before
-    assert not own.driver_reported('', ours=True, current=False)        # switch pending
-    assert own.driver_reported('', ours=False, current=False) == \
+    own.taken(0.0)
+    assert not own.driver_reported('', ours=False, current=False, now=0.0)       # from before
+    assert not own.driver_reported('', ours=True, current=False, now=0.0)        # switch pending
+    assert own.driver_reported('', ours=False, current=False, now=0.0) == \
         'another arm controller is active'
-    own.taken()
-    assert not own.driver_reported('', ours=True, current=True)
-    assert own.driver_reported('', ours=True, current=False) == 'the arm joints left current mode'
-    own.taken()
+    own.taken(0.0)
+    assert not own.driver_reported('', ours=True, current=True, now=0.0)
+    assert own.driver_reported('', ours=True, current=False, now=0.0) == \
+        'the arm joints left current mode'
+    own.taken(0.0)
     own.switching = True                                    # our own hand-back under way
-    assert not own.driver_reported('', ours=False, current=False)
+    assert not own.driver_reported('', ours=False, current=False, now=0.0)
     forward_driver = ArmOwnership('forward', 'driver', hold_s=0.5, input_loss_s=1.0)
-    forward_driver.taken()                                  # position mode: no mode to judge
-    assert not forward_driver.driver_reported('', ours=True, current=None)
+    forward_driver.taken(0.0)                                  # position mode: no mode to judge
+    assert not forward_driver.driver_reported('', ours=True, current=None, now=0.0)
 
 
 def test_a_driver_that_never_shows_current_mode_after_the_switch_holds_the_arm_itself():
@@ -139,6 +141,9 @@ def test_a_driver_that_never_shows_current_mode_after_the_switch_holds_the_arm_i
     own.taken(200.0)                                      # enabled again: a new deadline
     assert not own.driver_reported('', ours=True, current=True, now=200.5)
     assert not own.driver_reported('', ours=True, current=True, now=300.0)    # seen in time
+    own.taken(300.0)                  # the first message after the take comes late, but shows
+    assert not own.driver_reported('', ours=True, current=True, now=310.0)   # current mode
+    assert own.commanding
     own.taken(400.0)
     assert own.driver_reported('', ours=False, current=False, now=406.0).startswith(
         'not in current mode')                            # a driver that never took ours
@@ -156,9 +161,9 @@ def test_a_driver_that_never_shows_current_mode_after_the_switch_holds_the_arm_i
 
 def test_a_hand_back_due_before_an_enable_is_void_after_it():
     own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
-    own.taken()
+    own.taken(0.0)
     due_at = own.takes
-    own.taken()                     # enabled again before the hand-back task ran
+    own.taken(0.0)                     # enabled again before the hand-back task ran
     assert own.takes != due_at
 
 
@@ -167,10 +172,10 @@ def test_an_enable_switches_again_when_the_driver_took_the_arm_back():
     next enable must switch, not trust it (the driver may run another controller)."""
     own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
     assert own.needs_switch()
-    own.taken()
+    own.taken(0.0)
     assert not own.needs_switch()
-    own.driver_reported('', ours=True, current=True)
-    own.driver_reported('', ours=False, current=False)      # a switch by hand
+    own.driver_reported('', ours=True, current=True, now=0.0)
+    own.driver_reported('', ours=False, current=False, now=0.0)      # a switch by hand
     assert own.switched and own.needs_switch()
 
 
@@ -188,7 +193,7 @@ def test_our_own_stall_is_not_taken_for_a_silent_driver():
     """The timer ticks every few ms; a gap of its own longer than half input_loss_s means
     this process was stopped or starved: the joint states it did not read were not missing."""
     own = forward()
-    own.taken()
+    own.taken(0.0)
     for t in (0.0, 0.005, 0.4, 0.8):
         own.input_arrived(t)
         assert not own.input_lost(t)

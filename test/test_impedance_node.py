@@ -663,9 +663,13 @@ def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case)
         task = executor.create_task(node._on_enable(SetBool.Request(data=True),
                                                     SetBool.Response()))
         spin_until(task.done, 'the enable')
-        assert task.result().success, task.result().message
+        answer = task.result()
         assert driver.switches == [effort]
-        enabled_at = time.monotonic()
+        if case == 'fault_in_the_switch':       # judged before the answer: not taken
+            assert not answer.success and 'Bus Watchdog expired' in answer.message, \
+                answer.message
+        else:
+            assert answer.success, answer.message
         if case == 'never_current':
             def republish():
                 while not stop.wait(0.2):
@@ -677,7 +681,7 @@ def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case)
         finally:
             if case == 'never_current':
                 stop.set()
-        took = time.monotonic() - enabled_at
+        took = time.monotonic() - node.own.taken_at
         assert node.controller.fault.startswith('driver fault: '), node.controller.fault
         assert not node.own.commanding
         if case == 'fault_in_the_switch':
@@ -685,7 +689,7 @@ def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case)
             assert took < 0.5, took        # at once, from the state heard during the switch
         else:
             assert 'not in current mode with our controller' in node.controller.fault
-            assert 1.0 < took < 3.0, took  # past switch.timeout_s, at a republish
+            assert 1.0 < took < 5.0, took  # past switch.timeout_s, at a republish
         spin_until(lambda: driver.switches[-1] == 'crane_x7_arm_controller', 'the hand-back')
     finally:
         if node is not None:

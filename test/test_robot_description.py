@@ -184,7 +184,7 @@ def test_the_driver_and_the_controller_must_compute_with_one_model(context):
         node.handover._on_driver_state(String(data=json.dumps({
             'fault': '', 'modes': {}, 'active_arm_controller': 'x', 'model': 'x'})))
         # the arm ours, a driver restarted with another model: its hold is not the law's
-        node.own.taken()
+        node.own.taken(time.monotonic())
         assert node.own.commanding
         node.handover._on_driver_state(driver_state(RobotModel.from_urdf(HEAVY).digest()))
         assert not node.own.commanding

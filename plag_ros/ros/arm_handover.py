@@ -30,13 +30,17 @@ from plag_ros.ros.controller_file import ControllerFileError, differences, read_
 from plag_ros.ros.controller_switch import ControllerSwitch, read_parameters, switch_command
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover']
+__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover']
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
 
 RELEASE_RETRY_S = 1.0
 """A hand-back that failed is tried again this much later [s]."""
+
+CONFIRM_MIN_S = 1.0
+"""The least time the bus driver's state has to show our controller after a take [s]
+(``switch.timeout_s`` where longer): it republishes once a second."""
 
 
 class ArmHandover:
@@ -78,7 +82,8 @@ class ArmHandover:
                 node.get_logger().warning(self.switch.error)
         self.own = ArmOwnership(self.kind, settings.switch.method if self.switch else None,
                                 settings.switch.hold_s, settings.input_loss_s,
-                                last_input=time.monotonic(), confirm_s=sw.timeout_s)
+                                last_input=time.monotonic(),
+                                confirm_s=max(sw.timeout_s, CONFIRM_MIN_S))
         self.joint_check = 'unchecked'
         self._file = None
         if self.kind == 'forward' and settings.command.controller_file:
@@ -99,9 +104,11 @@ class ArmHandover:
         self.driver_heard = False
         self.driver_state_fault = ''    # the driver's fault as it reports it now
         self.driver_model: dict = {}    # the driver's model entry as it reports it now
-        # the newest driver state heard during our switch that shows our controller (sent
-        # after the switch reached the driver): judged once the take is done
+        # the newest driver state heard during the switch of a take that shows our
+        # controller (as a rule sent after the switch reached the driver): judged once the
+        # enable is done
         self._heard_in_switch: tuple | None = None
+        self._taking = False
         if self.driver_node is not None:
             node.create_subscription(String, f'{self.driver_node}/state',
                                      self._on_driver_state, LATCHED)
@@ -173,14 +180,15 @@ class ArmHandover:
         current = all(modes.get(j) == 'current' for j in self.command_names) if effort \
             else None   # (command.joints are arm joints: driver_joint_check)
         ours = active == self.controller
-        if self.own.switching and ours:
+        if self._taking and ours:
             self._heard_in_switch = (fault, ours, current)
         self._judge(fault, ours, current)
 
-    def _judge(self, fault: str, ours: bool, current: bool | None) -> None:
+    def _judge(self, fault: str, ours: bool, current: bool | None) -> str:
         """Latch the driver's hold as the controller's fault where the driver's state
         (its ``fault``, whether the active controller is ``ours``, whether the arm is in
-        ``current`` mode) says it holds the arm itself (:meth:`ArmOwnership.driver_reported`)."""
+        ``current`` mode) says it holds the arm itself (:meth:`ArmOwnership.driver_reported`).
+        Returns the reason ('' when it does not)."""
         reason = self.own.driver_reported(fault, ours=ours, current=current,
                                           model=self.model_mismatch(), now=time.monotonic())
         if reason:
@@ -189,6 +197,7 @@ class ArmHandover:
                 f'{self.driver_node} holds the arm itself ({reason}); nothing more is '
                 f'commanded and the arm is handed back. To go on: ~/enable false, '
                 f'{self.driver_node}/clear_fault if it latched a fault, ~/enable true')
+        return reason
 
     def model_mismatch(self) -> str:
         """How the bus driver's model, as its last ``~/state`` reports it, differs from
@@ -246,20 +255,24 @@ class ArmHandover:
         message = ''
         self._heard_in_switch = None
         if self.switch is not None and self.own.needs_switch():
-            ok, message = await self._call(release=False)
+            self._taking = True
+            try:
+                ok, message = await self._call(release=False)
+            finally:
+                self._taking = False
             if not ok:
                 return False, message
         self.own.taken(time.monotonic())
         return True, message
 
-    def taken_and_enabled(self) -> None:
+    def taken_and_enabled(self) -> str:
         """After a take and the controller's enable: judge the driver's newest state
-        heard during the switch (:meth:`ArmOwnership.driver_reported` ignores messages
-        while a switch is under way), so that a fault in it is latched now, not at the
-        driver's next republish a second later."""
+        that showed our controller during the switch (:meth:`ArmOwnership.driver_reported`
+        ignores messages while a switch is under way), so that a fault in it is latched
+        now, not at the driver's next republish a second later. Returns why the driver
+        holds the arm itself ('' when it does not): the enable then did not take it."""
         heard, self._heard_in_switch = self._heard_in_switch, None
-        if heard is not None:
-            self._judge(*heard)
+        return self._judge(*heard) if heard is not None else ''
 
     async def release(self, takes: int | None = None) -> None:
         """Give the arm back after the hold (switch the fallback controller back in);

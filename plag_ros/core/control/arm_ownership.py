@@ -9,9 +9,10 @@ hold the arm is taken as gone: a restarted driver brings its controllers back wi
 switch, so when joint states return nothing is commanded until the node has switched
 again. A driver that reports a fault of its own while we hold the arm holds it itself:
 nothing is commanded from then on, and the arm is given back at once; so does a driver
-that has not shown our controller and current mode within ``switch.timeout_s`` of the take
-(a fault in the switch's own cycle, cleared by hand before we read it, would otherwise
-leave us commanding into its position hold).
+whose state has not shown our controller (on the effort path: with the arm in current
+mode) within ``confirm_s`` of the take: whatever kept it from that (a fault in the
+switch's own cycle, cleared by hand before we read it, for one), we would otherwise go on
+commanding into its position hold.
 
 This module keeps that bookkeeping; the node awaits the switch services and calls in here.
 Times are monotonic seconds from the caller.
@@ -90,7 +91,7 @@ class ArmOwnership:
         took it back (a fault, another controller) and a hand-back has not finished."""
         return not self.switched or bool(self.driver_fault)
 
-    def taken(self, now: float = 0.0) -> None:
+    def taken(self, now: float) -> None:
         """The arm is ours after an enable (a switch made, or none needed) at ``now``."""
         self.release_at, self.driver_fault, self.taken_at = None, '', now
         self.driver_confirmed = self.current_seen = False
@@ -104,7 +105,7 @@ class ArmOwnership:
             self.release_at = now + self.hold_time
 
     def driver_reported(self, fault: str, *, ours: bool, current: bool | None = None,
-                        model: str = '', now: float = 0.0) -> str:
+                        model: str = '', now: float) -> str:
         """The bus driver's state while we hold the arm: its ``fault`` ('' when none),
         whether its active arm controller is ``ours``, on the effort path whether the
         arm's joints are all in ``current`` mode, and how its ``model`` differs from ours
@@ -113,10 +114,11 @@ class ArmOwnership:
         with another one: its gravity torque is not the law's); another active controller
         (a restarted driver, a switch by hand) or the arm out of current mode, once ours
         and current mode have been seen since the take (a message sent before our switch
-        reached it shows neither, and proves nothing); neither seen, received at ``now``
-        more than ``confirm_s`` after the take (the driver republishes its state every
-        second: judged on its messages, not on our clock, a stall of ours is no driver's
-        fault). From then on nothing is commanded."""
+        reached it shows neither, and proves nothing); a message received at ``now`` more
+        than ``confirm_s`` after the take when no message since the take has shown ours
+        (on the effort path: ours with the arm in current mode), this one included (the
+        driver republishes its state every second: judged on its messages, not on our
+        clock, a stall of ours is no driver's fault). From then on nothing is commanded."""
         if not self.switched or self.switching or self.driver_fault:
             return ''
         self.driver_confirmed |= ours

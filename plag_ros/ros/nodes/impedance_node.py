@@ -230,11 +230,12 @@ class ImpedanceNode(Node):
             prefix = f'{message}; ' if message else ''
         response.success, message = self.controller.set_enabled(bool(request.data),
                                                                 self._now_ns())
+        held = self.handover.taken_and_enabled() if request.data and response.success else ''
+        if held:                    # latched: the hand-back follows (watch)
+            response.success, message = False, f'{message}, but the driver holds ({held})'
         response.message = prefix + message
         if request.data and not response.success:
             self.own.schedule_release(time.monotonic())
-        elif request.data:
-            self.handover.taken_and_enabled()
         if not quiet:
             log.info(f'~/enable {request.data}: {response.message}')
         self._publish_state(None, self._now_ns(), force=True)

@@ -697,3 +697,80 @@ def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case)
         if driver is not None:
             driver.close()
         context.try_shutdown()
+
+
+@contextlib.contextmanager
+def torque_mode_node():
+    """An impedance node with config/torque_mode.yaml (effort path, switch.method driver)
+    in a context of its own, nothing else in its graph; yields (node, driver_state), where
+    ``driver_state(joints)`` is a plag_driver ``~/state`` message with the node's model."""
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain(34))
+    torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
+    try:
+        node = ImpedanceNode(context=context, parameter_overrides=[
+            Parameter(name, value=value) for name, value in torque_mode.items()] + [
+            Parameter('stale_periods', value=1000.0)])
+        try:
+            model = node.urdf.report(node.model)
+
+            def driver_state(joints) -> String:
+                return String(data=json.dumps({
+                    'fault': '', 'modes': {j: 'position' for j in joints},
+                    'active_arm_controller': 'crane_x7_arm_controller', 'model': model}))
+            yield node, driver_state
+        finally:
+            node.destroy_node()
+    finally:
+        context.try_shutdown()
+
+
+def answered_at_once(coroutine):
+    """The answer of an ``~/enable`` coroutine that awaits nothing (a refusal)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError('the enable awaited something')
+
+
+def test_the_joint_check_follows_a_driver_restarted_with_other_joints():
+    """On the effort path the node checks command.joints against the joints of the bus
+    driver's ~/state, again whenever they change: a driver restarted with another chain
+    (here one without the wrist joint) is refused at the next enable, and one with the
+    arm's joints again is accepted. Before, the first driver's check stood for good."""
+    from plag_ros.core.dynamics.motors import ARM_JOINTS
+
+    with torque_mode_node() as (node, driver_state):
+        node.handover._on_driver_state(driver_state(ARM_JOINTS))
+        assert node.handover.joint_check == 'ok'
+        node.handover._on_driver_state(driver_state(ARM_JOINTS[:-1]))
+        assert 'not its arm joints' in node.handover.joint_check, node.handover.joint_check
+        blocker = node.handover.blocker(1, 'commands')
+        assert blocker.endswith('(refused)') and 'not its arm joints' in blocker, blocker
+        node.handover._on_driver_state(driver_state(ARM_JOINTS))
+        assert node.handover.joint_check == 'ok'
+
+
+def test_a_refused_enable_then_a_failed_switch_are_both_answered():
+    """An enable refused before the switch (logged as a warning), then one whose switch
+    fails (logged as an error): both answer false with the reason. rclpy refuses a second
+    severity at one logging call site with a ValueError, which had come out of the
+    ~/enable callback and ended the node."""
+    from plag_ros.core.dynamics.motors import ARM_JOINTS
+
+    with torque_mode_node() as (node, driver_state):
+        node.handover._on_driver_state(driver_state(ARM_JOINTS))
+        names = [node.model.joint_names[k] for k in np.flatnonzero(node.model.actuated)]
+        t0 = node._now_ns()
+        for i in range(8):                      # past waiting: refusals are logged
+            node.on_joint_state(msgs.joint_state(names, Q0[:len(names)], np.zeros(len(names)),
+                                                 t_ns=t0 + i * PERIOD_NS))
+        assert node.controller.state != 'waiting'
+        first = answered_at_once(node._on_enable(SetBool.Request(data=True),
+                                                 SetBool.Response()))
+        assert not first.success and 'nothing subscribes' in first.message, first.message
+        node._pub_command.get_subscription_count = lambda: 1    # a driver, as far as it knows
+        second = answered_at_once(node._on_enable(SetBool.Request(data=True),
+                                                  SetBool.Response()))
+        assert not second.success and 'not discovered' in second.message, second.message

@@ -109,6 +109,7 @@ class ArmHandover:
         # enable is done
         self._heard_in_switch: tuple | None = None
         self._taking = False
+        self._checked_joints: list[str] | None = None   # the driver's joints last checked
         if self.driver_node is not None:
             node.create_subscription(String, f'{self.driver_node}/state',
                                      self._on_driver_state, LATCHED)
@@ -173,10 +174,15 @@ class ArmHandover:
             return
         self.driver_heard, self.driver_state_fault, self.driver_model = True, fault, model
         effort = self.kind == 'effort'
-        if effort and self.joint_check == 'unchecked':
+        if effort and list(modes) != self._checked_joints:
+            # checked again whenever the joints change (a driver restarted with another chain)
+            self._checked_joints = list(modes)
             self.joint_check = driver_joint_check(self.command_names, list(modes))
-            (self.log.info if self.joint_check == 'ok' else self.log.error)(
-                f'{self.driver_node}: {self.joint_check}')
+            # (one call site per severity: rclpy refuses another one at a site it has seen)
+            if self.joint_check == 'ok':
+                self.log.info(f'{self.driver_node}: {self.joint_check}')
+            else:
+                self.log.error(f'{self.driver_node}: {self.joint_check}')
         current = all(modes.get(j) == 'current' for j in self.command_names) if effort \
             else None   # (command.joints are arm joints: driver_joint_check)
         ours = active == self.controller

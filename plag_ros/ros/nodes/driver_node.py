@@ -161,6 +161,9 @@ class DriverNode(Node):
                 self._stop.wait(1.0)
                 continue
             log.info(f'bus open: servos {self.driver.ids} hold their pose in position mode')
+            # ~/state before the first joint state: a controller that hears a restarted
+            # driver's samples should, as a rule, already know its joints and model
+            self._report(force=True)
             self._publish(reading)
             if self._active == EFFORT_CONTROLLER:
                 self.driver.request_mode('current')

@@ -224,8 +224,12 @@ class ImpedanceNode(Node):
             ok, message = (False, blocker) if blocker else await self.handover.take()
             if not ok:
                 response.success, response.message = False, message
-                if not quiet and not waiting:   # a failed switch is an error, the rest not
-                    (log.warning if blocker else log.error)(f'~/enable true: {message}')
+                # a failed switch is an error, the rest not (one call site per severity:
+                # rclpy raises at a site that logged another one before)
+                if not quiet and not waiting and blocker:
+                    log.warning(f'~/enable true: {message}')
+                elif not quiet and not waiting:
+                    log.error(f'~/enable true: {message}')
                 return response
             prefix = f'{message}; ' if message else ''
         response.success, message = self.controller.set_enabled(bool(request.data),

@@ -570,9 +570,10 @@ class FakeBusDriver:
     """A stand-in for ``plag_driver``'s ROS side as the impedance node sees it (mirrors
     plag_ros/ros/nodes/driver_node.py: the ``active_arm_controller`` parameter switches,
     ``~/state`` is latched JSON), spun on a thread of its own. ``on_switch(active)`` gives
-    the state it publishes when a switch is accepted, before the answer goes back."""
+    the state it publishes when a switch is accepted, before the answer goes back, which
+    comes ``answer_after(active)`` s later."""
 
-    def __init__(self, context, node_model: dict, on_switch, answer_after_s: float) -> None:
+    def __init__(self, context, node_model: dict, on_switch, answer_after) -> None:
         from rcl_interfaces.msg import SetParametersResult
         from rclpy.executors import SingleThreadedExecutor
 
@@ -589,7 +590,7 @@ class FakeBusDriver:
             for p in parameters:
                 self.switches.append(p.value)
                 self.publish(**on_switch(p.value))
-                time.sleep(answer_after_s)     # the answer comes after the state
+                time.sleep(answer_after(p.value))     # the answer comes after the state
             return SetParametersResult(successful=True)
 
         self.node.add_on_set_parameters_callback(switched)
@@ -640,7 +641,7 @@ def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case)
         else:
             def on_switch(active):
                 return {'fault': '', 'current': False, 'active': active}
-        driver = FakeBusDriver(context, ours, on_switch, answer_after_s=0.3)
+        driver = FakeBusDriver(context, ours, on_switch, answer_after=lambda active: 0.3)
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)
 
@@ -691,6 +692,60 @@ def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case)
             assert 'not in current mode with our controller' in node.controller.fault
             assert 1.0 < took < 5.0, took  # past switch.timeout_s, at a republish
         spin_until(lambda: driver.switches[-1] == 'crane_x7_arm_controller', 'the hand-back')
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if driver is not None:
+            driver.close()
+        context.try_shutdown()
+
+
+def test_a_switch_the_driver_carried_out_but_answered_too_late_is_switched_back(model):
+    """plag_driver takes 1.5 s to answer the switch to current mode (a loaded robot PC),
+    past switch.timeout_s (1 s), but carries it out. The enable answers false, and the node
+    switches the driver back to the JTC: left on our controller, the driver would give
+    current mode the model's gravity until its stale fault and then refuse the JTC's (and
+    MoveIt's) commands until someone switched it by hand."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain(34))
+    torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
+    node = driver = None
+    try:
+        node = ImpedanceNode(context=context, parameter_overrides=[
+            Parameter(name, value=value) for name, value in torque_mode.items()] + [
+            Parameter('stale_periods', value=1000.0), Parameter('switch.timeout_s', value=1.0)])
+        effort = node.settings.target_controller
+        driver = FakeBusDriver(
+            context, node.urdf.report(node.model),
+            lambda active: {'fault': '', 'current': active == effort, 'active': active},
+            answer_after=lambda active: 1.5 if active == effort else 0.0)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+
+        def spin_until(predicate, what, timeout_s=30.0):
+            deadline = time.monotonic() + timeout_s
+            while not predicate():
+                assert time.monotonic() < deadline, f'timed out waiting for {what}'
+                executor.spin_once(timeout_sec=0.02)
+
+        names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
+        t0 = node._now_ns()
+        for i in range(8):
+            node.on_joint_state(msgs.joint_state(names, Q0[:len(names)], np.zeros(len(names)),
+                                                 t_ns=t0 + i * PERIOD_NS))
+        spin_until(lambda: node.handover.joint_check == 'ok' and
+                   node._pub_command.get_subscription_count() > 0 and
+                   node.handover.switch._client.service_is_ready(), 'the fake driver')
+        task = executor.create_task(node._on_enable(SetBool.Request(data=True),
+                                                    SetBool.Response()))
+        spin_until(task.done, 'the enable')
+        answer = task.result()
+        assert not answer.success and 'no answer' in answer.message, answer.message
+        spin_until(lambda: driver.switches == [effort, 'crane_x7_arm_controller'],
+                   'the switch back')
+        assert not node.own.switched and not node.controller.enabled
     finally:
         if node is not None:
             node.destroy_node()

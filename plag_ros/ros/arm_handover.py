@@ -266,6 +266,12 @@ class ArmHandover:
                 ok, message = await self._call(release=False)
             finally:
                 self._taking = False
+            if not ok and self.switch.unanswered:
+                # It may have switched all the same (the bus driver then gives current mode
+                # the model's gravity until its stale fault, and refuses the JTC's commands
+                # for good): switch back, which is harmless where nothing switched.
+                _, back = await self._call(release=True)
+                self.log.warning(f'{message}; switched back in case it had switched: {back}')
             if not ok:
                 return False, message
         self.own.taken(time.monotonic())

@@ -137,6 +137,9 @@ class ControllerSwitch:
         self.controller, self.fallback = controller, fallback
         self.manager, self.timeout_s = manager, timeout_s
         self.error = ''
+        # The last switch's request went out and got no answer in time: it may have been
+        # carried out all the same (the caller switches back to be sure).
+        self.unanswered = False
         # SwitchController or SetParameters, after the method; None for 'none' and when
         # the controller_manager messages cannot be imported (self.error says so).
         self._client: Client | None = None
@@ -171,6 +174,7 @@ class ControllerSwitch:
 
     async def _switch(self, on: str, off: str) -> tuple[bool, str]:
         what = f'{off} -> {on}'
+        self.unanswered = False
         if self.method == 'none':
             return True, f'no switch (switch.method none): {on} must be active'
         if self.error:
@@ -187,6 +191,7 @@ class ControllerSwitch:
             for name, value in fields.items():
                 setattr(request, name, value)
             response = await call(self.node, client, request, self.timeout_s)
+            self.unanswered = response is None
             if response is None:
                 return False, (f'switch {what}: no answer from {client.srv_name} within '
                                f'{self.timeout_s:g} s; by hand: `{switch_command(on, off)}`')
@@ -198,6 +203,7 @@ class ControllerSwitch:
             name='active_arm_controller', value=ParameterValue(
                 type=ParameterType.PARAMETER_STRING, string_value=on))])
         response = await call(self.node, client, request, self.timeout_s)
+        self.unanswered = response is None
         if response is None:
             return False, f'switch {what}: no answer from {client.srv_name}'
         if not response.results or not response.results[0].successful:

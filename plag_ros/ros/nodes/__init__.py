@@ -115,7 +115,8 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     raises, before the spin: what must not begin in a half-built node that nobody will
     destroy (the driver's bus thread: a Ctrl-C landing between its start and the end of
     the constructor would leave it driving the servos with no hold at exit). A signal
-    during ``start`` is seen by the spin loop, and the node is destroyed as usual.
+    during ``start`` is seen by the spin loop, and the node is destroyed as usual; after a
+    signal or a shutdown ``start`` is skipped.
 
     The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
     external shutdown end the spin quietly, and the node is destroyed before the context.
@@ -156,7 +157,7 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
             node = factory()
             if interrupts is not None:
                 interrupts.raise_once = False    # from here the loop below sees a signal
-            if start is not None and not interrupted():
+            if start is not None and not interrupted() and rclpy.ok():
                 start(node)
             executor = rclpy.get_global_executor()
             executor.add_node(node)

@@ -138,8 +138,9 @@ class DriverNode(Node):
         if self._thread is not None:
             return
         s = self.settings
-        self._thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
+        thread.start()
+        self._thread = thread        # (only a started one: destroy_node joins it)
         kt = ', '.join(f'{k:.3g}' for k in self.driver.torque_constant)
         self.get_logger().info(
             f'bus {s.bus.port}: servos {self.driver.ids} at {s.bus.rate_hz:g} Hz; '

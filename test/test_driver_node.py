@@ -195,6 +195,53 @@ def stopped_and_moved(nodes: list, bus: EmulatedBus, before: float, after: float
     return float(np.abs(record['q'][inside] - record['q'][inside][0]).max())
 
 
+def stale_hold(client: RosClient, reports: list, since: float, what: str) -> None:
+    """Wait for the driver's position hold after ``what`` happened at monotonic ``since``:
+    a stale-command fault, stale_s after the last command's source sample (asserted with
+    1.5 s to spare for a loaded machine)."""
+    client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
+                    "the driver's hold")
+    held_after = time.monotonic() - since
+    print(f"position hold {held_after:.2f} s after {what} (stale_s {LOADED['stale_s']:g} s)")
+    assert 'stale effort command' in last(reports)['fault']
+    assert held_after < LOADED['stale_s'] + 1.5
+
+
+def refused_until_cleared(client: RosClient, reports: list) -> None:
+    """``~/enable true`` is refused while the driver's fault is latched (the arm stays in
+    position mode); then the driver's ``~/clear_fault``."""
+    from std_srvs.srv import Trigger
+
+    refused = enable(client, True)
+    assert not refused.success and 'clear it first' in refused.message, refused.message
+    assert last(reports)['modes'][JOINTS[3]] == 'position'
+    cleared = client.call(Trigger, '/plag_driver/clear_fault', Trigger.Request())
+    assert cleared.success, cleared.message
+
+
+def enabled_again_and_back(client: RosClient, reports: list, states: list | None = None
+                           ) -> None:
+    """``~/enable true`` takes the arm into current mode again (and, given the node's
+    ``states``, ramps in), ``~/enable false`` gives it back to position mode."""
+    response = enable(client, True)
+    assert response.success, response.message
+    client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'current', 60.0,
+                    'current mode again')
+    if states is not None:
+        client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
+    assert enable(client, False).success
+    client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
+                    'position mode')
+
+
+def held_within_30_mrad(nodes: list, bus: EmulatedBus, before: float, what: str) -> None:
+    """Stop the nodes and the bus (:func:`stopped_and_moved`); no joint moved 30 mrad or
+    more from the monotonic time ``before`` to now (``what`` names that span)."""
+    moved = stopped_and_moved(nodes, bus, before, time.monotonic())
+    print(f'largest move {what}: {moved * 1e3:.3f} mrad')
+    assert moved < 0.030
+
+
 def tear_down(nodes: list, bus: EmulatedBus) -> None:
     """Whatever a failed test left running: stopped (a stopped process continued first)."""
     for node in nodes:
@@ -264,7 +311,6 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
     5 % weaker motors than the model, it stays within 30 mrad of where it was at the stall
     through all of it (the emulator's record). Before the node followed the driver, it
     took its own stall for a lost driver and never showed the driver's fault."""
-    from std_srvs.srv import Trigger
 
     bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
     nodes: list = []
@@ -304,22 +350,10 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
                 refused = enable(client, True)
                 assert not refused.success and 'latched' in refused.message, refused.message
             assert enable(client, False).success
-            refused = enable(client, True)
-            assert not refused.success and 'clear it first' in refused.message, refused.message
-            assert last(reports)['modes'][JOINTS[3]] == 'position'
+            refused_until_cleared(client, reports)
             assert last(states)['commands'] == commands
-            cleared = client.call(Trigger, '/plag_driver/clear_fault', Trigger.Request())
-            assert cleared.success, cleared.message
-            response = enable(client, True)
-            assert response.success, response.message
-            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'current', 60.0,
-                            'current mode again')
-            assert enable(client, False).success
-            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
-                            'position mode')
-            moved = stopped_and_moved(nodes, bus, before, time.monotonic())
-        print(f'largest move through the stall and the re-enable: {moved * 1e3:.3f} mrad')
-        assert moved < 0.030
+            enabled_again_and_back(client, reports)
+            held_within_30_mrad(nodes, bus, before, 'through the stall and the re-enable')
     finally:
         tear_down(nodes, bus)
 
@@ -334,7 +368,6 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
     driver's fault is latched; after the driver's ~/clear_fault it takes the arm again.
     On an arm 5 % heavier with 5 % weaker motors than the model, the arm stays within
     30 mrad of where it was at the kill through all of it (the emulator's record)."""
-    from std_srvs.srv import Trigger
 
     bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
     nodes: list = []
@@ -348,13 +381,7 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
             killed = nodes.pop()
             killed.process.kill()
             killed.process.wait(timeout=30)
-            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
-                            "the driver's hold")
-            held_after = time.monotonic() - before
-            print(f'position hold {held_after:.2f} s after the kill '
-                  f"(stale_s {LOADED['stale_s']:g} s)")
-            assert 'stale effort command' in last(reports)['fault']
-            assert held_after < LOADED['stale_s'] + 1.5
+            stale_hold(client, reports, before, 'the kill')
             del states[:]
             nodes.append(start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
                                     params_file=ROOT / 'config' / 'torque_mode.yaml',
@@ -368,23 +395,10 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
                 ('disabled', False, False), state
             assert 'stale effort command' in state['driver_fault'], state
             assert last(reports)['modes'][JOINTS[3]] == 'position'
-            refused = enable(client, True)
-            assert not refused.success and 'clear it first' in refused.message, refused.message
-            assert last(reports)['modes'][JOINTS[3]] == 'position'
-            cleared = client.call(Trigger, '/plag_driver/clear_fault', Trigger.Request())
-            assert cleared.success, cleared.message
-            response = enable(client, True)
-            assert response.success, response.message
-            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'current', 60.0,
-                            'current mode again')
-            client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
-            assert enable(client, False).success
-            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
-                            'position mode')
+            refused_until_cleared(client, reports)
+            enabled_again_and_back(client, reports, states)
             assert last(reports)['fault'] == ''
-            moved = stopped_and_moved(nodes, bus, before, time.monotonic())
-        print(f'largest move from the kill to the end: {moved * 1e3:.3f} mrad')
-        assert moved < 0.030
+            held_within_30_mrad(nodes, bus, before, 'from the kill to the end')
     finally:
         tear_down(nodes, bus)
 
@@ -413,13 +427,7 @@ def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_ar
             time.sleep(0.5)
             before = time.monotonic()
             feeding[0] = False
-            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
-                            "the driver's hold")
-            held_after = time.monotonic() - before
-            print(f'position hold {held_after:.2f} s after the joint states stopped '
-                  f"(stale_s {LOADED['stale_s']:g} s)")
-            assert 'stale effort command' in last(reports)['fault']
-            assert held_after < LOADED['stale_s'] + 1.5
+            stale_hold(client, reports, before, 'the joint states stopped')
             client.wait_for(lambda: not last(states)['switched'], 60.0, 'the hand-back')
             state = last(states)
             assert state['state'] == 'fault', state
@@ -431,9 +439,7 @@ def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_ar
             assert last(reports)['active_arm_controller'] == 'crane_x7_arm_controller'
             assert last(states)['commands'] == commands
             assert not last(states)['switched']
-            moved = stopped_and_moved(nodes, bus, before, time.monotonic())
-        print(f'largest move from the loss of input to the end: {moved * 1e3:.3f} mrad')
-        assert moved < 0.030
+            held_within_30_mrad(nodes, bus, before, 'from the loss of input to the end')
     finally:
         tear_down(nodes, bus)
 
@@ -498,9 +504,7 @@ def test_a_stale_backlog_while_the_node_holds_the_arm_drives_nothing(tmp_path):
             assert not state['switched'] and state['state'] in ('fault', 'disabled'), state
             assert last(reports)['modes'][JOINTS[3]] == 'position'
             assert last(reports)['active_arm_controller'] == 'crane_x7_arm_controller'
-            moved = stopped_and_moved(nodes, bus, before, time.monotonic())
-        print(f'largest move from the backlog to the end: {moved * 1e3:.3f} mrad')
-        assert moved < 0.030
+            held_within_30_mrad(nodes, bus, before, 'from the backlog to the end')
     finally:
         tear_down(nodes, bus)
 

@@ -611,161 +611,19 @@ class FakeBusDriver:
         self.node.destroy_node()
 
 
-@pytest.mark.parametrize('case', ['fault_in_the_switch', 'never_current'])
-def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(model, case):
-    """Torque mode through plag_driver, whose switch to current mode is accepted but ends
-    in its position hold. ``fault_in_the_switch``: it faulted in the switch's own cycle and
-    its state saying so reached the node while the node awaited the switch's answer (no
-    republish follows). ``never_current``: it shows our controller but never current mode
-    (a fault cleared by hand before the node read it), republished every 0.2 s. Either way
-    the node must latch the driver's hold as its fault, command nothing more and hand
-    back, without waiting for anything else: before, the first stayed unread for good and
-    the second left the node commanding into the hold."""
-    from rclpy.executors import SingleThreadedExecutor
-
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain(34))
-    torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
-    node = driver = None
-    try:
-        node = ImpedanceNode(context=context, parameter_overrides=[
-            Parameter(name, value=value) for name, value in torque_mode.items()] + [
-            Parameter('stale_periods', value=1000.0), Parameter('switch.timeout_s', value=1.0)])
-        ours = node.urdf.report(node.model)
-        effort = node.settings.target_controller
-        if case == 'fault_in_the_switch':
-            def on_switch(active):
-                return {'fault': 'Bus Watchdog expired on IDs [4]', 'current': False,
-                        'active': active} if active == effort else \
-                    {'fault': '', 'current': False, 'active': active}
-        else:
-            def on_switch(active):
-                return {'fault': '', 'current': False, 'active': active}
-        driver = FakeBusDriver(context, ours, on_switch, answer_after=lambda active: 0.3)
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(node)
-
-        def spin_until(predicate, what, timeout_s=30.0):
-            deadline = time.monotonic() + timeout_s
-            while not predicate():
-                assert time.monotonic() < deadline, f'timed out waiting for {what}'
-                executor.spin_once(timeout_sec=0.02)
-
-        names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
-        q0 = Q0[:len(names)]
-        t0 = node._now_ns()
-        for i in range(8):
-            node.on_joint_state(msgs.joint_state(names, q0, np.zeros(len(names)),
-                                                 t_ns=t0 + i * PERIOD_NS))
-        spin_until(lambda: node.handover.joint_check == 'ok' and
-                   node._pub_command.get_subscription_count() > 0 and
-                   node.handover.switch.error == '' and
-                   node.handover.switch._client.service_is_ready(), 'the fake driver')
-        task = executor.create_task(node._on_enable(SetBool.Request(data=True),
-                                                    SetBool.Response()))
-        spin_until(task.done, 'the enable')
-        answer = task.result()
-        assert driver.switches == [effort]
-        if case == 'fault_in_the_switch':       # judged before the answer: not taken
-            assert not answer.success and 'Bus Watchdog expired' in answer.message, \
-                answer.message
-        else:
-            assert answer.success, answer.message
-        if case == 'never_current':
-            def republish():
-                while not stop.wait(0.2):
-                    driver.publish(fault='', current=False, active=effort)
-            stop = threading.Event()
-            threading.Thread(target=republish, daemon=True).start()
-        try:
-            spin_until(lambda: node.controller.latched, 'the driver hold latched')
-        finally:
-            if case == 'never_current':
-                stop.set()
-        took = time.monotonic() - node.own.taken_at
-        assert node.controller.fault.startswith('driver fault: '), node.controller.fault
-        assert not node.own.commanding
-        if case == 'fault_in_the_switch':
-            assert 'Bus Watchdog expired' in node.controller.fault
-            assert took < 0.5, took        # at once, from the state heard during the switch
-        else:
-            assert 'not in current mode with our controller' in node.controller.fault
-            assert 1.0 < took < 5.0, took  # past switch.timeout_s, at a republish
-        spin_until(lambda: driver.switches[-1] == 'crane_x7_arm_controller', 'the hand-back')
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if driver is not None:
-            driver.close()
-        context.try_shutdown()
-
-
-def test_a_switch_the_driver_carried_out_but_answered_too_late_is_switched_back(model):
-    """plag_driver takes 1.5 s to answer the switch to current mode (a loaded robot PC),
-    past switch.timeout_s (1 s), but carries it out. The enable answers false, and the node
-    switches the driver back to the JTC: left on our controller, the driver would give
-    current mode the model's gravity until its stale fault and then refuse the JTC's (and
-    MoveIt's) commands until someone switched it by hand."""
-    from rclpy.executors import SingleThreadedExecutor
-
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain(34))
-    torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
-    node = driver = None
-    try:
-        node = ImpedanceNode(context=context, parameter_overrides=[
-            Parameter(name, value=value) for name, value in torque_mode.items()] + [
-            Parameter('stale_periods', value=1000.0), Parameter('switch.timeout_s', value=1.0)])
-        effort = node.settings.target_controller
-        driver = FakeBusDriver(
-            context, node.urdf.report(node.model),
-            lambda active: {'fault': '', 'current': active == effort, 'active': active},
-            answer_after=lambda active: 1.5 if active == effort else 0.0)
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(node)
-
-        def spin_until(predicate, what, timeout_s=30.0):
-            deadline = time.monotonic() + timeout_s
-            while not predicate():
-                assert time.monotonic() < deadline, f'timed out waiting for {what}'
-                executor.spin_once(timeout_sec=0.02)
-
-        names = [model.joint_names[k] for k in np.flatnonzero(model.actuated)]
-        t0 = node._now_ns()
-        for i in range(8):
-            node.on_joint_state(msgs.joint_state(names, Q0[:len(names)], np.zeros(len(names)),
-                                                 t_ns=t0 + i * PERIOD_NS))
-        spin_until(lambda: node.handover.joint_check == 'ok' and
-                   node._pub_command.get_subscription_count() > 0 and
-                   node.handover.switch._client.service_is_ready(), 'the fake driver')
-        task = executor.create_task(node._on_enable(SetBool.Request(data=True),
-                                                    SetBool.Response()))
-        spin_until(task.done, 'the enable')
-        answer = task.result()
-        assert not answer.success and 'no answer' in answer.message, answer.message
-        spin_until(lambda: driver.switches == [effort, 'crane_x7_arm_controller'],
-                   'the switch back')
-        assert not node.own.switched and not node.controller.enabled
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if driver is not None:
-            driver.close()
-        context.try_shutdown()
-
-
 @contextlib.contextmanager
-def torque_mode_node():
-    """An impedance node with config/torque_mode.yaml (effort path, switch.method driver)
-    in a context of its own, nothing else in its graph; yields (node, driver_state), where
-    ``driver_state(joints)`` is a plag_driver ``~/state`` message with the node's model."""
+def torque_mode_node(*extra: Parameter):
+    """An impedance node with config/torque_mode.yaml (effort path, switch.method driver),
+    a stale limit of 5 s and the ``extra`` parameters, in a context of its own; yields
+    (node, driver_state), where ``driver_state(joints)`` is a plag_driver ``~/state``
+    message with the node's model."""
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain(34))
     torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
     try:
         node = ImpedanceNode(context=context, parameter_overrides=[
             Parameter(name, value=value) for name, value in torque_mode.items()] + [
-            Parameter('stale_periods', value=1000.0)])
+            Parameter('stale_periods', value=1000.0), *extra])
         try:
             model = node.urdf.report(node.model)
 
@@ -780,6 +638,51 @@ def torque_mode_node():
         context.try_shutdown()
 
 
+def at_rest(node: ImpedanceNode) -> None:
+    """Feed ``node`` 8 joint states at Q0 stamped on its clock (past waiting)."""
+    names = [node.model.joint_names[k] for k in np.flatnonzero(node.model.actuated)]
+    t0 = node._now_ns()
+    for i in range(8):
+        node.on_joint_state(msgs.joint_state(names, Q0[:len(names)], np.zeros(len(names)),
+                                             t_ns=t0 + i * PERIOD_NS))
+
+
+@contextlib.contextmanager
+def against_fake_driver(on_switch, answer_after):
+    """A torque-mode node (switch.timeout_s 1 s) at rest, against a :class:`FakeBusDriver`
+    it has discovered; yields (node, driver, enable, spin_until): ``enable()`` runs
+    ``~/enable true`` to its answer, ``spin_until(predicate, what)`` spins the node."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    with torque_mode_node(Parameter('switch.timeout_s', value=1.0)) as (node, _):
+        driver = FakeBusDriver(node.context, node.urdf.report(node.model), on_switch,
+                               answer_after)
+        executor = SingleThreadedExecutor(context=node.context)
+        executor.add_node(node)
+        try:
+            def spin_until(predicate, what: str, timeout_s: float = 30.0) -> None:
+                deadline = time.monotonic() + timeout_s
+                while not predicate():
+                    assert time.monotonic() < deadline, f'timed out waiting for {what}'
+                    executor.spin_once(timeout_sec=0.02)
+
+            def enable() -> SetBool.Response:
+                task = executor.create_task(node._on_enable(SetBool.Request(data=True),
+                                                            SetBool.Response()))
+                spin_until(task.done, 'the enable')
+                return task.result()
+
+            at_rest(node)
+            spin_until(lambda: node.handover.joint_check == 'ok' and
+                       node._pub_command.get_subscription_count() > 0 and
+                       node.handover.switch._client.service_is_ready(), 'the fake driver')
+            yield node, driver, enable, spin_until
+        finally:
+            executor.remove_node(node)
+            executor.shutdown()
+            driver.close()
+
+
 def answered_at_once(coroutine):
     """The answer of an ``~/enable`` coroutine that awaits nothing (a refusal)."""
     try:
@@ -787,6 +690,71 @@ def answered_at_once(coroutine):
     except StopIteration as done:
         return done.value
     raise AssertionError('the enable awaited something')
+
+
+@pytest.mark.parametrize('case', ['fault_in_the_switch', 'never_current'])
+def test_a_driver_hold_during_or_after_the_switch_ends_our_commands(case):
+    """Torque mode through plag_driver, whose switch to current mode is accepted but ends
+    in its position hold. ``fault_in_the_switch``: it faulted in the switch's own cycle and
+    its state saying so reached the node while the node awaited the switch's answer (no
+    republish follows). ``never_current``: it shows our controller but never current mode
+    (a fault cleared by hand before the node read it), republished every 0.2 s. Either way
+    the node must latch the driver's hold as its fault, command nothing more and hand
+    back, without waiting for anything else: before, the first stayed unread for good and
+    the second left the node commanding into the hold."""
+    effort = 'plag_arm_effort_controller'
+    fault = 'Bus Watchdog expired on IDs [4]' if case == 'fault_in_the_switch' else ''
+
+    def on_switch(active):
+        return {'fault': fault if active == effort else '', 'current': False,
+                'active': active}
+    with against_fake_driver(on_switch, lambda active: 0.3) as (node, driver, enable,
+                                                                  spin_until):
+        answer = enable()
+        assert driver.switches == [effort]
+        if case == 'fault_in_the_switch':       # judged before the answer: not taken
+            assert not answer.success and 'Bus Watchdog expired' in answer.message, \
+                answer.message
+        else:
+            assert answer.success, answer.message
+        stop = threading.Event()
+        if case == 'never_current':
+            def republish():
+                while not stop.wait(0.2):
+                    driver.publish(fault='', current=False, active=effort)
+            threading.Thread(target=republish, daemon=True).start()
+        try:
+            spin_until(lambda: node.controller.latched, 'the driver hold latched')
+        finally:
+            stop.set()
+        took = time.monotonic() - node.own.taken_at
+        assert node.controller.fault.startswith('driver fault: '), node.controller.fault
+        assert not node.own.commanding
+        if case == 'fault_in_the_switch':
+            assert 'Bus Watchdog expired' in node.controller.fault
+            assert took < 0.5, took        # at once, from the state heard during the switch
+        else:
+            assert 'not in current mode with our controller' in node.controller.fault
+            assert 1.0 < took < 5.0, took  # past switch.timeout_s, at a republish
+        spin_until(lambda: driver.switches[-1] == 'crane_x7_arm_controller', 'the hand-back')
+
+
+def test_a_switch_the_driver_carried_out_but_answered_too_late_is_switched_back():
+    """plag_driver takes 1.5 s to answer the switch to current mode (a loaded robot PC),
+    past switch.timeout_s (1 s), but carries it out. The enable answers false, and the node
+    switches the driver back to the JTC: left on our controller, the driver would give
+    current mode the model's gravity until its stale fault and then refuse the JTC's (and
+    MoveIt's) commands until someone switched it by hand."""
+    effort = 'plag_arm_effort_controller'
+    with against_fake_driver(
+            lambda active: {'fault': '', 'current': active == effort, 'active': active},
+            lambda active: 1.5 if active == effort else 0.0) as (node, driver, enable,
+                                                                 spin_until):
+        answer = enable()
+        assert not answer.success and 'no answer' in answer.message, answer.message
+        spin_until(lambda: driver.switches == [effort, 'crane_x7_arm_controller'],
+                   'the switch back')
+        assert not node.own.switched and not node.controller.enabled
 
 
 def test_the_joint_check_follows_a_driver_restarted_with_other_joints():
@@ -816,11 +784,7 @@ def test_a_refused_enable_then_a_failed_switch_are_both_answered():
 
     with torque_mode_node() as (node, driver_state):
         node.handover._on_driver_state(driver_state(ARM_JOINTS))
-        names = [node.model.joint_names[k] for k in np.flatnonzero(node.model.actuated)]
-        t0 = node._now_ns()
-        for i in range(8):                      # past waiting: refusals are logged
-            node.on_joint_state(msgs.joint_state(names, Q0[:len(names)], np.zeros(len(names)),
-                                                 t_ns=t0 + i * PERIOD_NS))
+        at_rest(node)                           # past waiting: refusals are logged
         assert node.controller.state != 'waiting'
         first = answered_at_once(node._on_enable(SetBool.Request(data=True),
                                                  SetBool.Response()))

@@ -178,6 +178,39 @@ def test_enable_and_disable_move_no_joint_more_than_2_mrad(lockstep_bus):
 
 
 
+def test_a_switch_reaches_the_servos_whole_however_late_its_thread_runs(bus, monkeypatch):
+    """In real time, with the driver's thread held up 30 ms after each sync write it makes
+    (an operating system that runs something else between two writes): the switches into
+    current mode and back still reach the servos as one burst, and no physics step sees the
+    tilt or the elbow without torque. Written one by one, the writes left them limp for the
+    30 ms after Torque Enable 0 (a loaded machine's test run saw the elbow fall 3.8 mrad in
+    such a window). The Bus Watchdog is the real-time tests' 0.3 s: a burst held back for
+    its five writes' 150 ms must not expire it."""
+    driver = new_driver(bus.link, watchdog_s=REAL_TIME_WATCHDOG_S)
+    driver.open()
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+    written = driver._group_write
+
+    def held_up(*args) -> None:
+        written(*args)
+        time.sleep(0.03)
+
+    monkeypatch.setattr(driver, '_group_write', held_up)
+    begin = time.monotonic()
+    assert driver.request_mode('current')[0]
+    loop(driver, 0.5, gravity_feed(driver))
+    assert driver.modes[:7] == ['current'] * 7, driver.fault
+    driver.request_mode('position')
+    loop(driver, 0.3)
+    end = time.monotonic()
+    assert driver.modes == ['position'] * 8 and driver.counts['mode_switches'] == 2
+    driver.close()
+    record = bus.stop()
+    inside = window(record, begin, end)
+    limp = np.all(record['effort'][inside][:, [TILT, ELBOW]] == 0.0, axis=1)
+    assert not limp.any(), f'{limp.sum()} steps without torque on the tilt and the elbow'
+
+
 def test_sigkill_in_current_mode_stops_the_servos_within_the_watchdog(bus, tmp_path):
     """A driver killed in current mode: the Bus Watchdog (0.3 s here) stops every servo (no
     torque) within its period plus 20 ms of the last packet, by the emulator's record of

@@ -126,6 +126,47 @@ def test_a_switch_that_fails_at_any_write_leaves_every_servo_held(bus, monkeypat
     assert moved < HELD_RAD
 
 
+@pytest.mark.parametrize('mode', ['current', 'position'])
+def test_a_switch_whose_burst_the_port_refuses_leaves_every_servo_held(bus, monkeypatch, mode):
+    """The port raises (pyserial's SerialException is an OSError) as a switch's burst of
+    sync writes goes out, once: nothing reached the servos. The driver latches a fault;
+    every servo ends in position mode with its torque on, the arm within 10 mrad."""
+    driver = lockstep_driver(bus)
+    if mode == 'current':
+        move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+        feed = gravity_feed(driver)
+    else:
+        feed = bent_in_current_mode(driver)
+    switch, write = driver._switch, type(driver._port).writePort
+    in_switch = [False]
+
+    def switching(*args):
+        in_switch[0] = True
+        try:
+            return switch(*args)
+        finally:
+            in_switch[0] = False
+
+    def refusing(port, packet):
+        # inside a switch the one write that reaches the class is the burst's
+        if in_switch[0]:
+            in_switch[0] = False
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(driver, '_switch', switching)
+    monkeypatch.setattr(type(driver._port), 'writePort', refusing)
+    begin = time.monotonic()
+    assert driver.request_mode(mode)[0]
+    loop(driver, 1.0, feed if mode == 'current' else None)
+    end = time.monotonic()
+    assert 'Input/output error' in driver.fault, driver.fault
+    assert driver.modes == ['position'] * 8, driver.modes
+    assert torque_enabled(driver) == [1] * 8
+    driver.close()
+    assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
 def test_a_failed_switch_holds_the_arm_where_it_is_not_at_an_old_command(bus, monkeypatch):
     """The elbow pushed away from the position command it had before current mode; then
     the switch back to position mode fails at its mode write: the arm is held where it is,

@@ -50,12 +50,13 @@ reach into the others.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -371,7 +372,9 @@ class BusDriver:
                                        'rejected_commands': 0, 'mode_switches': 0,
                                        'writes': 0, 'failed_writes': 0, 'holds': 0}
         self.reading: Reading | None = None
-        self.torque_off_s = 0.0          # longest torque-off window of a mode switch [s]
+        # [s] the longest mode switch from its first packet built to its burst written
+        # (the servos are without torque only while the burst is on the wire)
+        self.torque_off_s = 0.0
         self._failed = 0
         self._failed_writes = 0
         self._recover = False        # clear_fault asked the next cycle to hold limp servos
@@ -416,6 +419,43 @@ class BusDriver:
         result = group.txPacket()
         if result != sdk.COMM_SUCCESS:
             raise BusError(f'sync write at {address}: {self._packets.getTxRxResult(result)}')
+
+    @contextlib.contextmanager
+    def _one_write(self) -> Iterator[None]:
+        """The sync writes made inside go to the port in one write when the block ends,
+        none if it raises. A sync write has no answer to wait for, so a burst that turns
+        the torque off and on again reaches the servos back to back (about 0.1 ms a packet
+        at 3 Mbit/s): how long they are without torque no longer depends on when the
+        operating system runs this thread between two writes.
+
+        A block inside another adds its packets to the outer one's burst.
+
+        Raises:
+            BusError: the port refused the burst or took only part of it (the servos may
+                have had any prefix of it).
+        """
+        port = self._port
+        queued: list[int] = []
+        outer = vars(port).get('writePort')    # an enclosing block's queue, if any
+
+        def queue(packet: list[int]) -> int:
+            queued.extend(packet)
+            return len(packet)
+
+        port.writePort = queue        # the SDK builds each packet, we only hold it back
+        try:
+            yield
+        finally:
+            if outer is None:
+                del port.writePort    # PortHandler's own method again
+            else:
+                port.writePort = outer
+        try:
+            written = port.writePort(queued)
+        except OSError as err:        # pyserial's SerialException is one
+            raise BusError(f'burst of {len(queued)} bytes: {err}') from err
+        if written != len(queued):
+            raise BusError(f'burst of {len(queued)} bytes: the port took {written}')
 
     def _write(self, servo_id: int, address: int, size: int, value: int) -> None:
         """One acknowledged write (the servo's status packet says it took it)."""
@@ -920,7 +960,8 @@ class BusDriver:
 
     def _switch(self, mode: str, reading: Reading) -> list[int]:
         """Torque off, mode, first goal, gains, torque on for the arm joints not in
-        ``mode``; one burst of sync writes. The IDs switched. Their Operating Mode is read
+        ``mode``; one burst of sync writes in one write to the port (:meth:`_one_write`). The
+        IDs switched. Their Operating Mode is read
         back after the cycle's own write (:meth:`_check_switch`), so that a lost first goal
         is written again before anything else happens on the bus.
 
@@ -943,12 +984,13 @@ class BusDriver:
             first = (116, 4, {self.ids[k]: int(held[k]) for k in which})
         off = time.perf_counter()
         try:
-            self._group_write(64, 1, dict.fromkeys(ids, 0))
-            self._group_write(11, 1, dict.fromkeys(ids, MODES[mode]))
-            self._group_write(*first)
-            if mode == 'position':
-                self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
-            self._group_write(64, 1, dict.fromkeys(ids, 1))
+            with self._one_write():
+                self._group_write(64, 1, dict.fromkeys(ids, 0))
+                self._group_write(11, 1, dict.fromkeys(ids, MODES[mode]))
+                self._group_write(*first)
+                if mode == 'position':
+                    self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
+                self._group_write(64, 1, dict.fromkeys(ids, 1))
             self.torque_off_s = max(self.torque_off_s, time.perf_counter() - off)
         except BusError:
             self._restore(ids, reading)
@@ -987,18 +1029,21 @@ class BusDriver:
                  ) -> list[int]:
         """Every servo of ``ids``, whatever a failure left it in (torque off, half switched),
         back to position mode holding the pose of ``reading`` with its torque on: first for
-        all at once (one sync write per item, then Torque Enable and Operating Mode read
-        back), so that no servo waits for the others' round trips; then one by one for
-        those the burst did not bring back (:meth:`_hold_servos`). The IDs left unheld."""
+        all at once (one sync write per item, all in one write to the port, then Torque
+        Enable and Operating Mode read back), so that no servo waits for the others' round
+        trips; then one by one for those the burst did not bring back
+        (:meth:`_hold_servos`). The IDs left unheld."""
         goals = self._clip(self._holding_goal(reading))
         self._hold_here(ids, goals)
         try:
-            self._group_write(98, 1, dict.fromkeys(ids, 0))   # a tripped watchdog refuses goals
-            self._group_write(11, 1, dict.fromkeys(ids, MODES['position']))
-            self._group_write(116, 4, {i: int(goals[self.ids.index(i)]) for i in ids})
-            self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
-            self._group_write(64, 1, dict.fromkeys(ids, 1))
-            self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(watchdog)))
+            with self._one_write():
+                # a tripped watchdog refuses goals
+                self._group_write(98, 1, dict.fromkeys(ids, 0))
+                self._group_write(11, 1, dict.fromkeys(ids, MODES['position']))
+                self._group_write(116, 4, {i: int(goals[self.ids.index(i)]) for i in ids})
+                self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
+                self._group_write(64, 1, dict.fromkeys(ids, 1))
+                self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(watchdog)))
             wrong = self._not_holding(ids)
         except BusError:
             wrong = list(ids)

@@ -320,3 +320,13 @@ def publish_at_rate(publisher, messages: Iterable, rate_hz: float) -> int:
             time.sleep(delay)
         publisher.publish(msg)
     return count
+
+
+def answered_at_once(coroutine):
+    """The answer of a service callback's ``coroutine`` that awaits nothing (an
+    ``~/enable`` refused before its switch)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError('the callback awaited something: it was not answered at once')

@@ -22,7 +22,15 @@ import rclpy
 from parameter_files import node_parameters
 from rclpy.context import Context
 from rclpy.parameter import Parameter
-from ros_helpers import LATCHED, REPO, RosClient, domain, publish_at_rate, start_node
+from ros_helpers import (
+    LATCHED,
+    REPO,
+    RosClient,
+    answered_at_once,
+    domain,
+    publish_at_rate,
+    start_node,
+)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
@@ -681,15 +689,6 @@ def against_fake_driver(on_switch, answer_after):
             executor.remove_node(node)
             executor.shutdown()
             driver.close()
-
-
-def answered_at_once(coroutine):
-    """The answer of an ``~/enable`` coroutine that awaits nothing (a refusal)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    raise AssertionError('the enable awaited something')
 
 
 @pytest.mark.parametrize('case', ['fault_in_the_switch', 'never_current'])

@@ -106,8 +106,8 @@ class ArmHandover:
         self.driver_model: dict = {}    # the driver's model entry as it reports it now
         # the newest driver state heard during the switch of a take that shows our
         # controller (as a rule sent after the switch reached the driver): judged once the
-        # enable is done
-        self._heard_in_switch: tuple | None = None
+        # enable is done: its (fault, current)
+        self._heard_in_switch: tuple[str, bool | None] | None = None
         self._taking = False
         self._checked_joints: list[str] | None = None   # the driver's joints last checked
         if self.driver_node is not None:
@@ -174,10 +174,11 @@ class ArmHandover:
             return
         self.driver_heard, self.driver_state_fault, self.driver_model = True, fault, model
         effort = self.kind == 'effort'
-        if effort and list(modes) != self._checked_joints:
+        joints = list(modes)
+        if effort and joints != self._checked_joints:
             # checked again whenever the joints change (a driver restarted with another chain)
-            self._checked_joints = list(modes)
-            self.joint_check = driver_joint_check(self.command_names, list(modes))
+            self._checked_joints = joints
+            self.joint_check = driver_joint_check(self.command_names, joints)
             # (one call site per severity: rclpy refuses another one at a site it has seen)
             if self.joint_check == 'ok':
                 self.log.info(f'{self.driver_node}: {self.joint_check}')
@@ -187,7 +188,7 @@ class ArmHandover:
             else None   # (command.joints are arm joints: driver_joint_check)
         ours = active == self.controller
         if self._taking and ours:
-            self._heard_in_switch = (fault, ours, current)
+            self._heard_in_switch = (fault, current)
         self._judge(fault, ours, current)
 
     def _judge(self, fault: str, ours: bool, current: bool | None) -> str:
@@ -284,7 +285,7 @@ class ArmHandover:
         now, not at the driver's next republish a second later. Returns why the driver
         holds the arm itself ('' when it does not): the enable then did not take it."""
         heard, self._heard_in_switch = self._heard_in_switch, None
-        return self._judge(*heard) if heard is not None else ''
+        return self._judge(heard[0], True, heard[1]) if heard is not None else ''
 
     async def release(self, takes: int | None = None) -> None:
         """Give the arm back after the hold (switch the fallback controller back in);

@@ -135,7 +135,7 @@ class ArmOwnership:
                 self.current_seen if current is not None else self.driver_confirmed):
             reason = (f'not {"in current mode " if current is not None else ""}with our '
                       f'controller {now - self.taken_at:.1f} s after the switch '
-                      f'(switch.timeout_s {self.confirm_s:g})')
+                      f'(confirmation time {self.confirm_s:g} s)')
         else:
             return ''
         self.driver_fault = reason

@@ -81,6 +81,18 @@ def break_the_kth_sync_write(driver, monkeypatch, k: int) -> None:
     monkeypatch.setattr(driver, '_group_write', write)
 
 
+def bent_before_a_switch_to(bus, mode: str):
+    """A lockstep driver on ``bus`` at the bent pose, in the other mode than ``mode``; and
+    the feed of its cycles after the switch (the gravity torque for current mode, None for
+    position mode)."""
+    driver = lockstep_driver(bus)
+    if mode == 'current':
+        move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+        return driver, gravity_feed(driver)
+    bent_in_current_mode(driver)
+    return driver, None
+
+
 @pytest.mark.parametrize('kind', ['port', 'lost'])
 @pytest.mark.parametrize('mode, k', [(m, k) for m, writes in SWITCH_WRITES.items()
                                      for k in range(1, len(writes) + 1)],
@@ -93,19 +105,14 @@ def test_a_switch_that_fails_at_any_write_leaves_every_servo_held(bus, monkeypat
     the driver finds out by reading back). Every servo ends with its torque on, the arm
     held within 10 mrad of the pose before the switch; a failure the driver can see is a
     latched fault with every joint in position mode."""
-    driver = lockstep_driver(bus)
-    if mode == 'current':
-        move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
-        feed = gravity_feed(driver)
-    else:
-        feed = bent_in_current_mode(driver)
+    driver, feed = bent_before_a_switch_to(bus, mode)
     begin = time.monotonic()
     if kind == 'port':
         break_the_kth_sync_write(driver, monkeypatch, k)
     else:
         bus.fault(f'lose {TILT_ID} {k}')
     assert driver.request_mode(mode)[0]
-    loop(driver, 1.0, feed if mode == 'current' else None)
+    loop(driver, 1.0, feed)
     end = time.monotonic()
     assert torque_enabled(driver) == [1] * 8
     what = SWITCH_WRITES[mode][k - 1]
@@ -131,12 +138,7 @@ def test_a_switch_whose_burst_the_port_refuses_leaves_every_servo_held(bus, monk
     """The port raises (pyserial's SerialException is an OSError) as a switch's burst of
     sync writes goes out, once: nothing reached the servos. The driver latches a fault;
     every servo ends in position mode with its torque on, the arm within 10 mrad."""
-    driver = lockstep_driver(bus)
-    if mode == 'current':
-        move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
-        feed = gravity_feed(driver)
-    else:
-        feed = bent_in_current_mode(driver)
+    driver, feed = bent_before_a_switch_to(bus, mode)
     switch, write = driver._switch, type(driver._port).writePort
     in_switch = [False]
 
@@ -158,7 +160,7 @@ def test_a_switch_whose_burst_the_port_refuses_leaves_every_servo_held(bus, monk
     monkeypatch.setattr(type(driver._port), 'writePort', refusing)
     begin = time.monotonic()
     assert driver.request_mode(mode)[0]
-    loop(driver, 1.0, feed if mode == 'current' else None)
+    loop(driver, 1.0, feed)
     end = time.monotonic()
     assert 'Input/output error' in driver.fault, driver.fault
     assert driver.modes == ['position'] * 8, driver.modes

@@ -216,6 +216,14 @@ def test_a_cycle_that_raises_ends_in_the_hold(bus, monkeypatch):
 
     monkeypatch.setattr(driver, '_checked_effort', broken)
     monkeypatch.setattr(driver, '_gravity', broken)
+    held_after_a_cycle_raised(bus, driver, feed, "RuntimeError('injected')")
+
+
+def held_after_a_cycle_raised(bus, driver, feed, error: str) -> None:
+    """Run ``driver`` 1 s as plag_driver's loop does (an exception out of a cycle answered
+    by :meth:`fail_safe`), ``feed`` after each good reading; then check the fault names
+    ``error``, every servo is in position mode with its torque on and the arm moved less
+    than 10 mrad."""
     begin = time.monotonic()
     clock = driver.clock
     for _ in range(round(1.0 * RATE_HZ)):       # plag_driver's loop, in lockstep
@@ -228,10 +236,28 @@ def test_a_cycle_that_raises_ends_in_the_hold(bus, monkeypatch):
             if reading is not None:
                 feed(reading)
     end = time.monotonic()
-    assert driver.fault == "bus cycle failed: RuntimeError('injected')"
+    assert driver.fault == f'bus cycle failed: {error}'
     assert driver.modes == ['position'] * 8 and torque_enabled(driver) == [1] * 8
     driver.close()
     assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_a_port_that_raises_in_a_cycle_ends_in_the_hold(bus, monkeypatch):
+    """The port raises once (pyserial's SerialException is an OSError) as a cycle in current
+    mode sends its sync read. The SDK then leaves the port marked in use, so every later
+    packet, the hold's too, would be refused as 'port busy' and the Bus Watchdog would stop
+    the servos (no torque); the bus loop's answer frees it, latches the fault and holds."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    write, calls = type(driver._port).writePort, itertools.count()
+
+    def raising_once(port, packet):
+        if next(calls) == 10:
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
+    held_after_a_cycle_raised(bus, driver, feed, "OSError(5, 'Input/output error')")
 
 
 def test_current_mode_is_refused_where_it_would_fault_at_once(bus, monkeypatch, tmp_path):
@@ -408,6 +434,31 @@ def test_a_servo_of_unknown_mode_in_another_mode_is_brought_back_to_the_hold(bus
     assert driver._read(elbow_id, 11, 1) == 3 and torque_enabled(driver) == [1] * 8
     driver.close()
     assert largest_move(bus.stop(), begin, end) < HELD_RAD
+
+
+def test_a_port_that_raises_while_opening_is_a_bus_error_and_the_next_open_holds(
+        bus, monkeypatch):
+    """The port raises (pyserial's SerialException is an OSError) as the driver reads the
+    servos' settings at open: the open raises a BusError naming it, which plag_driver's
+    bus thread answers by trying again a second later (before, the OSError ended the
+    thread, and with it the driver, without a word); the next open holds the arm."""
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    read, calls = sdk.PortHandler.readPort, itertools.count()
+
+    def raising_once(port, length):
+        if next(calls) == 5:
+            raise OSError(5, 'Input/output error')
+        return read(port, length)
+
+    monkeypatch.setattr(sdk.PortHandler, 'readPort', raising_once)
+    with pytest.raises(BusError, match='Input/output error'):
+        driver.open()
+    assert not driver.is_open
+    driver.open()
+    loop(driver, 0.2)
+    assert not driver.fault and driver.modes == ['position'] * 8
+    assert torque_enabled(driver) == [1] * 8
+    driver.close()
 
 
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):

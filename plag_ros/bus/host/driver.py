@@ -485,7 +485,7 @@ class BusDriver:
         The servos end in position mode holding their present pose with the torque on.
 
         Raises:
-            BusError: the port, or a servo that does not answer.
+            BusError: the port (one that raises too), or a servo that does not answer.
         """
         sdk = self._sdk
         baud = self.settings.baud_rate or self.config.baud_rate
@@ -502,10 +502,12 @@ class BusDriver:
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
         try:
             return self._configure()
-        except BusError:
+        except (BusError, OSError) as err:   # OSError: pyserial, a device unplugged
             self._port.closePort()
             self._port = None
-            raise
+            if isinstance(err, BusError):
+                raise
+            raise BusError(f'{self.port_name}: {err}') from err
 
     def _configure(self) -> Reading:
         sdk = self._sdk
@@ -724,6 +726,11 @@ class BusDriver:
         exception out of :meth:`cycle` (servos left in current mode without commands would
         lose their torque to the Bus Watchdog, and the same exception would come back every
         cycle)."""
+        if self._port is not None:
+            # an exception out of the SDK's port (pyserial raising in a write or a read)
+            # leaves it marked in use: every later packet, the hold's too, would be
+            # refused as 'port busy'
+            self._port.is_using = False
         try:
             self._fail(reason, self.reading)
         except Exception as err:  # noqa: BLE001 - the hold's last try: report, never raise

@@ -168,11 +168,25 @@ def bent_torque_stack(client: RosClient, bus: EmulatedBus, tmp_path, nodes: list
                             params_file=ROOT / 'config' / 'torque_mode.yaml',
                             params={'stale_periods': 100.0, 'filter.gap_periods': 100.0},
                             remaps=remaps))
-    # joint_check turns 'ok' once the node has heard the driver's ~/state (it refuses an
-    # enable until then: the latched message may reach it after its first joint state)
-    client.wait_for(lambda: states and last(states)['state'] != 'waiting'
-                    and last(states)['joint_check'] == 'ok', 60.0, 'the impedance node')
+    ready(client, states, 'the impedance node')
     return reports, states
+
+
+def ready(client: RosClient, states: list, what: str) -> None:
+    """Wait until the impedance node is past ``waiting`` (it has used a joint state) with
+    joint_check 'ok' (it has heard the driver's ~/state: it refuses an enable until then,
+    and the latched message may reach it after its first joint state). On a timeout the
+    error says what the node reported and who the graph shows on the driver's topics."""
+    try:
+        client.wait_for(lambda: states and last(states)['state'] != 'waiting'
+                        and last(states)['joint_check'] == 'ok', 60.0, what)
+    except AssertionError as err:
+        graph = {topic: sorted(f'{i.node_namespace.rstrip("/")}/{i.node_name}' for i in
+                               client.node.get_subscriptions_info_by_topic(topic))
+                 for topic in ('/joint_states', '/plag_driver/state')}
+        seen = last(states) if states else None
+        raise AssertionError(f'{err}; {len(states)} states from it, the last {seen}; '
+                             f'subscribers {graph}') from None
 
 
 def last(messages: list) -> dict:
@@ -387,8 +401,7 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
                                     params_file=ROOT / 'config' / 'torque_mode.yaml',
                                     params={'stale_periods': 100.0,
                                             'filter.gap_periods': 100.0}))
-            client.wait_for(lambda: states and last(states)['state'] != 'waiting'
-                            and last(states)['joint_check'] == 'ok', 60.0, 'the new node')
+            ready(client, states, 'the new node')
             time.sleep(1.0)                             # nothing takes the arm on its own
             state = last(states)
             assert (state['state'], state['enabled'], state['switched']) == \

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 from ros_helpers import LATCHED, RosClient, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -194,9 +195,9 @@ def last(messages: list) -> dict:
     return json.loads(messages[-1][1].data)
 
 
-def enable(client: RosClient, on: bool):
+def enable(client: RosClient, on: bool, node: str = 'plag_impedance'):
     from std_srvs.srv import SetBool
-    return client.call(SetBool, '/plag_impedance/enable', SetBool.Request(data=on), once=True)
+    return client.call(SetBool, f'/{node}/enable', SetBool.Request(data=on), once=True)
 
 
 def stopped_and_moved(nodes: list, bus: EmulatedBus, before: float, after: float) -> float:
@@ -221,29 +222,31 @@ def stale_hold(client: RosClient, reports: list, since: float, what: str) -> Non
     assert held_after < LOADED['stale_s'] + 1.5
 
 
-def refused_until_cleared(client: RosClient, reports: list) -> None:
-    """``~/enable true`` is refused while the driver's fault is latched (the arm stays in
-    position mode); then the driver's ``~/clear_fault``."""
+def refused_until_cleared(client: RosClient, reports: list, node: str = 'plag_impedance'
+                          ) -> None:
+    """``~/enable true`` of the impedance ``node`` is refused while the driver's fault is
+    latched (the arm stays in position mode); then the driver's ``~/clear_fault``."""
     from std_srvs.srv import Trigger
 
-    refused = enable(client, True)
+    refused = enable(client, True, node)
     assert not refused.success and 'clear it first' in refused.message, refused.message
     assert last(reports)['modes'][JOINTS[3]] == 'position'
     cleared = client.call(Trigger, '/plag_driver/clear_fault', Trigger.Request())
     assert cleared.success, cleared.message
 
 
-def enabled_again_and_back(client: RosClient, reports: list, states: list | None = None
-                           ) -> None:
-    """``~/enable true`` takes the arm into current mode again (and, given the node's
-    ``states``, ramps in), ``~/enable false`` gives it back to position mode."""
-    response = enable(client, True)
+def enabled_again_and_back(client: RosClient, reports: list, states: list | None = None,
+                           node: str = 'plag_impedance') -> None:
+    """``~/enable true`` of the impedance ``node`` takes the arm into current mode again
+    (and, given the node's ``states``, ramps in), ``~/enable false`` gives it back to
+    position mode."""
+    response = enable(client, True, node)
     assert response.success, response.message
     client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'current', 60.0,
                     'current mode again')
     if states is not None:
         client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
-    assert enable(client, False).success
+    assert enable(client, False, node).success
     client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
                     'position mode')
 
@@ -377,17 +380,36 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
     """The impedance node SIGKILLed while it holds the arm in current mode (no teardown,
     no hand-back): its commands stop, the driver latches a stale-command fault stale_s
     after the last one's source sample (asserted with 1.5 s to spare for a loaded
-    machine) and holds in position mode. A new impedance node started in its place does
-    not take the arm: it comes up disabled, and ~/enable true is refused while the
-    driver's fault is latched; after the driver's ~/clear_fault it takes the arm again.
-    On an arm 5 % heavier with 5 % weaker motors than the model, the arm stays within
-    30 mrad of where it was at the kill through all of it (the emulator's record)."""
+    machine) and holds in position mode. A second impedance node, a standby started
+    before the kill, does not take the arm: it stays disabled, and ~/enable true is
+    refused while the driver's fault is latched; after the driver's ~/clear_fault it
+    takes the arm again. On an arm 5 % heavier with 5 % weaker motors than the model, the
+    arm stays within 30 mrad of where it was at the kill through all of it (the
+    emulator's record).
 
+    The standby runs before the kill because a DDS participant started after a SIGKILL
+    can be deaf: one run saw a node started 3 s after the kill hear nothing from the
+    driver for 60 s (Fast DDS's shared-memory transport, which rmw_fastrtps turns on
+    for localhost-only discovery, keeps a killed reader's port; eProsima/Fast-DDS#5053).
+    """
     bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
     nodes: list = []
+    standby = 'plag_impedance_standby'
     try:
         with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
             reports, states = bent_torque_stack(client, bus, tmp_path, nodes)
+            (tmp_path / 'standby').mkdir()
+            # a parameters file is keyed by node name: the standby's under its own
+            config = yaml.safe_load((ROOT / 'config' / 'torque_mode.yaml').read_text())
+            params_file = tmp_path / 'standby' / 'torque_mode.yaml'
+            params_file.write_text(yaml.safe_dump({standby: config['plag_impedance']}))
+            waiting = client.collect(String, f'/{standby}/state', LATCHED)
+            nodes.insert(1, start_node(      # after the driver: stopped before it
+                'impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path / 'standby',
+                params_file=params_file,
+                params={'stale_periods': 100.0, 'filter.gap_periods': 100.0},
+                remaps={'__node': standby}))
+            ready(client, waiting, 'the standby node')
             assert enable(client, True).success
             client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
             time.sleep(0.5)
@@ -396,20 +418,15 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
             killed.process.kill()
             killed.process.wait(timeout=30)
             stale_hold(client, reports, before, 'the kill')
-            del states[:]
-            nodes.append(start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
-                                    params_file=ROOT / 'config' / 'torque_mode.yaml',
-                                    params={'stale_periods': 100.0,
-                                            'filter.gap_periods': 100.0}))
-            ready(client, states, 'the new node')
+            states = waiting
             time.sleep(1.0)                             # nothing takes the arm on its own
             state = last(states)
             assert (state['state'], state['enabled'], state['switched']) == \
                 ('disabled', False, False), state
             assert 'stale effort command' in state['driver_fault'], state
             assert last(reports)['modes'][JOINTS[3]] == 'position'
-            refused_until_cleared(client, reports)
-            enabled_again_and_back(client, reports, states)
+            refused_until_cleared(client, reports, standby)
+            enabled_again_and_back(client, reports, states, standby)
             assert last(reports)['fault'] == ''
             held_within_30_mrad(nodes, bus, before, 'from the kill to the end')
     finally:

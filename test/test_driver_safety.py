@@ -616,6 +616,123 @@ def test_an_overload_shutdown_latches_a_fault_holds_the_rest_and_names_the_servo
     bus.stop()
 
 
+def sync_writes(driver, monkeypatch) -> list[tuple[int, dict[int, int]]]:
+    """(address, {ID: value}) of each sync write the driver sends from now on."""
+    real, sent = driver._group_write, []
+
+    def write(address: int, size: int, values: dict[int, int]) -> None:
+        sent.append((address, dict(values)))
+        real(address, size, values)
+
+    monkeypatch.setattr(driver, '_group_write', write)
+    return sent
+
+
+@pytest.mark.parametrize('first_ends', ['closed', 'killed'])
+def test_a_driver_that_opens_on_a_held_arm_keeps_it_held(bus, monkeypatch, first_ends):
+    """plag_driver started again on the arm a first one held at the bent pose, after that
+    one closed (it put back the indirect addresses, which are RAM: written again with the
+    torque on) or was killed (nothing to change). The new one writes no Torque Enable 0
+    at all (before, every servo lost its torque from its first write to its first reads:
+    three physics steps on the tilt and the elbow), and no joint moves 2 mrad."""
+    first = lockstep_driver(bus)
+    move_to(first, np.array(POSES['bent']), 1.0, 0.3)
+    if first_ends == 'closed':
+        first.close()
+    else:
+        first._port.closePort()                     # killed: no close()
+    begin = time.monotonic()
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    sent = sync_writes(driver, monkeypatch)
+    driver.open()
+    loop(driver, 0.5)
+    end = time.monotonic()
+    assert [values for address, values in sent if address == 64 and 0 in values.values()
+            ] == []
+    assert not driver.fault and driver.modes == ['position'] * 8
+    assert torque_enabled(driver) == [1] * 8
+    driver.close()
+    record = bus.stop()
+    inside = window(record, begin, end)
+    limp = np.all(record['effort'][inside][:, [TILT, ELBOW]] == 0.0, axis=1)
+    assert not limp.any(), f'{limp.sum()} steps without torque on the tilt and the elbow'
+    assert largest_move(record, begin, end) < 0.002
+
+
+def test_open_refuses_a_joint_far_beyond_its_limit_and_writes_nothing(bus, monkeypatch):
+    """The pan found 0.2 rad beyond its upper limit (a limit set tighter than the pose):
+    the hold clipped into the limit would swing it back at the servo's full speed, so open
+    raises a BusError naming the joint before any write; every servo keeps its torque off.
+    With the limit back, the next open holds."""
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    upper = int(driver.limits[0, 1])
+    found = driver_module.HOME_COUNT        # the emulated arm powers up at home
+    driver.limits[0, 1] = found - round(0.2 / driver_module.PULSE_RAD)
+    sent = sync_writes(driver, monkeypatch)
+    with pytest.raises(BusError, match=f'{ARM_JOINTS[0]} at .* rad .*nothing written'):
+        driver.open()
+    assert sent == [] and not driver.is_open
+    driver.limits[0, 1] = upper
+    driver.open()
+    assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
+    driver.close()
+
+
+AGAIN, ONE_BY_ONE = 'did not take the configuration burst', 'not holding after open'
+
+
+@pytest.mark.parametrize(('item', 'address', 'value', 'settings', 'logged'), [
+    ('Current Limit (EEPROM)', 38, None, {}, AGAIN),
+    ('Position P Gain (RAM)', 84, None, {'p_gain': 900}, AGAIN),
+    ('the first indirect address', driver_module.INDIRECT_ADDRESS_1, None, {}, AGAIN),
+    ('Torque Enable 1', 64, 1, {}, ONE_BY_ONE)])
+def test_a_servo_that_misses_a_packet_of_the_open_burst_is_configured_again(
+        bus, monkeypatch, item, address, value, settings, logged):
+    """A sync write has no answer: the tilt servo misses one packet of the open's burst
+    (the first at ``address``, or the first writing it ``value``) and keeps what it had (a
+    Current Limit that current mode would clip against, a P gain the hold was not computed
+    for, an indirect address that would make the cycle read another item, its torque
+    off). open reads everything back, finds it, and sends that servo its burst again (or,
+    for the torque, brings it to the hold on its own): the item reads back as the
+    driver's, and every servo holds."""
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100, **settings)
+    real, dropped = driver._group_write, []
+
+    def losing_the_tilts_first(at: int, size: int, values: dict[int, int]) -> None:
+        if at == address and not dropped and value in (None, values.get(TILT_ID)):
+            dropped.append(values.pop(TILT_ID))
+        real(at, size, values)
+
+    monkeypatch.setattr(driver, '_group_write', losing_the_tilts_first)
+    driver.open()
+    assert dropped, f'{item} was not written'
+    assert driver._read(TILT_ID, address, 1 if address < 12 else 2) == dropped[0]
+    assert any(f'IDs [{TILT_ID}]' in m and logged in m for m in driver.messages)
+    assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
+    driver.close()
+
+
+def test_a_port_that_refuses_the_open_burst_leaves_every_servo_held(bus, monkeypatch):
+    """The port refuses the open's burst (nothing of it sent) on servos that powered up
+    with their torque off: open raises a BusError, and before it does, the servos are
+    brought to a position hold, so the arm is not left limp until the next try."""
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+
+    def refused(*args, **kwargs) -> None:
+        raise BusError('burst of 1200 bytes: injected port failure')
+
+    monkeypatch.setattr(driver, '_configuration_burst', refused)
+    with pytest.raises(BusError, match='injected port failure'):
+        driver.open()
+    port, packets = sdk.PortHandler(str(bus.link)), sdk.PacketHandler(2.0)
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    try:
+        assert [packets.read1ByteTxRx(port, i, 64)[0] for i in driver.ids] == [1] * 8
+        assert [packets.read1ByteTxRx(port, i, 11)[0] for i in driver.ids] == [3] * 8
+    finally:
+        port.closePort()
+
+
 def test_close_leaves_the_p_gain_the_hold_needs(bus):
     """Servos found with Position P Gain 5 (crane_x7_control's value at its deactivation):
     close() leaves 800, not 5, and the bent arm moves less than 10 mrad in the 3 s after."""

@@ -56,7 +56,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -103,6 +103,27 @@ USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
 TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
 HOLD_TRIES = 3
 """Tries of each acknowledged write when a servo is brought back to a hold."""
+OPEN_EEPROM = {9: 1, 11: 1, 38: 2}
+"""Return Delay Time, Operating Mode and Current Limit: the EEPROM items
+:meth:`BusDriver.open` sets (address: size [bytes]); a servo takes them only with its
+torque off."""
+OPEN_RAM = {116: 4, 84: 2, 82: 2, 80: 2, 108: 4, 112: 4}
+"""Goal Position, the position gains and the profile: the RAM items :meth:`BusDriver.open`
+writes on every servo (address: size [bytes]), in this order (the goal before the gain)."""
+READ_BACK = ((9, 31), (64, 56), (INDIRECT_ADDRESS_1, 2 * SLOTS))
+"""(first address, length) of the sync reads that bring back what :meth:`BusDriver.open`
+sets: 9-39 (the EEPROM items), 64-119 (Torque Enable to Goal Position), the indirect
+addresses of the cycle's data."""
+INDIRECT_ADDRESSES = frozenset(INDIRECT_ADDRESS_1 + 2 * k for k in range(SLOTS))
+READ_BACK_ITEMS = {**OPEN_EEPROM, 64: 1, **OPEN_RAM, **dict.fromkeys(INDIRECT_ADDRESSES, 2)}
+"""address: size [bytes] of what :data:`READ_BACK` brings back."""
+HOLD_KEPT_COUNTS = 32
+"""A servo found holding in position mode at the driver's gain keeps its Goal Position
+when it is within this many counts (about 50 mrad) of the hold the driver computes: an
+open tried again must not move the arm by the model's sag error each time."""
+OPEN_BEYOND_LIMIT_RAD = 0.1
+"""How far [rad] beyond a position limit :meth:`BusDriver.open` still takes a joint (and
+clips its hold into the limit): further, the servo would swing it back at full speed."""
 _ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
                0x10: 'electrical shock', 0x20: 'overload'}
 
@@ -510,34 +531,31 @@ class BusDriver:
             raise BusError(f'{self.port_name}: {err}') from err
 
     def _configure(self) -> Reading:
+        """Everything read first, with the torque as it was found (an arm another driver
+        left held stays held meanwhile); a joint far beyond its limits refuses the open
+        before any write. Then one burst (:meth:`_configuration_burst`): the EEPROM items
+        and the indirect addresses only where they differ from what the servos hold, the
+        torque off only for the servos with an EEPROM item to change, then the goal that
+        holds the pose found, the gains, the profile, the Bus Watchdog and the torque on.
+        A restarted driver finds nothing to change, and no servo loses its torque; a fresh
+        one turns it off only while the burst is on the wire. Everything is read back: a
+        servo that missed a packet, or did not take an indirect address with its torque on
+        (RAM in the e-manual, locked in ROBOTIS' SDK examples), gets its burst again with
+        the torque off; one still not configured and holding is a :class:`BusError`, the
+        Bus Watchdog off so that the others keep holding."""
         sdk = self._sdk
         # nothing from before this open is carried out: the hold starts from the pose found
         self.reading, self._pending, self._trajectory = None, None, None
         self._forward, self._effort = _Command(), _Command()
+        # what close() puts back: as found before the first try (a failed try wrote some)
         for servo_id in self.ids:
-            self._saved[servo_id] = {address: self._read(servo_id, address, size)
-                                     for _, address, size in SAVED}
-            self._saved[servo_id].update({
-                INDIRECT_ADDRESS_1 + 2 * k: self._read(servo_id, INDIRECT_ADDRESS_1 + 2 * k, 2)
-                for k in range(SLOTS)})
-        everyone = dict.fromkeys(self.ids, 0)
-        self._group_write(64, 1, everyone)                       # EEPROM needs the torque off
-        targets = [a + k for _, a, size in READ_ITEMS + WRITE_ITEMS for k in range(size)]
-        for k, target in enumerate(targets):
-            self._group_write(INDIRECT_ADDRESS_1 + 2 * k, 2, dict.fromkeys(self.ids, target))
-        self._group_write(9, 1, dict.fromkeys(self.ids, self.settings.return_delay))
-        self._group_write(11, 1, dict.fromkeys(self.ids, MODES['position']))
-        self._group_write(38, 2, dict(zip(self.ids, self.current_limit.tolist())))
-        for address, value in ((84, self.settings.p_gain), (82, 0), (80, 0), (108, 0),
-                               (112, 0)):
-            self._group_write(address, 4 if address >= 108 else 2, dict.fromkeys(self.ids, value))
-        self._read_group = sdk.GroupSyncRead(self._port, self._packets, INDIRECT_DATA_1,
-                                             READ_LENGTH)
-        self._write_group = sdk.GroupSyncWrite(self._port, self._packets, WRITE_AT,
-                                               WRITE_LENGTH)
-        for servo_id in self.ids:
-            self._read_group.addParam(servo_id)
-            self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
+            if servo_id not in self._saved:
+                self._saved[servo_id] = {address: self._read(servo_id, address, size)
+                                         for _, address, size in SAVED}
+                self._saved[servo_id].update({
+                    INDIRECT_ADDRESS_1 + 2 * k: self._read(servo_id,
+                                                           INDIRECT_ADDRESS_1 + 2 * k, 2)
+                    for k in range(SLOTS)})
         limits = [self._read(i, *TEMPERATURE_LIMIT[1:]) for i in self.ids]
         # the servos' own position limits where they are tighter than the chain file's
         own = np.array([(self._read(i, 52, 4), self._read(i, 48, 4)) for i in self.ids])
@@ -552,20 +570,200 @@ class BusDriver:
             self.latency_timer_ms = int(latency_timer_file(self.port_name).read_text())
         except (OSError, ValueError):
             self.latency_timer_ms = None      # not a USB serial adapter (the emulator's pty)
+        present = self._present_counts()
+        self._refuse_beyond_limits(present)
+        still = self._at_rest(present)
+        found = self._read_back(self.ids)
+        self._hold = self._hold_from(still, found)
+        wanted = self._open_items(self.ids)
+        changes = _differing(wanted, found, OPEN_EEPROM.keys() | INDIRECT_ADDRESSES)
+        self.modes = ['position'] * len(self.ids)
+        try:
+            # only what differs: EEPROM cells wear, and a servo with no EEPROM item to
+            # change keeps its torque through the open (plag_driver restarted)
+            self._configuration_burst(self.ids, changes, sorted(
+                {i for address in OPEN_EEPROM for i in changes.get(address, {})}))
+        except BusError:
+            # any part of it may have gone out: held, the watchdog off (no one reads)
+            self._restore(self.ids, still, watchdog=0)
+            raise
+        self._read_group = sdk.GroupSyncRead(self._port, self._packets, INDIRECT_DATA_1,
+                                             READ_LENGTH)
+        self._write_group = sdk.GroupSyncWrite(self._port, self._packets, WRITE_AT,
+                                               WRITE_LENGTH)
+        for servo_id in self.ids:
+            self._read_group.addParam(servo_id)
+            self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
+        # a sync write has no answer: a servo that missed a packet of the burst, or took
+        # no indirect address with its torque on, gets its burst again, torque off
+        found = self._read_back(self.ids)
+        untaken = _untaken(wanted, found)
+        if untaken:
+            self.log(f'IDs {untaken} did not take the configuration burst: sent again')
+            # one that missed its torque on may have sagged since: held where it is now
+            fresh = self._hold_from(self._present_pose(still), found)
+            for k, servo_id in enumerate(self.ids):
+                if servo_id in untaken:
+                    self._hold[k] = fresh[k]
+            again = self._open_items(untaken)
+            differing = _differing(again, found, OPEN_EEPROM.keys() | INDIRECT_ADDRESSES)
+            with contextlib.suppress(BusError):      # judged by the read-back below
+                self._configuration_burst(untaken, differing, sorted(
+                    {i for values in differing.values() for i in values}))
+            untaken = _untaken(again, self._read_back(untaken))
         reading = None
         for _ in range(5):
             reading = self._sync_read()
             if reading is not None:
                 break
-        if reading is None:
-            raise BusError('no sync read answered by every servo')
-        self._hold = self._clip(self._holding_goal(reading))
-        self._group_write(116, 4, dict(zip(self.ids, self._hold.tolist())))
-        self._group_write(98, 1, dict.fromkeys(self.ids, round(self.settings.watchdog_s
-                                                               / WATCHDOG_UNIT)))
-        self._group_write(64, 1, dict.fromkeys(self.ids, 1))
-        self.reading, self._disarmed = reading, []      # armed just now
+        unheld = self._not_holding(self.ids)
+        if unheld:
+            self.log(f'IDs {unheld} are not holding after open: held one by one')
+            # the cycle's read of a servo without its indirect addresses is garbage
+            pose = (reading if reading is not None and not untaken
+                    else self._present_pose(still))
+            untaken = sorted(set(untaken) | set(self._restore(unheld, pose)))
+        if reading is None or untaken:
+            # held, but no one will read them: the Bus Watchdog would drop the hold's
+            # gravity offset 0.1 s from now (a stopped servo holds where it is)
+            with contextlib.suppress(BusError):
+                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+            raise BusError('no sync read answered by every servo' if reading is None else
+                           f'IDs {untaken} are not configured and holding after open')
+        self.reading = reading
         return reading
+
+    def _refuse_beyond_limits(self, counts: np.ndarray) -> None:
+        """A joint found further beyond its position limits than
+        :data:`OPEN_BEYOND_LIMIT_RAD`: the hold clipped into the limits would swing it back
+        at the servo's full speed (the profile is off), so nothing is written.
+
+        Raises:
+            BusError: naming each such joint, its position and the limits.
+        """
+        position = (counts - HOME_COUNT) * PULSE_RAD
+        far = [f'{joint} at {q:.3f} rad (limits {lo:.3f}, {hi:.3f})'
+               for joint, q, lo, hi in zip(self.joints, position, self.envelope.lower,
+                                           self.envelope.upper)
+               if max(lo - q, q - hi) > OPEN_BEYOND_LIMIT_RAD]
+        if far:
+            raise BusError(f'{", ".join(far)}: beyond the limits by more than '
+                           f'{OPEN_BEYOND_LIMIT_RAD} rad; nothing written (with nothing '
+                           'holding the arm, move the joints inside by hand, then open '
+                           'again)')
+
+    def _present_pose(self, fallback: Reading) -> Reading:
+        """The servos at rest where they are now (Present Position read directly, not
+        through the indirect addresses), or ``fallback`` if a servo does not answer."""
+        try:
+            return self._at_rest(self._present_counts())
+        except BusError:
+            return fallback
+
+    def _hold_from(self, pose: Reading, found: dict[int, dict[int, int]]) -> np.ndarray:
+        """(8,) Goal Position [counts] that holds ``pose``, within the limits, where a
+        servo already holds (``found`` of :meth:`_read_back`) its goal (:meth:`_kept_goals`).
+        """
+        return self._clip(self._kept_goals(self._clip(self._holding_goal(pose)), found))
+
+    def _at_rest(self, counts: np.ndarray) -> Reading:
+        """A :class:`Reading` of servos found at (8,) ``counts``, at rest (the pose a hold
+        is computed from before the cycle's read is set up)."""
+        zeros = np.zeros(len(self.ids))
+        return Reading(self.clock(), (counts - HOME_COUNT) * PULSE_RAD, zeros, zeros, zeros,
+                       counts.copy(), zeros)
+
+    def _kept_goals(self, hold: np.ndarray, found: dict[int, dict[int, int]]) -> np.ndarray:
+        """(8,) ``hold`` [counts], where a servo already holds in position mode at
+        ``p_gain`` with a goal within :data:`HOLD_KEPT_COUNTS` of it, that goal."""
+        kept = hold.copy()
+        for k, servo_id in enumerate(self.ids):
+            got = found.get(servo_id, {})
+            if (got.get(64) == 1 and got.get(11) == MODES['position']
+                    and got.get(84) == self.settings.p_gain
+                    and abs(_signed(got.get(116, 0), 4) - hold[k]) <= HOLD_KEPT_COUNTS):
+                kept[k] = _signed(got[116], 4)
+        return kept
+
+    def _open_items(self, ids: Sequence[int]) -> dict[int, dict[int, int]]:
+        """{address: {ID: value}} of everything :meth:`open` sets on the servos ``ids``:
+        the EEPROM items (:data:`OPEN_EEPROM`), the indirect addresses of the cycle's data,
+        and the RAM items (:data:`OPEN_RAM`, the goal :attr:`_hold`)."""
+        k_of = {servo_id: self.ids.index(servo_id) for servo_id in ids}
+        items = {9: dict.fromkeys(ids, self.settings.return_delay),
+                 11: dict.fromkeys(ids, MODES['position']),
+                 38: {i: int(self.current_limit[k]) for i, k in k_of.items()}}
+        targets = [a + k for _, a, size in READ_ITEMS + WRITE_ITEMS for k in range(size)]
+        items.update({INDIRECT_ADDRESS_1 + 2 * k: dict.fromkeys(ids, target)
+                      for k, target in enumerate(targets)})
+        items.update({116: {i: int(self._hold[k]) for i, k in k_of.items()},
+                      84: dict.fromkeys(ids, self.settings.p_gain)})
+        items.update({address: dict.fromkeys(ids, 0) for address in (82, 80, 108, 112)})
+        return items
+
+    def _configuration_burst(self, ids: Sequence[int], changes: dict[int, dict[int, int]],
+                             torque_off: Sequence[int]) -> None:
+        """One burst (:meth:`_one_write`) that leaves ``ids`` in position mode holding
+        :attr:`_hold` with the torque on and the Bus Watchdog armed: ``changes`` {address:
+        {ID: value}} (EEPROM items and indirect addresses), with the torque off for the
+        servos ``torque_off`` only, then the RAM items of :data:`OPEN_RAM` (after the
+        mode: a mode written resets the gains and the profile).
+
+        Raises:
+            BusError: the port refused the burst or took part of it.
+        """
+        wanted = self._open_items(ids)
+        with self._one_write():
+            self._group_write(98, 1, dict.fromkeys(ids, 0))   # a tripped watchdog refuses goals
+            if torque_off:
+                self._group_write(64, 1, dict.fromkeys(torque_off, 0))
+            for address, values in changes.items():
+                if values:
+                    self._group_write(address, OPEN_EEPROM.get(address, 2), values)
+            for address, size in OPEN_RAM.items():
+                self._group_write(address, size, wanted[address])
+            self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(None)))
+            self._group_write(64, 1, dict.fromkeys(ids, 1))
+
+    def _read_back(self, ids: Sequence[int]) -> dict[int, dict[int, int]]:
+        """{ID: {address: value}} (unsigned) of the items of :data:`READ_BACK`, for the
+        servos of ``ids`` that answered each of its sync reads (each tried three times)."""
+        sdk = self._sdk
+        got: dict[int, dict[int, int]] = {servo_id: {} for servo_id in ids}
+        for first, length in READ_BACK:
+            group = sdk.GroupSyncRead(self._port, self._packets, first, length)
+            for servo_id in ids:
+                group.addParam(servo_id)
+            for _ in range(3):
+                if group.txRxPacket() == sdk.COMM_SUCCESS and all(
+                        group.isAvailable(i, first, length) for i in ids):
+                    break
+            for servo_id in ids:
+                if servo_id in got and group.isAvailable(servo_id, first, length):
+                    got[servo_id].update({address: group.getData(servo_id, address, size)
+                                          for address, size in READ_BACK_ITEMS.items()
+                                          if first <= address < first + length})
+                else:
+                    got.pop(servo_id, None)
+        return got
+
+    def _present_counts(self) -> np.ndarray:
+        """(8,) Present Position [counts] of every servo: one sync read, tried three
+        times.
+
+        Raises:
+            BusError: a servo did not answer.
+        """
+        sdk = self._sdk
+        group = sdk.GroupSyncRead(self._port, self._packets, 132, 4)
+        for servo_id in self.ids:
+            group.addParam(servo_id)
+        for _ in range(3):
+            if group.txRxPacket() == sdk.COMM_SUCCESS and all(
+                    group.isAvailable(i, 132, 4) for i in self.ids):
+                return np.array([_signed(group.getData(i, 132, 4), 4) for i in self.ids],
+                                dtype=np.int64)
+        raise BusError('no sync read of Present Position answered by every servo')
 
     @_serialised
     def close(self) -> None:
@@ -626,6 +824,7 @@ class BusDriver:
         finally:
             self._port.closePort()
             self._port = None
+            self._saved = {}          # the next open saves what it finds then
 
     # ------------------------------------------------------------------ commands
     @_serialised
@@ -957,7 +1156,7 @@ class BusDriver:
         self._disarmed = [i for i, w in zip(self.ids, watchdog) if w == 0]
         self._alerts = [f'ID {i}: {hardware_error_text(int(e))}'
                         for i, e in zip(self.ids, errors) if e]
-        # (open() reads with the torque still off: only a running bus is checked)
+        # (only a running bus is checked: open() checks its burst itself, _not_holding)
         self._torque_off = [i for i, on in zip(self.ids, torque) if not on] \
             if self.reading is not None else []
         amps = current * CURRENT_UNIT
@@ -1265,6 +1464,22 @@ def _per_servo(name: str, given: Sequence[float], n: int, defaults: Sequence[flo
     if not (np.all(np.isfinite(out)) and np.all(out > 0.0)):
         raise ValueError(f'{name} {out.tolist()} must be positive and finite')
     return out
+
+
+def _differing(items: dict[int, dict[int, int]], found: dict[int, dict[int, int]],
+               addresses: Iterable[int]) -> dict[int, dict[int, int]]:
+    """{address: {ID: value}} of ``items`` at ``addresses`` that ``found`` (of
+    :meth:`BusDriver._read_back`) does not hold: all of them for a servo not found."""
+    return {address: {i: v for i, v in items[address].items()
+                      if found.get(i, {}).get(address) != v}
+            for address in sorted(addresses)}
+
+
+def _untaken(items: dict[int, dict[int, int]], found: dict[int, dict[int, int]]
+             ) -> list[int]:
+    """The IDs whose ``items`` (every address) ``found`` does not hold."""
+    return sorted({i for address, values in items.items() for i, v in values.items()
+                   if found.get(i, {}).get(address) != v})
 
 
 def _signed(value: int, size: int) -> int:

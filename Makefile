@@ -35,8 +35,11 @@ PYTEST_ONE = OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider --dur
 # Each selection runs twice: the files that may share the cores on pytest-xdist, then those
 # marked `alone` (test/homes.py ALONE: real time on the emulated servo bus, a 200 Hz driver
 # against the servos' 100 ms Bus Watchdog) one after another. No test selected (pytest's
-# exit 5) is no failure. $(call run_tests,NAME,MARKS[,ENV])
+# exit 5) is no failure. A worker that a hung test ended (pyproject.toml, faulthandler) is
+# replaced once: xdist gives the new worker the rest of that file, the hung test first, so
+# a second hang ends the run rather than repeating it. $(call run_tests,NAME,MARKS[,ENV])
 run_tests = ($(3) $(PYTEST_ONE) -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--max-worker-restart=1 \
 		-m '$(2)not alone' --junitxml=$(REPORTS)/$(1).xml test || [ $$? -eq 5 ]) && \
 	($(3) $(PYTEST_ONE) -m '$(2)alone' --junitxml=$(REPORTS)/$(1)-alone.xml test \
 		|| [ $$? -eq 5 ])

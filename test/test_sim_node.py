@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node
+from ros_helpers import LATCHED, REPO, RosClient, domain, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
@@ -189,7 +189,7 @@ def test_inconsistent_parameters_are_refused_at_start(override, message):
     from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
     try:
         with pytest.raises(ValueError, match=message):
             SimNode(context=context,
@@ -214,7 +214,7 @@ def test_a_stall_before_publishing_does_not_squeeze_the_stamps():
     from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID + 50)
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
     try:
         sim = SimNode(context=context)
         ticks: list[float] = []          # simulated time after each tick's steps [s]
@@ -264,7 +264,6 @@ def test_a_tick_that_falls_behind_is_counted_on_diagnostics():
     from rclpy.context import Context
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
-    from ros_domains import domain
 
     from plag_ros.ros.nodes.sim_node import SimNode
 
@@ -314,7 +313,6 @@ def test_a_stalled_tick_on_the_simulated_clock_loses_no_sample_and_leaves_no_gap
     from rclpy.context import Context
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
-    from ros_domains import domain
 
     from plag_ros.ros.nodes.sim_node import SimNode
 

@@ -458,7 +458,9 @@ def test_output_rate_decimates_outputs_not_the_estimator(graph, model):
 
 
 def _in_process_node(overrides: dict):
-    """A DynamicsNode in its own context and namespace (no cross-talk with the module's)."""
+    """A DynamicsNode in its own context, namespace and domain: it needs no peers, and its
+    DDS participant, made and torn down at once, stays away from the module graph's
+    participants in this process (test_sim_node.py's refusal tests say why)."""
     import rclpy
     from rclpy.context import Context
     from rclpy.parameter import Parameter as RclpyParameter
@@ -466,7 +468,7 @@ def _in_process_node(overrides: dict):
     from plag_ros.ros.nodes.dynamics_node import DynamicsNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
+    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
     params = [RclpyParameter(name, value=value) for name, value in overrides.items()]
     try:
         return context, DynamicsNode(context=context, namespace='/in_process',

@@ -57,6 +57,12 @@ def bus(tmp_path):
     yield from bus_in_test(tmp_path, RATE_HZ)
 
 
+@pytest.fixture
+def realtime_bus(tmp_path):
+    """The bus in real time (its Bus Watchdogs count the wall clock)."""
+    yield from bus_in_test(tmp_path, None)
+
+
 def torque_enabled(driver) -> list[int]:
     """Torque Enable (64) of every servo, read back one by one."""
     return [driver._read(i, 64, 1) for i in driver.ids]
@@ -67,6 +73,31 @@ def largest_move(record: dict, begin: float, end: float) -> float:
     physics steps between the wall times ``begin`` and ``end``."""
     q = record['q'][window(record, begin, end)]
     return float(np.abs(q - q[0]).max())
+
+
+def bare_reads(bus, seconds: float, *items: tuple[int, int]
+               ) -> tuple[list[list[int]], float, float]:
+    """``seconds`` of physics with no driver on the lockstep ``bus``, driven by a bare
+    sync read of the first of ``items`` (address, size) per period; then each item read
+    once: their values (servos 2-9), and the wall times the physics began and ended."""
+    port, packets = sdk.PortHandler(str(bus.link)), sdk.PacketHandler(2.0)
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    try:
+        readers = []
+        for address, size in items:
+            readers.append(sdk.GroupSyncRead(port, packets, address, size))
+            for servo_id in range(2, 10):
+                readers[-1].addParam(servo_id)
+        begin = time.monotonic()
+        for _ in range(round(seconds * RATE_HZ)):
+            assert readers[0].txRxPacket() == sdk.COMM_SUCCESS
+        end = time.monotonic()
+        for reader in readers:
+            assert reader.txRxPacket() == sdk.COMM_SUCCESS
+        return ([[reader.getData(i, address, size) for i in range(2, 10)]
+                 for reader, (address, size) in zip(readers, items)], begin, end)
+    finally:
+        port.closePort()
 
 
 def break_the_kth_sync_write(driver, monkeypatch, k: int) -> None:
@@ -461,6 +492,52 @@ def test_a_port_that_raises_while_opening_is_a_bus_error_and_the_next_open_holds
     driver.close()
 
 
+@pytest.mark.parametrize('error', [OSError(5, 'Input/output error'),
+                                   RuntimeError('injected SDK failure')],
+                         ids=['OSError', 'RuntimeError'])
+def test_an_open_that_raises_after_its_burst_leaves_the_arm_held_without_the_watchdog(
+        realtime_bus, monkeypatch, error):
+    """The port raises (an OSError, or anything else) at the first read after the open's
+    burst, which armed the Bus Watchdog: the open raises a BusError naming it, and before
+    it does, turns the watchdog off, so the servos go on holding the bent arm with the
+    gravity offset (before, an OSError left the watchdog armed, and any other exception
+    also escaped as itself and ended plag_driver's bus thread). In real time: in lockstep
+    a Bus Watchdog counts simulated time, which stops with the client. Its watchdog is
+    1 s: a stall of this process between the burst and the open's end (a loaded machine)
+    must not expire it first."""
+    bus, loaded = realtime_bus, {'watchdog_s': 1.0, 'failed_reads': 100}
+    first = new_driver(bus.link, **loaded)
+    first.open()
+    move_to(first, np.array(POSES['bent']), 1.0, 0.5)
+    first.close()
+    driver = new_driver(bus.link, **loaded)
+    burst, read, sent = driver._configuration_burst, sdk.PortHandler.readPort, []
+
+    def sending(*args) -> None:
+        burst(*args)
+        sent.append(True)
+
+    def raising_after_the_burst(port, length):
+        if sent == [True]:
+            sent.append(False)                  # once
+            raise error
+        return read(port, length)
+
+    monkeypatch.setattr(driver, '_configuration_burst', sending)
+    monkeypatch.setattr(sdk.PortHandler, 'readPort', raising_after_the_burst)
+    with pytest.raises(BusError, match=str(error.args[-1])):
+        driver.open()
+    begin = time.monotonic()
+    assert sent == [True, False] and not driver.is_open
+    time.sleep(2.0)                        # twice the Bus Watchdog: nobody reads
+    (watchdogs, torque), _, end = bare_reads(bus, 0.0, (98, 1), (64, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'after the failed open: Bus Watchdog {watchdogs}, largest move '
+          f'{moved * 1e3:.2f} mrad in 2 s')
+    assert watchdogs == [0] * 8 and torque == [1] * 8
+    assert moved < HELD_RAD
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after
@@ -746,19 +823,7 @@ def test_close_leaves_the_p_gain_the_hold_needs(bus):
     assert {driver._saved[i][84] for i in driver.ids} == {5}
     move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
     driver.close()
-    # three seconds of physics after the close: a bare sync read per period drives the
-    # lockstep bus (the gains read back as it goes)
-    port = sdk.PortHandler(str(bus.link))
-    assert port.setBaudRate(3_000_000) and port.openPort()
-    reader = sdk.GroupSyncRead(port, packets, 84, 2)
-    for servo_id in range(2, 10):
-        reader.addParam(servo_id)
-    begin = time.monotonic()
-    for _ in range(round(3.0 * RATE_HZ)):
-        assert reader.txRxPacket() == sdk.COMM_SUCCESS
-    end = time.monotonic()
-    gains = [reader.getData(i, 84, 2) for i in range(2, 10)]
-    port.closePort()
+    (gains,), begin, end = bare_reads(bus, 3.0, (84, 2))
     record = bus.stop()
     moved = largest_move(record, begin, end)
     print(f'after close: P gains {gains}, largest move {moved * 1e3:.2f} mrad in 3 s')

@@ -506,7 +506,9 @@ class BusDriver:
         The servos end in position mode holding their present pose with the torque on.
 
         Raises:
-            BusError: the port (one that raises too), or a servo that does not answer.
+            BusError: the port (one that raises too), a servo that does not answer, or
+                any other exception on the way (chained), after the servos were told to
+                hold without the Bus Watchdog.
         """
         sdk = self._sdk
         baud = self.settings.baud_rate or self.config.baud_rate
@@ -523,12 +525,30 @@ class BusDriver:
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
         try:
             return self._configure()
-        except (BusError, OSError) as err:   # OSError: pyserial, a device unplugged
+        except BusError:                     # _configure has held what it wrote
+            self._close_port()
+            raise
+        except Exception as err:  # noqa: BLE001 - OSError: pyserial, a device unplugged
+            # it may come after the burst armed the Bus Watchdog: with nobody reading, it
+            # would expire and drop the hold's gravity offset (its last try: may fail too)
+            self._release_port()
+            with contextlib.suppress(Exception):
+                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+            self._close_port()
+            raise BusError(f'{self.port_name}: {err!r}') from err
+
+    def _close_port(self) -> None:
+        """Close the port of a failed open (one that raises on close too)."""
+        with contextlib.suppress(Exception):
             self._port.closePort()
-            self._port = None
-            if isinstance(err, BusError):
-                raise
-            raise BusError(f'{self.port_name}: {err}') from err
+        self._port = None
+
+    def _release_port(self) -> None:
+        """An exception out of the SDK's port (pyserial raising in a write or a read)
+        leaves it marked in use: every later packet, the hold's too, would be refused as
+        'port busy'."""
+        if self._port is not None:
+            self._port.is_using = False
 
     def _configure(self) -> Reading:
         """Everything read first, with the torque as it was found (an arm another driver
@@ -925,11 +945,7 @@ class BusDriver:
         exception out of :meth:`cycle` (servos left in current mode without commands would
         lose their torque to the Bus Watchdog, and the same exception would come back every
         cycle)."""
-        if self._port is not None:
-            # an exception out of the SDK's port (pyserial raising in a write or a read)
-            # leaves it marked in use: every later packet, the hold's too, would be
-            # refused as 'port busy'
-            self._port.is_using = False
+        self._release_port()
         try:
             self._fail(reason, self.reading)
         except Exception as err:  # noqa: BLE001 - the hold's last try: report, never raise

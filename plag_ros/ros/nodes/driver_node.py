@@ -155,10 +155,11 @@ class DriverNode(Node):
         while not self._stop.is_set():
             try:
                 reading = self.driver.open()
-            except BusError as err:
-                if str(err) != said:
-                    said = str(err)
-                    log.error(f'{err}; trying again every second')
+            except Exception as err:  # noqa: BLE001 - BusError, or a bug: the thread lives
+                why = str(err) if isinstance(err, BusError) else repr(err)
+                if why != said:
+                    said = why
+                    log.error(f'{why}; trying again every second')
                 self._stop.wait(1.0)
                 continue
             log.info(f'bus open: servos {self.driver.ids} hold their pose in position mode')

@@ -567,15 +567,6 @@ class BusDriver:
         # nothing from before this open is carried out: the hold starts from the pose found
         self.reading, self._pending, self._trajectory = None, None, None
         self._forward, self._effort = _Command(), _Command()
-        # what close() puts back: as found before the first try (a failed try wrote some)
-        for servo_id in self.ids:
-            if servo_id not in self._saved:
-                self._saved[servo_id] = {address: self._read(servo_id, address, size)
-                                         for _, address, size in SAVED}
-                self._saved[servo_id].update({
-                    INDIRECT_ADDRESS_1 + 2 * k: self._read(servo_id,
-                                                           INDIRECT_ADDRESS_1 + 2 * k, 2)
-                    for k in range(SLOTS)})
         limits = [self._read(i, *TEMPERATURE_LIMIT[1:]) for i in self.ids]
         # the servos' own position limits where they are tighter than the chain file's
         own = np.array([(self._read(i, 52, 4), self._read(i, 48, 4)) for i in self.ids])
@@ -594,6 +585,13 @@ class BusDriver:
         self._refuse_beyond_limits(present)
         still = self._at_rest(present)
         found = self._read_back(self.ids)
+        silent = [i for i in self.ids if i not in found]
+        if silent:
+            raise BusError(f'IDs {silent} do not answer the read of what open() sets; '
+                           'nothing written')
+        # what close() puts back: as found before the first try (a failed try wrote some)
+        for servo_id in self.ids:
+            self._saved.setdefault(servo_id, dict(found[servo_id]))
         self._hold = self._hold_from(still, found)
         wanted = self._open_items(self.ids)
         changes = _differing(wanted, found, OPEN_EEPROM.keys() | INDIRECT_ADDRESSES)
@@ -745,21 +743,31 @@ class BusDriver:
             self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(None)))
             self._group_write(64, 1, dict.fromkeys(ids, 1))
 
+    def _group_read(self, first: int, length: int, ids: Sequence[int], tries: int = 3
+                    ) -> tuple[Any, list[int]]:
+        """One ``GroupSyncRead`` of the ``length`` bytes from address ``first`` of each of
+        ``ids``, sent up to ``tries`` times until every servo answers. Returns the group and
+        the IDs whose answer it holds (none when the last try failed)."""
+        sdk = self._sdk
+        group = sdk.GroupSyncRead(self._port, self._packets, first, length)
+        for servo_id in ids:
+            group.addParam(servo_id)
+        answered: list[int] = []
+        for _ in range(tries):
+            answered = ([i for i in ids if group.isAvailable(i, first, length)]
+                        if group.txRxPacket() == sdk.COMM_SUCCESS else [])
+            if len(answered) == len(ids):
+                break
+        return group, answered
+
     def _read_back(self, ids: Sequence[int]) -> dict[int, dict[int, int]]:
         """{ID: {address: value}} (unsigned) of the items of :data:`READ_BACK`, for the
         servos of ``ids`` that answered each of its sync reads (each tried three times)."""
-        sdk = self._sdk
         got: dict[int, dict[int, int]] = {servo_id: {} for servo_id in ids}
         for first, length in READ_BACK:
-            group = sdk.GroupSyncRead(self._port, self._packets, first, length)
+            group, answered = self._group_read(first, length, ids)
             for servo_id in ids:
-                group.addParam(servo_id)
-            for _ in range(3):
-                if group.txRxPacket() == sdk.COMM_SUCCESS and all(
-                        group.isAvailable(i, first, length) for i in ids):
-                    break
-            for servo_id in ids:
-                if servo_id in got and group.isAvailable(servo_id, first, length):
+                if servo_id in got and servo_id in answered:
                     got[servo_id].update({address: group.getData(servo_id, address, size)
                                           for address, size in READ_BACK_ITEMS.items()
                                           if first <= address < first + length})
@@ -774,16 +782,11 @@ class BusDriver:
         Raises:
             BusError: a servo did not answer.
         """
-        sdk = self._sdk
-        group = sdk.GroupSyncRead(self._port, self._packets, 132, 4)
-        for servo_id in self.ids:
-            group.addParam(servo_id)
-        for _ in range(3):
-            if group.txRxPacket() == sdk.COMM_SUCCESS and all(
-                    group.isAvailable(i, 132, 4) for i in self.ids):
-                return np.array([_signed(group.getData(i, 132, 4), 4) for i in self.ids],
-                                dtype=np.int64)
-        raise BusError('no sync read of Present Position answered by every servo')
+        group, answered = self._group_read(132, 4, self.ids)
+        if len(answered) < len(self.ids):
+            raise BusError('no sync read of Present Position answered by every servo')
+        return np.array([_signed(group.getData(i, 132, 4), 4) for i in self.ids],
+                        dtype=np.int64)
 
     @_serialised
     def close(self) -> None:
@@ -1103,13 +1106,8 @@ class BusDriver:
 
     def _read_modes(self, ids: Sequence[int]) -> dict[int, int]:
         """Operating Mode (11) of each of ``ids`` that answers one sync read."""
-        sdk = self._sdk
-        group = sdk.GroupSyncRead(self._port, self._packets, 11, 1)
-        for servo_id in ids:
-            group.addParam(servo_id)
-        if group.txRxPacket() != sdk.COMM_SUCCESS:
-            return {}
-        return {i: int(group.getData(i, 11, 1)) for i in ids if group.isAvailable(i, 11, 1)}
+        group, answered = self._group_read(11, 1, ids, tries=1)
+        return {i: int(group.getData(i, 11, 1)) for i in answered}
 
     def _checked_effort(self, reading: Reading, joints: np.ndarray) -> np.ndarray | None:
         """The effort command of the current-mode joints, or None after a fault."""
@@ -1277,12 +1275,8 @@ class BusDriver:
     def _not_holding(self, ids: Sequence[int]) -> list[int]:
         """The IDs among ``ids`` not in position mode with the torque on, or not answering
         (one sync read of Operating Mode (11) to Torque Enable (64))."""
-        sdk = self._sdk
-        group = sdk.GroupSyncRead(self._port, self._packets, 11, 54)
-        for servo_id in ids:
-            group.addParam(servo_id)
-        answered = group.txRxPacket() == sdk.COMM_SUCCESS
-        return [i for i in ids if not answered or not group.isAvailable(i, 11, 54)
+        group, answered = self._group_read(11, 54, ids, tries=1)
+        return [i for i in ids if i not in answered
                 or group.getData(i, 11, 1) != MODES['position'] or group.getData(i, 64, 1) != 1]
 
     def _hold_here(self, ids: Sequence[int], goals: np.ndarray) -> None:

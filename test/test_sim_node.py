@@ -24,6 +24,11 @@ from plag_ros.core.dynamics.motors import DEFAULT_POSITION_RESOLUTION
 from plag_ros.core.simulation.simulator import Simulator
 
 DOMAIN_ID = 11
+IN_PROCESS_DOMAIN_ID = DOMAIN_ID + 50
+"""Logical domain of the nodes built in the test's own process, which need no peers:
+their participants are made and torn down away from the module graph's traffic
+(Fast DDS's open deadlock reports are of participants deleted beside busy ones in
+one process)."""
 START = [0.0, 0.5, 0.0, -0.9, 0.0, 0.4, 0.0, 0.2]   # command order (URDF, no mimic)
 # The servo spring sags under gravity plus the Coulomb stick band: at START the tilt
 # joint's (0.67 + 0.2) N*m over Kp = 48.8 N*m/rad, the elbow's (0.48 + 0.2) / 18.9 = 0.036 rad
@@ -188,12 +193,10 @@ def test_inconsistent_parameters_are_refused_at_start(override, message):
 
     from plag_ros.ros.nodes.sim_node import SimNode
 
-    # A domain of its own: the refused node's DDS participant is made and torn down at once,
-    # away from the graph fixture's 200 Hz traffic (a participant created and deleted beside
-    # a busy one in the same process is where Fast DDS's open deadlocks are; one hang here
-    # once stopped a CI suite)
+    # the refused node's participant is made and torn down at once, away from the graph
+    # fixture's 200 Hz traffic (IN_PROCESS_DOMAIN_ID; one hang here once stopped a CI suite)
     context = Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
+    rclpy.init(context=context, domain_id=domain(IN_PROCESS_DOMAIN_ID))
     try:
         with pytest.raises(ValueError, match=message):
             SimNode(context=context,
@@ -218,7 +221,7 @@ def test_a_stall_before_publishing_does_not_squeeze_the_stamps():
     from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
+    rclpy.init(context=context, domain_id=domain(IN_PROCESS_DOMAIN_ID))
     try:
         sim = SimNode(context=context)
         ticks: list[float] = []          # simulated time after each tick's steps [s]
@@ -272,7 +275,7 @@ def test_a_tick_that_falls_behind_is_counted_on_diagnostics():
     from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
+    rclpy.init(context=context, domain_id=domain(IN_PROCESS_DOMAIN_ID))
     reports: list[dict[str, str]] = []
     try:
         sim = SimNode(context=context,
@@ -321,7 +324,7 @@ def test_a_stalled_tick_on_the_simulated_clock_loses_no_sample_and_leaves_no_gap
     from plag_ros.ros.nodes.sim_node import SimNode
 
     context = Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID + 50))
+    rclpy.init(context=context, domain_id=domain(IN_PROCESS_DOMAIN_ID))
     advanced: list[float] = []           # simulated time after each period [s]
     stamps: list[int] = []
     try:

@@ -13,10 +13,11 @@ process on this machine holds.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import rclpy
@@ -29,7 +30,8 @@ from plag_ros.apps.bringup import NodeProcess, NodeSpec
 from plag_ros.ros.rclpy_compat import confine_to_localhost
 
 __all__ = ['LATCHED', 'RELIABLE', 'REPO', 'Domain', 'NodeProcess', 'RosClient', 'domain',
-           'physical', 'publish_at_rate', 'ros_env', 'start_node', 'wait_until']
+           'physical', 'publish_at_rate', 'ros_context', 'ros_env', 'start_node',
+           'wait_until']
 
 REPO = Path(__file__).resolve().parents[1]
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -56,6 +58,18 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str = ''
             raise AssertionError(f'timed out after {timeout_s} s waiting for '
                                  f'{what or predicate}')
         time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def ros_context(domain_id: int) -> Iterator[Context]:
+    """A started rclpy ``Context`` of its own in ``domain_id``, for nodes built in the
+    test's process; shut down on exit."""
+    context = Context()
+    rclpy.init(context=context, domain_id=domain(domain_id))
+    try:
+        yield context
+    finally:
+        context.try_shutdown()
 
 
 def ros_env(domain_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import rclpy
 from rclpy.parameter import Parameter
-from ros_domains import domain
-from ros_helpers import wait_until
+from ros_helpers import ros_context, wait_until
 
 from plag_ros.bus.host.driver import BusError
 from plag_ros.ros.nodes.driver_node import DriverNode
@@ -20,12 +18,8 @@ DOMAIN_ID = 91
 
 @pytest.fixture
 def context():
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
-    try:
+    with ros_context(DOMAIN_ID) as context:
         yield context
-    finally:
-        context.try_shutdown()
 
 
 def test_the_bus_thread_outlives_a_failed_open_of_any_kind(context, tmp_path, monkeypatch):

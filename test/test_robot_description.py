@@ -17,8 +17,14 @@ import rclpy
 from parameter_files import node_parameters
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
-from ros_domains import domain
-from ros_helpers import LATCHED, RosClient, answered_at_once, start_node, wait_until
+from ros_helpers import (
+    LATCHED,
+    RosClient,
+    answered_at_once,
+    ros_context,
+    start_node,
+    wait_until,
+)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
@@ -51,12 +57,8 @@ def source(kind: str, timeout_s: float = 5.0) -> list[Parameter]:
 
 @pytest.fixture
 def context():
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain(DOMAIN_ID))
-    try:
+    with ros_context(DOMAIN_ID) as context:
         yield context
-    finally:
-        context.try_shutdown()
 
 
 def spin_until(node, predicate, what: str, timeout_s: float = 30.0) -> None:

@@ -467,24 +467,29 @@ def test_a_servo_of_unknown_mode_in_another_mode_is_brought_back_to_the_hold(bus
     assert largest_move(bus.stop(), begin, end) < HELD_RAD
 
 
+@pytest.mark.parametrize('error', [OSError(5, 'Input/output error'),
+                                   RuntimeError('injected SDK failure')],
+                         ids=['OSError', 'RuntimeError'])
 def test_a_port_that_raises_while_opening_is_a_bus_error_and_the_next_open_holds(
-        bus, monkeypatch):
-    """The port raises (pyserial's SerialException is an OSError) as the driver reads the
-    servos' settings at open: the open raises a BusError naming it, which plag_driver's
-    bus thread answers by trying again a second later (before, the OSError ended the
-    thread, and with it the driver, without a word); the next open holds the arm."""
+        bus, monkeypatch, error):
+    """The port raises (pyserial's SerialException is an OSError; or anything else) as
+    the driver reads the servos' settings at open: the open raises a BusError naming it,
+    which plag_driver's bus thread answers by trying again a second later (before, the
+    OSError ended the thread, and with it the driver, without a word), having written
+    nothing (its burst had not begun); the next open holds the arm."""
     driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
     read, calls = sdk.PortHandler.readPort, itertools.count()
 
     def raising_once(port, length):
         if next(calls) == 5:
-            raise OSError(5, 'Input/output error')
+            raise error
         return read(port, length)
 
     monkeypatch.setattr(sdk.PortHandler, 'readPort', raising_once)
-    with pytest.raises(BusError, match='Input/output error'):
+    sent = sync_writes(driver, monkeypatch)
+    with pytest.raises(BusError, match=str(error.args[-1])):
         driver.open()
-    assert not driver.is_open
+    assert sent == [] and not driver.is_open
     driver.open()
     loop(driver, 0.2)
     assert not driver.fault and driver.modes == ['position'] * 8
@@ -829,6 +834,26 @@ def test_close_leaves_the_p_gain_the_hold_needs(bus):
     print(f'after close: P gains {gains}, largest move {moved * 1e3:.2f} mrad in 3 s')
     assert gains == [800] * 8
     assert moved < HELD_RAD
+
+
+def test_close_puts_back_the_gains_profile_and_indirect_addresses_open_found(bus):
+    """Servos found with their own Position D and I Gains, profile and first Indirect
+    Address (another program's settings): after open, a while in the driver's hands and
+    close, each reads back as found (open saves them from its first read-back)."""
+    found = {80: (2, 120), 82: (2, 15), 108: (4, 20), 112: (4, 60),
+             driver_module.INDIRECT_ADDRESS_1: (2, 146)}
+    port, packets = sdk.PortHandler(str(bus.link)), sdk.PacketHandler(2.0)
+    assert port.setBaudRate(3_000_000) and port.openPort()
+    writes = {2: packets.write2ByteTxRx, 4: packets.write4ByteTxRx}
+    for servo_id in range(2, 10):
+        for address, (size, value) in found.items():
+            assert writes[size](port, servo_id, address, value)[0] == sdk.COMM_SUCCESS
+    port.closePort()
+    driver = lockstep_driver(bus)
+    loop(driver, 0.2)
+    driver.close()
+    back, _, _ = bare_reads(bus, 0.0, *[(address, size) for address, (size, _) in found.items()])
+    assert back == [[value] * 8 for size, value in found.values()]
 
 
 def test_close_reads_every_servo_back_and_holds_one_found_limp(bus):

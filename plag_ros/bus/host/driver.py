@@ -93,12 +93,12 @@ READ_LENGTH = sum(size for _, _, size in READ_ITEMS)
 WRITE_LENGTH = sum(size for _, _, size in WRITE_ITEMS)
 WRITE_AT = INDIRECT_DATA_1 + READ_LENGTH
 SLOTS = READ_LENGTH + WRITE_LENGTH
-# Items open() changes and close() puts back: (name, address, size), EEPROM ones first.
-SAVED = (('Return Delay Time', 9, 1), ('Operating Mode', 11, 1), ('Current Limit', 38, 2),
-         ('Position D Gain', 80, 2), ('Position I Gain', 82, 2), ('Position P Gain', 84, 2),
-         ('Bus Watchdog', 98, 1), ('Profile Acceleration', 108, 4),
-         ('Profile Velocity', 112, 4))
-EEPROM_END = 64
+# RAM items open() changes and close() puts back as open() found them (the P gain no lower
+# than the hold needs), besides the indirect addresses: (name, address, size). The EEPROM
+# items stay as open() wrote them, and the Bus Watchdog is left off (close()).
+PUT_BACK = (('Position D Gain', 80, 2), ('Position I Gain', 82, 2),
+            ('Position P Gain', 84, 2), ('Profile Acceleration', 108, 4),
+            ('Profile Velocity', 112, 4))
 USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
 TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
 HOLD_TRIES = 3
@@ -417,6 +417,7 @@ class BusDriver:
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
         self._saved: dict[int, dict[int, int]] = {}
+        self._burst_sent = False     # whether the open under way has written to the servos
         self.latency_timer_ms: int | None = None
         """[ms] the USB serial adapter's latency timer, read at :meth:`open` (None: none)."""
         self._port: Any = None
@@ -507,8 +508,9 @@ class BusDriver:
 
         Raises:
             BusError: the port (one that raises too), a servo that does not answer, or
-                any other exception on the way (chained), after the servos were told to
-                hold without the Bus Watchdog.
+                any other exception on the way (chained); after the configuration burst,
+                once the servos were told to hold without the Bus Watchdog, before it
+                with nothing written.
         """
         sdk = self._sdk
         baud = self.settings.baud_rate or self.config.baud_rate
@@ -529,11 +531,13 @@ class BusDriver:
             self._close_port()
             raise
         except Exception as err:  # noqa: BLE001 - OSError: pyserial, a device unplugged
-            # it may come after the burst armed the Bus Watchdog: with nobody reading, it
-            # would expire and drop the hold's gravity offset (its last try: may fail too)
-            self._release_port()
-            with contextlib.suppress(Exception):
-                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+            if self._burst_sent:
+                # the burst armed the Bus Watchdog: with nobody reading, it would expire
+                # and drop the hold's gravity offset (its last try: may fail too). Before
+                # the burst nothing is written, as the docstring of _configure says.
+                self._release_port()
+                with contextlib.suppress(Exception):
+                    self._group_write(98, 1, dict.fromkeys(self.ids, 0))
             self._close_port()
             raise BusError(f'{self.port_name}: {err!r}') from err
 
@@ -565,6 +569,7 @@ class BusDriver:
         Bus Watchdog off so that the others keep holding."""
         sdk = self._sdk
         # nothing from before this open is carried out: the hold starts from the pose found
+        self._burst_sent = False
         self.reading, self._pending, self._trajectory = None, None, None
         self._forward, self._effort = _Command(), _Command()
         limits = [self._read(i, *TEMPERATURE_LIMIT[1:]) for i in self.ids]
@@ -596,6 +601,7 @@ class BusDriver:
         wanted = self._open_items(self.ids)
         changes = _differing(wanted, found, OPEN_EEPROM.keys() | INDIRECT_ADDRESSES)
         self.modes = ['position'] * len(self.ids)
+        self._burst_sent = True
         try:
             # only what differs: EEPROM cells wear, and a servo with no EEPROM item to
             # change keeps its torque through the open (plag_driver restarted)
@@ -833,10 +839,10 @@ class BusDriver:
             for k in range(SLOTS):
                 put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
             self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
-            for _, address, size in SAVED:
+            for _, address, size in PUT_BACK:
                 if address == 84:
                     self._group_write(84, 2, p_gain)
-                elif address >= EEPROM_END and address != 98:
+                else:
                     put_back(address, size)
             left = self._not_holding(self.ids)
             if left and reading is not None:

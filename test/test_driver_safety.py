@@ -543,6 +543,84 @@ def test_an_open_that_raises_after_its_burst_leaves_the_arm_held_without_the_wat
     assert moved < HELD_RAD
 
 
+def sync_write_packets(data: list[int]) -> list[list[int]]:
+    """The Protocol 2.0 packets of a burst, in order (each header, ID, length and CRC)."""
+    packets, at = [], 0
+    while at < len(data):
+        end = at + 7 + data[at + 5] + 256 * data[at + 6]
+        packets.append(data[at:end])
+        at = end
+    return packets
+
+
+def test_an_open_whose_port_fails_in_its_burst_and_hold_ends_with_every_servo_held(
+        bus, monkeypatch):
+    """The port fails as a driver opens on an arm another driver left held with another
+    Return Delay Time (so the burst turns the torque off): it takes the burst only up to
+    that torque off (pyserial may pass on part of a buffer before it raises), refuses the
+    hold's burst and raises at the first read of the hold's one-by-one tries. The open
+    raises a BusError; every servo is held in position mode with its torque on, and the
+    bent arm moves less than 10 mrad in the next second (before, that OSError escaped the
+    hold: the servos stayed limp and the arm fell)."""
+    first = lockstep_driver(bus, return_delay=1)
+    move_to(first, np.array(POSES['bent']), 1.0, 0.5)
+    first.close()
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    write, failures = sdk.PortHandler.writePort, []
+
+    def failing(port, packet):
+        if len(packet) > 100 and not failures:         # the open's burst
+            failures.append('burst')
+            taken = sync_write_packets(list(packet))[:2]   # Bus Watchdog 0, torque off
+            write(port, [byte for part in taken for byte in part])
+            raise OSError(5, 'Input/output error')
+        if failures in (['burst'], ['burst', 'hold burst']):
+            failures.append('hold burst' if len(failures) == 1 else 'hold read')
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(sdk.PortHandler, 'writePort', failing)
+    with pytest.raises(BusError, match='Input/output error'):
+        driver.open()
+    monkeypatch.undo()
+    assert failures == ['burst', 'hold burst', 'hold read'] and not driver.is_open
+    (torque, modes), begin, end = bare_reads(bus, 1.0, (64, 1), (11, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'after the failed open: torque {torque}, modes {modes}, largest move '
+          f'{moved * 1e3:.2f} mrad in 1 s')
+    assert torque == [1] * 8 and modes == [3] * 8
+    assert moved < HELD_RAD
+
+
+def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
+        bus, monkeypatch):
+    """The port raises at close()'s first read while the arm is in current mode: close()
+    holds from the last reading all the same, every servo in position mode with its torque
+    on, and the bent arm moves less than 10 mrad in the next second (before, the OSError
+    cut close() short: the servos stayed in current mode with nobody commanding, and the
+    Bus Watchdog took their current away)."""
+    driver = lockstep_driver(bus)
+    loop(driver, 0.2, bent_in_current_mode(driver))
+    write, raised = type(driver._port).writePort, []
+
+    def raising_once(port, packet):
+        if not raised:
+            raised.append(True)
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
+    driver.close()
+    monkeypatch.undo()
+    assert raised and any('the last reading is held' in m for m in driver.messages)
+    (torque, modes), begin, end = bare_reads(bus, 1.0, (64, 1), (11, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'after the close: torque {torque}, modes {modes}, largest move '
+          f'{moved * 1e3:.2f} mrad in 1 s')
+    assert torque == [1] * 8 and modes == [3] * 8
+    assert moved < HELD_RAD
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after

@@ -54,6 +54,7 @@ import contextlib
 import functools
 import math
 import os
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -124,6 +125,10 @@ open tried again must not move the arm by the model's sag error each time."""
 OPEN_BEYOND_LIMIT_RAD = 0.1
 """How far [rad] beyond a position limit :meth:`BusDriver.open` still takes a joint (and
 clips its hold into the limit): further, the servo would swing it back at full speed."""
+PORT_ERRORS: tuple[type[Exception], ...] = (OSError, termios.error)
+"""What the SDK's port raises when the device fails (unplugged, a second program on the
+tty): pyserial's ``SerialException`` (an ``OSError``) from a read or a write,
+``termios.error`` from the flush before each packet."""
 _ERROR_BITS = {0x01: 'input voltage', 0x04: 'overheating', 0x08: 'motor encoder',
                0x10: 'electrical shock', 0x20: 'overload'}
 
@@ -417,7 +422,6 @@ class BusDriver:
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
         self._saved: dict[int, dict[int, int]] = {}
-        self._burst_sent = False     # whether the open under way has written to the servos
         self.latency_timer_ms: int | None = None
         """[ms] the USB serial adapter's latency timer, read at :meth:`open` (None: none)."""
         self._port: Any = None
@@ -433,12 +437,24 @@ class BusDriver:
         return self._gravity(positions)
 
     # ------------------------------------------------------------------ bus primitives
+    @contextlib.contextmanager
+    def _port_call(self, what: str) -> Iterator[None]:
+        """A port error (:data:`PORT_ERRORS`) inside as a :class:`BusError`, the port freed
+        (:meth:`_release_port`): the hold's one-by-one tries, which answer a
+        :class:`BusError`, then go on to the next servo instead of stopping at the first."""
+        try:
+            yield
+        except PORT_ERRORS as err:
+            self._release_port()
+            raise BusError(f'{what}: {err!r}') from err
+
     def _group_write(self, address: int, size: int, values: dict[int, int]) -> None:
         sdk = self._sdk
         group = sdk.GroupSyncWrite(self._port, self._packets, address, size)
         for servo_id, value in values.items():
             group.addParam(servo_id, int(value).to_bytes(size, 'little', signed=value < 0))
-        result = group.txPacket()
+        with self._port_call(f'sync write at {address}'):
+            result = group.txPacket()
         if result != sdk.COMM_SUCCESS:
             raise BusError(f'sync write at {address}: {self._packets.getTxRxResult(result)}')
 
@@ -472,10 +488,8 @@ class BusDriver:
                 del port.writePort    # PortHandler's own method again
             else:
                 port.writePort = outer
-        try:
+        with self._port_call(f'burst of {len(queued)} bytes'):
             written = port.writePort(queued)
-        except OSError as err:        # pyserial's SerialException is one
-            raise BusError(f'burst of {len(queued)} bytes: {err}') from err
         if written != len(queued):
             raise BusError(f'burst of {len(queued)} bytes: the port took {written}')
 
@@ -483,7 +497,8 @@ class BusDriver:
         """One acknowledged write (the servo's status packet says it took it)."""
         fn = {1: self._packets.write1ByteTxRx, 2: self._packets.write2ByteTxRx,
               4: self._packets.write4ByteTxRx}[size]
-        result, error = fn(self._port, servo_id, address, value & ((1 << 8 * size) - 1))
+        with self._port_call(f'ID {servo_id}: write of {value} at {address}'):
+            result, error = fn(self._port, servo_id, address, value & ((1 << 8 * size) - 1))
         if result != self._sdk.COMM_SUCCESS or error & 0x7F:
             raise BusError(f'ID {servo_id}: write of {value} at {address}: '
                            f'{self._packets.getTxRxResult(result)}, error {error & 0x7F}')
@@ -493,7 +508,8 @@ class BusDriver:
         fn = {1: self._packets.read1ByteTxRx, 2: self._packets.read2ByteTxRx,
               4: self._packets.read4ByteTxRx}[size]
         for _ in range(3):
-            value, result, error = fn(self._port, servo_id, address)
+            with self._port_call(f'ID {servo_id}: read of {size} bytes at {address}'):
+                value, result, error = fn(self._port, servo_id, address)
             if result == sdk.COMM_SUCCESS and not error & 0x7F:
                 return _signed(value, size)
         raise BusError(f'ID {servo_id} does not answer a read of {size} bytes at {address} '
@@ -527,18 +543,10 @@ class BusDriver:
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
         try:
             return self._configure()
-        except BusError:                     # _configure has held what it wrote
+        except Exception as err:  # noqa: BLE001 - a bug too: _configure has held what it wrote
             self._close_port()
-            raise
-        except Exception as err:  # noqa: BLE001 - OSError: pyserial, a device unplugged
-            if self._burst_sent:
-                # the burst armed the Bus Watchdog: with nobody reading, it would expire
-                # and drop the hold's gravity offset (its last try: may fail too). Before
-                # the burst nothing is written, as the docstring of _configure says.
-                self._release_port()
-                with contextlib.suppress(Exception):
-                    self._group_write(98, 1, dict.fromkeys(self.ids, 0))
-            self._close_port()
+            if isinstance(err, BusError):
+                raise
             raise BusError(f'{self.port_name}: {err!r}') from err
 
     def _close_port(self) -> None:
@@ -566,10 +574,10 @@ class BusDriver:
         servo that missed a packet, or did not take an indirect address with its torque on
         (RAM in the e-manual, locked in ROBOTIS' SDK examples), gets its burst again with
         the torque off; one still not configured and holding is a :class:`BusError`, the
-        Bus Watchdog off so that the others keep holding."""
-        sdk = self._sdk
+        Bus Watchdog off so that the others keep holding. Whatever raises after the burst
+        began (the port, a bug) is raised once every servo is held at the burst's goals with
+        the Bus Watchdog off."""
         # nothing from before this open is carried out: the hold starts from the pose found
-        self._burst_sent = False
         self.reading, self._pending, self._trajectory = None, None, None
         self._forward, self._effort = _Command(), _Command()
         limits = [self._read(i, *TEMPERATURE_LIMIT[1:]) for i in self.ids]
@@ -601,16 +609,46 @@ class BusDriver:
         wanted = self._open_items(self.ids)
         changes = _differing(wanted, found, OPEN_EEPROM.keys() | INDIRECT_ADDRESSES)
         self.modes = ['position'] * len(self.ids)
-        self._burst_sent = True
         try:
-            # only what differs: EEPROM cells wear, and a servo with no EEPROM item to
-            # change keeps its torque through the open (plag_driver restarted)
-            self._configuration_burst(self.ids, changes, sorted(
-                {i for address in OPEN_EEPROM for i in changes.get(address, {})}))
-        except BusError:
-            # any part of it may have gone out: held, the watchdog off (no one reads)
-            self._restore(self.ids, still, watchdog=0)
+            reading, untaken = self._burst_and_first_reading(still, wanted, changes)
+        except Exception:
+            # any part of the burst may have gone out, and it armed the Bus Watchdog: with
+            # no one reading, held at the burst's goals (so a servo that was holding keeps
+            # its own goal), the watchdog off
+            self._release_port()
+            try:
+                self._restore(self.ids, still, watchdog=0, goals=self._hold)
+            except Exception as err:  # noqa: BLE001 - the open's own error is the one raised
+                self.log(f'the hold after the failed open failed too: {err!r}')
             raise
+        if reading is None or untaken:
+            # held, but no one will read them: the Bus Watchdog would drop the hold's
+            # gravity offset 0.1 s from now (a stopped servo holds where it is)
+            with contextlib.suppress(BusError):
+                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+            raise BusError('no sync read answered by every servo' if reading is None else
+                           f'IDs {untaken} are not configured and holding after open')
+        self.reading = reading
+        return reading
+
+    def _burst_and_first_reading(self, still: Reading, wanted: dict[int, dict[int, int]],
+                                 changes: dict[int, dict[int, int]]
+                                 ) -> tuple[Reading | None, list[int]]:
+        """The configuration burst of :meth:`_configure` (``wanted`` of
+        :meth:`_open_items`, ``changes`` the EEPROM items and indirect addresses that
+        differ), sent again to the servos whose read-back shows they missed part of it;
+        the servos not holding then held (from ``still``, the pose found); the cycle's sync
+        read set up and tried. The first reading (None: no sync read answered every
+        servo) and the IDs not configured and holding.
+
+        Raises:
+            BusError: the port refused the first burst or took part of it.
+        """
+        sdk = self._sdk
+        # only what differs: EEPROM cells wear, and a servo with no EEPROM item to
+        # change keeps its torque through the open (plag_driver restarted)
+        self._configuration_burst(self.ids, changes, sorted(
+            {i for address in OPEN_EEPROM for i in changes.get(address, {})}))
         self._read_group = sdk.GroupSyncRead(self._port, self._packets, INDIRECT_DATA_1,
                                              READ_LENGTH)
         self._write_group = sdk.GroupSyncWrite(self._port, self._packets, WRITE_AT,
@@ -647,15 +685,7 @@ class BusDriver:
             pose = (reading if reading is not None and not untaken
                     else self._present_pose(still))
             untaken = sorted(set(untaken) | set(self._restore(unheld, pose)))
-        if reading is None or untaken:
-            # held, but no one will read them: the Bus Watchdog would drop the hold's
-            # gravity offset 0.1 s from now (a stopped servo holds where it is)
-            with contextlib.suppress(BusError):
-                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
-            raise BusError('no sync read answered by every servo' if reading is None else
-                           f'IDs {untaken} are not configured and holding after open')
-        self.reading = reading
-        return reading
+        return reading, untaken
 
     def _refuse_beyond_limits(self, counts: np.ndarray) -> None:
         """A joint found further beyond its position limits than
@@ -760,8 +790,10 @@ class BusDriver:
             group.addParam(servo_id)
         answered: list[int] = []
         for _ in range(tries):
+            with self._port_call(f'sync read of {length} bytes at {first}'):
+                result = group.txRxPacket()
             answered = ([i for i in ids if group.isAvailable(i, first, length)]
-                        if group.txRxPacket() == sdk.COMM_SUCCESS else [])
+                        if result == sdk.COMM_SUCCESS else [])
             if len(answered) == len(ids):
                 break
         return group, answered
@@ -809,14 +841,23 @@ class BusDriver:
         (crane_x7_control leaves 5 at its deactivation) would let the arm sag away from the
         hold.
 
+        A port that raises does not cut this short: a failed first read leaves the last
+        reading to hold from, and a failed put-back still ends in the check that every
+        servo holds.
+
         Raises:
             BusError: servos that are not holding with the torque on after every try
-                (named); the port is closed all the same.
+                (named), or a put-back that failed; the port is closed all the same.
         """
         if self._port is None:
             return
         try:
-            reading = self._sync_read() or self.reading
+            try:
+                with self._port_call('closing: the first read'):
+                    reading = self._sync_read() or self.reading
+            except BusError as err:
+                self.log(f'{err}; the last reading is held')
+                reading = self.reading
             if reading is not None and 'current' in self.modes:
                 try:
                     self._switch('position', reading)
@@ -835,21 +876,26 @@ class BusDriver:
             def put_back(address: int, size: int) -> None:
                 self._group_write(address, size, {i: saved[i][address] for i in ids})
 
-            self._group_write(98, 1, dict.fromkeys(self.ids, 0))
-            for k in range(SLOTS):
-                put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
-            self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
-            for _, address, size in PUT_BACK:
-                if address == 84:
-                    self._group_write(84, 2, p_gain)
-                else:
-                    put_back(address, size)
+            failed = ''
+            try:
+                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+                for k in range(SLOTS):
+                    put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
+                self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
+                for _, address, size in PUT_BACK:
+                    if address == 84:
+                        self._group_write(84, 2, p_gain)
+                    else:
+                        put_back(address, size)
+            except BusError as err:
+                failed = f'closing: putting back what open() changed failed ({err})'
             left = self._not_holding(self.ids)
             if left and reading is not None:
                 left = self._hold_servos(left, reading, watchdog=0)
-            if left:
-                raise BusError(f'closing: IDs {left} are not holding in position mode with '
-                               'the torque on')
+            if left or failed:
+                raise BusError('; '.join(
+                    ([f'closing: IDs {left} are not holding in position mode with the '
+                      'torque on'] if left else []) + ([failed] if failed else [])))
         finally:
             self._port.closePort()
             self._port = None
@@ -1251,15 +1297,16 @@ class BusDriver:
             self._fail(f'mode switch to {mode} failed: IDs {wrong} did not take Operating '
                        f'Mode {value}', reading)
 
-    def _restore(self, ids: Sequence[int], reading: Reading, watchdog: int | None = None
-                 ) -> list[int]:
+    def _restore(self, ids: Sequence[int], reading: Reading, watchdog: int | None = None,
+                 goals: np.ndarray | None = None) -> list[int]:
         """Every servo of ``ids``, whatever a failure left it in (torque off, half switched),
         back to position mode holding the pose of ``reading`` with its torque on: first for
         all at once (one sync write per item, all in one write to the port, then Torque
         Enable and Operating Mode read back), so that no servo waits for the others' round
         trips; then one by one for those the burst did not bring back
-        (:meth:`_hold_servos`). The IDs left unheld."""
-        goals = self._clip(self._holding_goal(reading))
+        (:meth:`_hold_servos`). ``goals`` (8,) [counts]: the hold's, default the goal that
+        holds ``reading``. The IDs left unheld."""
+        goals = self._clip(self._holding_goal(reading)) if goals is None else goals
         self._hold_here(ids, goals)
         try:
             with self._one_write():
@@ -1276,7 +1323,7 @@ class BusDriver:
         for servo_id in ids:
             if servo_id not in wrong:
                 self.modes[self.ids.index(servo_id)] = 'position'
-        return self._hold_servos(wrong, reading, watchdog) if wrong else []
+        return self._hold_servos(wrong, reading, watchdog, goals) if wrong else []
 
     def _not_holding(self, ids: Sequence[int]) -> list[int]:
         """The IDs among ``ids`` not in position mode with the torque on, or not answering
@@ -1299,15 +1346,17 @@ class BusDriver:
             else watchdog
 
     def _hold_servos(self, ids: Sequence[int], reading: Reading,
-                     watchdog: int | None = None) -> list[int]:
+                     watchdog: int | None = None, goals: np.ndarray | None = None
+                     ) -> list[int]:
         """Bring each servo of ``ids`` back to position mode holding the pose of
         ``reading`` with its torque on: one servo at a time, with acknowledged writes
         (the whole sequence tried :data:`HOLD_TRIES` times), then Torque Enable and
         Operating Mode read back; the Bus Watchdog armed (``watchdog`` [20 ms units], default
-        the setting's). The slow path of :meth:`_restore`: a few round trips per servo.
+        the setting's; ``goals`` (8,) [counts] as in :meth:`_restore`). The slow path of
+        :meth:`_restore`: a few round trips per servo.
         Sets :attr:`modes` of each; the IDs that could not be held ('off': the torque reads
         0, as after a shutdown error, which only a reboot clears; 'unknown': no answer)."""
-        goals = self._clip(self._holding_goal(reading))
+        goals = self._clip(self._holding_goal(reading)) if goals is None else goals
         self._hold_here(ids, goals)
         armed = self._watchdog_units(watchdog)
         position, left = MODES['position'], []

@@ -209,7 +209,8 @@ DRIVER = (
              "the chain's 8 joints in chain order: position [rad], velocity [rad/s], effort = "
              'current [A] x 2.20 (XM430) or 3.60 (XM540), stamped when read'),
     Endpoint('out', '~/state', _STRING, LATCHED,
-             'JSON: modes per joint, the latched fault, active_arm_controller, counters, '
+             'JSON: modes per joint, the latched fault ("bus not open: ..." until the bus '
+             'opens), active_arm_controller, counters, '
              'model (source, digest, changed)'),
     Endpoint('in', TRAJECTORY_COMMAND_TOPIC, _TRAJ,
              RELIABLE.format(depth=10), 'arm joints by name, followed point to point '

@@ -150,7 +150,9 @@ class DriverNode(Node):
     # ------------------------------------------------------------------ the bus thread
     def _open(self) -> None:
         """Open the bus, trying again every second until it answers (a USB adapter
-        plugged in late, the arm's power switched on after the node)."""
+        plugged in late, the arm's power switched on after the node). Meanwhile ``~/state``
+        says why as its fault (``bus not open: ...``): a controller holding the arm hands
+        it back, and one asked to take it refuses."""
         log, said = self.get_logger(), ''
         while not self._stop.is_set():
             try:
@@ -160,6 +162,7 @@ class DriverNode(Node):
                 if why != said:
                     said = why
                     log.error(f'{why}; trying again every second')
+                self._report(not_open=why)
                 self._stop.wait(1.0)
                 continue
             log.info(f'bus open: servos {self.driver.ids} hold their pose in position mode')
@@ -207,9 +210,12 @@ class DriverNode(Node):
         except Exception:  # noqa: BLE001 - a publish racing shutdown; counted, not fatal
             self.publish_errors += 1
 
-    def _report(self, *, force: bool = False) -> None:
+    def _report(self, *, force: bool = False, not_open: str = '') -> None:
+        """``~/state`` when it changed, and once a second besides (``force``: now);
+        ``not_open``: why the bus is not open, published as the fault."""
         d = self.driver
-        key = (tuple(d.modes), d.fault, self._active)
+        fault = f'bus not open: {not_open}' if not_open else d.fault
+        key = (tuple(d.modes), fault, self._active)
         now = time.monotonic()
         if not force and key == self._state_key and now - self._state_at < 1.0:
             return
@@ -219,7 +225,7 @@ class DriverNode(Node):
         self._state_key, self._state_at = key, now
         try:
             self._pub_state.publish(String(data=json.dumps({
-                'modes': dict(zip(self._names, d.modes)), 'fault': d.fault,
+                'modes': dict(zip(self._names, d.modes)), 'fault': fault,
                 'active_arm_controller': self._active, 'counts': d.counts,
                 'rejected': self.rejected, 'cycle_errors': self.cycle_errors,
                 'model': self.urdf.report(self.model)})))

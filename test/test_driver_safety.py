@@ -621,6 +621,39 @@ def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
     assert moved < HELD_RAD
 
 
+def test_a_close_whose_watchdog_off_is_lost_on_the_wire_leaves_the_watchdog_off(
+        bus, monkeypatch):
+    """close()'s sync write of Bus Watchdog 0 is lost on the wire (a sync write has no
+    answer): close() reads it back and writes it again, one by one. After a second of
+    physics every servo reads Bus Watchdog 0, and the bent arm moved less than 10 mrad
+    (before, 5: armed for 0.1 s, with nobody reading after close. The bare reads that
+    drive the physics here keep it from expiring; in real time it expires and the servos
+    stop without the hold's gravity offset, as the test of an open that raises after its
+    burst measures)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    write, lost = type(driver._port).writePort, []
+    watchdog_off = [0x83, 98, 0, 1, 0]         # SYNC WRITE of 1 byte at 98 ...
+
+    def losing(port, packet):
+        data = list(packet)
+        if not lost and data[7:12] == watchdog_off and not any(data[13:-2:2]):
+            lost.append(True)                   # ... of 0 to every servo: lost once
+            return len(data)
+        return write(port, packet)
+
+    monkeypatch.setattr(type(driver._port), 'writePort', losing)
+    driver.close()
+    monkeypatch.undo()
+    assert lost == [True]
+    (watchdogs,), begin, end = bare_reads(bus, 1.0, (98, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'after the close: Bus Watchdog {watchdogs}, largest move {moved * 1e3:.2f} mrad '
+          'in 1 s')
+    assert watchdogs == [0] * 8
+    assert moved < HELD_RAD
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after

@@ -618,14 +618,12 @@ class BusDriver:
             self._release_port()
             try:
                 self._restore(self.ids, still, watchdog=0, goals=self._hold)
+                self._watchdog_off(self.ids)
             except Exception as err:  # noqa: BLE001 - the open's own error is the one raised
                 self.log(f'the hold after the failed open failed too: {err!r}')
             raise
         if reading is None or untaken:
-            # held, but no one will read them: the Bus Watchdog would drop the hold's
-            # gravity offset 0.1 s from now (a stopped servo holds where it is)
-            with contextlib.suppress(BusError):
-                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
+            self._watchdog_off(self.ids)    # held, but no one will read them
             raise BusError('no sync read answered by every servo' if reading is None else
                            f'IDs {untaken} are not configured and holding after open')
         self.reading = reading
@@ -877,8 +875,8 @@ class BusDriver:
                 self._group_write(address, size, {i: saved[i][address] for i in ids})
 
             failed = ''
+            armed = self._watchdog_off(self.ids)
             try:
-                self._group_write(98, 1, dict.fromkeys(self.ids, 0))
                 for k in range(SLOTS):
                     put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
                 self._group_write(116, 4, dict(zip(self.ids, goals.tolist())))
@@ -892,10 +890,12 @@ class BusDriver:
             left = self._not_holding(self.ids)
             if left and reading is not None:
                 left = self._hold_servos(left, reading, watchdog=0)
-            if left or failed:
+            if left or failed or armed:
                 raise BusError('; '.join(
                     ([f'closing: IDs {left} are not holding in position mode with the '
-                      'torque on'] if left else []) + ([failed] if failed else [])))
+                      'torque on'] if left else []) + ([failed] if failed else [])
+                    + ([f'closing: IDs {armed} may keep their Bus Watchdog armed (their '
+                        'hold would lose its gravity offset)'] if armed else [])))
         finally:
             self._port.closePort()
             self._port = None
@@ -1324,6 +1324,24 @@ class BusDriver:
             if servo_id not in wrong:
                 self.modes[self.ids.index(servo_id)] = 'position'
         return self._hold_servos(wrong, reading, watchdog, goals) if wrong else []
+
+    def _watchdog_off(self, ids: Sequence[int]) -> list[int]:
+        """Bus Watchdog (98) 0 on the servos ``ids``, which no one will read: an armed one
+        would expire and its servo stop where it is, without the hold's gravity offset. A
+        sync write has no answer, so it is read back, and a servo that did not take it is
+        written one by one with an acknowledged write. The IDs it may still be armed on
+        (silent or refusing); never raises."""
+        try:
+            self._group_write(98, 1, dict.fromkeys(ids, 0))
+            group, answered = self._group_read(98, 1, ids, tries=1)
+            left = [i for i in ids if i not in answered or group.getData(i, 98, 1) != 0]
+        except BusError:
+            left = list(ids)
+        for servo_id in list(left):
+            with contextlib.suppress(BusError):
+                self._write(servo_id, 98, 1, 0)
+                left.remove(servo_id)
+        return left
 
     def _not_holding(self, ids: Sequence[int]) -> list[int]:
         """The IDs among ``ids`` not in position mode with the torque on, or not answering

@@ -553,6 +553,17 @@ def sync_write_packets(data: list[int]) -> list[list[int]]:
     return packets
 
 
+def held_for_a_second(bus, what: str) -> None:
+    """A second of physics on the lockstep ``bus`` with no driver: every servo holds in
+    position mode with its torque on, the arm within 10 mrad."""
+    (torque, modes), begin, end = bare_reads(bus, 1.0, (64, 1), (11, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'{what}: torque {torque}, modes {modes}, largest move {moved * 1e3:.2f} mrad '
+          'in 1 s')
+    assert torque == [1] * 8 and modes == [3] * 8
+    assert moved < HELD_RAD
+
+
 def test_an_open_whose_port_fails_in_its_burst_and_hold_ends_with_every_servo_held(
         bus, monkeypatch):
     """The port fails as a driver opens on an arm another driver left held with another
@@ -584,12 +595,7 @@ def test_an_open_whose_port_fails_in_its_burst_and_hold_ends_with_every_servo_he
         driver.open()
     monkeypatch.undo()
     assert failures == ['burst', 'hold burst', 'hold read'] and not driver.is_open
-    (torque, modes), begin, end = bare_reads(bus, 1.0, (64, 1), (11, 1))
-    moved = largest_move(bus.stop(), begin, end)
-    print(f'after the failed open: torque {torque}, modes {modes}, largest move '
-          f'{moved * 1e3:.2f} mrad in 1 s')
-    assert torque == [1] * 8 and modes == [3] * 8
-    assert moved < HELD_RAD
+    held_for_a_second(bus, 'after the failed open')
 
 
 def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
@@ -613,12 +619,7 @@ def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
     driver.close()
     monkeypatch.undo()
     assert raised and any('the last reading is held' in m for m in driver.messages)
-    (torque, modes), begin, end = bare_reads(bus, 1.0, (64, 1), (11, 1))
-    moved = largest_move(bus.stop(), begin, end)
-    print(f'after the close: torque {torque}, modes {modes}, largest move '
-          f'{moved * 1e3:.2f} mrad in 1 s')
-    assert torque == [1] * 8 and modes == [3] * 8
-    assert moved < HELD_RAD
+    held_for_a_second(bus, 'after the close')
 
 
 def test_a_close_whose_watchdog_off_is_lost_on_the_wire_leaves_the_watchdog_off(

@@ -655,6 +655,33 @@ def test_a_close_whose_watchdog_off_is_lost_on_the_wire_leaves_the_watchdog_off(
     assert moved < HELD_RAD
 
 
+def test_a_close_whose_port_fails_in_current_mode_never_leaves_a_current_unwatched(
+        bus, monkeypatch):
+    """close() in current mode on a port that raises at every packet but one kind: the
+    sync writes of Bus Watchdog 0. The switch and every hold fail, so the servos stay in
+    current mode; none may then lose its Bus Watchdog, or it would run its last current
+    on with nobody commanding it (before, close() went on to turn every watchdog off)."""
+    driver = lockstep_driver(bus)
+    loop(driver, 0.2, bent_in_current_mode(driver))
+    write = type(driver._port).writePort
+    watchdog_off = [0x83, 98, 0, 1, 0]
+
+    def failing(port, packet):
+        data = list(packet)
+        if data[7:12] == watchdog_off and not any(data[13:-2:2]):
+            return write(port, packet)
+        raise OSError(5, 'Input/output error')
+
+    monkeypatch.setattr(type(driver._port), 'writePort', failing)
+    with pytest.raises(BusError):
+        driver.close()
+    monkeypatch.undo()
+    (modes, watchdogs), _, _ = bare_reads(bus, 0.0, (11, 1), (98, 1))
+    bus.stop()
+    print(f'after the close: modes {modes}, Bus Watchdog {watchdogs}')
+    assert all(mode == 3 or watchdog != 0 for mode, watchdog in zip(modes, watchdogs))
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after

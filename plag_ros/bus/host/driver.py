@@ -614,11 +614,19 @@ class BusDriver:
         except Exception:
             # any part of the burst may have gone out, and it armed the Bus Watchdog: with
             # no one reading, held at the burst's goals (so a servo that was holding keeps
-            # its own goal), the watchdog off
+            # its own goal), the watchdog off. Nothing is read first: each reply waited
+            # for brings the watchdog's expiry nearer. A servo found in another mode gets
+            # its torque off first (_restore): one the burst missed, still in current
+            # mode, must not keep its current with the watchdog off.
             self._release_port()
             try:
-                self._restore(self.ids, still, watchdog=0, goals=self._hold)
-                self._watchdog_off(self.ids)
+                self.modes = ['position' if found[i].get(11) == MODES['position']
+                              else 'unknown' for i in self.ids]
+                left = self._restore(self.ids, still, watchdog=0, goals=self._hold)
+                left += self._watchdog_off([i for i in self.ids if i not in left])
+                if left:
+                    self.log(f'after the failed open, IDs {left} may be without a hold or '
+                             'with their Bus Watchdog armed')
             except Exception as err:  # noqa: BLE001 - the open's own error is the one raised
                 self.log(f'the hold after the failed open failed too: {err!r}')
             raise
@@ -766,9 +774,11 @@ class BusDriver:
         """
         wanted = self._open_items(ids)
         with self._one_write():
-            self._group_write(98, 1, dict.fromkeys(ids, 0))   # a tripped watchdog refuses goals
+            # the torque off before the watchdog: a burst cut short after its first packet
+            # must not leave a servo in current mode running its current unwatched
             if torque_off:
                 self._group_write(64, 1, dict.fromkeys(torque_off, 0))
+            self._group_write(98, 1, dict.fromkeys(ids, 0))   # a tripped watchdog refuses goals
             for address, values in changes.items():
                 if values:
                     self._group_write(address, OPEN_EEPROM.get(address, 2), values)
@@ -861,7 +871,7 @@ class BusDriver:
                     self._switch('position', reading)
                 except BusError as err:
                     self.log(f'closing: the switch to position mode failed ({err}); the '
-                             'servos were brought back to a hold')
+                             'servos that answer were brought back to a hold')
             saved = self._saved
             ids = [i for i in self.ids if i in saved]
             p_gain = {i: max(saved[i][84], self.settings.p_gain) if i in saved
@@ -875,7 +885,11 @@ class BusDriver:
                 self._group_write(address, size, {i: saved[i][address] for i in ids})
 
             failed = ''
-            armed = self._watchdog_off(self.ids)
+            # only the servos that hold lose their watchdog: one left in current mode (the
+            # port failing through the switch and its hold) keeps it, so that with nobody
+            # commanding its current stops, never runs on unwatched
+            unheld = self._closing_hold(reading)
+            armed = self._watchdog_off([i for i in self.ids if i not in unheld])
             try:
                 for k in range(SLOTS):
                     put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
@@ -887,9 +901,7 @@ class BusDriver:
                         put_back(address, size)
             except BusError as err:
                 failed = f'closing: putting back what open() changed failed ({err})'
-            left = self._not_holding(self.ids)
-            if left and reading is not None:
-                left = self._hold_servos(left, reading, watchdog=0)
+            left = self._closing_hold(reading)
             if left or failed or armed:
                 raise BusError('; '.join(
                     ([f'closing: IDs {left} are not holding in position mode with the '
@@ -900,6 +912,18 @@ class BusDriver:
             self._port.closePort()
             self._port = None
             self._saved = {}          # the next open saves what it finds then
+
+    def _closing_hold(self, reading: Reading | None) -> list[int]:
+        """The servos not holding in position mode with the torque on (one sync read; all,
+        if the port raises) brought back to a hold one by one, the Bus Watchdog off, from
+        the pose of ``reading`` (none without it). The IDs still not holding."""
+        try:
+            left = self._not_holding(self.ids)
+        except BusError:
+            left = list(self.ids)
+        if left and reading is not None:
+            left = self._hold_servos(left, reading, watchdog=0)
+        return left
 
     # ------------------------------------------------------------------ commands
     @_serialised
@@ -1308,8 +1332,13 @@ class BusDriver:
         holds ``reading``. The IDs left unheld."""
         goals = self._clip(self._holding_goal(reading)) if goals is None else goals
         self._hold_here(ids, goals)
+        # the mode is taken only with the torque off: a servo in current mode would keep
+        # its current, the watchdog written below perhaps off (as a switch does, first)
+        other = [i for i in ids if self.modes[self.ids.index(i)] != 'position']
         try:
             with self._one_write():
+                if other:
+                    self._group_write(64, 1, dict.fromkeys(other, 0))
                 # a tripped watchdog refuses goals
                 self._group_write(98, 1, dict.fromkeys(ids, 0))
                 self._group_write(11, 1, dict.fromkeys(ids, MODES['position']))
@@ -1331,6 +1360,8 @@ class BusDriver:
         sync write has no answer, so it is read back, and a servo that did not take it is
         written one by one with an acknowledged write. The IDs it may still be armed on
         (silent or refusing); never raises."""
+        if not ids:
+            return []
         try:
             self._group_write(98, 1, dict.fromkeys(ids, 0))
             group, answered = self._group_read(98, 1, ids, tries=1)
@@ -1380,14 +1411,16 @@ class BusDriver:
         position, left = MODES['position'], []
         for servo_id in ids:
             k = self.ids.index(servo_id)
-            # a tripped Bus Watchdog refuses goals until 98 := 0; the mode needs the torque off
-            steps = ((98, 1, 0), (64, 1, 0), (11, 1, position), (116, 4, int(goals[k])),
+            # the mode needs the torque off, and a tripped Bus Watchdog refuses goals until
+            # 98 := 0: off in that order, so a servo in current mode whose port fails
+            # between the two is left without torque, never running its last current unwatched
+            steps = ((64, 1, 0), (98, 1, 0), (11, 1, position), (116, 4, int(goals[k])),
                      (84, 2, self.settings.p_gain), (64, 1, 1), (98, 1, armed))
             held = False
             for _ in range(HOLD_TRIES):
                 try:
                     # already on in position mode: no torque-off moment is needed
-                    todo = steps[:1] + steps[3:5] + steps[6:] if (
+                    todo = steps[1:2] + steps[3:5] + steps[6:] if (
                         self._read(servo_id, 64, 1) == 1
                         and self._read(servo_id, 11, 1) == position) else steps
                     for address, size, value in todo:

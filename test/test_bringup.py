@@ -29,9 +29,10 @@ from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
 
 DOMAIN_ID = 14
-LINE = re.compile(r'^t=\s*(\d+\.\d)s\s+in\s+(\S+) Hz\s+out\s+(\S+) Hz\s+latency p50 (\S+) ms '
-                  r'p99 (\S+) ms(?: \(node [^)]*\))?\s+rejected (\d+|-)(?: \(([^)]*)\))?'
-                  r'\s+paths: (.*)$')
+# (a period with no output, as the last one of a run may be, says 'latency -')
+LINE = re.compile(r'^t=\s*(\d+\.\d)s\s+in\s+(\S+) Hz\s+out\s+(\S+) Hz\s+'
+                  r'latency (?:p50 (\S+) ms p99 (\S+) ms|-)(?: \(node [^)]*\))?\s+'
+                  r'rejected (\d+|-)(?: \(([^)]*)\))?\s+paths: (.*)$')
 
 
 def _summary_lines(stdout: str) -> list[re.Match]:

@@ -10,6 +10,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -680,6 +681,168 @@ def test_a_close_whose_port_fails_in_current_mode_never_leaves_a_current_unwatch
     bus.stop()
     print(f'after the close: modes {modes}, Bus Watchdog {watchdogs}')
     assert all(mode == 3 or watchdog != 0 for mode, watchdog in zip(modes, watchdogs))
+
+
+def cut_off(driver, monkeypatch, servo_id: int, lost: Callable[[int], bool]) -> None:
+    """Packets to ``servo_id`` lost on the wire: its part of each sync write for which
+    ``lost(address)`` is true, and every acknowledged write to it (the SDK's wait for the
+    status packet times out). Its replies to reads still come."""
+    group_write, write = driver._group_write, driver._write
+
+    def losing(address: int, size: int, values: dict[int, int]) -> None:
+        if lost(address):
+            values = {i: v for i, v in values.items() if i != servo_id}
+        if values:
+            group_write(address, size, values)
+
+    def refusing(i: int, address: int, size: int, value: int) -> None:
+        if i == servo_id:
+            raise BusError(f'ID {i}: write of {value} at {address}: injected: no status')
+        write(i, address, size, value)
+
+    monkeypatch.setattr(driver, '_group_write', losing)
+    monkeypatch.setattr(driver, '_write', refusing)
+
+
+def no_current_unwatched(bus, what: str) -> None:
+    """No servo of the ``bus`` runs in current mode (Operating Mode 0) with its torque on and
+    its Bus Watchdog off: with nobody commanding it, it would make its last current for
+    good. Read bare (no driver); the bus is stopped."""
+    (modes, torque, watchdogs), _, _ = bare_reads(bus, 0.0, (11, 1), (64, 1), (98, 1))
+    bus.stop()
+    print(f'{what}: modes {modes}, torque {torque}, Bus Watchdog {watchdogs}')
+    assert all(m != 0 or not t or w != 0 for m, t, w in zip(modes, torque, watchdogs))
+
+
+def died_in_current_mode(bus):
+    """The bent arm left in current mode by a driver whose process died (its port closed,
+    nothing put back); a new lockstep driver, not opened."""
+    first = lockstep_driver(bus)
+    loop(first, 0.2, bent_in_current_mode(first))
+    first._port.closePort()
+    return new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+
+
+def test_a_close_whose_first_hold_pass_the_port_refuses_leaves_no_watchdog_armed(
+        bus, monkeypatch):
+    """The port raises at every packet of close()'s first pass over the servos (its read of
+    who holds, and each one-by-one hold), then works again: its second pass finds every
+    servo holding and turns their Bus Watchdog off all the same (before, a servo found
+    holding only by the second pass kept it armed: with nobody reading after close, it
+    expires and the servo stops where it is, without the hold's gravity offset)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    write, closing_hold, passes = type(driver._port).writePort, driver._closing_hold, []
+
+    def failing(port, packet):
+        if len(passes) == 1:
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    def counted(reading):
+        passes.append('begun')
+        try:
+            return closing_hold(reading)
+        finally:
+            passes.append('ended')
+
+    monkeypatch.setattr(type(driver._port), 'writePort', failing)
+    monkeypatch.setattr(driver, '_closing_hold', counted)
+    driver.close()
+    monkeypatch.undo()
+    assert passes == ['begun', 'ended'] * 2
+    (watchdogs,), begin, end = bare_reads(bus, 1.0, (98, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'after the close: Bus Watchdog {watchdogs}, largest move {moved * 1e3:.2f} mrad')
+    assert watchdogs == [0] * 8
+    assert moved < HELD_RAD
+
+
+def test_an_open_that_cannot_take_a_servo_out_of_current_mode_leaves_its_watchdog_on(
+        bus, monkeypatch):
+    """A driver opens on an arm left in current mode, and every packet of its bursts and
+    holds to the tilt's servo is lost: the open raises (not configured and holding), and
+    the Bus Watchdog it turns off for the servos that hold is left alone on the tilt's, so
+    that its current stops when it expires (before, it was turned off there too: the tilt
+    ran its last current with nobody commanding it)."""
+    driver = died_in_current_mode(bus)
+    inside = []
+    for name in ('_configuration_burst', '_restore'):
+        real = getattr(driver, name)
+
+        def flagged(*args, real=real, **kwargs):
+            inside.append(True)
+            try:
+                return real(*args, **kwargs)
+            finally:
+                inside.pop()
+
+        monkeypatch.setattr(driver, name, flagged)
+    cut_off(driver, monkeypatch, TILT_ID, lambda address: bool(inside))
+    with pytest.raises(BusError, match=rf'IDs \[{TILT_ID}\] are not configured'):
+        driver.open()
+    monkeypatch.undo()
+    no_current_unwatched(bus, 'after the failed open')
+
+
+def test_a_failed_open_whose_restore_loses_a_mode_packet_leaves_that_watchdog_on(
+        bus, monkeypatch):
+    """A driver opens on an arm left in current mode; the port refuses its burst, and the
+    restore that follows (with the Bus Watchdog off, nobody will read) loses the tilt's
+    Operating Mode packet, its one-by-one hold too: the tilt's torque comes back on in
+    current mode. It must end that burst with its watchdog on (before, off: it ran its last
+    current unwatched)."""
+    driver = died_in_current_mode(bus)
+
+    def refused(*args) -> None:
+        raise BusError('burst of 120 bytes: injected port failure')
+
+    monkeypatch.setattr(driver, '_configuration_burst', refused)
+    cut_off(driver, monkeypatch, TILT_ID, lambda address: address == 11)
+    with pytest.raises(BusError, match='injected port failure'):
+        driver.open()
+    monkeypatch.undo()
+    no_current_unwatched(bus, 'after the failed open')
+
+
+def test_a_switch_back_whose_check_restores_a_servo_left_in_current_mode_turns_it_off_first(
+        bus, monkeypatch):
+    """The switch back to position mode loses the tilt's Operating Mode packet (it stays in
+    current mode); the check after it restores, and that burst is cut by the port just
+    after its Bus Watchdog off, the tilt's own writes unanswered. The restore takes the
+    modes read back: the tilt's torque goes off before its watchdog, so it never runs its
+    current unwatched (before, the restore took the mode the switch intended, position,
+    and sent no torque off)."""
+    driver = lockstep_driver(bus)
+    feed = bent_in_current_mode(driver)
+    restore, write, cut = driver._restore, type(driver._port).writePort, []
+
+    def restoring(*args, **kwargs):
+        cut.append('restore')
+        return restore(*args, **kwargs)
+
+    def cutting(port, packet):
+        data = list(packet)
+        if cut == ['restore'] and len(sync_write_packets(data)) > 1:
+            cut.append('cut')
+            parts = sync_write_packets(data)
+            upto = next(k for k, part in enumerate(parts) if part[8] == 98)
+            write(port, [byte for part in parts[:upto + 1] for byte in part])
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    cut_off(driver, monkeypatch, TILT_ID,
+            lambda address: address == 11 and not cut)
+    monkeypatch.setattr(driver, '_restore', restoring)
+    monkeypatch.setattr(type(driver._port), 'writePort', cutting)
+    assert driver.request_mode('position')[0]
+    for _ in range(10):          # cycle by cycle: judged right after the restore
+        loop(driver, 0.005, feed)
+        if 'cut' in cut:
+            break
+    monkeypatch.undo()
+    assert cut[:2] == ['restore', 'cut'] and driver.fault
+    no_current_unwatched(bus, 'after the failed switch back')
 
 
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):

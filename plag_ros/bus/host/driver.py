@@ -608,7 +608,10 @@ class BusDriver:
         self._hold = self._hold_from(still, found)
         wanted = self._open_items(self.ids)
         changes = _differing(wanted, found, OPEN_EEPROM.keys() | INDIRECT_ADDRESSES)
-        self.modes = ['position'] * len(self.ids)
+        # the burst writes only position mode: one found in another mode is 'unknown'
+        # until a read shows it holding, so that a restore turns its torque off first
+        self.modes = ['position' if found[i].get(11) == MODES['position'] else 'unknown'
+                      for i in self.ids]
         try:
             reading, untaken = self._burst_and_first_reading(still, wanted, changes)
         except Exception:
@@ -620,8 +623,6 @@ class BusDriver:
             # mode, must not keep its current with the watchdog off.
             self._release_port()
             try:
-                self.modes = ['position' if found[i].get(11) == MODES['position']
-                              else 'unknown' for i in self.ids]
                 left = self._restore(self.ids, still, watchdog=0, goals=self._hold)
                 left += self._watchdog_off([i for i in self.ids if i not in left])
                 if left:
@@ -631,7 +632,9 @@ class BusDriver:
                 self.log(f'the hold after the failed open failed too: {err!r}')
             raise
         if reading is None or untaken:
-            self._watchdog_off(self.ids)    # held, but no one will read them
+            # held, but no one will read them; one not known to hold (in current mode
+            # perhaps) keeps its watchdog, so that its current stops when it expires
+            self._watchdog_off([i for i, m in zip(self.ids, self.modes) if m == 'position'])
             raise BusError('no sync read answered by every servo' if reading is None else
                            f'IDs {untaken} are not configured and holding after open')
         self.reading = reading
@@ -685,6 +688,9 @@ class BusDriver:
             if reading is not None:
                 break
         unheld = self._not_holding(self.ids)
+        for k, servo_id in enumerate(self.ids):
+            if servo_id not in unheld:
+                self.modes[k] = 'position'
         if unheld:
             self.log(f'IDs {unheld} are not holding after open: held one by one')
             # the cycle's read of a servo without its indirect addresses is garbage
@@ -837,11 +843,15 @@ class BusDriver:
     @_serialised
     def close(self) -> None:
         """Hold every joint in position mode at its present pose, put back the RAM items
-        :meth:`open` changed (indirect addresses, gains, profile; the Bus Watchdog off), and
-        read every servo back before the port closes. Safe to call twice.
+        :meth:`open` changed (indirect addresses, gains, profile), turn the Bus Watchdog off
+        on every servo that holds, and read every servo back before the port closes. Safe
+        to call twice.
 
-        The torque is never turned off here. A servo still in current mode goes to position
-        mode first (the switch's burst, or one by one). The EEPROM items :meth:`open` wrote
+        A servo holding in position mode keeps its torque on throughout. One still in
+        current mode goes to position mode first (the switch's burst, or one by one with
+        its torque off only while its mode is written); one that cannot be brought back to
+        a hold keeps its Bus Watchdog, so that with nobody commanding it its current stops
+        rather than runs on unwatched. The EEPROM items :meth:`open` wrote
         stay as written (Return Delay Time 0, Current Limit from ``torque_limit``, Operating
         Mode 3): putting them back would need the torque off, and a write lost then would
         leave a servo limp with nobody left to notice. The Position P Gain left is the
@@ -902,6 +912,8 @@ class BusDriver:
             except BusError as err:
                 failed = f'closing: putting back what open() changed failed ({err})'
             left = self._closing_hold(reading)
+            # holding now, though the first pass could not tell (its reads failed)
+            armed += self._watchdog_off([i for i in unheld if i not in left])
             if left or failed or armed:
                 raise BusError('; '.join(
                     ([f'closing: IDs {left} are not holding in position mode with the '
@@ -1317,6 +1329,12 @@ class BusDriver:
         found = self._read_modes(ids)
         wrong = [i for i in ids if found.get(i) != value]
         if wrong:
+            # as read back, not as intended: one left in current mode gets its torque off
+            # before its mode is written (silent: 'unknown', the same)
+            names = {v: name for name, v in MODES.items()}
+            for servo_id in ids:
+                self.modes[self.ids.index(servo_id)] = names.get(found.get(servo_id, -1),
+                                                                 'unknown')
             self._restore(ids, reading)
             self._fail(f'mode switch to {mode} failed: IDs {wrong} did not take Operating '
                        f'Mode {value}', reading)
@@ -1329,12 +1347,19 @@ class BusDriver:
         Enable and Operating Mode read back), so that no servo waits for the others' round
         trips; then one by one for those the burst did not bring back
         (:meth:`_hold_servos`). ``goals`` (8,) [counts]: the hold's, default the goal that
-        holds ``reading``. The IDs left unheld."""
+        holds ``reading``. The IDs left unheld.
+
+        ``watchdog`` 0: a servo that was in another mode leaves the burst with the watchdog
+        armed all the same (its mode packet lost, it would run its current unwatched) and
+        has it turned off once read back holding."""
         goals = self._clip(self._holding_goal(reading)) if goals is None else goals
         self._hold_here(ids, goals)
         # the mode is taken only with the torque off: a servo in current mode would keep
         # its current, the watchdog written below perhaps off (as a switch does, first)
         other = [i for i in ids if self.modes[self.ids.index(i)] != 'position']
+        final = self._watchdog_units(watchdog)
+        armed = {i: (final or self._watchdog_units(None)) if i in other else final
+                 for i in ids}
         try:
             with self._one_write():
                 if other:
@@ -1345,13 +1370,14 @@ class BusDriver:
                 self._group_write(116, 4, {i: int(goals[self.ids.index(i)]) for i in ids})
                 self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
                 self._group_write(64, 1, dict.fromkeys(ids, 1))
-                self._group_write(98, 1, dict.fromkeys(ids, self._watchdog_units(watchdog)))
+                self._group_write(98, 1, armed)
             wrong = self._not_holding(ids)
         except BusError:
             wrong = list(ids)
         for servo_id in ids:
             if servo_id not in wrong:
                 self.modes[self.ids.index(servo_id)] = 'position'
+        self._watchdog_off([i for i in ids if i not in wrong and armed[i] != final])
         return self._hold_servos(wrong, reading, watchdog, goals) if wrong else []
 
     def _watchdog_off(self, ids: Sequence[int]) -> list[int]:

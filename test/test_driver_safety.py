@@ -619,8 +619,49 @@ def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
     monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
     driver.close()
     monkeypatch.undo()
-    assert raised and any('the last reading is held' in m for m in driver.messages)
+    assert raised and any('closing: the first read' in m for m in driver.messages)
     held_for_a_second(bus, 'after the close')
+
+
+def test_a_close_whose_first_read_fails_holds_the_arm_where_it_is_now(bus, monkeypatch):
+    """In current mode the elbow's last command is 0.6 N*m short of its gravity torque
+    when the driver's loop stalls (no cycle, the servos still hearing packets); the elbow
+    sinks for 0.1 s. Then close()'s first read raises. close() reads Present Position on
+    its own and holds the arm where it is then: it settles within a third of the stall's
+    sinking of where it was when close() began (14 of 66 mrad: the elbow, still sinking,
+    goes on for the physics steps of the failed read and the direct one; before, it held
+    the pose of its last reading, 0.1 s old, and settled 64 mrad away, back up there)."""
+    driver = lockstep_driver(bus)
+    bent_in_current_mode(driver)
+
+    def short(reading) -> None:
+        effort = driver.gravity_torque(reading.position)[:7]
+        effort[ELBOW] -= 0.6
+        driver.command_effort(effort, ARM_JOINTS)
+
+    loop(driver, 0.02, short)
+    (before,), _, _ = bare_reads(bus, 0.1, (132, 4))     # the stalled loop
+    write, raised = type(driver._port).writePort, []
+
+    def raising_once(port, packet):
+        if not raised:
+            raised.append(True)
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
+    begin = time.monotonic()
+    driver.close()
+    monkeypatch.undo()
+    (after,), _, end = bare_reads(bus, 1.0, (132, 4))
+    record = bus.stop()
+    sunk = (before[ELBOW] - driver.reading.counts[ELBOW]) * driver_module.PULSE_RAD
+    q = record['q'][window(record, begin, end)]
+    settled = float(np.abs(q[-1] - q[0]).max())
+    print(f'the elbow moved {sunk * 1e3:.1f} mrad while the loop stalled; after the close '
+          f'the arm settled {settled * 1e3:.2f} mrad from where it was')
+    assert raised and abs(sunk) > 3 * HELD_RAD
+    assert settled < abs(sunk) / 3
 
 
 def test_a_close_whose_watchdog_off_is_lost_on_the_wire_leaves_the_watchdog_off(

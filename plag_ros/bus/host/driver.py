@@ -859,9 +859,9 @@ class BusDriver:
         (crane_x7_control leaves 5 at its deactivation) would let the arm sag away from the
         hold.
 
-        A port that raises does not cut this short: a failed first read leaves the last
-        reading to hold from, and a failed put-back still ends in the check that every
-        servo holds.
+        A port that raises does not cut this short: a failed first read is followed by a
+        read of Present Position alone, and only if that fails too is the last reading
+        held; a failed put-back still ends in the check that every servo holds.
 
         Raises:
             BusError: servos that are not holding with the torque on after every try
@@ -872,10 +872,17 @@ class BusDriver:
         try:
             try:
                 with self._port_call('closing: the first read'):
-                    reading = self._sync_read() or self.reading
+                    reading = self._sync_read()
             except BusError as err:
-                self.log(f'{err}; the last reading is held')
-                reading = self.reading
+                self.log(str(err))
+                reading = None
+            if reading is None and self.reading is not None:
+                # the pose now, read directly: the last reading may be old (a stalled
+                # loop), and a hold of where the arm was would swing it back there
+                reading = self._present_pose(self.reading)
+                if reading is self.reading:
+                    self.log(f'closing: no read answered; the last reading '
+                             f'({self.clock() - reading.t:.3f} s old) is held')
             if reading is not None and 'current' in self.modes:
                 try:
                     self._switch('position', reading)

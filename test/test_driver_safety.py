@@ -325,7 +325,8 @@ def unanswered_mode_reads(driver, monkeypatch) -> list[bool]:
     flag is True (a link that fails for those packets only)."""
     silent = [True]
     read = driver._read_modes
-    monkeypatch.setattr(driver, '_read_modes', lambda ids: {} if silent[0] else read(ids))
+    monkeypatch.setattr(driver, '_read_modes',
+                        lambda ids, tries=1: {} if silent[0] else read(ids, tries))
     return silent
 
 
@@ -846,14 +847,22 @@ def test_a_failed_open_whose_restore_loses_a_mode_packet_leaves_that_watchdog_on
     no_current_unwatched(bus, 'after the failed open')
 
 
-def test_a_switch_back_whose_check_restores_a_servo_left_in_current_mode_turns_it_off_first(
-        bus, monkeypatch):
+@pytest.mark.parametrize(('cut_after', 'torque_off_lost'), [(98, False), (11, True)],
+                         ids=['cut-after-the-watchdog-off', 'torque-off-lost-cut-after-the-mode'])
+def test_a_switch_back_whose_check_restores_a_servo_left_in_current_mode_never_unwatches_it(
+        bus, monkeypatch, cut_after, torque_off_lost):
     """The switch back to position mode loses the tilt's Operating Mode packet (it stays in
-    current mode); the check after it restores, and that burst is cut by the port just
-    after its Bus Watchdog off, the tilt's own writes unanswered. The restore takes the
-    modes read back: the tilt's torque goes off before its watchdog, so it never runs its
-    current unwatched (before, the restore took the mode the switch intended, position,
-    and sent no torque off)."""
+    current mode); the check after it restores, the tilt's own acknowledged writes
+    unanswered, and the port cuts that burst short:
+
+    * just after its Bus Watchdog off. The restore takes the modes read back, so the
+      tilt's torque went off first (before, the restore took the mode the switch intended,
+      position, and sent no torque off: the tilt ran its current with the watchdog off);
+    * after its Operating Mode, the tilt's torque-off packet lost as well (so the mode is
+      refused, the torque on). The tilt's watchdog is armed again right after the burst's
+      watchdog off (before, only at the burst's end, which never came).
+
+    Either way no servo runs in current mode with its watchdog off."""
     driver = lockstep_driver(bus)
     feed = bent_in_current_mode(driver)
     restore, write, cut = driver._restore, type(driver._port).writePort, []
@@ -867,13 +876,13 @@ def test_a_switch_back_whose_check_restores_a_servo_left_in_current_mode_turns_i
         if cut == ['restore'] and len(sync_write_packets(data)) > 1:
             cut.append('cut')
             parts = sync_write_packets(data)
-            upto = next(k for k, part in enumerate(parts) if part[8] == 98)
+            upto = next(k for k, part in enumerate(parts) if part[8] == cut_after)
             write(port, [byte for part in parts[:upto + 1] for byte in part])
             raise OSError(5, 'Input/output error')
         return write(port, packet)
 
-    cut_off(driver, monkeypatch, TILT_ID,
-            lambda address: address == 11 and not cut)
+    cut_off(driver, monkeypatch, TILT_ID, lambda address: (address == 11 and not cut) or (
+        torque_off_lost and address == 64 and cut == ['restore']))
     monkeypatch.setattr(driver, '_restore', restoring)
     monkeypatch.setattr(type(driver._port), 'writePort', cutting)
     assert driver.request_mode('position')[0]
@@ -884,6 +893,81 @@ def test_a_switch_back_whose_check_restores_a_servo_left_in_current_mode_turns_i
     monkeypatch.undo()
     assert cut[:2] == ['restore', 'cut'] and driver.fault
     no_current_unwatched(bus, 'after the failed switch back')
+
+
+def test_a_close_whose_first_watchdog_off_a_servo_misses_turns_it_off_at_the_end(
+        bus, monkeypatch):
+    """close()'s first Bus Watchdog off misses the tilt (its part of the sync write lost,
+    its acknowledged write unanswered); the port then works again. close() turns the
+    watchdog off again on every servo that holds after its put-back, so it ends without
+    an error and with every watchdog off (before, only the servos its second pass newly
+    found holding: the tilt's stayed armed, and close() raised)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    watchdog_off, calls = driver._watchdog_off, []
+
+    def missing_the_tilt_once(ids):
+        calls.append(list(ids))
+        if len(calls) > 1:
+            return watchdog_off(ids)
+        with monkeypatch.context() as patch:
+            cut_off(driver, patch, TILT_ID, lambda address: address == 98)
+            return watchdog_off(ids)
+
+    monkeypatch.setattr(driver, '_watchdog_off', missing_the_tilt_once)
+    driver.close()
+    monkeypatch.undo()
+    assert len(calls) == 2
+    (watchdogs,), _, _ = bare_reads(bus, 0.0, (98, 1))
+    bus.stop()
+    print(f'after the close: Bus Watchdog {watchdogs}')
+    assert watchdogs == [0] * 8
+
+
+def test_a_switch_back_whose_check_the_port_refuses_still_finds_a_servo_in_current_mode(
+        bus, monkeypatch):
+    """The switch back to position mode loses the tilt's Operating Mode packet (it stays
+    in current mode), and the port raises at the check's read of the modes: the cycle
+    raises, and the bus loop answers with fail_safe (as plag_driver's does). The switched
+    servos' modes are then unknown, so the next cycles give the tilt its gravity current,
+    read its mode, find it in current mode and hold it: every servo ends in position mode
+    and the bent arm moves less than 10 mrad (before, the driver took the tilt for a
+    position-mode servo and wrote it Goal Current 0 every cycle: it fell, unnoticed)."""
+    driver = lockstep_driver(bus)
+    bent_in_current_mode(driver)
+    group_write, write, lost, raised = driver._group_write, type(driver._port).writePort, [], []
+
+    def losing_once(address: int, size: int, values: dict[int, int]) -> None:
+        if address == 11 and not lost:
+            lost.append(True)
+            values = {i: v for i, v in values.items() if i != TILT_ID}
+        group_write(address, size, values)
+
+    def raising_at_the_mode_read(port, packet):
+        data = list(packet)          # SYNC READ (0x82) of 1 byte at address 11
+        if lost and not raised and data[7] == 0x82 and data[8:12] == [11, 0, 1, 0]:
+            raised.append(True)
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(driver, '_group_write', losing_once)
+    monkeypatch.setattr(type(driver._port), 'writePort', raising_at_the_mode_read)
+    begin = time.monotonic()
+    assert driver.request_mode('position')[0]
+    driver.clock.t += driver.clock.period
+    with pytest.raises(BusError, match='Input/output error'):
+        driver.cycle()
+    driver.fail_safe('bus cycle failed')
+    monkeypatch.undo()
+    assert lost and raised
+    loop(driver, 1.0)
+    end = time.monotonic()
+    (modes,), _, _ = bare_reads(bus, 0.0, (11, 1))
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'after the switch back: modes {modes}, driver {driver.modes}, fault '
+          f'{driver.fault!r}, largest move {moved * 1e3:.2f} mrad')
+    assert modes == [3] * 8 and driver.modes == ['position'] * 8
+    assert moved < HELD_RAD
 
 
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):

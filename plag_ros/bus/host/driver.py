@@ -906,7 +906,8 @@ class BusDriver:
             # port failing through the switch and its hold) keeps it, so that with nobody
             # commanding its current stops, never runs on unwatched
             unheld = self._closing_hold(reading)
-            armed = self._watchdog_off([i for i in self.ids if i not in unheld])
+            # (before the put-back: a tripped watchdog would refuse its goals)
+            self._watchdog_off([i for i in self.ids if i not in unheld])
             try:
                 for k in range(SLOTS):
                     put_back(INDIRECT_ADDRESS_1 + 2 * k, 2)
@@ -919,8 +920,9 @@ class BusDriver:
             except BusError as err:
                 failed = f'closing: putting back what open() changed failed ({err})'
             left = self._closing_hold(reading)
-            # holding now, though the first pass could not tell (its reads failed)
-            armed += self._watchdog_off([i for i in unheld if i not in left])
+            # every servo holding now, again: the first pass may not have told (its reads
+            # failed), or its watchdog-off may not have been taken
+            armed = self._watchdog_off([i for i in self.ids if i not in left])
             if left or failed or armed:
                 raise BusError('; '.join(
                     ([f'closing: IDs {left} are not holding in position mode with the '
@@ -1199,9 +1201,10 @@ class BusDriver:
                        'hold', reading)
             self._restore(found_other, reading)
 
-    def _read_modes(self, ids: Sequence[int]) -> dict[int, int]:
-        """Operating Mode (11) of each of ``ids`` that answers one sync read."""
-        group, answered = self._group_read(11, 1, ids, tries=1)
+    def _read_modes(self, ids: Sequence[int], tries: int = 1) -> dict[int, int]:
+        """Operating Mode (11) of each of ``ids`` that answers one sync read (sent up to
+        ``tries`` times until all answer)."""
+        group, answered = self._group_read(11, 1, ids, tries=tries)
         return {i: int(group.getData(i, 11, 1)) for i in answered}
 
     def _checked_effort(self, reading: Reading, joints: np.ndarray) -> np.ndarray | None:
@@ -1326,14 +1329,22 @@ class BusDriver:
         return ids
 
     def _check_switch(self, reading: Reading) -> None:
-        """After a switch: its servos' Operating Mode read back (one sync read). A lost sync
-        write has no answer: a servo left in the old mode is found here, and the switch
-        ends in a position hold and a fault (one left with its torque off is found by the
-        next cycle's read)."""
+        """After a switch: its servos' Operating Mode read back (one sync read, up to three
+        tries). A lost sync write has no answer: a servo left in the old mode is found
+        here, and the switch ends in a position hold and a fault (one left with its torque
+        off is found by the next cycle's read). A port that raises leaves their modes
+        unknown (:meth:`_resolve_unknown` reads them in the next cycles)."""
         ids, mode = self._switched
         self._switched = ([], '')
         value = MODES[mode]
-        found = self._read_modes(ids)
+        try:
+            found = self._read_modes(ids, tries=3)
+        except BusError:
+            # not known: one may still be in the old mode (its packet lost), which the
+            # modes would otherwise hide; read each cycle until known, gravity meanwhile
+            for servo_id in ids:
+                self.modes[self.ids.index(servo_id)] = 'unknown'
+            raise
         wrong = [i for i in ids if found.get(i) != value]
         if wrong:
             # as read back, not as intended: one left in current mode gets its torque off
@@ -1365,26 +1376,30 @@ class BusDriver:
         # its current, the watchdog written below perhaps off (as a switch does, first)
         other = [i for i in ids if self.modes[self.ids.index(i)] != 'position']
         final = self._watchdog_units(watchdog)
-        armed = {i: (final or self._watchdog_units(None)) if i in other else final
-                 for i in ids}
         try:
             with self._one_write():
                 if other:
                     self._group_write(64, 1, dict.fromkeys(other, 0))
                 # a tripped watchdog refuses goals
                 self._group_write(98, 1, dict.fromkeys(ids, 0))
+                if other:      # armed again at once: a burst cut short, or a lost torque-off
+                    # or mode packet, must not leave a current running unwatched
+                    self._group_write(98, 1, dict.fromkeys(other, self._watchdog_units(None)))
                 self._group_write(11, 1, dict.fromkeys(ids, MODES['position']))
                 self._group_write(116, 4, {i: int(goals[self.ids.index(i)]) for i in ids})
                 self._group_write(84, 2, dict.fromkeys(ids, self.settings.p_gain))
                 self._group_write(64, 1, dict.fromkeys(ids, 1))
-                self._group_write(98, 1, armed)
+                last = [i for i in ids if final or i not in other]
+                if last:
+                    self._group_write(98, 1, dict.fromkeys(last, final))
             wrong = self._not_holding(ids)
         except BusError:
             wrong = list(ids)
         for servo_id in ids:
             if servo_id not in wrong:
                 self.modes[self.ids.index(servo_id)] = 'position'
-        self._watchdog_off([i for i in ids if i not in wrong and armed[i] != final])
+        if not final:
+            self._watchdog_off([i for i in other if i not in wrong])
         return self._hold_servos(wrong, reading, watchdog, goals) if wrong else []
 
     def _watchdog_off(self, ids: Sequence[int]) -> list[int]:

@@ -31,7 +31,7 @@ from plag_ros.core.control.references import (
 )
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
-from plag_ros.core.dynamics.motors import servo_gains
+from plag_ros.core.dynamics.motors import JOINT_MOTORS, servo_gains
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.core.simulation.simulator import Simulator, SimulatorConfig
 
@@ -315,15 +315,38 @@ def test_nan_holds_and_recovers(engine):
     assert cmd.state == 'disabled' and not ctl.enabled
 
 
-def test_effort_clipped_to_urdf_limits(engine, model):
-    ctl = law_controller(engine, stiffness=1000.0, effort_scale=0.5)
+@pytest.mark.parametrize('scale', [1.0, 0.5])
+def test_effort_clipped_to_what_the_servo_gives_for_as_long_as_asked(engine, model, scale):
+    """A step far beyond every limit: each joint's effort is ``effort_scale`` times the
+    smaller of its URDF limit and half the data sheet's stall torque (the package's
+    continuous torque: XM540-W270 10.6 N*m, XM430-W350 4.1 N*m, e-manual), marked
+    saturated: never the URDF's 4 or 10 N*m, which the servos give only for a moment and
+    ``plag_driver``'s default torque_limit refuses as a fault."""
+    ctl = law_controller(engine, stiffness=1000.0, effort_scale=scale)
     feed_constant(ctl, Q0, 5)
     ctl.set_reference(q=Q0 + np.where(np.arange(8) % 2, 0.5, -0.5))
     cmd, _ = feed_constant(ctl, Q0, 1, start_ns=5 * PERIOD_NS)
-    limit = 0.5 * model.effort_limit[model.actuated]
-    np.testing.assert_allclose(np.abs(cmd.effort), limit)
+    stall = np.array([10.6 if JOINT_MOTORS[model.joint_names[j]] == 'XM540-W270' else 4.1
+                      for j in np.flatnonzero(model.actuated)])
+    limit = scale * np.minimum(model.effort_limit[model.actuated], stall / 2)
+    assert np.all(stall / 2 < model.effort_limit[model.actuated])   # the servo's binds
+    np.testing.assert_allclose(np.abs(cmd.effort), limit, rtol=0, atol=1e-12)
     assert cmd.saturated.all()
     assert np.all(np.sign(cmd.effort) == np.where(np.arange(8) % 2, 1.0, -1.0))
+
+
+def test_the_position_paths_torque_is_clipped_at_the_urdf_limit(engine, model):
+    """On the position interface the servos make the torque with their own position loop
+    (bounded by their Current Limit): the law's torque is clipped at the URDF limit, not
+    at the continuous torque of the effort path."""
+    ctl = law_controller(engine, command_interface='position', stiffness=1000.0,
+                         servo_stiffness=1000.0, max_position_step=10.0,
+                         gravity_compensation=False)
+    feed_constant(ctl, Q0, 5)
+    ctl.set_reference(q=Q0 + np.where(np.arange(8) % 2, 0.5, -0.5))
+    cmd, _ = feed_constant(ctl, Q0, 1, start_ns=5 * PERIOD_NS)
+    np.testing.assert_allclose(np.abs(cmd.torque), model.effort_limit[model.actuated],
+                               rtol=0, atol=1e-12)
 
 
 def test_position_clipped_to_joint_limits_and_step(engine, model):
@@ -580,11 +603,13 @@ def gains(engine, bandwidth_hz: float = 4.0):
     return K, 2.0 * 0.7 * np.sqrt(K * m)
 
 
-@pytest.mark.parametrize('interface, friction, min_ratio', [('effort', True, 5.0),
-                                                            ('position', False, 2.5)])
+@pytest.mark.parametrize('interface, friction, min_ratio, swing', [
+    ('effort', True, 5.0, 0.3), ('position', False, 2.5, 0.5)])
 def test_closed_loop_cancels_selected_path_keeps_stiffness(engine, model, interface, friction,
-                                                          min_ratio):
-    """Elbow moves fast (0.5 rad at 1.5 Hz) while the shoulder tilt holds.
+                                                          min_ratio, swing):
+    """Elbow moves fast (``swing`` rad at 1.5 Hz; 0.3 on the effort path, where the torque
+    0.5 would need is beyond the clip at the servo's continuous torque) while the shoulder
+    tilt holds.
 
     Compensating the elbow -> tilt path (acceleration and velocity parts, measured
     motion) cuts the tilt deviation clearly; a 1 N*m push on the tilt still deflects it by
@@ -595,7 +620,7 @@ def test_closed_loop_cancels_selected_path_keeps_stiffness(engine, model, interf
     kp, _ = servo_gains(model)
     tilt, elbow = model.joint_index([TILT, ELBOW])
     amplitude = np.zeros(8)
-    amplitude[elbow] = 0.5
+    amplitude[elbow] = swing
     reference = SineReference(amplitude, 1.5)
     # The gains are set for the inertia at Q0, where the test runs; the gain check's worst
     # case (the lightest inertia over the workspace) refuses them: warn only.

@@ -297,9 +297,10 @@ def test_compensation_cuts_the_tilt_deviation_by_ninety_percent(engine, model, i
 
 def test_the_issues_configuration_is_caught_within_a_second(engine, model):
     """The issue's loop: effort interface, the shipped (position-path) gains, K = 4 and
-    D = 0.06 on the lower arm, order 3 at 15 Hz, run anyway (gain_check 'warn'). The
-    lower arm swings from limit to limit in the simulator; the monitor latches within a
-    second and the controller holds from then on."""
+    D = 0.06 on the lower arm, order 3 at 15 Hz, run anyway (gain_check 'warn'). A joint
+    swings from limit to limit in the simulator (the lower arm with the effort clipped at
+    the URDF limits, the elbow with it clipped at the servos' continuous torque); the
+    monitor latches within a second and the controller holds from then on."""
     K, D = np.array(shipped()['stiffness']), np.array(shipped()['damping'])
     path = propagation_mask(model, [f'{TILT}<-{ELBOW}'])
     cfg = ImpedanceConfig(stiffness=K, damping=D, gain_check='warn', delay_periods=0.0,
@@ -313,8 +314,7 @@ def test_the_issues_configuration_is_caught_within_a_second(engine, model):
     assert set(run.state[run.t >= first]) == {'fault'}
     # Without the monitor the same run oscillates to the end.
     _, free = tilt_deviation(engine, cfg.replace(oscillation_reversals=0), delay=0)
-    lower = free.column(LOWER_ARM)
-    assert np.ptp(free.q[free.t >= 3.0, lower]) > 1.0
+    assert np.ptp(free.q[free.t >= 3.0], axis=0).max() > 1.0
 
 
 def test_the_simulator_demo_never_trips_the_monitor(engine, model):

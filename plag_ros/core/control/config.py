@@ -98,7 +98,9 @@ class ImpedanceConfig:
             joint's loop on the effort path; None takes the low end of the motor table's
             range (:func:`plag_ros.core.dynamics.motors.armature`); an identified.yaml's
             figures come in through :meth:`with_model_parameters`.
-        effort_scale: fraction of the URDF effort limits allowed, in (0, 1].
+        effort_scale: fraction of the effort limits allowed, in (0, 1]: on the effort
+            interface of the smaller of the URDF limit and the servo's continuous torque
+            (motor table), on the position interface of the URDF limit.
         rate_hz: nominal joint_states / control rate [Hz].
         stale_periods: hold when no valid state for this many periods, > 1.
         ramp_s: enable ramp duration [s], >= 0.

@@ -33,8 +33,13 @@ It is only as good as the estimate's lag allows; leave it at 0 unless you need i
 
 Two command interfaces:
 
-* ``'effort'``: the torque above, clipped to ``effort_scale`` times the URDF effort limits
-  (``std_msgs/Float64MultiArray`` for ``forward_command_controller``).
+* ``'effort'``: the torque above, clipped to ``effort_scale`` times the smaller of the URDF
+  effort limit and the servo's continuous torque (the motor table's, half the stall torque:
+  what the servo gives for as long as it is asked; ``plag_driver``'s default
+  ``torque_limit``, beyond which it faults), marked ``saturated`` where clipped
+  (``std_msgs/Float64MultiArray`` for ``forward_command_controller``, a
+  ``sensor_msgs/JointState`` for ``plag_driver``). On the position interface the clip is
+  ``effort_scale`` times the URDF limit.
 * ``'position'``: the real CRANE-X7 driver (crane_x7_control, Dynamixel XM servos) accepts
   positions only. Each servo runs a position loop that, over the band the controller
   uses, acts as a spring ``tau = K_s (q_cmd - q)`` with ``K_s`` = ``servo_stiffness``
@@ -98,7 +103,7 @@ from plag_ros.core.control.references import (
 )
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import actuation_matrix
-from plag_ros.core.dynamics.motors import servo_gains
+from plag_ros.core.dynamics.motors import servo_continuous_torque, servo_gains
 from plag_ros.core.estimation.filters import JointStateEstimator
 
 __all__ = ['Command', 'PartialImpedanceController']
@@ -305,7 +310,13 @@ class PartialImpedanceController:
         self.config = config
         self._K, self._D, self._Md, self._Ks, self._max_step = K, D, Md, Ks, max_step
         self._W_acc, self._W_vel = W_acc, W_vel
-        self._effort_max = config.effort_scale * model.effort_limit[self._act]
+        # the effort path's torque goes to the servos as it is: what they give for as long
+        # as they are asked (the torque-mode driver refuses more). The position path's
+        # servos make their torque themselves, bounded by their own Current Limit.
+        urdf = model.effort_limit[self._act]
+        self._effort_max = config.effort_scale * (
+            np.minimum(urdf, servo_continuous_torque(model))
+            if config.command_interface == 'effort' else urdf)
         self._lower, self._upper = model.joint_lower[self._act], model.joint_upper[self._act]
         self._ref_lower, self._ref_upper = reference_bounds(self._lower, self._upper)
         self._slew_limits = slew        # (max velocity, max acceleration) (n_act,) or None

@@ -273,8 +273,10 @@ class ImpedanceSettings:
         + _PER_JOINT)
     max_position_step: list[float] = option(
         [0.02], 'largest position command change per cycle [rad] > 0' + _PER_JOINT)
-    effort_scale: float = option(1.0, 'fraction of the URDF effort limits allowed', low=0.01,
-                                 high=1.0)
+    effort_scale: float = option(
+        1.0, "fraction of the effort limits allowed: on the effort interface the smaller of "
+        "the URDF limit and the servo's continuous torque (motor table), on the position "
+        'interface the URDF limit', low=0.01, high=1.0)
     motion_source: MotionSource = option(
         'measured', "motion in the propagation torques: 'measured' (estimated qd, qdd) or "
         "'desired' (reference feedforward)")

@@ -78,7 +78,7 @@ get the same formulas on their URDF effort limit in place of the stall torque.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -92,7 +92,8 @@ __all__ = ['ARM_JOINTS', 'CONTINUOUS_FRACTION', 'armature', 'DEFAULT_POSITION_RE
            'JOINT_MOTORS', 'MOTORS', 'PULSE_RAD', 'PWM_FULL_SCALE', 'Motor',
            'back_emf_damping', 'current_to_effort', 'driver_effort_to_torque',
            'effort_to_torque', 'known', 'motor_of',
-           'position_loop_stiffness', 'servo_gains', 'servo_saturation', 'servo_stiffness',
+           'position_loop_stiffness', 'servo_continuous_torque', 'servo_gains',
+           'servo_saturation', 'servo_stiffness',
            'stall_torque']
 
 PWM_FULL_SCALE = 885.0
@@ -274,10 +275,23 @@ def armature(model: RobotModel, bound: str = 'nominal') -> np.ndarray:
 def servo_saturation(model: RobotModel) -> np.ndarray:
     """(m,) motor torque limit [N*m] of the model's actuated joints: the table's stall
     torque for CRANE-X7 joints, else the URDF effort limit."""
+    return _table_or_urdf(model, lambda motor: motor.stall_torque)
+
+
+def servo_continuous_torque(model: RobotModel) -> np.ndarray:
+    """(m,) torque [N*m] the model's actuated joints may be asked for as long as a
+    controller likes: the table's :attr:`Motor.continuous_torque` (half the stall torque)
+    for CRANE-X7 joints, else the URDF effort limit."""
+    return _table_or_urdf(model, lambda motor: motor.continuous_torque)
+
+
+def _table_or_urdf(model: RobotModel, figure: Callable[[Motor], float]) -> np.ndarray:
+    """(m,) ``figure`` of each actuated joint's motor where the table has every one, else
+    the URDF effort limits [N*m]."""
     act = np.flatnonzero(model.actuated)
     names = [model.joint_names[j] for j in act]
     if known(names):
-        return stall_torque(names)
+        return np.array([figure(motor_of(name)) for name in names])
     return model.effort_limit[act].copy()
 
 

@@ -600,15 +600,9 @@ def test_an_open_whose_port_fails_in_its_burst_and_hold_ends_with_every_servo_he
     held_for_a_second(bus, 'after the failed open')
 
 
-def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
-        bus, monkeypatch):
-    """The port raises at close()'s first read while the arm is in current mode: close()
-    holds from the last reading all the same, every servo in position mode with its torque
-    on, and the bent arm moves less than 10 mrad in the next second (before, the OSError
-    cut close() short: the servos stayed in current mode with nobody commanding, and the
-    Bus Watchdog took their current away)."""
-    driver = lockstep_driver(bus)
-    loop(driver, 0.2, bent_in_current_mode(driver))
+def port_raising_once(driver, monkeypatch) -> list[bool]:
+    """The driver's port raises (an OSError, as pyserial's SerialException) at its next
+    packet, once; the list returned holds True once it has."""
     write, raised = type(driver._port).writePort, []
 
     def raising_once(port, packet):
@@ -618,6 +612,19 @@ def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
         return write(port, packet)
 
     monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
+    return raised
+
+
+def test_a_close_in_current_mode_whose_first_read_the_port_refuses_ends_held(
+        bus, monkeypatch):
+    """The port raises at close()'s first read while the arm is in current mode: close()
+    holds all the same (from the pose it then reads on its own), every servo in position
+    mode with its torque on, and the bent arm moves less than 10 mrad in the next second
+    (before, the OSError cut close() short: the servos stayed in current mode with nobody
+    commanding, and the Bus Watchdog took their current away)."""
+    driver = lockstep_driver(bus)
+    loop(driver, 0.2, bent_in_current_mode(driver))
+    raised = port_raising_once(driver, monkeypatch)
     driver.close()
     monkeypatch.undo()
     assert raised and any('closing: the first read' in m for m in driver.messages)
@@ -642,19 +649,11 @@ def test_a_close_whose_first_read_fails_holds_the_arm_where_it_is_now(bus, monke
 
     loop(driver, 0.02, short)
     (before,), _, _ = bare_reads(bus, 0.1, (132, 4))     # the stalled loop
-    write, raised = type(driver._port).writePort, []
-
-    def raising_once(port, packet):
-        if not raised:
-            raised.append(True)
-            raise OSError(5, 'Input/output error')
-        return write(port, packet)
-
-    monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
+    raised = port_raising_once(driver, monkeypatch)
     begin = time.monotonic()
     driver.close()
     monkeypatch.undo()
-    (after,), _, end = bare_reads(bus, 1.0, (132, 4))
+    _, _, end = bare_reads(bus, 1.0, (132, 4))
     record = bus.stop()
     sunk = (before[ELBOW] - driver.reading.counts[ELBOW]) * driver_module.PULSE_RAD
     q = record['q'][window(record, begin, end)]

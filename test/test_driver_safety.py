@@ -923,6 +923,45 @@ def test_a_close_whose_first_watchdog_off_a_servo_misses_turns_it_off_at_the_end
     assert watchdogs == [0] * 8
 
 
+def switch_whose_mode_read_raises(driver, monkeypatch, mode: str) -> bool:
+    """A switch of ``driver`` to ``mode`` whose check's sync read of Operating Mode raises
+    (the port); the cycle raises, and the bus loop answers with fail_safe, as plag_driver's
+    does. Every patch undone; True once the read has raised."""
+    write, raised = type(driver._port).writePort, []
+
+    def raising_at_the_mode_read(port, packet):
+        data = list(packet)          # SYNC READ (0x82) of 1 byte at address 11
+        if not raised and data[7] == 0x82 and data[8:12] == [11, 0, 1, 0]:
+            raised.append(True)
+            raise OSError(5, 'Input/output error')
+        return write(port, packet)
+
+    monkeypatch.setattr(type(driver._port), 'writePort', raising_at_the_mode_read)
+    assert driver.request_mode(mode)[0]
+    driver.clock.t += driver.clock.period
+    with pytest.raises(BusError, match='Input/output error'):
+        driver.cycle()
+    driver.fail_safe('bus cycle failed')
+    monkeypatch.undo()
+    return bool(raised)
+
+
+def test_a_switch_to_current_whose_check_the_port_refuses_ends_in_the_hold_at_once(
+        bus, monkeypatch):
+    """The port raises at the check's read of the modes after a switch to current mode: the
+    bus loop's fail_safe switches every servo back to the position hold at once (99bbb2a
+    left them of unknown mode, which fail_safe did not switch: they stayed in current mode
+    on their start torque until a later cycle's read, with none once the watchdog expired if
+    the reads kept failing)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    assert switch_whose_mode_read_raises(driver, monkeypatch, 'current')
+    (modes,), _, _ = bare_reads(bus, 0.0, (11, 1))
+    bus.stop()
+    print(f'after fail_safe: modes {modes}, driver {driver.modes}')
+    assert modes == [3] * 8 and driver.modes == ['position'] * 8
+
+
 def test_a_switch_back_whose_check_the_port_refuses_still_finds_a_servo_in_current_mode(
         bus, monkeypatch):
     """The switch back to position mode loses the tilt's Operating Mode packet (it stays
@@ -934,7 +973,7 @@ def test_a_switch_back_whose_check_the_port_refuses_still_finds_a_servo_in_curre
     position-mode servo and wrote it Goal Current 0 every cycle: it fell, unnoticed)."""
     driver = lockstep_driver(bus)
     bent_in_current_mode(driver)
-    group_write, write, lost, raised = driver._group_write, type(driver._port).writePort, [], []
+    group_write, lost = driver._group_write, []
 
     def losing_once(address: int, size: int, values: dict[int, int]) -> None:
         if address == 11 and not lost:
@@ -942,23 +981,9 @@ def test_a_switch_back_whose_check_the_port_refuses_still_finds_a_servo_in_curre
             values = {i: v for i, v in values.items() if i != TILT_ID}
         group_write(address, size, values)
 
-    def raising_at_the_mode_read(port, packet):
-        data = list(packet)          # SYNC READ (0x82) of 1 byte at address 11
-        if lost and not raised and data[7] == 0x82 and data[8:12] == [11, 0, 1, 0]:
-            raised.append(True)
-            raise OSError(5, 'Input/output error')
-        return write(port, packet)
-
     monkeypatch.setattr(driver, '_group_write', losing_once)
-    monkeypatch.setattr(type(driver._port), 'writePort', raising_at_the_mode_read)
     begin = time.monotonic()
-    assert driver.request_mode('position')[0]
-    driver.clock.t += driver.clock.period
-    with pytest.raises(BusError, match='Input/output error'):
-        driver.cycle()
-    driver.fail_safe('bus cycle failed')
-    monkeypatch.undo()
-    assert lost and raised
+    assert switch_whose_mode_read_raises(driver, monkeypatch, 'position') and lost
     loop(driver, 1.0)
     end = time.monotonic()
     (modes,), _, _ = bare_reads(bus, 0.0, (11, 1))
@@ -966,6 +991,33 @@ def test_a_switch_back_whose_check_the_port_refuses_still_finds_a_servo_in_curre
     print(f'after the switch back: modes {modes}, driver {driver.modes}, fault '
           f'{driver.fault!r}, largest move {moved * 1e3:.2f} mrad')
     assert modes == [3] * 8 and driver.modes == ['position'] * 8
+    assert moved < HELD_RAD
+
+
+@pytest.mark.parametrize('mode', ['position', 'current'])
+def test_a_servo_that_reboots_is_mapped_again_and_held_where_it_is(bus, mode):
+    """The tilt's servo reboots (a power dip; here the SDK's REBOOT instruction) while the
+    arm is held bent, in ``mode``: its torque goes off and its indirect addresses (RAM)
+    fall back to their defaults, so the cycle's read finds all zeros in its row. The driver
+    reads its Present Position directly, maps it again, latches a fault naming the reboot
+    and holds it where it is: the arm moves less than 10 mrad in a second (before, the
+    hold's goal came from the row's count 0, clipped into the tilt's limits: the arm was
+    slammed over, the tilt 2182 mrad in position mode)."""
+    driver = lockstep_driver(bus)
+    feed = None
+    if mode == 'current':
+        feed = bent_in_current_mode(driver)
+    else:
+        move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    begin = time.monotonic()
+    assert driver._packets.reboot(driver._port, TILT_ID)[0] == sdk.COMM_SUCCESS
+    loop(driver, 1.0, feed)
+    end = time.monotonic()
+    assert 'indirect addresses reset' in driver.fault and f'[{TILT_ID}]' in driver.fault
+    assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
+    driver.close()
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'{mode}: fault {driver.fault!r}; largest move {moved * 1e3:.2f} mrad')
     assert moved < HELD_RAD
 
 

@@ -204,7 +204,8 @@ class DriverSettings:
                          high=16383, read_only=True)
     torque_limit: list[float] = option(
         [0.0], "largest commanded effort and the servos' Current Limit [N*m], per servo in "
-        'chain order or one value; 0 = stall torque', read_only=True)
+        "chain order or one value; 0 = the servo's continuous torque (half its stall "
+        'torque)', read_only=True)
     torque_constant: Literal['datasheet', 'driver'] = option(
         'datasheet', "torque constant for effort commands: 'datasheet' (stall torque / stall "
         "current) or 'driver' (crane_x7_description current_to_effort)", read_only=True)
@@ -418,6 +419,7 @@ class BusDriver:
         self._disarmed: list[int] = []       # Bus Watchdog 0: a silent host leaves them be
         self._alerts: list[str] = []
         self._torque_off: list[int] = []
+        self._remapped: list[int] = []       # indirect addresses found reset, written again
         # current mode's start: the gravity torque written at the switch, and when
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
@@ -718,11 +720,12 @@ class BusDriver:
                            'holding the arm, move the joints inside by hand, then open '
                            'again)')
 
-    def _present_pose(self, fallback: Reading) -> Reading:
+    def _present_pose(self, fallback: Reading, tries: int = 3) -> Reading:
         """The servos at rest where they are now (Present Position read directly, not
-        through the indirect addresses), or ``fallback`` if a servo does not answer."""
+        through the indirect addresses, sent up to ``tries`` times), or ``fallback`` if a
+        servo does not answer."""
         try:
-            return self._at_rest(self._present_counts())
+            return self._at_rest(self._present_counts(tries))
         except BusError:
             return fallback
 
@@ -827,14 +830,14 @@ class BusDriver:
                     got.pop(servo_id, None)
         return got
 
-    def _present_counts(self) -> np.ndarray:
-        """(8,) Present Position [counts] of every servo: one sync read, tried three
-        times.
+    def _present_counts(self, tries: int = 3) -> np.ndarray:
+        """(8,) Present Position [counts] of every servo: one sync read, sent up to
+        ``tries`` times.
 
         Raises:
             BusError: a servo did not answer.
         """
-        group, answered = self._group_read(132, 4, self.ids)
+        group, answered = self._group_read(132, 4, self.ids, tries)
         if len(answered) < len(self.ids):
             raise BusError('no sync read of Present Position answered by every servo')
         return np.array([_signed(group.getData(i, 132, 4), 4) for i in self.ids],
@@ -878,8 +881,9 @@ class BusDriver:
                 reading = None
             if reading is None and self.reading is not None:
                 # the pose now, read directly: the last reading may be old (a stalled
-                # loop), and a hold of where the arm was would swing it back there
-                reading = self._present_pose(self.reading)
+                # loop), and a hold of where the arm was would swing it back there. Once:
+                # meanwhile a servo in current mode runs its last command
+                reading = self._present_pose(self.reading, tries=1)
                 if reading is self.reading:
                     self.log(f'closing: no read answered; the last reading '
                              f'({self.clock() - reading.t:.3f} s old) is held')
@@ -1066,6 +1070,8 @@ class BusDriver:
         read (nothing is written then)."""
         self.counts['cycles'] += 1
         reading = self._sync_read()
+        if reading is not None:
+            reading = self._map_again(reading)
         if reading is None:
             self.counts['failed_reads'] += 1
             self._failed += 1
@@ -1099,6 +1105,10 @@ class BusDriver:
                        f'than {self.settings.watchdog_s:g} s', reading)
         elif self._alerts:
             self._fail('hardware error: ' + '; '.join(self._alerts), reading)
+        elif self._remapped:
+            self._fail(f'IDs {self._remapped} came back with their indirect addresses reset '
+                       '(a reboot: a power dip?); mapped again and held where they are',
+                       reading)
         elif self._torque_off:
             self._fail(f'torque off on IDs {self._torque_off}', reading)
         else:
@@ -1156,6 +1166,34 @@ class BusDriver:
         if self._switched[0]:
             self._check_switch(reading)
         return reading
+
+    def _map_again(self, reading: Reading) -> Reading | None:
+        """``reading`` with the servos that rebooted since the last read mapped again. A
+        reboot resets the indirect addresses (RAM) to their defaults, which point at the
+        indirect data itself: the cycle's read then finds all zeros there, Present
+        Temperature 0 degC included, which no running servo reads. Holding the pose of
+        such a row (count 0, clipped into the limits) would slam the joint there; so their
+        Present Position is read directly and their indirect addresses written again
+        (their torque is off after the reboot), and the fault that follows holds them where
+        they are. None (a failed read, nothing commanded) if a direct read fails."""
+        self._remapped = [i for k, i in enumerate(self.ids)
+                          if reading.counts[k] == 0 and reading.temperature[k] == 0]
+        if not self._remapped:
+            return reading
+        counts = reading.counts.copy()
+        try:
+            for servo_id in self._remapped:
+                counts[self.ids.index(servo_id)] = self._read(servo_id, 132, 4)
+        except BusError as err:
+            self.log(f'IDs {self._remapped} read all zeros (a reboot?), and {err}')
+            return None
+        items = self._open_items(self._remapped)
+        with self._one_write():
+            for address in sorted(INDIRECT_ADDRESSES):
+                self._group_write(address, 2, items[address])
+        self.log(f'IDs {self._remapped} came back with their indirect addresses reset: '
+                 'mapped again')
+        return replace(reading, counts=counts, position=(counts - HOME_COUNT) * PULSE_RAD)
 
     def _goal_current(self, torque: np.ndarray) -> np.ndarray:
         """(8,) Goal Current [2.69 mA units, int] of (8,) motor torques [N*m], within each
@@ -1340,10 +1378,13 @@ class BusDriver:
         try:
             found = self._read_modes(ids, tries=3)
         except BusError:
-            # not known: one may still be in the old mode (its packet lost), which the
-            # modes would otherwise hide; read each cycle until known, gravity meanwhile
-            for servo_id in ids:
-                self.modes[self.ids.index(servo_id)] = 'unknown'
+            if mode == 'position':
+                # not known: one may still be in current mode (its packet lost), which
+                # 'position' would hide; read each cycle until known, gravity meanwhile.
+                # (After a switch to current, 'current' stays: the bus loop's fail_safe
+                # then switches every one of them back to the position hold at once.)
+                for servo_id in ids:
+                    self.modes[self.ids.index(servo_id)] = 'unknown'
             raise
         wrong = [i for i in ids if found.get(i) != value]
         if wrong:

@@ -1370,8 +1370,10 @@ class BusDriver:
         """After a switch: its servos' Operating Mode read back (one sync read, up to three
         tries). A lost sync write has no answer: a servo left in the old mode is found
         here, and the switch ends in a position hold and a fault (one left with its torque
-        off is found by the next cycle's read). A port that raises leaves their modes
-        unknown (:meth:`_resolve_unknown` reads them in the next cycles)."""
+        off is found by the next cycle's read). A port that raises leaves the modes of a
+        switch back unknown (:meth:`_resolve_unknown` reads them in the next cycles) and
+        those of a switch to current mode 'current' (the bus loop's :meth:`fail_safe`
+        switches them back to the hold)."""
         ids, mode = self._switched
         self._switched = ([], '')
         value = MODES[mode]

@@ -923,10 +923,12 @@ def test_a_close_whose_first_watchdog_off_a_servo_misses_turns_it_off_at_the_end
     assert watchdogs == [0] * 8
 
 
-def switch_whose_mode_read_raises(driver, monkeypatch, mode: str) -> bool:
+def switch_whose_mode_read_raises(driver, monkeypatch, mode: str,
+                                  fail_safe: bool = True) -> bool:
     """A switch of ``driver`` to ``mode`` whose check's sync read of Operating Mode raises
     (the port); the cycle raises, and the bus loop answers with fail_safe, as plag_driver's
-    does. Every patch undone; True once the read has raised."""
+    does (unless not ``fail_safe``: a script calling cycle() itself, dead of the error).
+    Every patch undone; True once the read has raised."""
     write, raised = type(driver._port).writePort, []
 
     def raising_at_the_mode_read(port, packet):
@@ -941,24 +943,28 @@ def switch_whose_mode_read_raises(driver, monkeypatch, mode: str) -> bool:
     driver.clock.t += driver.clock.period
     with pytest.raises(BusError, match='Input/output error'):
         driver.cycle()
-    driver.fail_safe('bus cycle failed')
+    if fail_safe:
+        driver.fail_safe('bus cycle failed')
     monkeypatch.undo()
     return bool(raised)
 
 
+@pytest.mark.parametrize('fail_safe', [True, False], ids=['bus loop', 'script'])
 def test_a_switch_to_current_whose_check_the_port_refuses_ends_in_the_hold_at_once(
-        bus, monkeypatch):
-    """The port raises at the check's read of the modes after a switch to current mode: the
-    bus loop's fail_safe switches every servo back to the position hold at once (99bbb2a
-    left them of unknown mode, which fail_safe did not switch: they stayed in current mode
-    on their start torque until a later cycle's read, with none once the watchdog expired if
-    the reads kept failing)."""
+        bus, monkeypatch, fail_safe):
+    """The port raises at the check's read of the modes after a switch to current mode:
+    every servo is back in the position hold at once, before the error leaves cycle(), so
+    the same holds whether the bus loop answers with fail_safe or the script that called
+    cycle() dies of the error (99bbb2a left them of unknown mode, which fail_safe did not
+    switch: they stayed in current mode on their start torque until a later cycle's read,
+    with none once the watchdog expired if the reads kept failing; until this change a
+    script that died of the error left them in current mode, for the watchdog to drop)."""
     driver = lockstep_driver(bus)
     move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
-    assert switch_whose_mode_read_raises(driver, monkeypatch, 'current')
+    assert switch_whose_mode_read_raises(driver, monkeypatch, 'current', fail_safe)
     (modes,), _, _ = bare_reads(bus, 0.0, (11, 1))
     bus.stop()
-    print(f'after fail_safe: modes {modes}, driver {driver.modes}')
+    print(f'after the error: modes {modes}, driver {driver.modes}, fault {driver.fault!r}')
     assert modes == [3] * 8 and driver.modes == ['position'] * 8
 
 

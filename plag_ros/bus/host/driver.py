@@ -1370,23 +1370,27 @@ class BusDriver:
         """After a switch: its servos' Operating Mode read back (one sync read, up to three
         tries). A lost sync write has no answer: a servo left in the old mode is found
         here, and the switch ends in a position hold and a fault (one left with its torque
-        off is found by the next cycle's read). A port that raises leaves the modes of a
-        switch back unknown (:meth:`_resolve_unknown` reads them in the next cycles) and
-        those of a switch to current mode 'current' (the bus loop's :meth:`fail_safe`
-        switches them back to the hold)."""
+        off is found by the next cycle's read). A port that raises latches a fault and is
+        raised again: the modes of a switch back are then unknown (:meth:`_resolve_unknown`
+        reads them in the next cycles), and a switch to current mode is switched back to
+        the hold at once."""
         ids, mode = self._switched
         self._switched = ([], '')
         value = MODES[mode]
         try:
             found = self._read_modes(ids, tries=3)
-        except BusError:
+        except BusError as err:
             if mode == 'position':
                 # not known: one may still be in current mode (its packet lost), which
                 # 'position' would hide; read each cycle until known, gravity meanwhile.
-                # (After a switch to current, 'current' stays: the bus loop's fail_safe
-                # then switches every one of them back to the position hold at once.)
+                # (After a switch to current, 'current' stays: the fault switches every
+                # one of them back to the position hold at once.)
                 for servo_id in ids:
                     self.modes[self.ids.index(servo_id)] = 'unknown'
+            # held before the error leaves cycle(): a caller that dies of it leaves no
+            # servo in current mode for the Bus Watchdog to drop
+            self._fail(f'mode switch to {mode}: reading the modes back failed: {err}',
+                       reading)
             raise
         wrong = [i for i in ids if found.get(i) != value]
         if wrong:

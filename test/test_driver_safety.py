@@ -1027,6 +1027,50 @@ def test_a_servo_that_reboots_is_mapped_again_and_held_where_it_is(bus, mode):
     assert moved < HELD_RAD
 
 
+@pytest.mark.parametrize('cuts', [1, 2], ids=['first burst', 'both bursts'])
+def test_a_rebooted_servo_whose_mapping_is_cut_short_is_read_directly_until_mapped(
+        bus, monkeypatch, cuts):
+    """The tilt's servo reboots while the arm is held bent, and the burst that maps it
+    again loses every packet but the one that maps Present Temperature (a port cutting the
+    burst short), ``cuts`` times: its row then reads a temperature and zeros elsewhere,
+    count 0 and Torque Enable 0 among them. The driver reads the indirect addresses back
+    and writes them again (twice in a cycle; past that its Present Position is read directly
+    each cycle until they read back as written), and holds the tilt where it is: the arm
+    moves less than 10 mrad in a second and the tilt's indirect addresses end as the pan's
+    (before, the half-mapped row was taken for a reading: its torque-off flag brought the
+    tilt back to a hold at count 0, clipped into its limits: the tilt swung 2182 mrad)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    temperature_slot = driver_module.INDIRECT_ADDRESS_1 + 2 * (driver_module.READ_LENGTH - 1)
+    group_write, lost = driver._group_write, []
+
+    def cut_short(address: int, size: int, values: dict[int, int]) -> None:
+        if (address in driver_module.INDIRECT_ADDRESSES and address != temperature_slot
+                and lost.count(address) < cuts):          # the first bursts' packets only
+            lost.append(address)
+            values = {i: v for i, v in values.items() if i != TILT_ID}
+        if values:
+            group_write(address, size, values)
+
+    monkeypatch.setattr(driver, '_group_write', cut_short)
+    begin = time.monotonic()
+    assert driver._packets.reboot(driver._port, TILT_ID)[0] == sdk.COMM_SUCCESS
+    loop(driver, 1.0)
+    end = time.monotonic()
+    assert len(lost) == cuts * (driver_module.SLOTS - 1)
+    addresses = sorted(driver_module.INDIRECT_ADDRESSES)
+    mapped, _, _ = bare_reads(bus, 0.0, *((a, 2) for a in addresses))
+    pan, tilt = ([values[k] for values in mapped] for k in (0, TILT_ID - 2))
+    assert 'indirect addresses reset' in driver.fault and f'[{TILT_ID}]' in driver.fault
+    assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
+    driver.close()
+    moved = largest_move(bus.stop(), begin, end)
+    print(f'fault {driver.fault!r}; largest move {moved * 1e3:.2f} mrad; tilt indirect '
+          f"addresses {tilt}, the pan's {pan}")
+    assert tilt == pan
+    assert moved < HELD_RAD
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after

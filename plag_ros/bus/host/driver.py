@@ -420,6 +420,7 @@ class BusDriver:
         self._alerts: list[str] = []
         self._torque_off: list[int] = []
         self._remapped: list[int] = []       # indirect addresses found reset, written again
+        self._unmapped: list[int] = []       # ... not read back as written: read directly
         # current mode's start: the gravity torque written at the switch, and when
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
@@ -1106,9 +1107,10 @@ class BusDriver:
         elif self._alerts:
             self._fail('hardware error: ' + '; '.join(self._alerts), reading)
         elif self._remapped:
+            mapped = (f'IDs {self._unmapped} read directly until mapped' if self._unmapped
+                      else 'mapped again')
             self._fail(f'IDs {self._remapped} came back with their indirect addresses reset '
-                       '(a reboot: a power dip?); mapped again and held where they are',
-                       reading)
+                       f'(a reboot: a power dip?); {mapped} and held where they are', reading)
         elif self._torque_off:
             self._fail(f'torque off on IDs {self._torque_off}', reading)
         else:
@@ -1174,10 +1176,14 @@ class BusDriver:
         Temperature 0 degC included, which no running servo reads. Holding the pose of
         such a row (count 0, clipped into the limits) would slam the joint there; so their
         Present Position is read directly and their indirect addresses written again
-        (their torque is off after the reboot), and the fault that follows holds them where
-        they are. None (a failed read, nothing commanded) if a direct read fails."""
-        self._remapped = [i for k, i in enumerate(self.ids)
-                          if reading.counts[k] == 0 and reading.temperature[k] == 0]
+        (:meth:`_map`; their torque is off after the reboot), and the fault that follows
+        holds them where they are. A servo whose indirect addresses did not read back as
+        written is read directly, and mapped again, in every cycle until they do: its row
+        may mix mapped and unmapped bytes. None (a failed read, nothing commanded) if a
+        direct read fails."""
+        zeros = [i for k, i in enumerate(self.ids)
+                 if reading.counts[k] == 0 and reading.temperature[k] == 0]
+        self._remapped = [i for i in self.ids if i in zeros or i in self._unmapped]
         if not self._remapped:
             return reading
         counts = reading.counts.copy()
@@ -1187,13 +1193,35 @@ class BusDriver:
         except BusError as err:
             self.log(f'IDs {self._remapped} read all zeros (a reboot?), and {err}')
             return None
-        items = self._open_items(self._remapped)
-        with self._one_write():
-            for address in sorted(INDIRECT_ADDRESSES):
-                self._group_write(address, 2, items[address])
+        self._unmapped = self._map(self._remapped)
         self.log(f'IDs {self._remapped} came back with their indirect addresses reset: '
-                 'mapped again')
+                 + (f'IDs {self._unmapped} not mapped yet' if self._unmapped
+                    else 'mapped again'))
         return replace(reading, counts=counts, position=(counts - HOME_COUNT) * PULSE_RAD)
+
+    def _map(self, ids: Sequence[int]) -> list[int]:
+        """Goal Current 0 (a reboot sets it to the Current Limit) and the indirect addresses
+        of the cycle's data written to the servos ``ids`` and read back, twice at most. The
+        IDs whose indirect addresses did not read back as written (a burst the port cut
+        short, a lost packet)."""
+        wanted = {a: v for a, v in self._open_items(ids).items() if a in INDIRECT_ADDRESSES}
+        left = list(ids)
+        for _ in range(2):
+            try:
+                with self._one_write():
+                    self._group_write(102, 2, dict.fromkeys(left, 0))
+                    for address, values in sorted(wanted.items()):
+                        self._group_write(address, 2, {i: values[i] for i in left})
+                group, answered = self._group_read(INDIRECT_ADDRESS_1, 2 * SLOTS, left,
+                                                   tries=1)
+            except BusError as err:
+                self.log(f'mapping IDs {left} again failed: {err}')
+                continue
+            left = [i for i in left if i not in answered or any(
+                group.getData(i, a, 2) != values[i] for a, values in wanted.items())]
+            if not left:
+                break
+        return left
 
     def _goal_current(self, torque: np.ndarray) -> np.ndarray:
         """(8,) Goal Current [2.69 mA units, int] of (8,) motor torques [N*m], within each

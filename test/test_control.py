@@ -654,6 +654,41 @@ def test_closed_loop_cancels_selected_path_keeps_stiffness(engine, model, interf
     assert k_comp == pytest.approx(K[tilt], rel=0.05)
 
 
+@pytest.mark.parametrize('motor', [1.0, 0.6, 0.4])
+def test_a_load_the_clipped_effort_cannot_carry_is_a_latched_fault(engine, model, motor):
+    """The effort path holding Q0 on a plant whose motors give ``motor`` times the torque
+    commanded (a weak motor, or the same as a payload the model lacks). At 0.4 the elbow
+    needs more than its clip at the continuous torque: it sags, clipped, moving against its
+    effort, and a latched ``saturation`` fault naming it comes within half a second, before
+    it has sagged 0.15 rad (before, nothing but ``saturated`` said so: the elbow fell
+    1.4 rad in 2 s with the controller enabled). At 1.0 and 0.6 the arm holds: no fault."""
+    K, D = gains(engine)
+    cfg = ImpedanceConfig(stiffness=K, damping=D, start_enabled=True, ramp_s=0.0,
+                          command_interface='effort', gain_check='warn',
+                          estimator=EstimatorConfig(cutoff_hz=30.0, rate_hz=RATE))
+    sim = Simulator(model, SimulatorConfig(friction=True), engine=engine)
+    sim.reset(Q0)
+    ctl = PartialImpedanceController(engine, cfg)
+    elbow = int(model.joint_index([ELBOW])[0])
+    fault_at = sag = None
+    for c in range(int(1.0 * RATE)):
+        measured = sim.measure()
+        cmd = ctl.update(c * PERIOD_NS, measured.q, measured.qd)
+        if ctl.fault:
+            fault_at, sag = c / RATE, abs(measured.q[elbow] - Q0[elbow])
+            break
+        if cmd is not None:                    # (None while the estimator warms up)
+            sim.set_effort_command(cmd.effort * motor)
+        sim.step(1.0 / RATE)
+    print(f'motor x{motor}: fault {ctl.fault!r} at {fault_at} s, elbow sag {sag}')
+    if motor > 0.5:
+        assert not ctl.fault
+        return
+    assert ctl.fault.startswith(f'saturation: {ELBOW} ') and ctl.latched
+    assert fault_at < 0.5 and sag < 0.15
+    assert ctl.update((c + 1) * PERIOD_NS, sim.measure().q).reason.startswith('saturation')
+
+
 def test_reconfigure_keeps_state(engine):
     ctl = law_controller(engine)
     _, now = feed_constant(ctl, Q0, 6)

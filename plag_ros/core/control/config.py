@@ -112,7 +112,9 @@ class ImpedanceConfig:
             ``tracking`` fault (position interface, while the law runs); inf = off.
         effort_error_limit: [N*m] largest ``|effort - K_s (q_cmd - q)|`` before an
             ``effort`` fault; inf = off.
-        fault_persist_s: [s] how long a limit must be exceeded without a break.
+        fault_persist_s: [s] how long a limit must be exceeded without a break, and how
+            long a joint may move against its clipped effort on the effort interface
+            before a ``saturation`` fault; inf turns both off.
         monitored: (n_act,) bools, joints the monitor checks (those actually commanded);
             None = all.
         estimator: settings of the joint state estimator run inside the controller

@@ -172,8 +172,9 @@ class FaultSettings:
     effort_error: float = option(
         1.5, 'latched fault when |effort - K_s (q_cmd - q)| exceeds this [N*m] for '
         'fault.persist_s (servo gain lost, e.g. P=5); 0 or less: off', low=-1.0, high=100.0)
-    persist_s: float = option(0.1, 'how long a fault limit must be exceeded [s]', low=0.0,
-                              high=10.0)
+    persist_s: float = option(0.1, 'how long a fault limit must be exceeded [s]; on the '
+                              'effort path also how long a joint may move against its '
+                              'clipped effort (saturation fault)', low=0.0, high=10.0)
 
 
 @dataclass(frozen=True)

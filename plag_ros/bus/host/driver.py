@@ -87,6 +87,8 @@ READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
               ('Present Velocity', 128, 4), ('Present Position', 132, 4),
               ('Present Temperature', 146, 1))
 """What the cycle's sync read brings, in Indirect Data order (14 bytes from 224)."""
+ROW = {name: j for j, (name, _, _) in enumerate(READ_ITEMS)}
+"""Column of each item of :data:`READ_ITEMS` in a row of the cycle's read."""
 WRITE_ITEMS = (('Goal Current', 102, 2), ('Goal Position', 116, 4))
 """What the cycle's sync write sets, in Indirect Data order (6 bytes after the read's)."""
 INDIRECT_ADDRESS_1, INDIRECT_DATA_1 = 168, 224
@@ -419,8 +421,8 @@ class BusDriver:
         self._disarmed: list[int] = []       # Bus Watchdog 0: a silent host leaves them be
         self._alerts: list[str] = []
         self._torque_off: list[int] = []
-        self._remapped: list[int] = []       # indirect addresses found reset, written again
-        self._unmapped: list[int] = []       # ... not read back as written: read directly
+        self._remapped: list[int] = []       # found rebooted (indirect addresses reset)
+        self._unmapped: list[int] = []       # ... and not mapped again: read directly
         # current mode's start: the gravity torque written at the switch, and when
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
@@ -544,6 +546,7 @@ class BusDriver:
         if not opened:
             self._port = None
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
+        self._unmapped = []                  # the configuration maps every servo
         try:
             return self._configure()
         except Exception as err:  # noqa: BLE001 - a bug too: _configure has held what it wrote
@@ -1071,8 +1074,8 @@ class BusDriver:
         read (nothing is written then)."""
         self.counts['cycles'] += 1
         reading = self._sync_read()
-        if reading is not None:
-            reading = self._map_again(reading)
+        if reading is not None and self._remapped:
+            self._map_again()
         if reading is None:
             self.counts['failed_reads'] += 1
             self._failed += 1
@@ -1106,11 +1109,13 @@ class BusDriver:
                        f'than {self.settings.watchdog_s:g} s', reading)
         elif self._alerts:
             self._fail('hardware error: ' + '; '.join(self._alerts), reading)
-        elif self._remapped:
-            mapped = (f'IDs {self._unmapped} read directly until mapped' if self._unmapped
-                      else 'mapped again')
-            self._fail(f'IDs {self._remapped} came back with their indirect addresses reset '
-                       f'(a reboot: a power dip?); {mapped} and held where they are', reading)
+        elif self._remapped or self._unmapped:
+            # (latched again after clear_fault while one is not mapped: a restart maps it)
+            mapped = (f'IDs {self._unmapped} could not be mapped again: read directly until '
+                      'the driver is opened again' if self._unmapped else 'mapped again')
+            self._fail(f'IDs {self._remapped or self._unmapped} came back with their indirect '
+                       f'addresses reset (a reboot: a power dip?); {mapped}, held where they '
+                       'are', reading)
         elif self._torque_off:
             self._fail(f'torque off on IDs {self._torque_off}', reading)
         else:
@@ -1169,41 +1174,22 @@ class BusDriver:
             self._check_switch(reading)
         return reading
 
-    def _map_again(self, reading: Reading) -> Reading | None:
-        """``reading`` with the servos that rebooted since the last read mapped again. A
-        reboot resets the indirect addresses (RAM) to their defaults, which point at the
-        indirect data itself: the cycle's read then finds all zeros there, Present
-        Temperature 0 degC included, which no running servo reads. Holding the pose of
-        such a row (count 0, clipped into the limits) would slam the joint there; so their
-        Present Position is read directly and their indirect addresses written again
-        (:meth:`_map`; their torque is off after the reboot), and the fault that follows
-        holds them where they are. A servo whose indirect addresses did not read back as
-        written is read directly, and mapped again, in every cycle until they do: its row
-        may mix mapped and unmapped bytes. None (a failed read, nothing commanded) if a
-        direct read fails."""
-        zeros = [i for k, i in enumerate(self.ids)
-                 if reading.counts[k] == 0 and reading.temperature[k] == 0]
-        self._remapped = [i for i in self.ids if i in zeros or i in self._unmapped]
-        if not self._remapped:
-            return reading
-        counts = reading.counts.copy()
-        try:
-            for servo_id in self._remapped:
-                counts[self.ids.index(servo_id)] = self._read(servo_id, 132, 4)
-        except BusError as err:
-            self.log(f'IDs {self._remapped} read all zeros (a reboot?), and {err}')
-            return None
-        self._unmapped = self._map(self._remapped)
+    def _map_again(self) -> None:
+        """The servos found rebooted by the cycle's read (:attr:`_remapped`, their torque
+        still off) mapped again (:meth:`_map`); those the mapping did not take join
+        :attr:`_unmapped`: with the torque on after their hold, a real servo may refuse
+        indirect addresses, so they are read directly (:meth:`_sync_read`) until the
+        driver is opened again."""
+        left = self._map(self._remapped)
+        self._unmapped += left
         self.log(f'IDs {self._remapped} came back with their indirect addresses reset: '
-                 + (f'IDs {self._unmapped} not mapped yet' if self._unmapped
-                    else 'mapped again'))
-        return replace(reading, counts=counts, position=(counts - HOME_COUNT) * PULSE_RAD)
+                 + (f'IDs {left} could not be mapped again' if left else 'mapped again'))
 
     def _map(self, ids: Sequence[int]) -> list[int]:
         """Goal Current 0 (a reboot sets it to the Current Limit) and the indirect addresses
-        of the cycle's data written to the servos ``ids`` and read back, twice at most. The
-        IDs whose indirect addresses did not read back as written (a burst the port cut
-        short, a lost packet)."""
+        of the cycle's data written to the servos ``ids`` and read back, twice at most (a
+        sync write has no answer). The IDs whose indirect addresses did not read back as
+        written (a burst the port cut short, a lost packet)."""
         wanted = {a: v for a, v in self._open_items(ids).items() if a in INDIRECT_ADDRESSES}
         left = list(ids)
         for _ in range(2):
@@ -1329,6 +1315,23 @@ class BusDriver:
             for j, (_, _, size) in enumerate(READ_ITEMS):
                 raw[k, j] = _signed(group.getData(servo_id, offset, size), size)
                 offset += size
+        # A reboot resets the indirect addresses (RAM) to their defaults, which point at the
+        # indirect data itself: the row reads all zeros, Present Temperature 0 degC
+        # included, which no running servo reads. Holding its pose (count 0, clipped into
+        # the limits) would slam the joint there, and a row half mapped again may mix
+        # mapped and unmapped bytes: such rows are read from the items themselves.
+        self._remapped = [i for k, i in enumerate(self.ids)
+                          if raw[k, ROW['Present Position']] == 0
+                          and raw[k, ROW['Present Temperature']] == 0
+                          and i not in self._unmapped]
+        try:
+            for k, servo_id in enumerate(self.ids):
+                if servo_id in self._remapped or servo_id in self._unmapped:
+                    raw[k] = self._direct_row(servo_id)
+        except BusError as err:
+            self.log(f'IDs {self._remapped + self._unmapped} read directly (indirect '
+                     f'addresses reset): {err}')
+            return None
         torque, errors, watchdog, current, velocity, counts, temperature = raw.T
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._disarmed = [i for i, w in zip(self.ids, watchdog) if w == 0]
@@ -1341,6 +1344,26 @@ class BusDriver:
         return Reading(self.clock(), (counts - HOME_COUNT) * PULSE_RAD,
                        velocity * VELOCITY_UNIT, amps, amps * self.current_to_effort,
                        counts.copy(), (temperature % 256).astype(np.float64))   # unsigned
+
+    def _direct_row(self, servo_id: int) -> np.ndarray:
+        """(len(READ_ITEMS),) the items of the cycle's read [raw units, signed] read from
+        their own addresses (one read of 64-146, up to three tries), not through the
+        indirect data.
+
+        Raises:
+            BusError: no answer.
+        """
+        first = READ_ITEMS[0][1]
+        length = READ_ITEMS[-1][1] + READ_ITEMS[-1][2] - first
+        for _ in range(3):
+            with self._port_call(f'ID {servo_id}: read of {length} bytes at {first}'):
+                data, result, error = self._packets.readTxRx(self._port, servo_id, first,
+                                                             length)
+            if result == self._sdk.COMM_SUCCESS and not error & 0x7F:
+                return np.array([_signed(int.from_bytes(bytes(data[a - first:a - first + n]),
+                                                        'little'), n)
+                                 for _, a, n in READ_ITEMS], dtype=np.int64)
+        raise BusError(f'ID {servo_id} does not answer a read of {length} bytes at {first}')
 
     def _switch(self, mode: str, reading: Reading) -> list[int]:
         """Torque off, mode, first goal, gains, torque on for the arm joints not in

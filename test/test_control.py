@@ -658,10 +658,11 @@ def test_closed_loop_cancels_selected_path_keeps_stiffness(engine, model, interf
 def test_a_load_the_clipped_effort_cannot_carry_is_a_latched_fault(engine, model, motor):
     """The effort path holding Q0 on a plant whose motors give ``motor`` times the torque
     commanded (a weak motor, or the same as a payload the model lacks). At 0.4 the elbow
-    needs more than its clip at the continuous torque: it sags, clipped, moving against its
-    effort, and a latched ``saturation`` fault naming it comes within half a second, before
-    it has sagged 0.15 rad (before, nothing but ``saturated`` said so: the elbow fell
-    1.4 rad in 2 s with the controller enabled). At 1.0 and 0.6 the arm holds: no fault."""
+    needs more than its clip at the continuous torque: it sags, clipped, against its effort,
+    and a latched ``saturation`` fault naming it comes within half a second, once it has
+    moved 0.05 rad against the clipped effort, before it has sagged 0.15 rad (before,
+    nothing but ``saturated`` said so: the elbow fell 1.4 rad in 2 s with the controller
+    enabled). At 1.0 and 0.6 the arm holds: no fault."""
     K, D = gains(engine)
     cfg = ImpedanceConfig(stiffness=K, damping=D, start_enabled=True, ramp_s=0.0,
                           command_interface='effort', gain_check='warn',
@@ -687,6 +688,44 @@ def test_a_load_the_clipped_effort_cannot_carry_is_a_latched_fault(engine, model
     assert ctl.fault.startswith(f'saturation: {ELBOW} ') and ctl.latched
     assert fault_at < 0.5 and sag < 0.15
     assert ctl.update((c + 1) * PERIOD_NS, sim.measure().q).reason.startswith('saturation')
+
+
+@pytest.mark.parametrize('motion, faults', [
+    ('braking', False), ('accelerating away', True), ('creeping', True), ('jitter', False)])
+def test_the_saturation_fault_asks_whether_the_clip_is_losing(engine, motion, faults):
+    """The elbow's measured position scripted against a stiff hold of Q0 (its effort at the
+    clip, towards Q0, a few mrad off it): ``braking``, it comes at 2 rad/s from 0.5 rad
+    below Q0 and passes it by 0.2 rad while the clipped effort slows it to rest and brings
+    it back (a fast move stopping at the clip: the clip wins); ``accelerating away``, it
+    moves 0.2 rad away from rest gaining speed; ``creeping``, 0.02 rad/s for 5 s (0.1
+    rad); ``jitter``, 10 s held 0.1 rad off with one encoder count (1.5 mrad) of noise
+    (pressed against something). Only the two that the clip is losing latch
+    ``saturation``, and the fault comes once the elbow has moved 0.05 rad (the default
+    travel) plus what the estimator's lag adds."""
+    ctl = law_controller(engine, stiffness=1000.0, command_interface='effort')
+    elbow = 3
+    feed_constant(ctl, Q0, 10)
+    t = np.arange(int(10 * RATE)) / RATE
+    count = 2 * np.pi / 4096
+    x = {'braking': np.select([t < 0.25, t < 0.45, t < 0.65],
+                              [2.0 * t - 0.5, 2.0 * (t - 0.25) - 5.0 * (t - 0.25) ** 2,
+                               0.2 - 5.0 * (t - 0.45) ** 2], 0.0),
+         'accelerating away': np.minimum(5.0 * t ** 2, 0.2),
+         'creeping': np.minimum(0.02 * t, 0.1),
+         'jitter': 0.1 + count * np.random.default_rng(7).integers(-1, 2, t.size)}[motion]
+    start_ns, moved = 10 * PERIOD_NS, None
+    for k, dx in enumerate(x):
+        q = Q0.copy()
+        q[elbow] += dx
+        ctl.update(start_ns + k * PERIOD_NS, q)
+        if ctl.fault:
+            moved = dx
+            break
+    print(f'{motion}: fault {ctl.fault!r} at {moved} rad')
+    assert bool(ctl.fault) == faults
+    if faults:
+        assert ctl.fault.startswith(f'saturation: {ELBOW} ') and ctl.latched
+        assert 0.05 < moved < 0.06
 
 
 def test_reconfigure_keeps_state(engine):

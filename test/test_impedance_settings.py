@@ -74,7 +74,8 @@ def test_the_yaml_sets_known_options_only_and_builds():
 def test_read_only_flags():
     """What may change while the node runs; written out, not derived from the options."""
     runtime = {'switch.hold_s', 'fault.tracking_error', 'fault.effort_error',
-               'fault.persist_s', 'stale_periods', 'input_loss_s', 'ramp_s', 'fault_action',
+               'fault.persist_s', 'fault.saturation_travel', 'stale_periods', 'input_loss_s',
+               'ramp_s', 'fault_action',
                'resume_after_fault', 'gravity_compensation', 'stiffness', 'damping',
                'inertia', 'servo_stiffness', 'max_position_step', 'effort_scale',
                'motion_source', 'compensate.acceleration', 'compensate.velocity',

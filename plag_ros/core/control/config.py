@@ -112,9 +112,10 @@ class ImpedanceConfig:
             ``tracking`` fault (position interface, while the law runs); inf = off.
         effort_error_limit: [N*m] largest ``|effort - K_s (q_cmd - q)|`` before an
             ``effort`` fault; inf = off.
-        fault_persist_s: [s] how long a limit must be exceeded without a break, and how
-            long a joint may move against its clipped effort on the effort interface
-            before a ``saturation`` fault; inf turns both off.
+        fault_persist_s: [s] how long a limit must be exceeded without a break.
+        saturation_travel_limit: [rad] how far a joint may move against its effort while
+            that effort is clipped (measured from where the clip began) before a latched
+            ``saturation`` fault (effort interface); inf = off.
         monitored: (n_act,) bools, joints the monitor checks (those actually commanded);
             None = all.
         estimator: settings of the joint state estimator run inside the controller
@@ -161,6 +162,7 @@ class ImpedanceConfig:
     tracking_error_limit: float = math.inf
     effort_error_limit: float = math.inf
     fault_persist_s: float = 0.1
+    saturation_travel_limit: float = 0.05
     monitored: ArrayLike | None = None
     estimator: EstimatorConfig = CONTROL_ESTIMATOR
     gain_check: GainCheckMode = 'refuse'
@@ -210,7 +212,8 @@ class ImpedanceConfig:
         for name in ('gravity_compensation', 'resume_after_fault', 'start_enabled'):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f'ImpedanceConfig.{name} must be a bool')
-        for name in ('tracking_error_limit', 'effort_error_limit', 'fault_persist_s'):
+        for name in ('tracking_error_limit', 'effort_error_limit', 'fault_persist_s',
+                     'saturation_travel_limit'):
             value = getattr(self, name)
             if not isinstance(value, (int, float, np.number)) or math.isnan(value) \
                     or value < 0.0:

@@ -68,8 +68,9 @@ is a latched fault (``tracking`` / ``effort``): a servo that lost its gain (the 
 writes P = 5 on deactivation) or a blocked joint; only disable clears it. On both
 interfaces a joint that keeps reversing (:mod:`plag_ros.core.control.oscillation`) latches an
 ``oscillation`` fault the same way: the loop has gone unstable. On the effort interface a
-joint that moves against its clipped effort for ``fault_persist_s`` latches ``saturation``:
-the arm carries more than the servos give for as long as they are asked, and sags.
+joint that moves ``saturation_travel_limit`` against its effort while it is clipped latches
+``saturation``: the arm carries more than the servos give for as long as they are asked,
+and sags.
 Gains are checked against the sampled loop's stable region when set (``gain_check``,
 :mod:`plag_ros.core.control.stability`).
 *Hold* for the position interface is the last commanded set point, or
@@ -126,9 +127,6 @@ joint_states behind a stalled node; its subscription queues 50) is still judged 
 the commands in force when it was taken."""
 _EFFORT_CHECK_QD = 0.3
 """[rad/s] joints faster than this are left out of the effort check."""
-_LOSING_QD = 0.05
-"""[rad/s] a joint moving against its clipped effort faster than this is losing ground
-(well above the filtered velocity's noise at rest)."""
 
 
 
@@ -399,7 +397,9 @@ class PartialImpedanceController:
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
         self._over_since: dict[str, int] = {}
-        self._losing_since: int | None = None    # a clipped effort losing ground, since
+        # per joint, where its effort became clipped (NaN: not clipped), and to which side
+        self._clipped_at = np.full(self._act.size, np.nan)
+        self._clipped_to = np.zeros(self._act.size)
         self._recent = _CommandHistory(
             max(2, round(_MONITOR_HISTORY_S * self.config.rate_hz)), self._act.size)
         self.monitor_unjudged = 0
@@ -549,7 +549,7 @@ class PartialImpedanceController:
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
         self._recent.clear()          # the hold set point is in force, not older commands
-        self._losing_since = None
+        self._clipped_at[:] = np.nan
         if self._oscillation is not None:
             self._oscillation.reset()
         # a point reference is approached afresh, from rest: from the pose of this enable,
@@ -696,10 +696,9 @@ class PartialImpedanceController:
         if self._monitor(now_ns, taken_ns, q, effort, sample.qd):
             return self._hold(now_ns)
         command = self._law(now_ns, q, sample.qd, sample.qdd)
-        reason = self._losing(now_ns, command, sample.qd)
-        if not reason and self._oscillation is not None:
-            reason = self._oscillation.update(now_ns, sample.qd, command.torque,
-                                              command.saturated)
+        reason = '' if self._oscillation is None else self._oscillation.update(
+            now_ns, sample.qd, command.torque, command.saturated)
+        reason = reason or self._losing(q, sample.qdd, command)
         if reason:
             # Latched like the servo monitor's faults: an unstable loop, or a load the
             # effort cannot carry, must not re-ramp by itself into the same fault.
@@ -708,26 +707,32 @@ class PartialImpedanceController:
             return self._hold(now_ns)
         return command
 
-    def _losing(self, now_ns: int, command: Command, qd: np.ndarray) -> str:
-        """On the effort interface, a ``saturation`` fault when joints have been moving
-        against their clipped effort (faster than :data:`_LOSING_QD`) for
-        ``fault_persist_s`` without a break: the arm carries more than the servos give for
-        as long as they are asked (a payload, a motor weaker than its table, or
-        ``effort_scale`` too low), and it sags, unmarked but for ``saturated``; the driver's
-        position hold, with the servos' full torque, must take it. '' otherwise."""
-        losing = command.saturated & (qd * command.torque < 0.0) & (np.abs(qd) > _LOSING_QD)
-        if self.config.command_interface != 'effort' or not losing.any():
-            self._losing_since = None
+    def _losing(self, q: np.ndarray, qdd: np.ndarray, command: Command) -> str:
+        """On the effort interface, a ``saturation`` fault when a joint has moved more than
+        ``saturation_travel_limit`` against its effort since the effort became clipped, and
+        that effort is not slowing it down: the arm carries more than the servos give for
+        as long as they are asked (a payload, a motor weaker than its table,
+        ``effort_scale`` too low) and sags, marked only ``saturated``; the driver's position
+        hold, with the servos' full torque, must take it. Travel from where the clip began,
+        not a speed over a time: a slow creep and a sag that settles still count, an
+        encoder's jitter at rest does not add up. A joint the clipped effort decelerates
+        (qdd along it: a fast move braking at the clip) is winning, however far it goes.
+        (n_act,) ``q`` [rad], ``qdd`` [rad/s^2]. '' otherwise."""
+        clipped = command.saturated if self.config.command_interface == 'effort' else \
+            np.zeros_like(command.saturated)
+        start, direction = self._clipped_at, np.sign(command.torque)
+        start[~clipped] = np.nan
+        # a clip that changed sides begins again (a joint overshooting its set point)
+        begins = clipped & (np.isnan(start) | (self._clipped_to != direction))
+        start[begins], self._clipped_to[begins] = q[begins], direction[begins]
+        lost = np.where(clipped & (qdd * direction <= 0.0), (start - q) * direction, 0.0)
+        j = int(np.argmax(lost))
+        if not lost[j] > self.config.saturation_travel_limit:
             return ''
-        if self._losing_since is None:
-            self._losing_since = now_ns
-        if now_ns - self._losing_since < self.config.fault_persist_s * 1e9:
-            return ''
-        j = int(np.flatnonzero(losing)[0])
-        return (f'saturation: {self.joint_names[j]} clipped at {command.torque[j]:+.3g} N*m '
-                f'and moving against it at {qd[j]:+.3g} rad/s for '
-                f'{self.config.fault_persist_s:g} s (more load than the servo gives for as long '
-                'as it is asked: a payload, effort_scale too low)')
+        return (f'saturation: {self.joint_names[j]} moved {lost[j]:.3g} rad against its '
+                f'effort clipped at {command.torque[j]:+.3g} N*m (more load than the servo '
+                'gives for as long as it is asked: a payload, effort_scale too low, another '
+                'joint swinging it)')
 
     def _monitor(self, now_ns: int, taken_ns: int, q: np.ndarray, effort: ArrayLike | None,
                  qd: np.ndarray) -> bool:

@@ -172,9 +172,12 @@ class FaultSettings:
     effort_error: float = option(
         1.5, 'latched fault when |effort - K_s (q_cmd - q)| exceeds this [N*m] for '
         'fault.persist_s (servo gain lost, e.g. P=5); 0 or less: off', low=-1.0, high=100.0)
-    persist_s: float = option(0.1, 'how long a fault limit must be exceeded [s]; on the '
-                              'effort path also how long a joint may move against its '
-                              'clipped effort (saturation fault)', low=0.0, high=10.0)
+    persist_s: float = option(0.1, 'how long a fault limit must be exceeded [s]', low=0.0,
+                              high=10.0)
+    saturation_travel: float = option(
+        0.05, 'latched fault when a joint on the effort path moves this far [rad] against its '
+        'effort while the effort is clipped (a load the servo cannot carry: the arm sags); '
+        '0 or less: off', low=-1.0, high=10.0)
 
 
 @dataclass(frozen=True)
@@ -419,6 +422,7 @@ class ImpedanceSettings:
             tracking_error_limit=limit(self.fault.tracking_error),
             effort_error_limit=limit(self.fault.effort_error),
             fault_persist_s=self.fault.persist_s,
+            saturation_travel_limit=limit(self.fault.saturation_travel),
             monitored=np.array([name in commanded for name in actuated]),
             gravity_compensation=self.gravity_compensation,
             acceleration_mask=mask('acceleration'), velocity_mask=mask('velocity'),

@@ -1027,19 +1027,43 @@ def test_a_servo_that_reboots_is_mapped_again_and_held_where_it_is(bus, mode):
     assert moved < HELD_RAD
 
 
-@pytest.mark.parametrize('cuts', [1, 2], ids=['first burst', 'both bursts'])
+def goal_writes_to(driver, servo_id: int) -> int:
+    """How many of the cycle's sync writes of goals (at the indirect data they go through)
+    in one cycle of ``driver`` carry a part for ``servo_id`` (packets read on the wire)."""
+    write, seen = type(driver._port).writePort, []
+
+    def recording(port, packet):
+        data = list(packet)
+        if data[7] == 0x83 and data[8] | data[9] << 8 == driver_module.WRITE_AT:
+            size = data[10] | data[11] << 8
+            seen.extend(data[12:-2][::1 + size])             # each part's ID
+        return write(port, packet)
+
+    type(driver._port).writePort = recording
+    try:
+        loop(driver, driver.clock.period)
+    finally:
+        type(driver._port).writePort = write
+    return seen.count(servo_id)
+
+
+@pytest.mark.parametrize('cuts, then', [(1, 'restart'), (2, 'restart'), (2, 'reboot')],
+                         ids=['first burst', 'both bursts, a restart',
+                              'both bursts, a second reboot'])
 def test_a_rebooted_servo_whose_mapping_is_cut_short_is_held_from_its_own_items(
-        bus, monkeypatch, cuts):
+        bus, monkeypatch, cuts, then):
     """The tilt's servo reboots while the arm is held bent, and the burst that maps it
     again loses every packet but the one that maps Present Temperature (a port cutting the
     burst short), ``cuts`` times: its row then reads a temperature and zeros elsewhere,
     count 0 and Torque Enable 0 among them. The driver reads the mapping back and sends it
-    again once; a servo it still did not take is read from its own items each cycle (with
-    its torque on after the hold, a real servo may refuse indirect addresses), the fault
-    coming back after clear_fault, until the driver is opened again. Either way the arm
-    moves less than 10 mrad through the reboot, a clear_fault, close() and a new open(), and
-    the tilt's indirect addresses end as the pan's (before, the half-mapped row was taken for
-    a reading: its torque-off flag brought the tilt back to a hold at count 0, clipped into
+    again once; a servo it still did not take is read from its own items each cycle and
+    gets no goal through its half-mapped write slots (with its torque on after the hold, a
+    real servo may refuse indirect addresses), its fault coming back after clear_fault,
+    until the driver is opened again or the servo reboots once more (``then``: its torque
+    is off again, and it is mapped then). Either way the arm moves less than 10 mrad
+    through the reboot, a clear_fault, the restart or the second reboot, and the tilt's
+    indirect addresses end as the pan's (before, the half-mapped row was taken for a
+    reading: its torque-off flag brought the tilt back to a hold at count 0, clipped into
     its limits: the tilt swung 2182 mrad)."""
     driver = lockstep_driver(bus)
     move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
@@ -1063,16 +1087,22 @@ def test_a_rebooted_servo_whose_mapping_is_cut_short_is_held_from_its_own_items(
     assert 'indirect addresses reset' in first and f'[{TILT_ID}]' in first
     assert ('could not be mapped' in first) == (cuts == 2)
     assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
+    assert goal_writes_to(driver, TILT_ID) == (cuts == 1)
     driver.clear_fault()
     loop(driver, 0.5)
     assert bool(driver.fault) == (cuts == 2), driver.fault
-    driver.close()
-    monkeypatch.undo()
-    driver.open()                  # (a fault stays latched through it: cleared here)
+    if then == 'restart':
+        driver.close()
+        monkeypatch.undo()
+        driver.open()              # (a fault stays latched through it: cleared here)
+    else:
+        assert driver._packets.reboot(driver._port, TILT_ID)[0] == sdk.COMM_SUCCESS
+        loop(driver, 0.5)
     driver.clear_fault()
     loop(driver, 0.5)
     end = time.monotonic()
     assert not driver.fault, driver.fault
+    assert goal_writes_to(driver, TILT_ID) == 1
     addresses = sorted(driver_module.INDIRECT_ADDRESSES)
     mapped, _, _ = bare_reads(bus, 0.0, *((a, 2) for a in addresses))
     driver.close()

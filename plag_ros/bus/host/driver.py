@@ -1110,12 +1110,13 @@ class BusDriver:
         elif self._alerts:
             self._fail('hardware error: ' + '; '.join(self._alerts), reading)
         elif self._remapped or self._unmapped:
-            # (latched again after clear_fault while one is not mapped: a restart maps it)
+            # (latched again after clear_fault while one is not mapped)
             mapped = (f'IDs {self._unmapped} could not be mapped again: read directly until '
-                      'the driver is opened again' if self._unmapped else 'mapped again')
-            self._fail(f'IDs {self._remapped or self._unmapped} came back with their indirect '
-                       f'addresses reset (a reboot: a power dip?); {mapped}, held where they '
-                       'are', reading)
+                      'they are (at the next open, or with their torque off)'
+                      if self._unmapped else 'mapped again')
+            rebooted = [i for i in self.ids if i in self._remapped or i in self._unmapped]
+            self._fail(f'IDs {rebooted} came back with their indirect addresses reset (a '
+                       f'reboot: a power dip?); {mapped}, held where they are', reading)
         elif self._torque_off:
             self._fail(f'torque off on IDs {self._torque_off}', reading)
         else:
@@ -1178,10 +1179,19 @@ class BusDriver:
         """The servos found rebooted by the cycle's read (:attr:`_remapped`, their torque
         still off) mapped again (:meth:`_map`); those the mapping did not take join
         :attr:`_unmapped`: with the torque on after their hold, a real servo may refuse
-        indirect addresses, so they are read directly (:meth:`_sync_read`) until the
-        driver is opened again."""
+        indirect addresses, so they are read directly (:meth:`_sync_read`), and left out
+        of the cycle's write, until they are mapped: by the next open, or when a read finds
+        their torque off (rebooted again)."""
         left = self._map(self._remapped)
-        self._unmapped += left
+        self._unmapped = [i for i in self.ids if i in left
+                          or (i in self._unmapped and i not in self._remapped)]
+        for servo_id in self._remapped:
+            # one not mapped would take the cycle's goals through write slots half mapped
+            # (a goal's bytes perhaps in part): it keeps its hold's goal, written directly
+            if servo_id in left:
+                self._write_group.removeParam(servo_id)
+            else:                     # (the SDK refuses an ID it has: nothing changes)
+                self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
         self.log(f'IDs {self._remapped} came back with their indirect addresses reset: '
                  + (f'IDs {left} could not be mapped again' if left else 'mapped again'))
 
@@ -1324,14 +1334,17 @@ class BusDriver:
                           if raw[k, ROW['Present Position']] == 0
                           and raw[k, ROW['Present Temperature']] == 0
                           and i not in self._unmapped]
+        direct = self._remapped + self._unmapped
         try:
             for k, servo_id in enumerate(self.ids):
-                if servo_id in self._remapped or servo_id in self._unmapped:
+                if servo_id in direct:
                     raw[k] = self._direct_row(servo_id)
         except BusError as err:
-            self.log(f'IDs {self._remapped + self._unmapped} read directly (indirect '
-                     f'addresses reset): {err}')
+            self.log(f'IDs {direct} read directly (indirect addresses reset): {err}')
             return None
+        # one not mapped whose torque is off again (rebooted once more): mapped now
+        self._remapped += [i for k, i in enumerate(self.ids)
+                           if i in self._unmapped and not raw[k, ROW['Torque Enable']]]
         torque, errors, watchdog, current, velocity, counts, temperature = raw.T
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._disarmed = [i for i, w in zip(self.ids, watchdog) if w == 0]
@@ -1347,22 +1360,20 @@ class BusDriver:
 
     def _direct_row(self, servo_id: int) -> np.ndarray:
         """(len(READ_ITEMS),) the items of the cycle's read [raw units, signed] read from
-        their own addresses (one read of 64-146, up to three tries), not through the
-        indirect data.
+        their own addresses (one read of 64-146, one try: the cycle's time), not through
+        the indirect data.
 
         Raises:
             BusError: no answer.
         """
         first = READ_ITEMS[0][1]
         length = READ_ITEMS[-1][1] + READ_ITEMS[-1][2] - first
-        for _ in range(3):
-            with self._port_call(f'ID {servo_id}: read of {length} bytes at {first}'):
-                data, result, error = self._packets.readTxRx(self._port, servo_id, first,
-                                                             length)
-            if result == self._sdk.COMM_SUCCESS and not error & 0x7F:
-                return np.array([_signed(int.from_bytes(bytes(data[a - first:a - first + n]),
-                                                        'little'), n)
-                                 for _, a, n in READ_ITEMS], dtype=np.int64)
+        with self._port_call(f'ID {servo_id}: read of {length} bytes at {first}'):
+            data, result, error = self._packets.readTxRx(self._port, servo_id, first, length)
+        if result == self._sdk.COMM_SUCCESS and not error & 0x7F:
+            return np.array([_signed(int.from_bytes(bytes(data[a - first:a - first + n]),
+                                                    'little'), n)
+                             for _, a, n in READ_ITEMS], dtype=np.int64)
         raise BusError(f'ID {servo_id} does not answer a read of {length} bytes at {first}')
 
     def _switch(self, mode: str, reading: Reading) -> list[int]:

@@ -691,7 +691,8 @@ def test_a_load_the_clipped_effort_cannot_carry_is_a_latched_fault(engine, model
 
 
 @pytest.mark.parametrize('motion, faults', [
-    ('braking', False), ('accelerating away', True), ('creeping', True), ('jitter', False)])
+    ('braking', False), ('accelerating away', True), ('creeping', True), ('jitter', False),
+    ('accelerating away, not commanded', False)])
 def test_the_saturation_fault_asks_whether_the_clip_is_losing(engine, motion, faults):
     """The elbow's measured position scripted against a stiff hold of Q0 (its effort at the
     clip, towards Q0, a few mrad off it): ``braking``, it comes at 2 rad/s from 0.5 rad
@@ -699,11 +700,14 @@ def test_the_saturation_fault_asks_whether_the_clip_is_losing(engine, motion, fa
     it back (a fast move stopping at the clip: the clip wins); ``accelerating away``, it
     moves 0.2 rad away from rest gaining speed; ``creeping``, 0.02 rad/s for 5 s (0.1
     rad); ``jitter``, 10 s held 0.1 rad off with one encoder count (1.5 mrad) of noise
-    (pressed against something). Only the two that the clip is losing latch
+    (pressed against something); the second again with the elbow not among the joints
+    the node commands (not its to judge). Only the two that the clip is losing latch
     ``saturation``, and the fault comes once the elbow has moved 0.05 rad (the default
     travel) plus what the estimator's lag adds."""
-    ctl = law_controller(engine, stiffness=1000.0, command_interface='effort')
     elbow = 3
+    ctl = law_controller(engine, stiffness=1000.0, command_interface='effort',
+                         monitored=np.arange(8) != elbow if 'not commanded' in motion
+                         else None)
     feed_constant(ctl, Q0, 10)
     t = np.arange(int(10 * RATE)) / RATE
     count = 2 * np.pi / 4096
@@ -711,6 +715,7 @@ def test_the_saturation_fault_asks_whether_the_clip_is_losing(engine, motion, fa
                               [2.0 * t - 0.5, 2.0 * (t - 0.25) - 5.0 * (t - 0.25) ** 2,
                                0.2 - 5.0 * (t - 0.45) ** 2], 0.0),
          'accelerating away': np.minimum(5.0 * t ** 2, 0.2),
+         'accelerating away, not commanded': np.minimum(5.0 * t ** 2, 0.2),
          'creeping': np.minimum(0.02 * t, 0.1),
          'jitter': 0.1 + count * np.random.default_rng(7).integers(-1, 2, t.size)}[motion]
     start_ns, moved = 10 * PERIOD_NS, None

@@ -718,8 +718,9 @@ class PartialImpedanceController:
         encoder's jitter at rest does not add up. A joint the clipped effort decelerates
         (qdd along it: a fast move braking at the clip) is winning, however far it goes.
         (n_act,) ``q`` [rad], ``qdd`` [rad/s^2]. '' otherwise."""
-        clipped = command.saturated if self.config.command_interface == 'effort' else \
-            np.zeros_like(command.saturated)
+        # (a joint the node does not command is not ours to judge, as in _monitor)
+        clipped = command.saturated & self._monitored if \
+            self.config.command_interface == 'effort' else np.zeros_like(command.saturated)
         start, direction = self._clipped_at, np.sign(command.torque)
         start[~clipped] = np.nan
         # a clip that changed sides begins again (a joint overshooting its set point)

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from torque_rig import (
     ELBOW,
-    PATIENT_LATENCY_MS,
     POSES,
     RATE_HZ,
     ROOT,
@@ -33,6 +32,7 @@ from torque_rig import (
     loop,
     move_to,
     new_driver,
+    patient_replies,
     run_scenario,
     scenario_controllers,
     window,
@@ -48,9 +48,9 @@ test's own silence."""
 
 
 @pytest.fixture(autouse=True)
-def patient_sdk(monkeypatch):
+def patient_sdk():
     """The SDK's wait for a reply, long enough for a loaded machine (torque_rig)."""
-    monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', PATIENT_LATENCY_MS)
+    yield from patient_replies()
 
 
 @pytest.fixture

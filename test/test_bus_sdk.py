@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 from dxl_client import CURRENT_TO_EFFORT, IDS, SEQUENCE, DriverClient, position_rad
-from torque_rig import PATIENT_LATENCY_MS
+from torque_rig import patient_replies
 
 from plag_ros.bus.control_table import CURRENT_UNIT
 from plag_ros.bus.protocol import Instruction, encode
@@ -32,10 +32,10 @@ LIMITS = {s['id']: s['position_limits'] for s in CHAIN['servos']}
 
 
 @pytest.fixture(autouse=True)
-def patient_sdk(monkeypatch):
+def patient_sdk():
     """The SDK's wait for a reply, long enough for a loaded machine (torque_rig): these
     tests check what the emulator answers, not how fast this machine lets it."""
-    monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', PATIENT_LATENCY_MS)
+    yield from patient_replies()
 
 
 class Bus:

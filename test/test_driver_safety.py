@@ -29,6 +29,7 @@ from torque_rig import (
     loop,
     move_to,
     new_driver,
+    patient_replies,
     window,
 )
 
@@ -47,9 +48,18 @@ SWITCH_WRITES = {'current': ('torque off', 'mode', 'first goal', 'torque on'),
 
 
 @pytest.fixture(autouse=True)
-def patient_sdk(monkeypatch):
+def patient_sdk():
     """The SDK's wait for a reply, long enough for a loaded machine (torque_rig)."""
-    monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', PATIENT_LATENCY_MS)
+    yield from patient_replies()
+
+
+def test_a_test_that_undoes_its_faults_keeps_the_sdk_patient(monkeypatch):
+    """Twelve tests here inject faults with ``monkeypatch`` and undo them before reading the
+    arm's state back: the undo must leave the SDK's patience in place (it once put the
+    34 ms deadline back, and a reply the loaded CI machine delayed failed a bare read)."""
+    monkeypatch.setattr(sdk.port_handler, 'LATENCY_TIMER', 1)
+    monkeypatch.undo()
+    assert sdk.port_handler.LATENCY_TIMER == PATIENT_LATENCY_MS
 
 
 @pytest.fixture

@@ -55,6 +55,20 @@ def patient_sdk() -> int:
     return old
 
 
+def patient_replies() -> Iterator[None]:
+    """The body of an autouse fixture: :func:`patient_sdk` for one test, put back after it.
+    Kept apart from the test's own ``monkeypatch``: a test that undoes its injected faults
+    with ``monkeypatch.undo()`` keeps the patience for the reads after them (sharing it, the
+    undo put the SDK's 34 ms back, and a reply a loaded machine delayed failed the test)."""
+    from dynamixel_sdk import port_handler
+
+    old = patient_sdk()
+    try:
+        yield
+    finally:
+        port_handler.LATENCY_TIMER = old
+
+
 class LockstepClock:
     """Simulated time [s] for a driver on a lockstep bus: :func:`loop` advances it."""
 

@@ -39,7 +39,7 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
-from plag_ros.ros.rclpy_compat import private_wait_set_problem
+from plag_ros.ros.rclpy_compat import private_wait_set_problem, signals_held
 
 __all__ = ['InputThread']
 
@@ -107,7 +107,8 @@ class InputThread:
                                 enable_rosout=False, start_parameter_services=False)
             self.subscription = self._helper.create_subscription(
                 msg_type, node.resolve_topic_name(topic), self._deliver, qos, raw=raw)
-            self._executor = SingleThreadedExecutor(context=node.context)
+            with signals_held():    # (a node's build takes Ctrl-C: never mid-constructor)
+                self._executor = SingleThreadedExecutor(context=node.context)
             self._executor.add_node(self._helper)
             serve = self._serve_public
         self._thread = threading.Thread(

@@ -22,6 +22,12 @@ Supported: Humble (rclpy 3.3), Jazzy (7.1) and Kilted (9.1). What differs for th
   checks the running extension's signatures against the ones read in the three branches'
   sources; the input thread takes that way only when they match, and otherwise its public
   executor way, saying why in the log.
+* **An executor a signal cut short** in its constructor prints a traceback at exit:
+  ``Executor.__del__`` reads ``_sigint_gc``, the constructor's last attribute (ros2/rclpy
+  ``rclpy/executors.py`` on all three branches; a CI run's impedance node printed
+  ``AttributeError: 'SingleThreadedExecutor' object has no attribute '_sigint_gc'`` after a
+  Ctrl-C during its wait for ``robot_description``). :func:`signals_held` defers the
+  signal until the executor is built.
 
 Anything else the package calls exists with the same meaning on all three:
 ``test/test_rclpy_humble_api.py`` checks every rclpy name the package uses against the
@@ -30,7 +36,11 @@ names of Humble's rclpy, recorded from its source in ``test/data/rclpy_humble_ap
 from __future__ import annotations
 
 import re
-from collections.abc import MutableMapping
+import signal
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import contextmanager
+from types import FrameType
 
 from rclpy.signals import (
     SignalHandlerOptions,
@@ -48,7 +58,7 @@ except ImportError:   # Humble
 
 __all__ = ['IRON_OR_LATER', 'PublisherEventCallbacks', 'WAIT_SET_SIGNATURES',
            'confine_to_localhost', 'localhost_only_environment', 'private_wait_set_problem',
-           'quiet_publisher', 'try_shutdown']
+           'quiet_publisher', 'signals_held', 'try_shutdown']
 # IRON_OR_LATER: ``rclpy.event_handler`` and the discovery range both came with Iron.
 
 # The C-extension calls the input thread makes, as (class, method) -> argument types after
@@ -146,6 +156,45 @@ def try_shutdown() -> None:
     try_shutdown_context()
     if installed:
         uninstall_signal_handlers()
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Run the block with SIGINT and SIGTERM held back, then hand each one that came
+    meanwhile to the handler in place before (which may raise ``KeyboardInterrupt`` out of
+    the ``with``, after the block's assignments: an executor built inside is whole and
+    can be shut down by the caller's clean-up).
+
+    Held by swapping Python's handlers, not by a signal mask: a signal blocked in the main
+    thread is delivered to another thread (DDS has several) and Python still runs its
+    handler in the main thread. Only a signal whose handler is a Python function is held;
+    one left at its default action or to rclpy's handler is not (installed in C, it is
+    invisible to ``signal.getsignal`` and a swap would drop it for good), nor anything off
+    the main thread (Python runs handlers there only).
+    """
+    rclpy_has = get_current_signal_handlers_options().name   # NO, SIGINT, SIGTERM or ALL
+    on_main = threading.current_thread() is threading.main_thread()
+    held: dict[int, Callable[[int, FrameType | None], object]] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if on_main and rclpy_has not in ('ALL', sig.name) and callable(handler):
+            held[sig] = handler
+    came: list[int] = []
+    for signum in held:
+        signal.signal(signum, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        raised: BaseException | None = None
+        for signum in came:     # each one, as it would have been: a count stays right
+            try:
+                held[signum](signum, None)
+            except BaseException as err:  # noqa: BLE001 - raised below, the first one
+                raised = raised or err
+        if raised is not None:
+            raise raised
 
 
 def localhost_only_environment() -> dict[str, str]:

@@ -32,6 +32,7 @@ from std_msgs.msg import String
 from plag_ros.core.dynamics.description import DescriptionSettings
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.ros.qos import LATCHED
+from plag_ros.ros.rclpy_compat import signals_held
 
 __all__ = ['WAIT_POLL_S', 'StartModel', 'urdf_from_text']
 
@@ -128,9 +129,11 @@ class StartModel:
                                        'waits for robot_description; set it again then')
 
         node.add_on_set_parameters_callback(starting)
-        executor = SingleThreadedExecutor(context=node.context)
-        executor.add_node(node)
+        executor: SingleThreadedExecutor | None = None
         try:
+            with signals_held():    # a Ctrl-C now is raised once the executor is whole
+                executor = SingleThreadedExecutor(context=node.context)
+            executor.add_node(node)
             while self._taken is None:
                 if not node.context.ok():
                     raise ExternalShutdownException()
@@ -140,8 +143,9 @@ class StartModel:
                 # (never a negative timeout: rclpy waits without end on one)
                 executor.spin_once(timeout_sec=min(WAIT_POLL_S, left))
         except BaseException:
-            executor.remove_node(node)
-            executor.shutdown()
+            if executor is not None:
+                executor.remove_node(node)
+                executor.shutdown()
             Node.destroy_node(node)      # half built: no process exit with it still alive
             raise
         executor.remove_node(node)

@@ -1576,6 +1576,36 @@ PLANTS = {'heavy, weak': (1.2, 0.8), 'light, strong': (0.8, 1.2)}
 """Arms unlike the model (mass factor, torque constant factor; armature x2 in both)."""
 
 
+def shipped_torque_law(model, **values):
+    """config/torque_mode.yaml's plag_impedance law holding the pose where it is enabled,
+    with ``values`` over the file's, enabled at its first state (the node's settings refuse
+    that; here the test enables it)."""
+    from parameter_files import node_parameters
+
+    from plag_ros.core.control.impedance import PartialImpedanceController
+    from plag_ros.core.control.settings import ImpedanceSettings
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+
+    settings = ImpedanceSettings.from_values({
+        **node_parameters('torque_mode.yaml', 'plag_impedance'), 'reference.mode': 'hold',
+        **values})
+    return settings, PartialImpedanceController(
+        PartialLagrangian(model), settings.controller_config(model).replace(
+            start_enabled=True), settings.reference_trajectory(8))
+
+
+def law_step(driver, law) -> Callable:
+    """A :func:`loop` callback: ``law``'s effort for each reading (the driver's gravity
+    torque while the law has none: its estimator warming up)."""
+    def step(reading) -> None:
+        command = law.update(round(driver.clock() * 1e9), reading.position, reading.velocity)
+        effort = driver.gravity_torque(reading.position) if command is None \
+            else command.effort
+        driver.command_effort(effort[:7], ARM_JOINTS)
+
+    return step
+
+
 @pytest.mark.parametrize('plant', PLANTS)
 def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
     """The emulated arm 20 % heavier or lighter than the model, its servos' torque constant
@@ -1589,11 +1619,6 @@ def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
     * the switch back to position mode moves the arm less than 10 mrad (the hold's goal
       carries the model's gravity deflection, (m - 1) g / K_s off: 7 mrad on the elbow);
     * the hold then drifts less than 1 mrad in 2 s; no fault at any point."""
-    from parameter_files import node_parameters
-
-    from plag_ros.core.control.impedance import PartialImpedanceController
-    from plag_ros.core.control.settings import ImpedanceSettings
-    from plag_ros.core.dynamics.engine import PartialLagrangian
     from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
     mass, kt = PLANTS[plant]
@@ -1601,25 +1626,12 @@ def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
                            f'mass={mass},torque_constant={kt},armature=2'))
     try:
         model = RobotModel.from_urdf(default_urdf_path())
-        settings = ImpedanceSettings.from_values({
-            **node_parameters('torque_mode.yaml', 'plag_impedance'),
-            'ramp_s': 0.0, 'reference.mode': 'hold'})
-        law = PartialImpedanceController(  # enabled at once (refused in the node's settings)
-            PartialLagrangian(model), settings.controller_config(model).replace(
-                start_enabled=True), settings.reference_trajectory(8))
+        settings, law = shipped_torque_law(model, ramp_s=0.0)
         driver = lockstep_driver(bus)
         move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
         pose = driver.reading.position.copy()
-
-        def step(reading) -> None:
-            command = law.update(round(driver.clock() * 1e9), reading.position,
-                                 reading.velocity)
-            effort = driver.gravity_torque(reading.position) if command is None \
-                else command.effort
-            driver.command_effort(effort[:7], ARM_JOINTS)
-
         assert driver.request_mode('current')[0]
-        loop(driver, 4.0, step)
+        loop(driver, 4.0, law_step(driver, law))
         settled = driver.reading.position.copy()
         # The static balance, the joints' coupling included: the servos make
         # s (g(q) + K (q_d - q)) where the arm needs m g(q); the URDF's Coulomb friction
@@ -1655,6 +1667,42 @@ def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
               f'{drift * 1e3:.3f} mrad in 2 s')
         assert switch_out < HELD_RAD
         assert drift < 0.001
+    finally:
+        if bus.process.poll() is None:
+            bus.process.kill()
+            bus.process.wait()
+
+
+def test_the_enable_ramp_meets_a_load_the_model_lacks_with_the_whole_spring(tmp_path):
+    """The emulated arm 40 % heavier than the model (a payload it does not know of): the
+    shipped law holds the bent pose in current mode, enabled over its 2 s ramp, then
+    enabled at once, from the same pose on the same bus. Over the ramp and a second after
+    it the arm moves no further than enabled at once (within 10 % and 5 mrad), and neither
+    faults (before, the ramp scaled the spring from zero under the model's gravity: the
+    arm sagged the length of the ramp, unseen, and the growing spring pulled it back)."""
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+
+    bus = next(bus_in_test(tmp_path, RATE_HZ, 'mass=1.4'))
+    try:
+        model = RobotModel.from_urdf(default_urdf_path())
+        driver = lockstep_driver(bus)
+        windows = {}
+        for ramp_s in (2.0, 0.0):
+            move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+            _, law = shipped_torque_law(model, ramp_s=ramp_s)
+            assert law.config.ramp_s == ramp_s
+            assert driver.request_mode('current')[0]
+            begin = time.monotonic()
+            loop(driver, ramp_s + 1.0, law_step(driver, law))
+            windows[ramp_s] = begin, time.monotonic()
+            assert not law.fault and not driver.fault, (law.fault, driver.fault)
+            assert driver.request_mode('position')[0]
+        driver.close()
+        record = bus.stop()
+        ramped, at_once = (largest_move(record, *windows[s]) for s in (2.0, 0.0))
+        print(f'a load the model lacks: largest move {ramped * 1e3:.1f} mrad over the ramp, '
+              f'{at_once * 1e3:.1f} mrad enabled at once')
+        assert ramped <= 1.1 * at_once + 0.005
     finally:
         if bus.process.poll() is None:
             bus.process.kill()

@@ -15,11 +15,16 @@ coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
     tau = G^T [ g(q)                                            (if gravity_compensation)
                + alpha * sum_{i, s} W_acc[k, i, s] acceleration[k, i, s]
                + alpha * sum_{i, s} W_vel[k, i, s] velocity[k, i, s] ]
-        + alpha * [ K (q_d - q) + D (qd_d - qd) + inertia term ]
+        + K (q_r - q) + D (alpha qd_d - qd) + alpha * inertia term,
+    q_r = q_0 + alpha (q_d - q_0)
 
 so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
-else. ``alpha`` in [0, 1] is the enable ramp; gravity compensation is never ramped (it is
-what keeps the arm up). The decomposition is evaluated at the measured configuration ``q``
+else. ``alpha`` in [0, 1] is the enable ramp: it moves the set point ``q_r`` from ``q_0``,
+the measured pose where the ramp began, to the reference, and scales the compensation and
+the feed-forward. Gravity compensation is never ramped (it is what keeps the arm up), and
+neither are the spring and the damper: at ``q_0`` the command is the hold's, and a load the
+model lacks meets the whole stiffness from the first cycle, not a spring growing from zero
+under it. The decomposition is evaluated at the measured configuration ``q``
 with either the estimated motion (``motion_source='measured'``, the default: feedback of
 the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
 motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
@@ -143,7 +148,8 @@ class Command(NamedTuple):
         position: (n_act,) [rad] for the position interface, else None.
         torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
         compensation: (n_act,) [N*m] selected propagation torque (alpha included).
-        q_desired: (n_act,) [rad] desired position (hold position when holding).
+        q_desired: (n_act,) [rad] set point in force (during the ramp on its way from the
+            pose of the enable; the hold position when holding).
         alpha: enable ramp factor in [0, 1].
         saturated: (n_act,) bool, effort or position clipped this cycle.
     """
@@ -414,6 +420,8 @@ class PartialImpedanceController:
         self._ramp_start_ns = 0
         self._t0_ns = 0
         self._anchor: np.ndarray | None = None
+        # The measured pose [rad] (n_act,) where the ramp began: its set point leaves from it.
+        self._ramp_from: np.ndarray | None = None
         self._now_ns = 0
         # The set point last commanded, (stamp [ns], q_d, qd_d): a point reference's slew
         # goes on from it (None: from the anchor at rest).
@@ -548,6 +556,7 @@ class PartialImpedanceController:
 
     def _start(self, now_ns: int, *, new_reference: bool) -> None:
         self._ramp_start_ns = now_ns
+        self._ramp_from = self._valid_q().copy()
         self._recent.clear()          # the hold set point is in force, not older commands
         self._clipped_at[:] = np.nan
         if self._oscillation is not None:
@@ -856,6 +865,13 @@ class PartialImpedanceController:
         if self._slew_limits is not None and isinstance(self.reference, PointReference):
             q_d, qd_d, qdd_d = self._slewed(now_ns, (q_d, qd_d, qdd_d))
         self._desired = (now_ns, q_d, qd_d)
+        if alpha < 1.0 and self._ramp_from is not None:
+            # The ramp moves the set point from the pose where it began, under the whole
+            # spring and damper: a load the model lacks meets their full stiffness from the
+            # first cycle (scaling the gains from zero with gravity whole let it sag the
+            # length of the ramp, unseen). At that pose the command is the hold's.
+            q_d = self._ramp_from + alpha * (q_d - self._ramp_from)
+            qd_d, qdd_d = alpha * qd_d, alpha * qdd_d
         # 1. One decomposition at the measured configuration with the chosen motion.
         q_full = G @ q + self._offset
         if cfg.motion_source == 'desired':
@@ -873,7 +889,7 @@ class PartialImpedanceController:
         g_full = out['gravity'].sum(-1) if cfg.gravity_compensation else None
         # 2. Impedance in actuated coordinates; gravity is not ramped.
         compensation = alpha * (G.T @ comp_full)
-        tau = alpha * (self._K * (q_d - q) + self._D * (qd_d - qd)) + compensation
+        tau = self._K * (q_d - q) + self._D * (qd_d - qd) + compensation
         if (self._Md > 0).any():
             M = G.T @ self.engine.mass_matrix(q_full).cpu().numpy() @ G
             m = np.diag(M)

@@ -253,8 +253,8 @@ class ImpedanceSettings:
         1.0, 'joint_states absent this long [s] is taken as the driver gone: on its return '
         'switch again, then re-ramp (resume_after_fault) or stay disabled', low=0.05,
         high=3600.0)
-    ramp_s: float = option(2.0, 'gain ramp after enable or a cleared fault [s]', low=0.0,
-                           high=60.0)
+    ramp_s: float = option(2.0, 'set point and compensation ramp after enable or a cleared '
+                           'fault [s]', low=0.0, high=60.0)
     start_enabled: bool = option(False, 'enable at the first valid joint state (with a '
                                  'switch: tried every 0.1 s for switch.timeout_s)',
                                  read_only=True)

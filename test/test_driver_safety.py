@@ -1124,6 +1124,38 @@ def test_a_rebooted_servo_whose_mapping_is_cut_short_is_held_from_its_own_items(
     assert moved < HELD_RAD
 
 
+def test_a_rebooted_servo_that_takes_no_write_is_mapped_again_once_a_second(bus, monkeypatch):
+    """The tilt's servo reboots while every write to it is lost (its replies to reads
+    still come): its mapping never takes and its torque stays off, the fault says so. The
+    driver tries to map it again once a second, not at every cycle: each try is two bursts
+    and two read-backs on the cycle's time, and its log line (before: 600 tries and as many
+    log lines in 3 s, the bus loop's every cycle)."""
+    driver = lockstep_driver(bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.5)
+    tries, logged = [], []
+    map_ids = driver._map
+
+    def counted(ids):
+        tries.append(driver.clock())
+        return map_ids(ids)
+
+    monkeypatch.setattr(driver, '_map', counted)
+    monkeypatch.setattr(driver, 'log', logged.append)
+    cut_off(driver, monkeypatch, TILT_ID, lambda address: True)
+    assert driver._packets.reboot(driver._port, TILT_ID)[0] == sdk.COMM_SUCCESS
+    begin = driver.clock()
+    loop(driver, 3.0)
+    reboots = [m for m in logged if 'indirect addresses reset: ' in m]
+    print(f'{len(tries)} tries at mapping in 3 s, at {np.round(np.subtract(tries, begin), 3)} '
+          f's; {len(reboots)} log lines of the reboot; fault {driver.fault!r}')
+    assert 'indirect addresses reset' in driver.fault and f'[{TILT_ID}]' in driver.fault
+    assert 'could not be mapped again' in driver.fault
+    assert 3 <= len(tries) <= 4 and len(reboots) == len(tries)
+    assert np.diff(tries).min() >= driver_module.MAP_AGAIN_EVERY_S
+    monkeypatch.undo()
+    driver.close()
+
+
 def test_commands_before_open_are_refused_and_none_is_carried_out(tmp_path):
     """A trajectory, a forward command and an effort command that reach the driver before
     open() has found the pose (the node subscribes first) are refused and counted; after

@@ -106,6 +106,10 @@ USB_SERIAL_DEVICES = Path('/sys/bus/usb-serial/devices')
 TEMPERATURE_LIMIT = ('Temperature Limit', 31, 1)
 HOLD_TRIES = 3
 """Tries of each acknowledged write when a servo is brought back to a hold."""
+MAP_AGAIN_EVERY_S = 1.0
+"""[s] between two tries at mapping again a servo whose mapping did not take and whose
+torque is off: each try is two bursts and two read-backs on the cycle's time, and one that
+keeps failing (its writes lost) must not take every cycle nor log in each."""
 OPEN_EEPROM = {9: 1, 11: 1, 38: 2}
 """Return Delay Time, Operating Mode and Current Limit: the EEPROM items
 :meth:`BusDriver.open` sets (address: size [bytes]); a servo takes them only with its
@@ -423,6 +427,7 @@ class BusDriver:
         self._torque_off: list[int] = []
         self._remapped: list[int] = []       # found rebooted (indirect addresses reset)
         self._unmapped: list[int] = []       # ... and not mapped again: read directly
+        self._map_due = -math.inf            # [s] clock: the next try at mapping them
         # current mode's start: the gravity torque written at the switch, and when
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
@@ -547,6 +552,7 @@ class BusDriver:
             self._port = None
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
         self._unmapped = []                  # the configuration maps every servo
+        self._map_due = -math.inf
         try:
             return self._configure()
         except Exception as err:  # noqa: BLE001 - a bug too: _configure has held what it wrote
@@ -1183,6 +1189,7 @@ class BusDriver:
         of the cycle's write, until they are mapped: by the next open, or when a read finds
         their torque off (rebooted again)."""
         left = self._map(self._remapped)
+        self._map_due = self.clock() + MAP_AGAIN_EVERY_S if left else -math.inf
         self._unmapped = [i for i in self.ids if i in left
                           or (i in self._unmapped and i not in self._remapped)]
         for servo_id in self._remapped:
@@ -1342,9 +1349,11 @@ class BusDriver:
         except BusError as err:
             self.log(f'IDs {direct} read directly (indirect addresses reset): {err}')
             return None
-        # one not mapped whose torque is off again (rebooted once more): mapped now
-        self._remapped += [i for k, i in enumerate(self.ids)
-                           if i in self._unmapped and not raw[k, ROW['Torque Enable']]]
+        # one not mapped whose torque is off again (rebooted once more): mapped now, or,
+        # its last mapping failed too, when MAP_AGAIN_EVERY_S has passed
+        if self.clock() >= self._map_due:
+            self._remapped += [i for k, i in enumerate(self.ids)
+                               if i in self._unmapped and not raw[k, ROW['Torque Enable']]]
         torque, errors, watchdog, current, velocity, counts, temperature = raw.T
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._disarmed = [i for i, w in zip(self.ids, watchdog) if w == 0]

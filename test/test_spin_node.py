@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from ros_helpers import REPO, ros_env
+from ros_helpers import REPO, ros_env, start_node
 
 from plag_ros.ros.nodes import SHUTDOWN_DEADLINE_S
 
@@ -135,3 +135,96 @@ def test_what_a_node_starts_after_its_build_never_runs_in_a_node_cut_short(when,
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == lines, (out.stdout, out.stderr)
     assert 'Traceback' not in out.stderr, out.stderr
+
+
+# A node with companions (as sim_node's controller stand-ins), each saying when it is
+# destroyed; with 'cut', a Ctrl-C lands while the second companion is built.
+COMPANIONS_SCRIPT = """
+import os, signal, sys
+from rclpy.node import Node
+from plag_ros.ros.nodes import spin_node
+
+class Named(Node):
+    def __init__(self, name):
+        super().__init__(name)
+        if name == 'plag_test_second' and sys.argv[1] == 'cut':
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10 ** 6):      # the handler raises at the next bytecode
+                pass
+        print('built', name, flush=True)
+
+    def destroy_node(self):
+        print('destroyed', self.get_name(), flush=True)
+        super().destroy_node()
+
+def companions(main):
+    yield Named('plag_test_first')
+    yield Named('plag_test_second')
+
+def ticking():
+    node, timer = Named('plag_test_main'), []
+
+    def tick():
+        print('spinning', flush=True)
+        timer[0].cancel()
+
+    timer.append(node.create_timer(0.01, tick))
+    return node
+
+spin_node(ticking, companions=companions)
+print('returned', flush=True)
+"""
+
+
+@pytest.mark.parametrize('when, lines', [
+    ('spinning', ['built main', 'built first', 'built second', 'spinning',
+                  'destroyed second', 'destroyed first', 'destroyed main', 'returned']),
+    ('cut', ['built main', 'built first', 'destroyed first', 'destroyed main', 'returned']),
+])
+def test_companions_spin_beside_the_node_and_are_destroyed_before_it(when, lines):
+    """spin_node's ``companions``: the nodes built beside the node spin on its executor
+    and are destroyed before it, the last built first, on SIGTERM; a Ctrl-C while one is
+    built destroys those built so far. Exit 0 both."""
+    proc = subprocess.Popen([sys.executable, '-c', COMPANIONS_SCRIPT, when], env=ros_env(35),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    if when == 'spinning':
+        seen = [proc.stdout.readline().strip() for _ in range(4)]
+        assert seen[-1] == 'spinning', (seen, proc.communicate(timeout=60))
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=SHUTDOWN_DEADLINE_S + 60)
+    if when == 'spinning':
+        out = '\n'.join(seen) + '\n' + out
+    printed = [line.replace('plag_test_', '') for line in out.splitlines()]
+    assert proc.returncode == 0, err
+    assert printed == lines, (out, err)
+    assert 'Traceback' not in err, err
+
+
+@pytest.mark.parametrize('signals', [(signal.SIGTERM,), (signal.SIGINT, signal.SIGINT)],
+                         ids=['SIGTERM', 'Ctrl-C twice'])
+def test_the_simulator_and_its_stand_ins_end_on_a_signal(tmp_path, signals):
+    """sim_node (the simulated arm, its controller stand-ins, the emulated controller
+    manager) goes through spin_node as every node does: SIGTERM alone ends it, and so does
+    Ctrl-C from a terminal under ``ros2 launch`` (two SIGINTs, the second during the
+    teardown), with exit 0 and no traceback (before, it ran on rclpy's own handlers)."""
+    process = start_node('sim_node', domain_id=35, log_dir=tmp_path,
+                         params_file=REPO / 'config' / 'sim.yaml')
+    try:
+        deadline = time.monotonic() + 120.0
+        while '/controller_manager' not in process.output() and process.alive() \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert '/controller_manager' in process.output(), process.output()[-3000:]
+        time.sleep(1.0)                                   # spinning by now
+        for signum in signals:
+            process.process.send_signal(signum)
+            time.sleep(0.01)
+        code = process.process.wait(SHUTDOWN_DEADLINE_S + 60)
+    finally:
+        process.stop()
+    output = process.output()
+    print(f'\nsim_node exited {code}; its last lines:\n{process.tail(5)}')
+    assert code == 0, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]

@@ -6,7 +6,7 @@ import importlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes stays cheap
@@ -108,8 +108,13 @@ def impedance_main() -> None:
 
 
 def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
-              start: Callable[[N], None] | None = None) -> None:
+              start: Callable[[N], None] | None = None,
+              companions: Callable[[N], Iterable[Node]] | None = None) -> None:
     """Init rclpy, spin the node ``factory()`` builds, and always shut down cleanly.
+
+    ``companions(node)``, where given, yields more nodes built beside it (the simulator's
+    controller stand-ins), spun on the same executor and destroyed before it, in reverse
+    order; each is taken as it is yielded, so a build cut short destroys those built.
 
     ``start(node)``, where given, runs once the node is built and a signal no longer
     raises, before the spin: what must not begin in a half-built node that nobody will
@@ -150,22 +155,26 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     rclpy.init(args=args, signal_handler_options=(
         SignalHandlerOptions.NO if interrupts is not None else SignalHandlerOptions.ALL))
     node: Node | None = None
+    others: list[Node] = []
     try:
         if not interrupted():       # a signal before init: do not start at all
             if interrupts is not None:
                 interrupts.raise_once = True
             node = factory()
+            others.extend(companions(node) if companions is not None else ())
             if interrupts is not None:
                 interrupts.raise_once = False    # from here the loop below sees a signal
             if start is not None and not interrupted() and rclpy.ok():
                 start(node)
-            executor = rclpy.get_global_executor()
-            executor.add_node(node)
+            executor, spun = rclpy.get_global_executor(), [node, *others]
+            for each in spun:
+                executor.add_node(each)
             try:
                 while rclpy.ok() and not interrupted():
                     executor.spin_once(timeout_sec=SPIN_POLL_S)
             finally:
-                executor.remove_node(node)
+                for each in spun:
+                    executor.remove_node(each)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -174,8 +183,8 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     finally:
         if interrupts is not None:
             interrupts.raise_once = False
-        if node is not None:
-            node.destroy_node()
+        for built in reversed([node, *others] if node is not None else []):
+            built.destroy_node()
         rclpy_compat.try_shutdown()
         if interrupts is not None:
             # Interpreter finalization resets a Python-function handler to SIG_DFL, and a

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -103,6 +103,7 @@ from plag_ros.ros.emulated_controller_manager import (
     crane_x7_controllers,
     release_for,
 )
+from plag_ros.ros.nodes import spin_node
 from plag_ros.ros.parameters import declare_options, option_values
 
 __all__ = ['ARM_CONTROLLERS', 'ARM_CONTROLLER_TYPES', 'FORWARD', 'JTC', 'NODE_NAME', 'OPTIONS',
@@ -362,37 +363,20 @@ def controller_manager_stand_in(sim: SimNode) -> Node | None:
     return node
 
 
+def _companions(sim: SimNode) -> Iterator[Node]:
+    """The nodes spun beside ``sim``: the controller stand-ins and, where it can be
+    served, the emulated controller manager."""
+    yield from controller_stand_ins(sim)
+    manager = controller_manager_stand_in(sim)
+    if manager is not None:
+        yield manager
+
+
 def main(args: list[str] | None = None) -> None:
     """Console script ``sim_node``: spin :class:`SimNode`, the controller stand-ins and,
-    where it can be served, the emulated controller manager until shutdown."""
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-
-    from plag_ros.ros import rclpy_compat
-
-    rclpy.init(args=args)
-    nodes: list[Node] = []
-    try:
-        sim = SimNode()
-        nodes = [sim, *controller_stand_ins(sim)]
-        manager = controller_manager_stand_in(sim)
-        if manager is not None:
-            nodes.append(manager)
-        executor = SingleThreadedExecutor()
-        for node in nodes:
-            executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        if rclpy.ok():
-            raise
-        # else: Ctrl-C shut the context down under the executor's wait, and rclpy raised
-        # from inside it (seen once on a machine loaded three times over): a clean exit.
-    finally:
-        for node in nodes:
-            node.destroy_node()
-        rclpy_compat.try_shutdown()
+    where it can be served, the emulated controller manager until shutdown (SIGINT or
+    SIGTERM, as every node: :func:`~plag_ros.ros.nodes.spin_node`)."""
+    spin_node(SimNode, args, companions=_companions)
 
 
 if __name__ == '__main__':

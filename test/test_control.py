@@ -479,6 +479,44 @@ def test_a_point_reference_is_approached_within_the_slew_limits(engine):
                                   np.broadcast_to(np.delete(Q0, 3), (len(desired), 7)))
 
 
+@pytest.mark.parametrize('resume', [False, True], ids=['enable', 'resume'])
+def test_the_enable_ramp_keeps_a_point_reference_within_its_slew_limits(engine, resume):
+    """A 1 rad step of the pan's point at the enable, over a 2 s ramp: the set point
+    leaves the pose of the enable through the slew alone, at most 1 rad/s and 4 rad/s^2,
+    through the end of the ramp (slewed and blended from that pose, it jumped 0.5 rad/s in
+    one cycle when the ramp ended: 100 rad/s^2). The same for a resume after a stale
+    fault, the pan moved 0.04 rad meanwhile: the slew starts again from where it is, at
+    rest (it went on from the set point the fault stopped, at the blend's pace)."""
+    ctl = law_controller(engine, reference_max_velocity=1.0, reference_max_acceleration=4.0,
+                         ramp_s=2.0, stale_periods=3.0)
+    _, now = feed_constant(ctl, Q0, 5)
+    target = Q0.copy()
+    target[0] += 1.0
+    ctl.set_reference(q=target)
+    start, q = 5, Q0.copy()
+    if resume:                                   # half-way, a stale fault; the pan moved
+        for c in range(5, 205):
+            feed_constant(ctl, Q0, 1, start_ns=c * PERIOD_NS)
+        assert ctl.tick(215 * PERIOD_NS).reason == 'stale'
+        q[0] += 0.04
+        start = 216
+    desired = []
+    for c in range(start, start + 600):
+        cmd, _ = feed_constant(ctl, q, 1, start_ns=c * PERIOD_NS)
+        if cmd is not None and cmd.state in ('ramping', 'enabled'):
+            desired.append(cmd.q_desired)
+    desired = np.array(desired)
+    velocity = np.diff(desired, axis=0) / (PERIOD_NS * 1e-9)
+    acceleration = np.diff(velocity, axis=0) / (PERIOD_NS * 1e-9)
+    print(f'pan set point: {desired[0, 0] - Q0[0]:+.3f} rad from Q0 at the first command, '
+          f'at most {np.abs(velocity).max():.2f} rad/s, {np.abs(acceleration).max():.1f} '
+          'rad/s^2')
+    assert desired[0, 0] == pytest.approx(q[0], abs=0.01)
+    assert np.abs(velocity).max() <= 1.0 + 1e-9
+    assert np.abs(acceleration).max() <= 4.0 + 1e-6
+    np.testing.assert_allclose(desired[-1], target, atol=1e-12)
+
+
 def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(engine, model):
     upper = reference_bounds(model.joint_lower[model.actuated],
                              model.joint_upper[model.actuated])[1]
@@ -531,7 +569,7 @@ def test_a_reading_that_moved_while_held_is_a_latched_fault_not_a_resume(
         assert cmd.state in ('ramping', 'enabled') and not ctl.latched, ctl.fault
 
 
-def test_ramp_scales_gains_not_gravity(engine):
+def test_the_ramp_moves_the_set_point_and_leaves_gravity_whole(engine):
     ctl = law_controller(engine, ramp_s=1.0, start_enabled=False,
                          estimator=EstimatorConfig(gap_periods=1e6), stale_periods=1e6)
     _, now = feed_constant(ctl, Q0, 5)

@@ -20,11 +20,13 @@ coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
 
 so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
 else. ``alpha`` in [0, 1] is the enable ramp: it moves the set point ``q_r`` from ``q_0``,
-the measured pose where the ramp began, to the reference, and scales the compensation and
-the feed-forward. Gravity compensation is never ramped (it is what keeps the arm up), and
-neither are the spring and the damper: at ``q_0`` the command is the hold's, and a load the
-model lacks meets the whole stiffness from the first cycle, not a spring growing from zero
-under it. The decomposition is evaluated at the measured configuration ``q``
+the measured pose where the ramp began, to the reference (a point reference with slew
+limits leaves ``q_0`` through its slew instead, within its limits), and scales the
+compensation and the inertia term. Gravity compensation is never ramped (it is what keeps
+the arm up), nor are the spring and the damper: a load the model lacks meets the whole
+stiffness from the first cycle, not a spring growing from zero under it. With the arm at rest
+at ``q_0`` the first command is gravity alone (on the position path, the hold's set point).
+The decomposition is evaluated at the measured configuration ``q``
 with either the estimated motion (``motion_source='measured'``, the default: feedback of
 the filtered ``qd, qdd``, right whatever the source joint actually does) or the desired
 motion (``'desired'``: feedforward, no estimator lag, but wrong by the source joint's
@@ -561,15 +563,13 @@ class PartialImpedanceController:
         self._clipped_at[:] = np.nan
         if self._oscillation is not None:
             self._oscillation.reset()
-        # a point reference is approached afresh, from rest: from the pose of this enable,
-        # or (a resume) from the set point the fault stopped
         if new_reference:
             self._t0_ns = now_ns
-            self._anchor = self._valid_q().copy()
+            self._anchor = self._ramp_from.copy()
             self._last_position = None
-            self._desired = None
-        elif self._desired is not None:
-            self._desired = (now_ns, self._desired[1], np.zeros_like(self._desired[2]))
+        # a point reference is approached afresh, at rest, from where the arm is (a resume
+        # too: the arm may have left the set point the fault stopped), within the slew
+        self._desired = (now_ns, self._ramp_from.copy(), np.zeros_like(self._ramp_from))
 
     def _alpha(self, now_ns: int | None) -> float:
         if self.config.ramp_s <= 0.0:
@@ -862,20 +862,23 @@ class PartialImpedanceController:
             self.references['clipped'] += 1
             q_d = np.clip(q_d, lower, upper)
             qd_d, qdd_d = np.where(clipped, 0.0, qd_d), np.where(clipped, 0.0, qdd_d)
-        if self._slew_limits is not None and isinstance(self.reference, PointReference):
+        slewed = self._slew_limits is not None and isinstance(self.reference, PointReference)
+        if slewed:
             q_d, qd_d, qdd_d = self._slewed(now_ns, (q_d, qd_d, qdd_d))
         self._desired = (now_ns, q_d, qd_d)
-        if alpha < 1.0 and self._ramp_from is not None:
-            # The ramp moves the set point from the pose where it began, under the whole
-            # spring and damper: a load the model lacks meets their full stiffness from the
-            # first cycle (scaling the gains from zero with gravity whole let it sag the
-            # length of the ramp, unseen). At that pose the command is the hold's.
+        qd_ref, qdd_ref = qd_d, qdd_d          # the reference's motion, for the feed-forward
+        if alpha < 1.0 and not slewed and self._ramp_from is not None:
+            # The ramp moves the set point from the pose where it began (a slewed point
+            # reference leaves from there already, within its limits), under the whole
+            # spring: a load the model lacks meets its full stiffness from the first cycle
+            # (scaling the gains from zero with gravity whole let it sag the length of the
+            # ramp, unseen).
             q_d = self._ramp_from + alpha * (q_d - self._ramp_from)
-            qd_d, qdd_d = alpha * qd_d, alpha * qdd_d
+            qd_d = alpha * qd_d
         # 1. One decomposition at the measured configuration with the chosen motion.
         q_full = G @ q + self._offset
         if cfg.motion_source == 'desired':
-            qd_full, qdd_full = G @ qd_d, G @ qdd_d
+            qd_full, qdd_full = G @ qd_ref, G @ qdd_ref
         else:
             qd_full, qdd_full = G @ qd, G @ qdd
         with torch.inference_mode():
@@ -894,7 +897,7 @@ class PartialImpedanceController:
             M = G.T @ self.engine.mass_matrix(q_full).cpu().numpy() @ G
             m = np.diag(M)
             on = self._Md > 0
-            tau += alpha * on * (m * qdd_d + (m - self._Md) * (qdd - qdd_d))
+            tau += alpha * on * (m * qdd_ref + (m - self._Md) * (qdd - qdd_ref))
         if g_full is not None:
             tau += G.T @ g_full
         # 3. Limits.

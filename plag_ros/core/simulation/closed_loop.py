@@ -37,7 +37,9 @@ class LoopRun:
         q: (N, n_act) measured positions of the actuated joints [rad].
         qd: (N, n_act) measured velocities [rad/s].
         torque: (N, n_act) the law's torque of each cycle (zeros while holding) [N*m].
-        q_desired: (N, n_act) the reference (the hold set point while holding) [rad];
+        q_desired: (N, n_act) the set point in force (during the enable ramp on its way
+            from the pose of the enable to the reference; the hold set point while
+            holding) [rad];
             NaN before the first command.
         state: (N,) controller state after each cycle ('' before the first command).
         reason: (N,) the controller's hold reason ('' when running).

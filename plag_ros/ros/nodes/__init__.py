@@ -166,7 +166,8 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
                 interrupts.raise_once = False    # from here the loop below sees a signal
             if start is not None and not interrupted() and rclpy.ok():
                 start(node)
-            executor, spun = rclpy.get_global_executor(), [node, *others]
+            executor = rclpy.get_global_executor()
+            spun: list[Node] = [node, *others]
             for each in spun:
                 executor.add_node(each)
             try:

@@ -1070,7 +1070,8 @@ def test_a_rebooted_servo_whose_mapping_is_cut_short_is_held_from_its_own_items(
     gets no goal through its half-mapped write slots (with its torque on after the hold, a
     real servo may refuse indirect addresses), its fault coming back after clear_fault,
     until the driver is opened again or the servo reboots once more (``then``: its torque
-    is off again, and it is mapped then). Either way the arm moves less than 10 mrad
+    is off again, and it is mapped then, though its last try was under a second ago: the
+    hold had its torque on in between). Either way the arm moves less than 10 mrad
     through the reboot, a clear_fault, the restart or the second reboot, and the tilt's
     indirect addresses end as the pan's (before, the half-mapped row was taken for a
     reading: its torque-off flag brought the tilt back to a hold at count 0, clipped into
@@ -1091,7 +1092,7 @@ def test_a_rebooted_servo_whose_mapping_is_cut_short_is_held_from_its_own_items(
     monkeypatch.setattr(driver, '_group_write', cut_short)
     begin = time.monotonic()
     assert driver._packets.reboot(driver._port, TILT_ID)[0] == sdk.COMM_SUCCESS
-    loop(driver, 0.5)
+    loop(driver, 0.25)
     assert len(lost) == cuts * (driver_module.SLOTS - 1)
     first = driver.fault
     assert 'indirect addresses reset' in first and f'[{TILT_ID}]' in first
@@ -1099,7 +1100,7 @@ def test_a_rebooted_servo_whose_mapping_is_cut_short_is_held_from_its_own_items(
     assert torque_enabled(driver) == [1] * 8 and driver.modes == ['position'] * 8
     assert goal_writes_to(driver, TILT_ID) == (cuts == 1)
     driver.clear_fault()
-    loop(driver, 0.5)
+    loop(driver, 0.25)    # (a second reboot then comes within MAP_AGAIN_EVERY_S of the try)
     assert bool(driver.fault) == (cuts == 2), driver.fault
     if then == 'restart':
         driver.close()

@@ -108,8 +108,10 @@ HOLD_TRIES = 3
 """Tries of each acknowledged write when a servo is brought back to a hold."""
 MAP_AGAIN_EVERY_S = 1.0
 """[s] between two tries at mapping again a servo whose mapping did not take and whose
-torque is off: each try is two bursts and two read-backs on the cycle's time, and one that
-keeps failing (its writes lost) must not take every cycle nor log in each."""
+torque has stayed off since: each try is two bursts and two read-backs on the cycle's time,
+and one that keeps failing (its writes lost) must not take every cycle nor log in each. A
+servo read with its torque on in between (the fault's hold took it) is mapped at once when
+it is found with its torque off again (a new reboot)."""
 OPEN_EEPROM = {9: 1, 11: 1, 38: 2}
 """Return Delay Time, Operating Mode and Current Limit: the EEPROM items
 :meth:`BusDriver.open` sets (address: size [bytes]); a servo takes them only with its
@@ -427,7 +429,7 @@ class BusDriver:
         self._torque_off: list[int] = []
         self._remapped: list[int] = []       # found rebooted (indirect addresses reset)
         self._unmapped: list[int] = []       # ... and not mapped again: read directly
-        self._map_due = -math.inf            # [s] clock: the next try at mapping them
+        self._map_due: dict[int, float] = {}  # [s] clock: the next try, of those tried
         # current mode's start: the gravity torque written at the switch, and when
         self._start_effort = np.zeros(n)
         self._entered_current = -math.inf
@@ -552,7 +554,7 @@ class BusDriver:
             self._port = None
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
         self._unmapped = []                  # the configuration maps every servo
-        self._map_due = -math.inf
+        self._map_due = {}
         try:
             return self._configure()
         except Exception as err:  # noqa: BLE001 - a bug too: _configure has held what it wrote
@@ -1071,6 +1073,7 @@ class BusDriver:
         next cycle first brings back to a hold any servo it finds with its torque off."""
         old, self.fault, self._failed, self._failed_writes = self.fault, '', 0, 0
         self._recover = True
+        self._map_due.clear()                # a servo still unmapped is tried at once
         return old
 
     # ------------------------------------------------------------------ the cycle
@@ -1187,9 +1190,12 @@ class BusDriver:
         :attr:`_unmapped`: with the torque on after their hold, a real servo may refuse
         indirect addresses, so they are read directly (:meth:`_sync_read`), and left out
         of the cycle's write, until they are mapped: by the next open, or when a read finds
-        their torque off (rebooted again)."""
+        their torque off (rebooted again; off since the failed try, :data:`MAP_AGAIN_EVERY_S`
+        after it)."""
         left = self._map(self._remapped)
-        self._map_due = self.clock() + MAP_AGAIN_EVERY_S if left else -math.inf
+        for servo_id in self._remapped:
+            self._map_due.pop(servo_id, None)
+        self._map_due.update(dict.fromkeys(left, self.clock() + MAP_AGAIN_EVERY_S))
         self._unmapped = [i for i in self.ids if i in left
                           or (i in self._unmapped and i not in self._remapped)]
         for servo_id in self._remapped:
@@ -1349,11 +1355,16 @@ class BusDriver:
         except BusError as err:
             self.log(f'IDs {direct} read directly (indirect addresses reset): {err}')
             return None
-        # one not mapped whose torque is off again (rebooted once more): mapped now, or,
-        # its last mapping failed too, when MAP_AGAIN_EVERY_S has passed
-        if self.clock() >= self._map_due:
-            self._remapped += [i for k, i in enumerate(self.ids)
-                               if i in self._unmapped and not raw[k, ROW['Torque Enable']]]
+        # one not mapped whose torque is off again (rebooted once more): mapped now; one
+        # whose torque stayed off since its mapping failed, once MAP_AGAIN_EVERY_S passed
+        now = self.clock()
+        for k, servo_id in enumerate(self.ids):
+            if servo_id not in self._unmapped:
+                continue
+            if raw[k, ROW['Torque Enable']]:
+                self._map_due.pop(servo_id, None)
+            elif now >= self._map_due.get(servo_id, -math.inf):
+                self._remapped.append(servo_id)
         torque, errors, watchdog, current, velocity, counts, temperature = raw.T
         self._expired = [i for i, w in zip(self.ids, watchdog) if w < 0]
         self._disarmed = [i for i, w in zip(self.ids, watchdog) if w == 0]

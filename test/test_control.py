@@ -266,7 +266,7 @@ def test_stale_input_holds_then_resumes_with_ramp(engine, interface, action):
         np.testing.assert_array_equal(cmd.effort, np.zeros(8))
     else:
         np.testing.assert_allclose(cmd.effort, gravity_act(engine, Q0), atol=1e-12)
-    # input returns: the estimator restarts (warming up holds), then the gains ramp again
+    # input returns: the estimator restarts (warming up holds), then the ramp starts again
     start = now + 10 * PERIOD_NS
     reasons = [ctl.update(start + c * PERIOD_NS, Q0 + 0.01) for c in range(5)]
     assert [r.reason for r in reasons[:4]] == ['warming_up'] * 4
@@ -515,6 +515,30 @@ def test_the_enable_ramp_keeps_a_point_reference_within_its_slew_limits(engine, 
     assert np.abs(velocity).max() <= 1.0 + 1e-9
     assert np.abs(acceleration).max() <= 4.0 + 1e-6
     np.testing.assert_allclose(desired[-1], target, atol=1e-12)
+
+
+def test_a_point_taken_mid_ramp_slews_on_from_the_set_point_in_force(engine):
+    """A sine of the tilt (0.3 rad, 0.25 Hz) a quarter into its 2 s enable ramp, then a
+    point reference: the set point goes on from where the blend had it, without a step,
+    within the slew's limits (the slew started from the sine's unblended sample: a
+    0.161 rad step in one cycle, 3.6 N*m)."""
+    ctl = law_controller(engine, reference_max_velocity=1.0, reference_max_acceleration=4.0,
+                         ramp_s=2.0)
+    _, now = feed_constant(ctl, Q0, 5)
+    amplitude = np.zeros(8)
+    amplitude[1] = 0.3
+    ctl.set_reference(SineReference(amplitude, 0.25))
+    point = Q0.copy()
+    point[1] += 0.1
+    desired = []
+    for c in range(5, 400):
+        if c == 105:                                   # alpha = 0.25
+            ctl.set_reference(q=point)
+        desired.append(feed_constant(ctl, Q0, 1, start_ns=c * PERIOD_NS)[0].q_desired)
+    steps = np.abs(np.diff(np.array(desired), axis=0)).max(axis=1)
+    print(f'largest set point step {steps.max() * 1e3:.2f} mrad a cycle, '
+          f'{steps[99] * 1e3:.2f} mrad at the point')
+    assert steps.max() <= 1.0 * PERIOD_NS * 1e-9 + 1e-9   # the slew's 1 rad/s
 
 
 def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(engine, model):

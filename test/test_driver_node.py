@@ -285,7 +285,7 @@ def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_pat
             assert response.success, response.message
             client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'current', 60.0,
                             'current mode')
-            # the gains ramp in over ramp_s (2 s), then the law holds the arm
+            # the ramp runs over ramp_s (2 s), then the law holds the arm
             client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
             time.sleep(1.0)
             report = last(reports)

@@ -103,9 +103,10 @@ class ImpedanceConfig:
             (motor table), on the position interface of the URDF limit.
         rate_hz: nominal joint_states / control rate [Hz].
         stale_periods: hold when no valid state for this many periods, > 1.
-        ramp_s: enable ramp duration [s], >= 0: the set point moves from the pose of the
-            enable to the reference, the compensation rises from zero, under the whole
-            spring and damper.
+        ramp_s: enable ramp duration [s], >= 0, after an enable or a resume: the set point
+            moves from the pose where the ramp began to the reference (a point reference
+            with slew limits through its slew), the compensation rises from zero, under
+            the whole spring and damper.
         fault_action: effort interface hold: ``'zero'`` effort or open-loop gravity
             ``'hold'``.
         resume_after_fault: re-ramp automatically when a fault clears (else disable).

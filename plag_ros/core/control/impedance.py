@@ -16,7 +16,7 @@ coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
                + alpha * sum_{i, s} W_acc[k, i, s] acceleration[k, i, s]
                + alpha * sum_{i, s} W_vel[k, i, s] velocity[k, i, s] ]
         + K (q_r - q) + D (alpha qd_d - qd) + alpha * inertia term,
-    q_r = q_0 + alpha (q_d - q_0)
+    q_r = q_0 + alpha (q_d - q_0)      (a slewed point reference: q_r, qd_r its slew's)
 
 so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
 else. ``alpha`` in [0, 1] is the enable ramp: it moves the set point ``q_r`` from ``q_0``,
@@ -151,7 +151,8 @@ class Command(NamedTuple):
         torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
         compensation: (n_act,) [N*m] selected propagation torque (alpha included).
         q_desired: (n_act,) [rad] set point in force (during the ramp on its way from the
-            pose of the enable; the hold position when holding).
+            pose where the ramp began, an enable's or a resume's; the hold position when
+            holding).
         alpha: enable ramp factor in [0, 1].
         saturated: (n_act,) bool, effort or position clipped this cycle.
     """
@@ -425,8 +426,8 @@ class PartialImpedanceController:
         # The measured pose [rad] (n_act,) where the ramp began: its set point leaves from it.
         self._ramp_from: np.ndarray | None = None
         self._now_ns = 0
-        # The set point last commanded, (stamp [ns], q_d, qd_d): a point reference's slew
-        # goes on from it (None: from the anchor at rest).
+        # The set point last commanded, (stamp [ns], q_r, its speed): a point reference's
+        # slew goes on from it (None: from the anchor at rest).
         self._desired: tuple[int, np.ndarray, np.ndarray] | None = None
 
     @property
@@ -865,16 +866,21 @@ class PartialImpedanceController:
         slewed = self._slew_limits is not None and isinstance(self.reference, PointReference)
         if slewed:
             q_d, qd_d, qdd_d = self._slewed(now_ns, (q_d, qd_d, qdd_d))
-        self._desired = (now_ns, q_d, qd_d)
         qd_ref, qdd_ref = qd_d, qdd_d          # the reference's motion, for the feed-forward
+        moving = qd_d
         if alpha < 1.0 and not slewed and self._ramp_from is not None:
             # The ramp moves the set point from the pose where it began (a slewed point
             # reference leaves from there already, within its limits), under the whole
             # spring: a load the model lacks meets its full stiffness from the first cycle
             # (scaling the gains from zero with gravity whole let it sag the length of the
-            # ramp, unseen).
+            # ramp, unseen). The damper takes alpha qd_d, not the blend's own speed, which
+            # would step at both ends of the ramp.
+            moving = alpha * qd_d + (q_d - self._ramp_from) / cfg.ramp_s
             q_d = self._ramp_from + alpha * (q_d - self._ramp_from)
             qd_d = alpha * qd_d
+        # the set point in force and its speed: a point reference taken from here on (a
+        # first ~/reference mid-ramp) slews on from them, without a step
+        self._desired = (now_ns, q_d, moving)
         # 1. One decomposition at the measured configuration with the chosen motion.
         q_full = G @ q + self._offset
         if cfg.motion_source == 'desired':

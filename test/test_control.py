@@ -541,6 +541,27 @@ def test_a_point_taken_mid_ramp_slews_on_from_the_set_point_in_force(engine):
     assert steps.max() <= 1.0 * PERIOD_NS * 1e-9 + 1e-9   # the slew's 1 rad/s
 
 
+@pytest.mark.parametrize('interface', ['position', 'effort'])
+def test_an_enable_during_a_fault_anchors_where_the_arm_is_when_it_clears(engine, interface):
+    """Enabled while its input is stale, the controller starts when the input returns, and
+    the arm was moved 0.3 rad meanwhile: it holds the pose it finds, as an enable then
+    would (the reference was anchored at the stale pose, and the ramp pulled the arm back
+    0.3 rad to it)."""
+    ctl = law_controller(engine, command_interface=interface, start_enabled=False,
+                         ramp_s=0.5, stale_periods=3.0, resume_after_fault=True)
+    _, now = feed_constant(ctl, Q0, 5)
+    assert ctl.tick(now + 10 * PERIOD_NS).reason == 'stale'
+    ok, message = ctl.set_enabled(True, now + 11 * PERIOD_NS)
+    assert ok and 'waiting for fault to clear (stale)' in message
+    moved = Q0.copy()
+    moved[1] += 0.3
+    cmd, _ = feed_constant(ctl, moved, 200, start_ns=now + 20 * PERIOD_NS)
+    print(f'{interface}: set point {cmd.q_desired[1] - Q0[1]:+.3f} rad from the stale pose, '
+          f'state {cmd.state}')
+    assert cmd.state == 'enabled'
+    np.testing.assert_allclose(cmd.q_desired, moved, atol=1e-12)
+
+
 def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(engine, model):
     upper = reference_bounds(model.joint_lower[model.actuated],
                              model.joint_upper[model.actuated])[1]

@@ -425,6 +425,9 @@ class PartialImpedanceController:
         self._anchor: np.ndarray | None = None
         # The measured pose [rad] (n_act,) where the ramp began: its set point leaves from it.
         self._ramp_from: np.ndarray | None = None
+        # An enable no cycle of the law has followed yet (it came during a fault): the
+        # fault's clear anchors the reference again, at the pose the arm is then at.
+        self._enable_pending = False
         self._now_ns = 0
         # The set point last commanded, (stamp [ns], q_r, its speed): a point reference's
         # slew goes on from it (None: from the anchor at rest).
@@ -568,6 +571,7 @@ class PartialImpedanceController:
             self._t0_ns = now_ns
             self._anchor = self._ramp_from.copy()
             self._last_position = None
+            self._enable_pending = True
         # a point reference is approached afresh, at rest, from where the arm is (a resume
         # too: the arm may have left the set point the fault stopped), within the slew
         self._desired = (now_ns, self._ramp_from.copy(), np.zeros_like(self._ramp_from))
@@ -623,7 +627,9 @@ class PartialImpedanceController:
                 # from before (a jump after a stamp gap passes the plausibility gate).
                 self._fault, self._latched = moved, True
             elif self.config.resume_after_fault:
-                self._start(now_ns, new_reference=False)
+                # an enable given during the fault starts now, from where the arm is (its
+                # pose then was the stale one, or the arm was moved since)
+                self._start(now_ns, new_reference=self._enable_pending)
             else:
                 self._enabled = False
 
@@ -851,6 +857,7 @@ class PartialImpedanceController:
         alpha = self._alpha(now_ns)
         if self._anchor is None:
             raise RuntimeError('ImpedanceController: control law before the first enable')
+        self._enable_pending = False
         q_d, qd_d, qdd_d = (np.asarray(x, dtype=np.float64) for x in
                             self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor))
         # A trajectory (a sine's swing) is held inside the bounds, at rest where it is

@@ -583,6 +583,28 @@ def test_warm_up_then_exact_constant():
     assert sample.q.dtype == np.float64 and sample.q.shape == (2,)
 
 
+def test_the_first_estimate_of_an_encoder_at_rest_is_quiet():
+    """An encoder at rest toggling its last step (4096 counts a turn, 200 Hz, stamps
+    jittered 0.2 ms), velocity from the positions: the first estimate after warm-up (a
+    start, or a restart after a gap: where a controller resumes) is the filter's start from
+    the five samples. From the least-squares quadratic through them its |qd| is 0.23 rad/s
+    at p99 over 1000 starts, against 1.0 from the quartic through them (a controller's
+    damper made that a twitch at each resume); the steady state's is 0.033."""
+    rng = np.random.default_rng(0)
+    count = 2 * np.pi / 4096
+    config = EstimatorConfig(cutoff_hz=10.0, order=2, rate_hz=200.0, velocity_source='position')
+    first = []
+    for _ in range(1000):
+        est, base = JointStateEstimator(1, config), rng.uniform(0, count)
+        for k in range(5):
+            q = np.round((base + rng.normal(0, 0.3 * count)) / count) * count
+            sample = est.update(int(k * PERIOD_NS + rng.normal(0, 2e5)), [q])
+        first.append(abs(sample.qd[0]))
+    p99 = float(np.percentile(first, 99))
+    print(f'first |qd| at rest: p99 {p99:.3f} rad/s')
+    assert p99 < 0.3
+
+
 def test_gap_resets_and_nothing_crosses_it():
     t_ns, q = _stream(60)
     gap_ns = 6 * PERIOD_NS  # > gap_periods = 5

@@ -288,6 +288,19 @@ def lagrange_derivative_weights(t: ArrayLike, at: int | ArrayLike) -> np.ndarray
     return w
 
 
+def _quadratic_derivative_weights(t: np.ndarray) -> np.ndarray:
+    """(m, m) weights: row ``i`` gives the time derivative at node ``t[i]`` of the
+    least-squares quadratic through the m samples at the (m,) node times ``t`` [s], m >= 3.
+    Exact for a quadratic, and far less noisy at the end nodes than the interpolant of
+    degree m - 1 (at the oldest of five even nodes the weights' norm is 1.11 / h against
+    5.58 / h)."""
+    scale = max(float(np.ptp(t)), 1e-300)
+    tau = (t - t.mean()) / scale                   # conditioned nodes
+    fit = np.linalg.pinv(np.vander(tau, 3, increasing=True))          # (3, m)
+    slope = np.stack([np.zeros_like(tau), np.ones_like(tau), 2.0 * tau], axis=1)  # (m, 3)
+    return slope @ fit / scale
+
+
 def _newest_weights(d0: float, d1: float, d2: float, d3: float) -> tuple[float, ...]:
     """One-sided five-point weights at the newest node, in scalar Python for the live path.
 
@@ -726,11 +739,14 @@ class JointStateEstimator:
         n = self.n_joints
         hist = self._hist
         if not self._measured:
-            # Derivative at every node of the polynomial through the five samples.
+            # Derivative at every node of the least-squares quadratic through the five
+            # samples: exact for a quadratic, as the filter's start must be, and five times
+            # less noisy at the oldest node, where the filter starts, than the quartic
+            # through them (an encoder's steps at rest, 200 Hz: 1 rad/s at p99, which a
+            # controller's damper turned into a twitch at each resume).
             nodes = hist[:, 2 * n] if self._grid is None else \
                 np.asarray(self._ticks, dtype=np.float64) * self._grid.period_s
-            weights = lagrange_derivative_weights(nodes, np.arange(STENCIL))
-            hist[:, n:2 * n] = weights @ hist[:, :n]
+            hist[:, n:2 * n] = _quadratic_derivative_weights(nodes) @ hist[:, :n]
         # As if every input had held its oldest value forever (time included), then run.
         self._lp.reset(hist[0, :2 * n + 1])
         for row in hist:

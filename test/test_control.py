@@ -541,25 +541,66 @@ def test_a_point_taken_mid_ramp_slews_on_from_the_set_point_in_force(engine):
     assert steps.max() <= 1.0 * PERIOD_NS * 1e-9 + 1e-9   # the slew's 1 rad/s
 
 
+@pytest.mark.parametrize('ramp_s', [0.1, 0.5, 2.0])
+def test_a_point_taken_from_a_fast_blend_keeps_the_slew_limits_and_the_bounds(engine, ramp_s):
+    """The effort path resumes after a stale gap with the arm 1 rad below where it was
+    anchored (a hold with the torque off lets it fall), the blend bringing the set point
+    back at 1 / ramp_s rad/s; a point reference to stay where the arm is comes half-way
+    through. From there the set point moves at most 1 rad/s and stays inside the
+    reference bounds, ending on the point (the slew took over the blend's speed, slowed
+    only at 4 rad/s^2: after a 0.1 s ramp it ran on to 12.6 rad, the bound 1.47)."""
+    ctl = law_controller(engine, command_interface='effort', ramp_s=ramp_s, stale_periods=3.0,
+                         resume_after_fault=True, reference_max_velocity=1.0,
+                         reference_max_acceleration=4.0)
+    _, now = feed_constant(ctl, Q0, 20)
+    ctl.tick(now + 10 * PERIOD_NS)
+    fell = Q0.copy()
+    fell[1] -= 1.0
+    start, after = now + 20 * PERIOD_NS, []
+    for c in range(600):
+        cmd = ctl.update(start + c * PERIOD_NS, fell)
+        if after or (cmd.state == 'ramping' and cmd.alpha >= 0.5):
+            if not after:
+                ctl.set_reference(q=fell)
+            after.append(cmd.q_desired[1])
+    after = np.array(after)
+    speed = np.abs(np.diff(after)) / (PERIOD_NS * 1e-9)
+    lower, upper = ctl._ref_lower[1], ctl._ref_upper[1]
+    print(f'ramp {ramp_s} s: after the point at most {speed.max():.2f} rad/s, the set point '
+          f'in [{after.min():+.3f}, {after.max():+.3f}] (bounds [{lower:+.3f}, {upper:+.3f}])')
+    assert speed.max() <= 1.0 + 1e-9
+    assert lower - 1e-12 <= after.min() and after.max() <= upper + 1e-12
+    assert after[-1] == pytest.approx(fell[1], abs=1e-12)
+
+
 @pytest.mark.parametrize('interface', ['position', 'effort'])
-def test_an_enable_during_a_fault_anchors_where_the_arm_is_when_it_clears(engine, interface):
-    """Enabled while its input is stale, the controller starts when the input returns, and
-    the arm was moved 0.3 rad meanwhile: it holds the pose it finds, as an enable then
-    would (the reference was anchored at the stale pose, and the ramp pulled the arm back
-    0.3 rad to it)."""
+def test_an_enable_during_a_fault_is_judged_where_the_arm_is_when_it_clears(engine,
+                                                                           interface):
+    """Enabled while its input is stale, the controller starts when the input returns, the
+    arm read 0.3 rad away meanwhile. On the effort path, whose hold does not keep the arm
+    still, it holds the pose it finds, as an enable then would (the reference was anchored
+    at the stale pose, and the ramp pulled the arm back 0.3 rad to it). On the position
+    path the servos held their set point all along: a reading that far from it is false or
+    the arm was moved, a latched ``position_jump`` as for a resume (the enable had dropped
+    the pose of the hold, and the command walked to the reading at 4 rad/s)."""
     ctl = law_controller(engine, command_interface=interface, start_enabled=False,
                          ramp_s=0.5, stale_periods=3.0, resume_after_fault=True)
     _, now = feed_constant(ctl, Q0, 5)
     assert ctl.tick(now + 10 * PERIOD_NS).reason == 'stale'
     ok, message = ctl.set_enabled(True, now + 11 * PERIOD_NS)
     assert ok and 'waiting for fault to clear (stale)' in message
+    held = ctl.tick(now + 12 * PERIOD_NS)
     moved = Q0.copy()
     moved[1] += 0.3
     cmd, _ = feed_constant(ctl, moved, 200, start_ns=now + 20 * PERIOD_NS)
     print(f'{interface}: set point {cmd.q_desired[1] - Q0[1]:+.3f} rad from the stale pose, '
-          f'state {cmd.state}')
-    assert cmd.state == 'enabled'
-    np.testing.assert_allclose(cmd.q_desired, moved, atol=1e-12)
+          f'state {cmd.state} {cmd.reason}')
+    if interface == 'effort':
+        assert cmd.state == 'enabled'
+        np.testing.assert_allclose(cmd.q_desired, moved, atol=1e-12)
+    else:
+        assert cmd.reason.startswith('position_jump') and ctl.latched
+        np.testing.assert_array_equal(cmd.position, held.position)
 
 
 def test_a_trajectory_is_clipped_inside_the_limits_but_the_enable_pose_is_held(engine, model):

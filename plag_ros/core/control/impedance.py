@@ -508,7 +508,10 @@ class PartialImpedanceController:
         if self._enabled:
             return True, 'already enabled'
         self._enabled = True
-        self._hold_pose = None      # the enable takes the present pose: no hold to judge by
+        if not self._fault:
+            # the enable takes the present pose: no hold to judge by. During a fault the
+            # servos keep holding their set point: its clear is judged like a resume's
+            self._hold_pose = None
         if self.config.command_interface != 'position':
             # the hold's gravity torque at the pose of this enable, not at the pose of the
             # last disable: someone else may have moved the arm in between
@@ -850,7 +853,12 @@ class PartialImpedanceController:
         dt = min(max((now_ns - t_ns) * 1e-9, 0.0), _SLEW_MAX_STEP_PERIODS / self.config.rate_hz)
         if self._slew_limits is None:
             raise RuntimeError('ImpedanceController: slew without its limits')
-        return slew_step(q, qd, target, dt, *self._slew_limits)
+        # a set point taken over moving faster than the limit (a blend, a fast trajectory)
+        # goes on at the limit: slowed only at the acceleration limit, it ran on, far past
+        # its target and the joint's limits after a short ramp
+        max_velocity = self._slew_limits[0]
+        return slew_step(q, np.clip(qd, -max_velocity, max_velocity), target, dt,
+                         *self._slew_limits)
 
     def _law(self, now_ns: int, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> Command:
         cfg, G = self.config, self._G
@@ -873,6 +881,7 @@ class PartialImpedanceController:
         slewed = self._slew_limits is not None and isinstance(self.reference, PointReference)
         if slewed:
             q_d, qd_d, qdd_d = self._slewed(now_ns, (q_d, qd_d, qdd_d))
+            q_d = np.clip(q_d, lower, upper)
         qd_ref, qdd_ref = qd_d, qdd_d          # the reference's motion, for the feed-forward
         moving = qd_d
         if alpha < 1.0 and not slewed and self._ramp_from is not None:

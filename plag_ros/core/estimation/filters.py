@@ -580,8 +580,8 @@ class JointStateEstimator:
     (counted in :attr:`resets`): nothing is extrapolated across a gap. Until five samples
     are in since the start or a reset, :attr:`warming_up` is True and :meth:`update`
     returns None. When the fifth arrives, the filter state is started from the
-    polynomial through those five samples (steady state at the oldest, then run over
-    all five), so the first estimate carries no start-up step.
+    least-squares quadratic through those five samples (steady state at the oldest, then
+    run over all five), so the first estimate carries no start-up step.
 
     Args:
         n_joints: number of joints n in every sample.
@@ -735,7 +735,8 @@ class JointStateEstimator:
         return np.array(_newest_weights(t4 - t0, t4 - t1, t4 - t2, t4 - t3))
 
     def _start(self) -> StateEstimate:
-        """First estimate after warm-up: start the filter from the five-sample polynomial."""
+        """First estimate after warm-up: start the filter from the least-squares quadratic
+        through the five samples."""
         n = self.n_joints
         hist = self._hist
         if not self._measured:

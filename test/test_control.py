@@ -587,6 +587,14 @@ def test_an_enable_during_a_fault_is_judged_where_the_arm_is_when_it_clears(engi
                          ramp_s=0.5, stale_periods=3.0, resume_after_fault=True)
     _, now = feed_constant(ctl, Q0, 5)
     assert ctl.tick(now + 10 * PERIOD_NS).reason == 'stale'
+    without_resume = law_controller(engine, command_interface=interface, start_enabled=False,
+                                    stale_periods=3.0, resume_after_fault=False)
+    feed_constant(without_resume, Q0, 5)
+    without_resume.tick(now + 10 * PERIOD_NS)
+    # without a resume the clear would end the enable: refused, saying so (it answered
+    # 'enabled; waiting for fault to clear', and the clear then disabled it)
+    assert without_resume.set_enabled(True, now + 11 * PERIOD_NS) == (
+        False, 'fault in force (stale); enable once it clears (resume_after_fault is off)')
     ok, message = ctl.set_enabled(True, now + 11 * PERIOD_NS)
     assert ok and 'waiting for fault to clear (stale)' in message
     held = ctl.tick(now + 12 * PERIOD_NS)

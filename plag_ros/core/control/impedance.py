@@ -507,6 +507,11 @@ class PartialImpedanceController:
             return False, f'fault latched ({self._fault}): disable first'
         if self._enabled:
             return True, 'already enabled'
+        if self._fault and not self.config.resume_after_fault:
+            # its clear would end the enable at once (a fault ends one without a resume):
+            # said now, not answered with a success that nothing follows
+            return False, (f'fault in force ({self._fault}); enable once it clears '
+                           '(resume_after_fault is off)')
         self._enabled = True
         if not self._fault:
             # the enable takes the present pose: no hold to judge by. During a fault the

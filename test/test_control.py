@@ -545,8 +545,9 @@ def test_a_point_taken_mid_ramp_slews_on_from_the_set_point_in_force(engine):
 def test_a_point_taken_from_a_fast_blend_keeps_the_slew_limits_and_the_bounds(engine, ramp_s):
     """The effort path resumes after a stale gap with the arm 1 rad below where it was
     anchored (a hold with the torque off lets it fall), the blend bringing the set point
-    back at 1 / ramp_s rad/s; a point reference to stay where the arm is comes half-way
-    through. From there the set point moves at most 1 rad/s and stays inside the
+    back over ramp_s, or longer: the ramp lasts until the reference's 1 rad/s would bring it
+    back (it came at 1 / ramp_s rad/s); a point reference to stay where the arm is comes
+    half-way through. Throughout, the set point moves at most 1 rad/s and stays inside the
     reference bounds, ending on the point (the slew took over the blend's speed, slowed
     only at 4 rad/s^2: after a 0.1 s ramp it ran on to 12.6 rad, the bound 1.47)."""
     ctl = law_controller(engine, command_interface='effort', ramp_s=ramp_s, stale_periods=3.0,
@@ -556,21 +557,23 @@ def test_a_point_taken_from_a_fast_blend_keeps_the_slew_limits_and_the_bounds(en
     ctl.tick(now + 10 * PERIOD_NS)
     fell = Q0.copy()
     fell[1] -= 1.0
-    start, after = now + 20 * PERIOD_NS, []
-    for c in range(600):
+    start, tilt, point = now + 20 * PERIOD_NS, [], None
+    for c in range(1000):
         cmd = ctl.update(start + c * PERIOD_NS, fell)
-        if after or (cmd.state == 'ramping' and cmd.alpha >= 0.5):
-            if not after:
+        if cmd.state in ('ramping', 'enabled'):
+            tilt.append(cmd.q_desired[1])
+            if point is None and cmd.alpha >= 0.5:
                 ctl.set_reference(q=fell)
-            after.append(cmd.q_desired[1])
-    after = np.array(after)
-    speed = np.abs(np.diff(after)) / (PERIOD_NS * 1e-9)
+                point = len(tilt)
+    tilt = np.array(tilt)
+    speed = np.abs(np.diff(tilt)) / (PERIOD_NS * 1e-9)
     lower, upper = ctl._ref_lower[1], ctl._ref_upper[1]
-    print(f'ramp {ramp_s} s: after the point at most {speed.max():.2f} rad/s, the set point '
-          f'in [{after.min():+.3f}, {after.max():+.3f}] (bounds [{lower:+.3f}, {upper:+.3f}])')
+    print(f'ramp {ramp_s} s: the blend at most {speed[:point].max():.2f} rad/s, after the '
+          f'point {speed[point:].max():.2f}; the set point in [{tilt.min():+.3f}, '
+          f'{tilt.max():+.3f}] (bounds [{lower:+.3f}, {upper:+.3f}])')
     assert speed.max() <= 1.0 + 1e-9
-    assert lower - 1e-12 <= after.min() and after.max() <= upper + 1e-12
-    assert after[-1] == pytest.approx(fell[1], abs=1e-12)
+    assert lower - 1e-12 <= tilt.min() and tilt.max() <= upper + 1e-12
+    assert tilt[-1] == pytest.approx(fell[1], abs=1e-12)
 
 
 @pytest.mark.parametrize('interface', ['position', 'effort'])

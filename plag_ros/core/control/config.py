@@ -106,7 +106,8 @@ class ImpedanceConfig:
         ramp_s: enable ramp duration [s], >= 0, after an enable or a resume: the set point
             moves from the pose where the ramp began to the reference (a point reference
             with slew limits through its slew), the compensation rises from zero, under
-            the whole spring and damper.
+            the whole spring and damper; longer where the set point would move faster
+            than ``reference_max_velocity`` (a resume far from the reference).
         fault_action: effort interface hold: ``'zero'`` effort or open-loop gravity
             ``'hold'``.
         resume_after_fault: re-ramp automatically when a fault clears (else disable).

@@ -21,7 +21,8 @@ coordinates through the mimic joints, ``tau_a = (G^T tau)_a``) is
 so the command adds exactly the propagation torques selected by the masks ``W`` and nothing
 else. ``alpha`` in [0, 1] is the enable ramp: it moves the set point ``q_r`` from ``q_0``,
 the measured pose where the ramp began, to the reference (a point reference with slew
-limits leaves ``q_0`` through its slew instead, within its limits), and scales the
+limits leaves ``q_0`` through its slew instead, within its limits; with those limits the
+ramp lasts at least until the velocity limit covers the distance), and scales the
 compensation and the inertia term. Gravity compensation is never ramped (it is what keeps
 the arm up), nor are the spring and the damper: a load the model lacks meets the whole
 stiffness from the first cycle, not a spring growing from zero under it. With the arm at rest
@@ -425,6 +426,7 @@ class PartialImpedanceController:
         self._anchor: np.ndarray | None = None
         # The measured pose [rad] (n_act,) where the ramp began: its set point leaves from it.
         self._ramp_from: np.ndarray | None = None
+        self._ramp_s = self.config.ramp_s      # [s] this ramp's length (_ramp_length_s)
         # An enable no cycle of the law has followed yet (it came during a fault): the
         # fault's clear anchors the reference again, at the pose the arm is then at.
         self._enable_pending = False
@@ -524,7 +526,7 @@ class PartialImpedanceController:
         self._start(now_ns, new_reference=True)
         if self._fault:
             return True, f'enabled; waiting for fault to clear ({self._fault})'
-        return True, f'enabled; ramping over {self.config.ramp_s:g} s'
+        return True, f'enabled; ramping over {self._ramp_s:g} s'
 
     def latch_fault(self, reason: str) -> None:
         """While enabled, hold and keep holding until a disable, whatever the next samples:
@@ -583,12 +585,26 @@ class PartialImpedanceController:
         # a point reference is approached afresh, at rest, from where the arm is (a resume
         # too: the arm may have left the set point the fault stopped), within the slew
         self._desired = (now_ns, self._ramp_from.copy(), np.zeros_like(self._ramp_from))
+        self._ramp_s = self._ramp_length_s(now_ns)
 
     def _alpha(self, now_ns: int | None) -> float:
-        if self.config.ramp_s <= 0.0:
+        if self._ramp_s <= 0.0:
             return 1.0
         now = self._now_ns if now_ns is None else now_ns
-        return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self.config.ramp_s))
+        return min(1.0, max(0.0, (now - self._ramp_start_ns) * 1e-9 / self._ramp_s))
+
+    def _ramp_length_s(self, now_ns: int) -> float:
+        """[s] a ramp starting now: ``ramp_s``, or as long as the blend needs to bring the
+        set point from where the arm is to the reference's present sample within the
+        reference's velocity limit (a resume far from the anchor: an arm that fell in a
+        hold with the torque off came back at that distance over ramp_s)."""
+        ramp = self.config.ramp_s
+        if ramp <= 0.0 or self._slew_limits is None or self._anchor is None \
+                or self._ramp_from is None:
+            return ramp
+        sample = self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor)[0]
+        distance = np.abs(np.asarray(sample, dtype=np.float64) - self._ramp_from)
+        return max(ramp, float(np.max(distance / self._slew_limits[0])))
 
     def _valid_q(self) -> np.ndarray:
         """The last valid measured position; callers run only after the first one."""
@@ -896,7 +912,7 @@ class PartialImpedanceController:
             # (scaling the gains from zero with gravity whole let it sag the length of the
             # ramp, unseen). The damper takes alpha qd_d, not the blend's own speed, which
             # would step at both ends of the ramp.
-            moving = alpha * qd_d + (q_d - self._ramp_from) / cfg.ramp_s
+            moving = alpha * qd_d + (q_d - self._ramp_from) / self._ramp_s
             q_d = self._ramp_from + alpha * (q_d - self._ramp_from)
             qd_d = alpha * qd_d
         # the set point in force and its speed: a point reference taken from here on (a

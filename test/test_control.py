@@ -483,8 +483,8 @@ def test_a_point_reference_is_approached_within_the_slew_limits(engine):
 def test_the_enable_ramp_keeps_a_point_reference_within_its_slew_limits(engine, resume):
     """A 1 rad step of the pan's point at the enable, over a 2 s ramp: the set point
     leaves the pose of the enable through the slew alone, at most 1 rad/s and 4 rad/s^2,
-    through the end of the ramp (slewed and blended from that pose, it jumped 0.5 rad/s in
-    one cycle when the ramp ended: 100 rad/s^2). The same for a resume after a stale
+    through the end of the ramp (8221d05 slewed and blended it from that pose: it jumped
+    0.5 rad/s in one cycle when the ramp ended, 100 rad/s^2). The same for a resume after a stale
     fault, the pan moved 0.04 rad meanwhile: the slew starts again from where it is, at
     rest (it went on from the set point the fault stopped, at the blend's pace)."""
     ctl = law_controller(engine, reference_max_velocity=1.0, reference_max_acceleration=4.0,
@@ -520,8 +520,8 @@ def test_the_enable_ramp_keeps_a_point_reference_within_its_slew_limits(engine, 
 def test_a_point_taken_mid_ramp_slews_on_from_the_set_point_in_force(engine):
     """A sine of the tilt (0.3 rad, 0.25 Hz) a quarter into its 2 s enable ramp, then a
     point reference: the set point goes on from where the blend had it, without a step,
-    within the slew's limits (the slew started from the sine's unblended sample: a
-    0.161 rad step in one cycle, 3.6 N*m)."""
+    within the slew's limits (on 1c0ecff the slew started from the sine's unblended
+    sample: a 0.161 rad step in one cycle, 3.6 N*m)."""
     ctl = law_controller(engine, reference_max_velocity=1.0, reference_max_acceleration=4.0,
                          ramp_s=2.0)
     _, now = feed_constant(ctl, Q0, 5)
@@ -548,8 +548,8 @@ def test_a_point_taken_from_a_fast_blend_keeps_the_slew_limits_and_the_bounds(en
     back over ramp_s, or longer: the ramp lasts until the reference's 1 rad/s would bring it
     back (it came at 1 / ramp_s rad/s); a point reference to stay where the arm is comes
     half-way through. Throughout, the set point moves at most 1 rad/s and stays inside the
-    reference bounds, ending on the point (the slew took over the blend's speed, slowed
-    only at 4 rad/s^2: after a 0.1 s ramp it ran on to 12.6 rad, the bound 1.47)."""
+    reference bounds, ending on the point (on 0a1b812 the slew took over the blend's speed,
+    slowed only at 4 rad/s^2: after a 0.1 s ramp it ran on to 12.6 rad, the bound 1.47)."""
     ctl = law_controller(engine, command_interface='effort', ramp_s=ramp_s, stale_periods=3.0,
                          resume_after_fault=True, reference_max_velocity=1.0,
                          reference_max_acceleration=4.0)
@@ -574,6 +574,89 @@ def test_a_point_taken_from_a_fast_blend_keeps_the_slew_limits_and_the_bounds(en
     assert speed.max() <= 1.0 + 1e-9
     assert lower - 1e-12 <= tilt.min() and tilt.max() <= upper + 1e-12
     assert tilt[-1] == pytest.approx(fell[1], abs=1e-12)
+
+
+def test_a_resume_beyond_a_reference_bound_leaves_through_the_slew(engine):
+    """The effort path resumes with the tilt come to rest 0.08 rad beyond its reference
+    bound (within the joint's limit), a point reference held at the anchor. The set point
+    starts where the arm is and moves at most the slew's 1 rad/s (the clip into the bounds
+    took it to the bound in the first cycle: 0.08 rad under the whole spring)."""
+    ctl = law_controller(engine, command_interface='effort', ramp_s=0.5, stale_periods=3.0,
+                         resume_after_fault=True, reference_max_velocity=1.0,
+                         reference_max_acceleration=4.0)
+    _, now = feed_constant(ctl, Q0, 20)
+    ctl.set_reference(q=Q0)
+    _, now = feed_constant(ctl, Q0, 20, start_ns=now + PERIOD_NS)
+    ctl.tick(now + 10 * PERIOD_NS)
+    assert ctl.fault == 'stale'
+    beyond = Q0.copy()
+    beyond[1] = ctl._ref_upper[1] + 0.08
+    assert beyond[1] < engine.model.joint_upper[engine.model.actuated][1]
+    tilt = []
+    for c in range(200):
+        cmd = ctl.update(now + (20 + c) * PERIOD_NS, beyond)
+        if cmd.state in ('ramping', 'enabled'):
+            tilt.append(cmd.q_desired[1])
+    assert tilt[0] == beyond[1]
+    steps = np.abs(np.diff(tilt))
+    print(f'first set point {tilt[0]:.4f} rad (the arm {beyond[1]:.4f}, the bound '
+          f'{ctl._ref_upper[1]:.4f}); largest step {steps.max() * 1e3:.2f} mrad')
+    assert steps.max() <= 1.0 * PERIOD_NS * 1e-9 + 1e-12
+
+
+def test_a_slewed_set_point_stopped_on_a_bound_does_not_push_on_outward(engine):
+    """A resume's blend brings the tilt up at 1 rad/s towards an anchor near its upper
+    bound; a point at the bound comes 0.06 rad ahead of the set point, less than the
+    0.125 rad the slew needs to brake from 1 rad/s at 4 rad/s^2. The set point overruns
+    onto the bound and stops there: its speed, the damper's reference, is not outward
+    (it stayed at up to 0.7 rad/s outward for a sixth of a second, the damper pushing
+    the joint towards its stop)."""
+    ctl = law_controller(engine, command_interface='effort', ramp_s=0.5, stale_periods=3.0,
+                         resume_after_fault=True, reference_max_velocity=1.0,
+                         reference_max_acceleration=4.0)
+    upper = ctl._ref_upper[1]
+    anchor = Q0.copy()
+    anchor[1] = upper - 0.02
+    _, now = feed_constant(ctl, anchor, 20)
+    ctl.tick(now + 10 * PERIOD_NS)
+    fell = anchor.copy()
+    fell[1] -= 1.0
+    on_bound, taken = [], False
+    for c in range(400):
+        cmd = ctl.update(now + (20 + c) * PERIOD_NS, fell)
+        if cmd.state not in ('ramping', 'enabled'):
+            continue
+        if not taken and cmd.q_desired[1] >= upper - 0.06:
+            ctl.set_reference(q=np.where(np.arange(8) == 1, upper + 0.05, anchor))
+            taken = True
+        if taken and cmd.q_desired[1] == upper:
+            on_bound.append(ctl._desired[2][1])
+    assert taken and on_bound, 'the set point never reached the bound'
+    print(f'{len(on_bound)} cycles on the bound, speed there at most {max(on_bound):+.3f} '
+          'rad/s')
+    assert max(on_bound) <= 0.0
+
+
+def test_a_ramp_of_zero_seconds_still_keeps_the_references_velocity_limit(engine):
+    """``ramp_s: 0`` and a resume 1 rad from the anchor (the effort path's hold let the arm
+    fall): the blend lasts until 1 rad/s covers the distance (it stepped the whole radian
+    in one cycle under the whole spring)."""
+    ctl = law_controller(engine, command_interface='effort', ramp_s=0.0, stale_periods=3.0,
+                         resume_after_fault=True, reference_max_velocity=1.0,
+                         reference_max_acceleration=4.0)
+    _, now = feed_constant(ctl, Q0, 20)
+    ctl.tick(now + 10 * PERIOD_NS)
+    fell = Q0.copy()
+    fell[1] -= 1.0
+    tilt = []
+    for c in range(300):
+        cmd = ctl.update(now + (20 + c) * PERIOD_NS, fell)
+        if cmd.state in ('ramping', 'enabled'):
+            tilt.append(cmd.q_desired[1])
+    speed = np.abs(np.diff(tilt)) / (PERIOD_NS * 1e-9)
+    print(f'ramp_s 0: the set point at most {speed.max():.3f} rad/s')
+    assert tilt[0] == fell[1] and tilt[-1] == pytest.approx(Q0[1], abs=1e-12)
+    assert speed.max() <= 1.0 + 1e-9
 
 
 @pytest.mark.parametrize('interface', ['position', 'effort'])

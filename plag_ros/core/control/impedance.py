@@ -599,8 +599,7 @@ class PartialImpedanceController:
         reference's velocity limit (a resume far from the anchor: an arm that fell in a
         hold with the torque off came back at that distance over ramp_s)."""
         ramp = self.config.ramp_s
-        if ramp <= 0.0 or self._slew_limits is None or self._anchor is None \
-                or self._ramp_from is None:
+        if self._slew_limits is None or self._anchor is None or self._ramp_from is None:
             return ramp
         sample = self.reference.sample((now_ns - self._t0_ns) * 1e-9, self._anchor)[0]
         distance = np.abs(np.asarray(sample, dtype=np.float64) - self._ramp_from)
@@ -901,8 +900,17 @@ class PartialImpedanceController:
             qd_d, qdd_d = np.where(clipped, 0.0, qd_d), np.where(clipped, 0.0, qdd_d)
         slewed = self._slew_limits is not None and isinstance(self.reference, PointReference)
         if slewed:
+            start = self._desired[1] if self._desired is not None else self._anchor
             q_d, qd_d, qdd_d = self._slewed(now_ns, (q_d, qd_d, qdd_d))
-            q_d = np.clip(q_d, lower, upper)
+            # Inside the bounds widened to where this step began: a slew that begins beyond
+            # a bound (a resume where the arm came to rest there) leaves through its limits,
+            # never in one step; one that overruns onto a bound (taken over too fast to
+            # brake) stops there, at rest: moving on outward, it kept the damper pushing
+            # towards the stop.
+            low, high = np.minimum(lower, start), np.maximum(upper, start)
+            q_d = np.clip(q_d, low, high)
+            out = ((q_d <= low) & (qd_d < 0.0)) | ((q_d >= high) & (qd_d > 0.0))
+            qd_d, qdd_d = np.where(out, 0.0, qd_d), np.where(out, 0.0, qdd_d)
         qd_ref, qdd_ref = qd_d, qdd_d          # the reference's motion, for the feed-forward
         moving = qd_d
         if alpha < 1.0 and not slewed and self._ramp_from is not None:

@@ -126,6 +126,11 @@ _HELD_STILL_RAD = 0.05
 """[rad] How far from where the servos' position hold leaves it a joint may read when a
 fault clears (servo tracking and encoder steps stay well inside); farther is a latched
 ``position_jump``."""
+_HOLD_SETTLE_S = 1.0
+"""[s] After a fault's cause is gone, how long a joint beyond :data:`_HELD_STILL_RAD` may
+take to come to the position hold before it is a ``position_jump``: an arm stopped
+mid-swing overshoots the hold's set point for a moment (a CI run read the elbow 0.055 rad
+past it at the first fresh sample). Meanwhile the fault stays and the servos hold."""
 _SLEW_MAX_STEP_PERIODS = 4.0
 """A point reference's set point moves by at most this many control periods per cycle: a
 cycle late after a stall does not jump it by the stall's worth."""
@@ -403,6 +408,7 @@ class PartialImpedanceController:
         self._q: np.ndarray | None = None        # last valid raw position (n_act,)
         self._q_hold: np.ndarray | None = None
         self._hold_pose: np.ndarray | None = None   # where the position hold leaves the arm
+        self._settling_since_ns: int | None = None  # a clear waiting for the arm to settle
         self._hold_effort = None
         self._last_position: np.ndarray | None = None
         self._last_command: np.ndarray | None = None  # last position sent, any state
@@ -632,6 +638,7 @@ class PartialImpedanceController:
         return q_hold
 
     def _set_fault(self, reason: str) -> None:
+        self._settling_since_ns = None      # a new report: the arm is judged afresh after it
         if self._latched:
             return              # the latched reason stays until the disable that ends it
         if not self._fault and self._enabled:
@@ -641,15 +648,22 @@ class PartialImpedanceController:
     def _clear_fault(self, now_ns: int) -> None:
         if not self._fault or self._latched:
             return
+        moved = self._moved_while_held() if self._enabled and \
+            self.config.resume_after_fault else ''
+        if moved:
+            # A held arm comes to rest at the hold: a reading still this far from it once
+            # the arm had time to settle is false or the arm was moved, and a resume would
+            # pull it towards a set point from before (a jump after a stamp gap passes the
+            # plausibility gate). Until then the fault stays: the servos go on holding.
+            if self._settling_since_ns is None:
+                self._settling_since_ns = now_ns
+            if now_ns - self._settling_since_ns >= _HOLD_SETTLE_S * 1e9:
+                self._fault, self._latched = moved, True
+            return
+        self._settling_since_ns = None
         self._fault = ''
         if self._enabled:
-            moved = self._moved_while_held() if self.config.resume_after_fault else ''
-            if moved:
-                # A held arm does not move: a reading this far from the pose of the hold is
-                # false or the arm was moved, and a resume would pull it towards a set point
-                # from before (a jump after a stamp gap passes the plausibility gate).
-                self._fault, self._latched = moved, True
-            elif self.config.resume_after_fault:
+            if self.config.resume_after_fault:
                 # an enable given during the fault starts now, from where the arm is (its
                 # pose then was the stale one, or the arm was moved since)
                 self._start(now_ns, new_reference=self._enable_pending)

@@ -593,15 +593,16 @@ def test_a_resume_beyond_a_reference_bound_leaves_through_the_slew(engine):
     beyond[1] = ctl._ref_upper[1] + 0.08
     assert beyond[1] < engine.model.joint_upper[engine.model.actuated][1]
     tilt = []
-    for c in range(200):
+    for c in range(400):
         cmd = ctl.update(now + (20 + c) * PERIOD_NS, beyond)
         if cmd.state in ('ramping', 'enabled'):
             tilt.append(cmd.q_desired[1])
     assert tilt[0] == beyond[1]
-    steps = np.abs(np.diff(tilt))
+    steps = np.diff(tilt)
     print(f'first set point {tilt[0]:.4f} rad (the arm {beyond[1]:.4f}, the bound '
-          f'{ctl._ref_upper[1]:.4f}); largest step {steps.max() * 1e3:.2f} mrad')
-    assert steps.max() <= 1.0 * PERIOD_NS * 1e-9 + 1e-12
+          f'{ctl._ref_upper[1]:.4f}); largest step {np.abs(steps).max() * 1e3:.2f} mrad')
+    assert np.abs(steps).max() <= 1.0 * PERIOD_NS * 1e-9 + 1e-12
+    assert (steps <= 0.0).all() and tilt[-1] == pytest.approx(Q0[1], abs=1e-12)  # inward
 
 
 def test_a_slewed_set_point_stopped_on_a_bound_does_not_push_on_outward(engine):
@@ -779,6 +780,58 @@ def test_an_arm_stopped_mid_swing_resumes_once_it_settles_at_the_hold(engine):
     waited = states.index('enabled')
     print(f'held {waited} samples ({waited * PERIOD_NS * 1e-6:.0f} ms) before the resume')
     assert 'fault' not in states[waited:]
+
+
+def test_a_resume_waits_while_a_joint_swings_through_the_band_about_the_hold(engine):
+    """The elbow, stopped mid-swing, oscillates about the hold at 3 Hz, 0.08 rad decaying
+    with 0.15 s: it passes through the 0.05 rad band at over 1 rad/s. The resume waits
+    until the joint is in the band and slower than 0.5 rad/s (it resumed at the first
+    sample in the band, 1.2 rad/s fast: the ramp anchored mid-swing)."""
+    ctl = law_controller(engine, command_interface='position', servo_stiffness=5.0,
+                         resume_after_fault=True, max_position_step=10.0)
+    _, now = feed_constant(ctl, Q0, 10)
+    ctl.tick(now + 6 * PERIOD_NS)
+    start, resumed_at = now + 7 * PERIOD_NS, None
+    for c in range(300):
+        t = c * PERIOD_NS * 1e-9
+        q = Q0.copy()
+        q[3] += 0.08 * math.exp(-t / 0.15) * math.cos(2 * math.pi * 3.0 * t)
+        cmd = ctl.update(start + c * PERIOD_NS, q)
+        if cmd.state == 'enabled':
+            resumed_at = t
+            break
+    assert resumed_at is not None and not ctl.latched
+    swing = 0.08 * math.exp(-resumed_at / 0.15)
+    speed = swing * math.hypot(2 * math.pi * 3.0, 1 / 0.15)        # the swing's speed bound
+    print(f'resumed {resumed_at * 1e3:.0f} ms after the input came back, the swing then '
+          f'within {swing:.4f} rad, at most {speed:.2f} rad/s')
+    assert speed < 1.0
+
+
+def test_gaps_in_the_input_do_not_put_off_a_position_jump_for_good(engine):
+    """A reading 0.1 rad from the hold, the input dropping for 150 ms every half second:
+    each gap is a new stale fault and warm-up, but the second the arm has to settle
+    counts from the first fresh sample, and the position_jump is latched (each report
+    started the second again, and the fault never latched nor cleared)."""
+    ctl = law_controller(engine, command_interface='position', servo_stiffness=5.0,
+                         resume_after_fault=True, max_position_step=10.0, stale_periods=3.0)
+    _, now = feed_constant(ctl, Q0, 10)
+    ctl.tick(now + 6 * PERIOD_NS)
+    moved = Q0.copy()
+    moved[3] += 0.1
+    t_ns, latched_at = now + 7 * PERIOD_NS, None
+    for c in range(1000):
+        if c % 100 < 70:                    # 350 ms of input, then 150 ms without
+            ctl.update(t_ns, moved)
+        else:
+            ctl.tick(t_ns)
+        if ctl.latched:
+            latched_at = (t_ns - now - 7 * PERIOD_NS) * 1e-9
+            break
+        t_ns += PERIOD_NS
+    assert latched_at is not None and ctl.fault.startswith('position_jump')
+    print(f'latched {latched_at:.3f} s after the input first came back')
+    assert latched_at <= 1.6
 
 
 def test_the_ramp_moves_the_set_point_and_leaves_gravity_whole(engine):

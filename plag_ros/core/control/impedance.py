@@ -131,6 +131,10 @@ _HOLD_SETTLE_S = 1.0
 take to come to the position hold before it is a ``position_jump``: an arm stopped
 mid-swing overshoots the hold's set point for a moment (a CI run read the elbow 0.055 rad
 past it at the first fresh sample). Meanwhile the fault stays and the servos hold."""
+_HELD_STILL_RAD_S = 0.5
+"""[rad/s] A resume also waits for every joint's estimated speed to fall below this: an
+arm swinging about the hold passes through the 0.05 rad band at speed, and a resume
+there would anchor the ramp mid-swing (an encoder at rest reads well below it)."""
 _SLEW_MAX_STEP_PERIODS = 4.0
 """A point reference's set point moves by at most this many control periods per cycle: a
 cycle late after a stall does not jump it by the stall's worth."""
@@ -500,6 +504,7 @@ class PartialImpedanceController:
 
     def set_enabled(self, enable: bool, now_ns: int) -> tuple[bool, str]:
         """Request enable (ramp from alpha = 0) or disable (hold). Returns (success, message)."""
+        self._settling_since_ns = None      # a wait to resume judges a new request afresh
         if not enable:
             if self._enabled:
                 self._enabled = False
@@ -638,14 +643,20 @@ class PartialImpedanceController:
         return q_hold
 
     def _set_fault(self, reason: str) -> None:
-        self._settling_since_ns = None      # a new report: the arm is judged afresh after it
         if self._latched:
             return              # the latched reason stays until the disable that ends it
         if not self._fault and self._enabled:
             self._latch_hold()  # disabled: already latched at disable or first state
         self._fault = reason
 
-    def _clear_fault(self, now_ns: int) -> None:
+    def _clear_fault(self, now_ns: int, qd: np.ndarray) -> None:
+        """End the fault whose cause is gone, given the sample's estimated (n_act,) ``qd``
+        [rad/s]: resume (``resume_after_fault``) or disable. On the position path, a
+        resume waits, the fault in force and the servos holding, until the arm has
+        settled at the hold (:meth:`_moved_while_held`, and every joint slower than
+        :data:`_HELD_STILL_RAD_S`); a joint still beyond the band :data:`_HOLD_SETTLE_S`
+        after the first such sample (gaps and new fault reports do not restart that time)
+        is a latched ``position_jump``."""
         if not self._fault or self._latched:
             return
         moved = self._moved_while_held() if self._enabled and \
@@ -654,12 +665,17 @@ class PartialImpedanceController:
             # A held arm comes to rest at the hold: a reading still this far from it once
             # the arm had time to settle is false or the arm was moved, and a resume would
             # pull it towards a set point from before (a jump after a stamp gap passes the
-            # plausibility gate). Until then the fault stays: the servos go on holding.
+            # plausibility gate).
             if self._settling_since_ns is None:
                 self._settling_since_ns = now_ns
             if now_ns - self._settling_since_ns >= _HOLD_SETTLE_S * 1e9:
                 self._fault, self._latched = moved, True
+                self._settling_since_ns = None
             return
+        if self._enabled and self._hold_pose is not None and \
+                self.config.resume_after_fault and \
+                float(np.max(np.abs(qd), initial=0.0)) > _HELD_STILL_RAD_S:
+            return      # in the band but still swinging through it
         self._settling_since_ns = None
         self._fault = ''
         if self._enabled:
@@ -742,7 +758,7 @@ class PartialImpedanceController:
             self._latch_hold()
             if self.config.start_enabled:
                 self.set_enabled(True, now_ns)
-        self._clear_fault(now_ns)
+        self._clear_fault(now_ns, sample.qd)
         if not self._enabled or self._fault:
             return self._hold(now_ns)
         taken_ns = now_ns if stamp_ns is None else min(int(stamp_ns), now_ns)

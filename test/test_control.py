@@ -146,6 +146,25 @@ def law_controller(engine, **changes) -> PartialImpedanceController:
     return PartialImpedanceController(engine, ImpedanceConfig(**{**settings, **changes}))
 
 
+def slewed_effort_controller(engine, ramp_s: float) -> PartialImpedanceController:
+    """The effort path resuming after a fault, a point reference slewed at 1 rad/s and
+    4 rad/s^2, stale after 3 periods."""
+    return law_controller(engine, command_interface='effort', ramp_s=ramp_s, stale_periods=3.0,
+                          resume_after_fault=True, reference_max_velocity=1.0,
+                          reference_max_acceleration=4.0)
+
+
+def stale_with_the_tilt_fallen(ctl) -> tuple[int, np.ndarray]:
+    """Enable ``ctl`` at Q0 (20 samples) and let its input go stale: the time of the last
+    sample [ns] and the pose 1 rad lower on the tilt where the effort path's hold (no
+    position loop) lets the arm fall meanwhile."""
+    _, now = feed_constant(ctl, Q0, 20)
+    ctl.tick(now + 10 * PERIOD_NS)
+    fell = Q0.copy()
+    fell[1] -= 1.0
+    return now, fell
+
+
 def test_nothing_compensated_is_plain_joint_impedance(engine):
     ctl = law_controller(engine)
     rng = np.random.default_rng(3)
@@ -550,13 +569,8 @@ def test_a_point_taken_from_a_fast_blend_keeps_the_slew_limits_and_the_bounds(en
     half-way through. Throughout, the set point moves at most 1 rad/s and stays inside the
     reference bounds, ending on the point (on 0a1b812 the slew took over the blend's speed,
     slowed only at 4 rad/s^2: after a 0.1 s ramp it ran on to 12.6 rad, the bound 1.47)."""
-    ctl = law_controller(engine, command_interface='effort', ramp_s=ramp_s, stale_periods=3.0,
-                         resume_after_fault=True, reference_max_velocity=1.0,
-                         reference_max_acceleration=4.0)
-    _, now = feed_constant(ctl, Q0, 20)
-    ctl.tick(now + 10 * PERIOD_NS)
-    fell = Q0.copy()
-    fell[1] -= 1.0
+    ctl = slewed_effort_controller(engine, ramp_s)
+    now, fell = stale_with_the_tilt_fallen(ctl)
     start, tilt, point = now + 20 * PERIOD_NS, [], None
     for c in range(1000):
         cmd = ctl.update(start + c * PERIOD_NS, fell)
@@ -581,9 +595,7 @@ def test_a_resume_beyond_a_reference_bound_leaves_through_the_slew(engine):
     bound (within the joint's limit), a point reference held at the anchor. The set point
     starts where the arm is and moves at most the slew's 1 rad/s (the clip into the bounds
     took it to the bound in the first cycle: 0.08 rad under the whole spring)."""
-    ctl = law_controller(engine, command_interface='effort', ramp_s=0.5, stale_periods=3.0,
-                         resume_after_fault=True, reference_max_velocity=1.0,
-                         reference_max_acceleration=4.0)
+    ctl = slewed_effort_controller(engine, 0.5)
     _, now = feed_constant(ctl, Q0, 20)
     ctl.set_reference(q=Q0)
     _, now = feed_constant(ctl, Q0, 20, start_ns=now + PERIOD_NS)
@@ -612,9 +624,7 @@ def test_a_slewed_set_point_stopped_on_a_bound_does_not_push_on_outward(engine):
     onto the bound and stops there: its speed, the damper's reference, is not outward
     (it stayed at up to 0.7 rad/s outward for a sixth of a second, the damper pushing
     the joint towards its stop)."""
-    ctl = law_controller(engine, command_interface='effort', ramp_s=0.5, stale_periods=3.0,
-                         resume_after_fault=True, reference_max_velocity=1.0,
-                         reference_max_acceleration=4.0)
+    ctl = slewed_effort_controller(engine, 0.5)
     upper = ctl._ref_upper[1]
     anchor = Q0.copy()
     anchor[1] = upper - 0.02
@@ -642,13 +652,8 @@ def test_a_ramp_of_zero_seconds_still_keeps_the_references_velocity_limit(engine
     """``ramp_s: 0`` and a resume 1 rad from the anchor (the effort path's hold let the arm
     fall): the blend lasts until 1 rad/s covers the distance (it stepped the whole radian
     in one cycle under the whole spring)."""
-    ctl = law_controller(engine, command_interface='effort', ramp_s=0.0, stale_periods=3.0,
-                         resume_after_fault=True, reference_max_velocity=1.0,
-                         reference_max_acceleration=4.0)
-    _, now = feed_constant(ctl, Q0, 20)
-    ctl.tick(now + 10 * PERIOD_NS)
-    fell = Q0.copy()
-    fell[1] -= 1.0
+    ctl = slewed_effort_controller(engine, 0.0)
+    now, fell = stale_with_the_tilt_fallen(ctl)
     tilt = []
     for c in range(300):
         cmd = ctl.update(now + (20 + c) * PERIOD_NS, fell)

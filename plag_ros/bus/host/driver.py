@@ -1193,9 +1193,7 @@ class BusDriver:
         their torque off (rebooted again; off since the failed try, :data:`MAP_AGAIN_EVERY_S`
         after it)."""
         left = self._map(self._remapped)
-        for servo_id in self._remapped:
-            self._map_due.pop(servo_id, None)
-        self._map_due.update(dict.fromkeys(left, self.clock() + MAP_AGAIN_EVERY_S))
+        due = self.clock() + MAP_AGAIN_EVERY_S
         self._unmapped = [i for i in self.ids if i in left
                           or (i in self._unmapped and i not in self._remapped)]
         for servo_id in self._remapped:
@@ -1203,8 +1201,10 @@ class BusDriver:
             # (a goal's bytes perhaps in part): it keeps its hold's goal, written directly
             if servo_id in left:
                 self._write_group.removeParam(servo_id)
+                self._map_due[servo_id] = due
             else:                     # (the SDK refuses an ID it has: nothing changes)
                 self._write_group.addParam(servo_id, bytes(WRITE_LENGTH))
+                self._map_due.pop(servo_id, None)
         self.log(f'IDs {self._remapped} came back with their indirect addresses reset: '
                  + (f'IDs {left} could not be mapped again' if left else 'mapped again'))
 

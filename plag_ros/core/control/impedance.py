@@ -659,8 +659,8 @@ class PartialImpedanceController:
         is a latched ``position_jump``."""
         if not self._fault or self._latched:
             return
-        moved = self._moved_while_held() if self._enabled and \
-            self.config.resume_after_fault else ''
+        resuming = self._enabled and self.config.resume_after_fault
+        moved = self._moved_while_held() if resuming else ''
         if moved:
             # A held arm comes to rest at the hold: a reading still this far from it once
             # the arm had time to settle is false or the arm was moved, and a resume would
@@ -672,19 +672,17 @@ class PartialImpedanceController:
                 self._fault, self._latched = moved, True
                 self._settling_since_ns = None
             return
-        if self._enabled and self._hold_pose is not None and \
-                self.config.resume_after_fault and \
+        if resuming and self._hold_pose is not None and \
                 float(np.max(np.abs(qd), initial=0.0)) > _HELD_STILL_RAD_S:
             return      # in the band but still swinging through it
         self._settling_since_ns = None
         self._fault = ''
-        if self._enabled:
-            if self.config.resume_after_fault:
-                # an enable given during the fault starts now, from where the arm is (its
-                # pose then was the stale one, or the arm was moved since)
-                self._start(now_ns, new_reference=self._enable_pending)
-            else:
-                self._enabled = False
+        if resuming:
+            # an enable given during the fault starts now, from where the arm is (its pose
+            # then was the stale one, or the arm was moved since)
+            self._start(now_ns, new_reference=self._enable_pending)
+        elif self._enabled:
+            self._enabled = False
 
     def _moved_while_held(self) -> str:
         """'position_jump: ...' when the servos' position loops held the arm (position

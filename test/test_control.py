@@ -839,6 +839,25 @@ def test_gaps_in_the_input_do_not_put_off_a_position_jump_for_good(engine):
     assert latched_at <= 1.6
 
 
+def test_a_joint_the_node_does_not_command_may_move_during_a_hold(engine):
+    """The node commands the 7 arm joints; the gripper has its own controller. Opened
+    0.4 rad (and still moving) while the input was stale, it neither latches a
+    position_jump nor delays the resume: the node's hold is not its hold (it latched)."""
+    arm_only = [True] * 7 + [False]
+    ctl = law_controller(engine, command_interface='position', servo_stiffness=5.0,
+                         resume_after_fault=True, max_position_step=10.0, monitored=arm_only)
+    _, now = feed_constant(ctl, Q0, 10)
+    ctl.tick(now + 6 * PERIOD_NS)
+    assert ctl.fault == 'stale'
+    states = []
+    for c in range(40):
+        q = Q0.copy()
+        q[7] += min(0.4, 2.0 * c * PERIOD_NS * 1e-9)          # opening at 2 rad/s
+        states.append(ctl.update(now + (7 + c) * PERIOD_NS, q).state)
+    assert not ctl.latched and states[-1] == 'enabled', (ctl.fault, states[-1])
+    assert states.index('enabled') <= 6           # the estimator's warm-up, no more
+
+
 def test_the_ramp_moves_the_set_point_and_leaves_gravity_whole(engine):
     ctl = law_controller(engine, ramp_s=1.0, start_enabled=False,
                          estimator=EstimatorConfig(gap_periods=1e6), stale_periods=1e6)

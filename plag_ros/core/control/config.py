@@ -120,8 +120,8 @@ class ImpedanceConfig:
         saturation_travel_limit: [rad] how far a joint may move against its effort while
             that effort is clipped (measured from where the clip began) before a latched
             ``saturation`` fault (effort interface); inf = off.
-        monitored: (n_act,) bools, joints the monitor checks (those actually commanded);
-            None = all.
+        monitored: (n_act,) bools, joints the monitor checks (those actually commanded),
+            the only ones a resume waits for and judges against the hold; None = all.
         estimator: settings of the joint state estimator run inside the controller
             (default :data:`CONTROL_ESTIMATOR`).
         gain_check: what to do with a commanded joint whose (K, D) have a gain margin below

@@ -673,7 +673,7 @@ class PartialImpedanceController:
                 self._settling_since_ns = None
             return
         if resuming and self._hold_pose is not None and \
-                float(np.max(np.abs(qd), initial=0.0)) > _HELD_STILL_RAD_S:
+                float(np.max(np.abs(qd[self._monitored]), initial=0.0)) > _HELD_STILL_RAD_S:
             return      # in the band but still swinging through it
         self._settling_since_ns = None
         self._fault = ''
@@ -689,10 +689,12 @@ class PartialImpedanceController:
         interface) and a joint reads more than :data:`_HELD_STILL_RAD` from where that
         hold leaves it (its set point less the sag); else ''. The effort path's holds do
         not keep the arm still (open-loop gravity drifts and lets a moving joint coast;
-        'zero' lets it fall): there a resume is judged by nothing but its ramp."""
+        'zero' lets it fall): there a resume is judged by nothing but its ramp. A joint
+        the node does not command (``monitored`` off: the gripper, on its own controller)
+        is not held by it, and may move."""
         if self._hold_pose is None or self._q is None:
             return ''
-        moved = np.abs(self._q - self._hold_pose)
+        moved = np.where(self._monitored, np.abs(self._q - self._hold_pose), 0.0)
         k = int(np.argmax(moved))
         if moved[k] <= _HELD_STILL_RAD:
             return ''

@@ -26,9 +26,13 @@ from plag_ros.core.estimation.filters import (
     _newest_weights,
     design_lowpass,
     estimate_offline,
+    filter_start_up_rows,
+    gap_free_segments,
     grid_nodes,
     lagrange_derivative_weights,
     lowpass_group_delay_s,
+    settling_samples,
+    start_up_width,
 )
 
 RATE_HZ = 200.0
@@ -777,3 +781,26 @@ def test_config_frozen_and_estimator_arguments():
         JointStateEstimator(0, config)
     with pytest.raises(TypeError, match='EstimatorConfig'):
         JointStateEstimator(3, {'cutoff_hz': 8.0})
+
+
+def test_the_start_up_rows_are_each_segments_ends_as_the_estimate_cuts_them():
+    """A step above gap_periods (5) splits the recording where estimate_offline splits it;
+    each segment's first and last width rows are marked, and all of a short segment. The
+    width is the slowest pole's decay to e^-3, counted independently here from the pole."""
+    config = EstimatorConfig()
+    pole = max(abs(np.roots(section[3:])).max() for section in design_lowpass(config))
+    width = math.ceil(3.0 / -math.log(pole))
+    assert start_up_width(config) == width == settling_samples(design_lowpass(config), 3.0)
+    ticks = np.r_[np.arange(100), 103.5 + np.arange(100),       # 4.5 periods: one segment
+                  208 + np.arange(100),                          # 5.5 periods: a cut
+                  313 + np.arange(width + 3)]                    # a segment under 2 widths
+    t_ns = np.rint(ticks * PERIOD_NS).astype(np.int64)
+    assert gap_free_segments(t_ns, config) == [(0, 200), (200, 300), (300, 303 + width)]
+
+    rows = filter_start_up_rows(t_ns, config)
+
+    expected = np.zeros(len(t_ns), dtype=bool)
+    for start, stop in ((0, 200), (200, 300)):
+        expected[start:start + width] = expected[stop - width:stop] = True
+    expected[300:] = True
+    np.testing.assert_array_equal(rows, expected)

@@ -16,11 +16,13 @@ recording swings six joints with sums of sines; the wrist stays still. Checked:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 import torch
 
+from plag_ros.apps.identify_input import read_estimated
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.regressor import inertial_parameters
@@ -32,6 +34,7 @@ from plag_ros.core.identification.fit import (
     predict,
     pseudo_inertia,
 )
+from plag_ros.io.table import ColumnMapping
 
 RATE_HZ = 200.0
 WRIST = 6                      # joint index left unexcited
@@ -326,3 +329,52 @@ def test_the_effort_scale_fit_against_a_known_slope():
         identify_effort_scale(payload, payload[:10])
     with pytest.raises(ValueError, match='2 blocks'):
         identify_effort_scale(payload, payload, blocks=1)
+
+
+def test_a_recording_cut_mid_motion_leaves_the_filters_start_up_out(nominal, tmp_path):
+    """Issue 53, segment edges: a file that starts and ends mid-motion, with a 20-period
+    stamp gap in the middle (the estimator restarts there), encoder-quantised positions and
+    the arm's own torque plus 5 mN*m of noise. At the four segment ends the zero-phase
+    filter runs into its odd extension: within 5 rows the acceleration is off by about
+    10x the motion's RMS and the model's torque by more than the torque itself. Those rows
+    get a NaN effort (neither fitted nor scored); every row kept is at the noise level."""
+    k = np.r_[np.arange(1000), np.arange(1020, 2000)]
+    t = k / RATE_HZ
+    q, qd, qdd = (np.zeros((len(t), nominal.n_joints)) for _ in range(3))
+    for j in range(4):
+        mid = 0.5 * (nominal.joint_lower[j] + nominal.joint_upper[j])
+        w, a = 2 * np.pi * (0.2 + 0.1 * j), 0.4
+        q[:, j] = mid + a * np.sin(w * t + j)
+        qd[:, j], qdd[:, j] = a * w * np.cos(w * t + j), -a * w * w * np.sin(w * t + j)
+    tau = predict(nominal, q, qd, qdd) + np.random.default_rng(5).normal(
+        0.0, 0.005, (len(t), int(nominal.actuated.sum())))
+    step = 2 * math.pi / 4096
+    columns = {'t': t}
+    for i, name in enumerate(nominal.actuated_names):
+        columns[f'p{i + 1}'] = np.round(q[:, nominal.joint_names.index(name)] / step) * step
+        columns[f'e{i + 1}'] = tau[:, i]
+    path = tmp_path / 'cut.csv'
+    path.write_text(','.join(columns) + '\n' + '\n'.join(
+        ','.join(repr(float(v[r])) for v in columns.values()) for r in range(len(t))) + '\n')
+
+    r = read_estimated(nominal, path, columns=ColumnMapping(time='t', position='p{index}',
+                                                            effort='e{index}'))
+
+    width = r.start_up_width
+    assert len(r.q) == len(t) and r.start_up_rows == 4 * width
+    left_out = np.zeros(len(t), dtype=bool)
+    for end in (0, 1000 - width, 1000, len(t) - width):
+        left_out[end:end + width] = True
+    np.testing.assert_array_equal(np.isnan(r.torque).any(axis=1), left_out)
+    assert not np.isnan(r.torque[~left_out]).any()
+    model_error = predict(nominal, r.q, r.qd, r.qdd) - tau
+    distance = np.min([np.abs(np.arange(len(t)) - end) for end in (0, 999, 1000, len(t) - 1)],
+                      axis=0)
+
+    def rms(rows: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(model_error[rows] ** 2)))
+
+    interior = rms(distance >= 3 * width)
+    assert interior < 0.04                        # measured 0.020 N*m (10 Hz low-pass)
+    assert rms((distance >= width) & (distance < 3 * width)) < 2.0 * interior
+    assert rms(left_out) > 10.0 * interior        # measured 27x

@@ -279,6 +279,11 @@ def _delay(value: str) -> str | float:
 def _read_one(model: RobotModel, path: Path, settings: dict) -> Estimated:
     """One recording, its left-out channels said at once (before any fit can fail)."""
     recording = read_estimated(model, path, **settings)
+    if recording.start_up_rows:
+        print(f'plag-ros identify: {path}: {recording.start_up_rows} of {len(recording.q)} '
+              f'rows ({recording.start_up_rows / len(recording.q):.1%}) left out of fit and '
+              f"score: the filter's start-up, {recording.start_up_width} rows at each end "
+              'and at each stamp gap')
     for channel in recording.channels:
         print(f'plag-ros identify: {path}: {channel.joint} left out: '
               f'{channel.kind.replace("_", " ")} ({channel.detail})')
@@ -326,7 +331,9 @@ def _recordings_section(recordings: dict[Path, Estimated]) -> list[dict]:
                     'missing_joints': list(r.missing_joints),
                     'channels_left_out': [{'joint': f.joint, 'kind': f.kind,
                                            'detail': f.detail} for f in r.channels],
-                    'effort_delay': delay, 'delay_removed_s': r.delay_removed_s})
+                    'effort_delay': delay, 'delay_removed_s': r.delay_removed_s,
+                    'filter_start_up': {'rows_left_out': r.start_up_rows,
+                                        'rows_at_each_end': r.start_up_width}})
     return out
 
 

@@ -20,6 +20,10 @@ Every recording goes through the same steps, whatever its source:
    which the fit leaves out.
 6. **Delay**: the effort's delay behind the states is estimated
    (:func:`~plag_ros.core.identification.delay.estimate_delay`) and, when asked, removed.
+7. **Segment ends**: the rows that carry the zero-phase filter's start-up at the
+   recording's ends and at each stamp gap
+   (:func:`~plag_ros.core.estimation.filters.filter_start_up_rows`) get a NaN effort, so
+   that neither the fit nor the score sees them; how many is reported.
 """
 from __future__ import annotations
 
@@ -33,7 +37,12 @@ from plag_ros.core.decomposition.analysis import AnalysisOptions, estimate_recor
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.motors import DEFAULT_POSITION_RESOLUTION
-from plag_ros.core.estimation.filters import EstimatorConfig, lowpass_offline
+from plag_ros.core.estimation.filters import (
+    EstimatorConfig,
+    filter_start_up_rows,
+    lowpass_offline,
+    start_up_width,
+)
 from plag_ros.core.estimation.friction import rest_band
 from plag_ros.core.identification.channels import ChannelFinding, audit_effort
 from plag_ros.core.identification.delay import DelayEstimate, estimate_delay, shift_effort
@@ -62,6 +71,8 @@ class Estimated:
             delay (None: the recording is too short or nothing moves);
             delay_removed_s: the delay taken out of ``torque`` [s].
         missing_joints: model joints the recording has no position for (held at zero).
+        start_up_rows: rows left out at segment ends (module docstring, step 7);
+        start_up_width: the rows left out at each end of a segment.
     """
 
     path: Path
@@ -78,6 +89,8 @@ class Estimated:
     delay: DelayEstimate | None
     delay_removed_s: float
     missing_joints: tuple[str, ...]
+    start_up_rows: int
+    start_up_width: int
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self.q, self.qd, self.qdd, self.torque
@@ -177,7 +190,10 @@ def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | No
         removed = float(delay)
     if removed:
         torque = shift_effort(torque, int(round(removed * rate)))
+    start_up = filter_start_up_rows(t_ns[index], estimator)
+    torque[start_up] = np.nan
     return Estimated(path=path, t=t_ns[index] * 1e-9, q=q, qd=qd, qdd=qdd, torque=torque,
                      rate_hz=rate, cutoff_hz=cutoff, band=band, resolution=resolution,
                      channels=findings, delay=estimate, delay_removed_s=removed,
-                     missing_joints=missing)
+                     missing_joints=missing, start_up_rows=int(start_up.sum()),
+                     start_up_width=start_up_width(estimator))

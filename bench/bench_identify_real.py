@@ -11,6 +11,11 @@ one call per sample, and ``numpy.linalg.lstsq``); the ratio is ours / the peer's
 held-out RMS over the joints that move for the nominal model, the identified one and the
 peer, and the total mass.
 
+``--folds`` adds leave-one-recording-out: each of the five recordings scored by a fit on
+the other four, per joint that moves in it, for the nominal model, ours and the peer;
+a fold passes when ours cuts the nominal error by 50 % or more over the moving joints and
+is within 1.1x the peer on each of them.
+
 ``--spectrum`` prints where each recording's motion and torque have their power (the
 reason for the 5 Hz cut-off); ``--channels`` the two signs that tell a model's output from
 a measurement (:mod:`plag_ros.core.identification.channels`) for the measured and the
@@ -19,8 +24,8 @@ model-computed torque columns of every recording, and for a simulated torque sen
 The recordings are found under ``$PLAG_SHARED_DATA/real_arms/kinova_gen3`` or
 ``../shared/data/real_arms/kinova_gen3`` beside the repository.
 
-Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--spectrum]
-[--channels]``.
+Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--folds]
+[--spectrum] [--channels]``.
 """
 from __future__ import annotations
 
@@ -113,9 +118,43 @@ def channels(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
           f'{noise_floor(sensor[:, joints]):7.3%}')
 
 
+def folds(model: RobotModel, recordings: dict) -> None:
+    """Leave-one-recording-out (module docstring): a line per fold, then per joint."""
+    act = list(model.actuated_names)
+    print(f'leave-one-recording-out ({len(recordings)} folds), held-out RMS [N*m] over the '
+          'rows where each joint moves: nominal / identified / least squares')
+    passed = 0
+    band = np.max([r.band for r in recordings.values()], axis=0)
+    for name, held in recordings.items():
+        fitted = [r for other, r in recordings.items() if other != name]
+        q, qd, qdd, torque = stacked(fitted)
+        ours = identify(model, q, qd, qdd, torque, rest_band=band)
+        peer = fit_peer(model, q, qd, qdd, torque, rest_band=band)
+        hq, hqd, hqdd, htorque = held.arrays()
+        moving = np.abs(hqd[:, model.actuated]) > band[model.actuated]
+        errors = held_out_errors(model, {
+            'nominal': predict(model, hq, hqd, hqdd),
+            'identified': ours.predict(model, hq, hqd, hqdd),
+            'least_squares': peer.predict(model, hq, hqd, hqdd)}, htorque, moving)
+        overall = errors['over_moving_joints']
+        moved = [k for k in range(len(act)) if errors['nominal'][k] is not None]
+        ratios = [errors['identified'][k] / errors['least_squares'][k] for k in moved]
+        cut = 1.0 - overall['identified'] / overall['nominal']
+        ok = cut >= 0.5 and max(ratios) <= 1.1
+        passed += ok
+        print(f'  {name:28s} {overall["nominal"]:6.3f} / {overall["identified"]:6.3f} / '
+              f'{overall["least_squares"]:6.3f} ({cut:.0%} less; worst joint '
+              f'{max(ratios):.2f}x the peer) {"pass" if ok else "FAIL"}')
+        for k in moved:
+            print(f'    {act[k]:26s} {errors["nominal"][k]:6.3f} / {errors["identified"][k]:6.3f}'
+                  f' / {errors["least_squares"][k]:6.3f} ({ratios[moved.index(k)]:.2f}x)')
+    print(f'folds passed: {passed} of {len(recordings)}')
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repeat', type=int, default=3)
+    parser.add_argument('--folds', action='store_true')
     parser.add_argument('--spectrum', action='store_true')
     parser.add_argument('--channels', action='store_true')
     args = parser.parse_args()
@@ -167,6 +206,8 @@ def main() -> int:
           f'{least:.3f} N*m (identified / least squares {identified / least:.2f}); total '
           f'mass {model.body_mass.sum():.3f} -> {mass:.3f} kg '
           f'({mass / model.body_mass.sum() - 1:+.0%})')
+    if args.folds:
+        folds(model, dict(zip(FITTED + HELD_OUT, fitted + held)))
     print(f'finished {time.strftime("%Y-%m-%d %H:%M:%S")}')
     return 0
 

@@ -91,7 +91,7 @@ def main() -> None:
           f'{"pin p50":>8s} {"pin p99":>8s} {"x p50":>6s} {"x p99":>6s}')
     for rate in (200.0, 1000.0):
         stamps, q = trajectory(args.cycles, rate)
-        base = ImpedanceConfig(stiffness=10.0, damping=0.5, start_enabled=True, ramp_s=0.0,
+        base = ImpedanceConfig(stiffness=2.0, damping=0.1, start_enabled=True, ramp_s=0.0,
                                rate_hz=rate, estimator=EstimatorConfig(
                                    cutoff_hz=min(25.0, 0.2 * rate), rate_hz=rate))
         peer = time_pinocchio(model, q, rate)

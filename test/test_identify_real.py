@@ -149,3 +149,30 @@ def test_identify_refuses_a_recording_with_nothing_measured(kinova, tmp_path, ca
     assert 'joint_1 left out: model output' in captured.out
     assert 'nothing to fit' in captured.err
 
+
+
+def test_effort_is_overrides_the_audit_per_channel_and_says_so(kinova, tmp_path, capsys):
+    """The same model-computed columns, declared measured: kept and fitted, the audit's
+    evidence printed with 'kept'; one declared a model is left out by the user's word; an
+    unknown joint is a clear error (exit 2)."""
+    mapping = tmp_path / 'columns.yaml'
+    data = yaml.safe_load(COLUMNS.read_text())
+    data['effort'] = 'Torque{index}'
+    mapping.write_text(yaml.safe_dump(data))
+    run = ['identify', str(kinova / 'RunTrajectory1.csv.gz'), '--columns', str(mapping),
+           '--urdf', str(kinova / 'kinovaGen3.urdf'), '--cutoff', str(CUTOFF_HZ)]
+    code = main([*run, '-o', str(tmp_path / 'out'), '--effort-is', 'measured',
+                 '--effort-is', 'joint_7=model'])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert 'joint_1 kept: declared measured (kept as declared (--effort-is), though one ' \
+           'rigid-body parameter set explains these 6 channels' in captured.out
+    assert 'joint_7 left out: model output (declared a model output (--effort-is))' \
+           in captured.out
+    recording = yaml.safe_load((tmp_path / 'out' / 'identified.yaml').read_text()
+                               )['recordings'][0]
+    assert [c['joint'] for c in recording['channels_kept_as_declared']] == [
+        f'joint_{k}' for k in range(1, 7)]
+    assert [c['joint'] for c in recording['channels_left_out']] == ['joint_7']
+    assert main([*run, '-o', str(tmp_path / 'bad'), '--effort-is', 'joint_9=measured']) == 2
+    assert "no actuated joint 'joint_9'" in capsys.readouterr().err

@@ -60,6 +60,7 @@ from plag_ros.core.dynamics.model_parameters import (
     apply_model_parameters,
     load_model_parameters,
 )
+from plag_ros.core.identification.channels import parse_declared
 from plag_ros.core.identification.fit import (
     IdentificationPrior,
     Identified,
@@ -172,6 +173,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--delay', default='none', metavar='none|auto|SECONDS',
                         help="the effort's delay behind the states: always estimated and "
                              "reported; 'auto' removes the estimate, a number that delay")
+    parser.add_argument('--effort-is', action='append', default=[],
+                        metavar='[JOINT=]measured|model',
+                        help="what the effort channels are, over the audit's verdict: "
+                             "'measured' keeps a channel the audit takes for a model's "
+                             "output (a clean torque sensor can look like one), 'model' "
+                             'leaves it out; without JOINT= every channel; repeatable')
     parser.add_argument('--offset', action='store_true',
                         help='fit a constant torque offset per joint (a sensor bias)')
     parser.add_argument('--stribeck', type=float, default=0.0, metavar='V_S',
@@ -285,7 +292,8 @@ def _read_one(model: RobotModel, path: Path, settings: dict) -> Estimated:
               f"score: the filter's start-up, {recording.start_up_width} rows at each end "
               'and at each stamp gap')
     for channel in recording.channels:
-        print(f'plag-ros identify: {path}: {channel.joint} left out: '
+        print(f'plag-ros identify: {path}: {channel.joint} '
+              f'{"left out" if channel.left_out else "kept"}: '
               f'{channel.kind.replace("_", " ")} ({channel.detail})')
     return recording
 
@@ -296,7 +304,8 @@ def _read_all(args: argparse.Namespace, model: RobotModel
     into the fitted and the held-out rows; and the servo fit's inputs."""
     columns = ColumnMapping.from_yaml(args.columns) if args.columns else None
     settings = {'columns': columns, 'cutoff_hz': args.cutoff,
-                'position_resolution': args.position_resolution, 'delay': _delay(args.delay)}
+                'position_resolution': args.position_resolution, 'delay': _delay(args.delay),
+                'declared': parse_declared(args.effort_is, model.actuated_names)}
     fit, held = Recording(), Recording()
     recordings: dict[Path, Estimated] = {}
     servo: list[tuple] = []
@@ -330,7 +339,10 @@ def _recordings_section(recordings: dict[Path, Estimated]) -> list[dict]:
                     'rest_band': float(r.band.max()),
                     'missing_joints': list(r.missing_joints),
                     'channels_left_out': [{'joint': f.joint, 'kind': f.kind,
-                                           'detail': f.detail} for f in r.channels],
+                                           'detail': f.detail}
+                                          for f in r.channels if f.left_out],
+                    'channels_kept_as_declared': [{'joint': f.joint, 'detail': f.detail}
+                                                  for f in r.channels if not f.left_out],
                     'effort_delay': delay, 'delay_removed_s': r.delay_removed_s,
                     'filter_start_up': {'rows_left_out': r.start_up_rows,
                                         'rows_at_each_end': r.start_up_width}})
@@ -340,7 +352,7 @@ def _recordings_section(recordings: dict[Path, Estimated]) -> list[dict]:
 def _left_out(recordings: dict[Path, Estimated]) -> str:
     """'; effort channels left out: ...' naming each with its recording and why, or ''."""
     left = [f'{path.name}: {f.joint} ({f.kind.replace("_", " ")})'
-            for path, r in recordings.items() for f in r.channels]
+            for path, r in recordings.items() for f in r.channels if f.left_out]
     return '; effort channels left out: ' + ', '.join(left) if left else ''
 
 

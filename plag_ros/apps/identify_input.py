@@ -67,7 +67,8 @@ class Estimated:
             channels left out (and at the ends a removed delay leaves uncovered).
         rate_hz: the recording's rate; cutoff_hz: the estimator's cut-off.
         band: (n,) rest band [rad/s]; resolution: the encoder step it assumes [rad].
-        channels: the effort channels left out, with why; delay: the effort's estimated
+        channels: the effort channels left out, with why, and those kept as declared
+            against the audit's signs; delay: the effort's estimated
             delay (None: the recording is too short or nothing moves);
             delay_removed_s: the delay taken out of ``torque`` [s].
         missing_joints: model joints the recording has no position for (held at zero).
@@ -145,7 +146,8 @@ def _read_raw(model: RobotModel, path: Path, columns: ColumnMapping | None
 
 def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | None = None,
                    cutoff_hz: float | None = None, position_resolution: float | None = None,
-                   delay: str | float = 'none') -> Estimated:
+                   delay: str | float = 'none',
+                   declared: dict[str, str] | None = None) -> Estimated:
     """Read, estimate, filter, audit and align one recording (module docstring).
 
     Args:
@@ -155,6 +157,8 @@ def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | No
         position_resolution: the encoder step [rad] (default: module docstring, step 4).
         delay: ``'none'`` keeps the effort as recorded, ``'auto'`` removes the estimated
             delay, a number removes that many seconds.
+        declared: {actuated joint: 'measured' or 'model'}, the user's word on what an
+            effort channel is (:func:`~plag_ros.core.identification.channels.audit_effort`).
 
     Raises:
         BagError, TableError, ValueError: unreadable input, with the reason.
@@ -174,8 +178,8 @@ def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | No
     resolution = position_resolution or (_table_resolution(q_raw) if table
                                          else DEFAULT_POSITION_RESOLUTION)
     band = rest_band(model, estimator, position_resolution=resolution)
-    findings = audit_effort(model, q, qd, qdd, raw)
-    left_out = [model.actuated_names.index(f.joint) for f in findings]
+    findings = audit_effort(model, q, qd, qdd, raw, declared)
+    left_out = [model.actuated_names.index(f.joint) for f in findings if f.left_out]
     raw[:, left_out] = np.nan
     torque = lowpass_offline(t_ns[index], raw, estimator)
     try:

@@ -23,9 +23,16 @@ the motor-current torque leaves 12-36 % of its RMS unexplained, with a noise flo
 below 0.5 %. A simulated torque sensor (the CRANE-X7's rigid-body torque plus 0.02 N*m of
 white noise) is explained to 2.3 % but has a 2.7 % floor: a measurement.
 ``bench/bench_identify_real.py --channels`` prints these figures.
+
+The two signs can be wrong both ways: a good torque sensor on an arm whose URDF is good
+is explained well and is quiet too. The user who knows the arm decides: ``declared``
+(``plag-ros identify --effort-is``) names channels that are measurements, which the audit
+then keeps with its evidence reported, or model outputs, which it leaves out. Missing,
+all-zero and constant channels are left out whatever is declared: there is nothing to fit.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,8 +40,8 @@ import numpy as np
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.identification.fit import parameter_rows
 
-__all__ = ['MODEL_OUTPUT_RATIO', 'NOISE_FLOOR_RATIO', 'ChannelFinding', 'audit_effort',
-           'explained_fraction', 'noise_floor']
+__all__ = ['EFFORT_KINDS', 'MODEL_OUTPUT_RATIO', 'NOISE_FLOOR_RATIO', 'ChannelFinding',
+           'audit_effort', 'explained_fraction', 'noise_floor', 'parse_declared']
 
 MODEL_OUTPUT_RATIO = 0.08
 """Effort channels whose least-squares rigid-body residual is below this fraction of their
@@ -43,19 +50,27 @@ RMS, and whose noise floor is below :data:`NOISE_FLOOR_RATIO`, are a model's out
 NOISE_FLOOR_RATIO = 0.01
 """The noise floor below which channels count as noiseless (module docstring)."""
 
+EFFORT_KINDS = ('measured', 'model')
+"""What a user may declare an effort channel to be (module docstring)."""
+
 
 @dataclass(frozen=True)
 class ChannelFinding:
-    """One effort channel left out of a fit.
+    """One effort channel the audit has something to say about.
 
     Attributes:
         joint: the actuated joint's name; kind: ``'missing'`` (no finite value),
-            ``'zero'``, ``'constant'`` or ``'model_output'``; detail: why, with figures.
+            ``'zero'``, ``'constant'``, ``'model_output'`` (by the audit's two signs or as
+            declared) or ``'declared_measured'`` (kept although the signs call it a
+            model's output); detail: why, with figures.
+        left_out: whether the channel is left out of the fit (all kinds but
+            ``'declared_measured'``).
     """
 
     joint: str
     kind: str
     detail: str
+    left_out: bool = True
 
     def message(self) -> str:
         return f'{self.joint}: {self.kind.replace("_", " ")} ({self.detail})'
@@ -84,19 +99,45 @@ def noise_floor(effort: np.ndarray) -> float:
     return float(np.sqrt(np.mean(floor ** 2)) / np.sqrt(np.mean(effort ** 2)))
 
 
+def parse_declared(values: Sequence[str], joints: Sequence[str]) -> dict[str, str]:
+    """``--effort-is`` values (``KIND`` for every channel, ``JOINT=KIND`` for one; later
+    ones win) as {joint: kind}.
+
+    Raises:
+        ValueError: an unknown kind or joint, with what is known.
+    """
+    declared: dict[str, str] = {}
+    for value in values:
+        joint, _, kind = value.rpartition('=')
+        if kind not in EFFORT_KINDS:
+            raise ValueError(f'--effort-is {value!r}: the kind must be one of '
+                             f'{", ".join(EFFORT_KINDS)}')
+        if joint and joint not in joints:
+            raise ValueError(f'--effort-is {value!r}: no actuated joint {joint!r}; the '
+                             f'joints are {", ".join(joints)}')
+        declared.update({name: kind for name in ([joint] if joint else joints)})
+    return declared
+
+
 def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
-                 effort: np.ndarray) -> list[ChannelFinding]:
-    """The actuated effort channels of one recording that must not be fitted.
+                 effort: np.ndarray, declared: dict[str, str] | None = None
+                 ) -> list[ChannelFinding]:
+    """The actuated effort channels of one recording that must not be fitted, and those
+    kept against the audit's signs because the user declared them measured.
 
     Args:
         model: the robot; q, qd, qdd: (N, n) estimated states of the recording.
         effort: (N, m) the effort as recorded (not filtered: filtering would strip the
             noise that tells a measurement from a model) [N*m].
+        declared: {actuated joint: ``'measured'`` or ``'model'``} (:func:`parse_declared`);
+            a joint not named is judged by the signs.
 
     Returns:
-        one finding per channel left out (an empty list: every channel is a measurement).
+        one finding per channel left out or kept as declared (an empty list: every
+        channel is a measurement by the signs).
     """
     effort = np.asarray(effort, dtype=np.float64)
+    declared = declared or {}
     names = model.actuated_names
     findings = []
     alive = []
@@ -108,6 +149,9 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
             findings.append(ChannelFinding(name, 'zero', f'all {len(values)} samples are 0'))
         elif np.ptp(values) <= 1e-9 * max(1.0, float(np.abs(values).max())):
             findings.append(ChannelFinding(name, 'constant', f'every sample is {values[0]:g}'))
+        elif declared.get(name) == 'model':
+            findings.append(ChannelFinding(name, 'model_output', 'declared a model output '
+                                                                 '(--effort-is)'))
         else:
             alive.append(j)
     rows = np.isfinite(effort[:, alive]).all(axis=1)
@@ -116,11 +160,17 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
                                    np.array(alive))
         floor = noise_floor(effort[rows][:, alive])
         if ratio < MODEL_OUTPUT_RATIO and floor < NOISE_FLOOR_RATIO:
-            findings += [ChannelFinding(names[j], 'model_output',
-                                        f'one rigid-body parameter set explains these '
-                                        f'{len(alive)} channels to {ratio:.1%} of their RMS '
-                                        f'(below {MODEL_OUTPUT_RATIO:.0%}) and their noise '
-                                        f'floor is {floor:.2%} of it (below '
-                                        f'{NOISE_FLOOR_RATIO:.0%}): a model computed them')
-                         for j in alive]
+            evidence = (f'one rigid-body parameter set explains these {len(alive)} channels '
+                        f'to {ratio:.1%} of their RMS (below {MODEL_OUTPUT_RATIO:.0%}) and '
+                        f'their noise floor is {floor:.2%} of it (below '
+                        f'{NOISE_FLOOR_RATIO:.0%})')
+            for j in alive:
+                if declared.get(names[j]) == 'measured':
+                    findings.append(ChannelFinding(
+                        names[j], 'declared_measured', f'kept as declared (--effort-is), '
+                        f'though {evidence}: a model output would look so', left_out=False))
+                else:
+                    findings.append(ChannelFinding(
+                        names[j], 'model_output', f'{evidence}: a model computed them; '
+                        f'--effort-is {names[j]}=measured keeps it'))
     return findings

@@ -840,9 +840,9 @@ def test_gaps_in_the_input_do_not_put_off_a_position_jump_for_good(engine):
 
 
 def test_a_joint_the_node_does_not_command_may_move_during_a_hold(engine):
-    """The node commands the 7 arm joints; the gripper has its own controller. Opened
-    0.4 rad (and still moving) while the input was stale, it neither latches a
-    position_jump nor delays the resume: the node's hold is not its hold (it latched)."""
+    """The node commands the 7 arm joints; the gripper has its own controller. Opening at
+    2 rad/s when the input comes back, it does not delay the resume (the speed check
+    takes the commanded joints only; the parent commit waited on it and latched)."""
     arm_only = [True] * 7 + [False]
     ctl = law_controller(engine, command_interface='position', servo_stiffness=5.0,
                          resume_after_fault=True, max_position_step=10.0, monitored=arm_only)
@@ -856,6 +856,33 @@ def test_a_joint_the_node_does_not_command_may_move_during_a_hold(engine):
         states.append(ctl.update(now + (7 + c) * PERIOD_NS, q).state)
     assert not ctl.latched and states[-1] == 'enabled', (ctl.fault, states[-1])
     assert states.index('enabled') <= 6           # the estimator's warm-up, no more
+
+
+def test_a_joint_the_node_does_not_command_found_elsewhere_after_a_hold(engine):
+    """The gripper, still, 0.3 rad from where it was when the input went stale (its own
+    controller opened it): the resume goes ahead (the band check takes the commanded
+    joints only; the parent commit latched a position_jump on the gripper). The same
+    0.3 rad on an arm joint, with the same mask, is latched: the mask leaves out only
+    the joints the node does not command."""
+    arm_only = [True] * 7 + [False]
+    for joint, resumes in ((7, True), (3, False)):
+        ctl = law_controller(engine, command_interface='position', servo_stiffness=5.0,
+                             resume_after_fault=True, max_position_step=10.0,
+                             monitored=arm_only)
+        _, now = feed_constant(ctl, Q0, 10)
+        ctl.tick(now + 6 * PERIOD_NS)
+        assert ctl.fault == 'stale'
+        moved = Q0.copy()
+        moved[joint] += 0.3
+        for c in range(300):
+            cmd = ctl.update(now + (7 + c) * PERIOD_NS, moved)
+            if cmd.state == 'enabled' or ctl.latched:
+                break
+        if resumes:
+            assert cmd.state == 'enabled' and not ctl.latched, (ctl.fault, c)
+        else:
+            assert ctl.latched and ctl.fault.startswith('position_jump'), (ctl.fault, c)
+            assert 'crane_x7_upper_arm_revolute_part_rotate_joint' in ctl.fault
 
 
 def test_the_ramp_moves_the_set_point_and_leaves_gravity_whole(engine):

@@ -653,8 +653,9 @@ class PartialImpedanceController:
         """End the fault whose cause is gone, given the sample's estimated (n_act,) ``qd``
         [rad/s]: resume (``resume_after_fault``) or disable. On the position path, a
         resume waits, the fault in force and the servos holding, until the arm has
-        settled at the hold (:meth:`_moved_while_held`, and every joint slower than
-        :data:`_HELD_STILL_RAD_S`); a joint still beyond the band :data:`_HOLD_SETTLE_S`
+        settled at the hold (:meth:`_moved_while_held`, and every joint the node commands
+        slower than :data:`_HELD_STILL_RAD_S`); a joint still beyond the band
+        :data:`_HOLD_SETTLE_S`
         after the first such sample (gaps and new fault reports do not restart that time)
         is a latched ``position_jump``."""
         if not self._fault or self._latched:

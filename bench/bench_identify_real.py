@@ -69,6 +69,11 @@ def stacked(recordings) -> tuple[np.ndarray, ...]:
     return tuple(np.concatenate(parts) for parts in zip(*(r.arrays() for r in recordings)))
 
 
+def bands(recordings) -> np.ndarray:
+    """(N, n) each row's own recording's rest band, as plag-ros identify stacks them."""
+    return np.concatenate([np.broadcast_to(r.band, r.q.shape) for r in recordings])
+
+
 def spectrum(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
     """Velocity power percentiles (a 50 Hz estimate: the motion, not the filter) and the
     torque's power above the cut-off."""
@@ -124,14 +129,13 @@ def folds(model: RobotModel, recordings: dict) -> None:
     print(f'leave-one-recording-out ({len(recordings)} folds), held-out RMS [N*m] over the '
           'rows where each joint moves: nominal / identified / least squares')
     passed = 0
-    band = np.max([r.band for r in recordings.values()], axis=0)
     for name, held in recordings.items():
         fitted = [r for other, r in recordings.items() if other != name]
         q, qd, qdd, torque = stacked(fitted)
-        ours = identify(model, q, qd, qdd, torque, rest_band=band)
-        peer = fit_peer(model, q, qd, qdd, torque, rest_band=band)
+        ours = identify(model, q, qd, qdd, torque, rest_band=bands(fitted))
+        peer = fit_peer(model, q, qd, qdd, torque, rest_band=bands(fitted))
         hq, hqd, hqdd, htorque = held.arrays()
-        moving = np.abs(hqd[:, model.actuated]) > band[model.actuated]
+        moving = np.abs(hqd[:, model.actuated]) > held.band[model.actuated]
         errors = held_out_errors(model, {
             'nominal': predict(model, hq, hqd, hqdd),
             'identified': ours.predict(model, hq, hqd, hqdd),
@@ -174,7 +178,7 @@ def main() -> int:
 
     reading = median_time_s(lambda: read(FITTED + HELD_OUT), args.repeat)
     fitted, held = read(FITTED), read(HELD_OUT)
-    band = np.max([r.band for r in fitted + held], axis=0)
+    band = bands(fitted)
     q, qd, qdd, torque = stacked(fitted)
     results = {}
 
@@ -191,7 +195,7 @@ def main() -> int:
     print(f'identify on {len(q)} samples: {ours_s:.2f} s; least-squares peer (Pinocchio '
           f'regressor + lstsq): {peer_s:.2f} s; ratio {ours_s / peer_s:.2f}')
     hq, hqd, hqdd, htorque = stacked(held)
-    moving = np.abs(hqd[:, model.actuated]) > band[model.actuated]
+    moving = np.abs(hqd[:, model.actuated]) > bands(held)[:, model.actuated]
     # the report's own figure (plag-ros identify's held_out_rms), not one of the bench's
     overall = held_out_errors(model, {
         'nominal': predict(model, hq, hqd, hqdd),

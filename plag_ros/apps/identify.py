@@ -68,6 +68,7 @@ from plag_ros.core.identification.fit import (
     identify,
     identify_effort_scale,
     identify_servo,
+    rest_band_rows,
 )
 from plag_ros.core.identification.peer import fit_peer
 from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
@@ -78,18 +79,25 @@ __all__ = ['configure', 'run']
 
 
 class Recording:
-    """Estimated states and measured actuated torque of one or more bags (rows stacked)."""
+    """Estimated states, measured actuated torque and the rest band of one or more
+    recordings (rows stacked; each row keeps its own recording's band)."""
 
     def __init__(self) -> None:
         self.q: list[np.ndarray] = []
         self.qd: list[np.ndarray] = []
         self.qdd: list[np.ndarray] = []
         self.torque: list[np.ndarray] = []
+        self.band: list[np.ndarray] = []
 
-    def add(self, q, qd, qdd, torque) -> None:
-        for store, value in ((self.q, q), (self.qd, qd), (self.qdd, qdd),
-                             (self.torque, torque)):
+    def add(self, part: Estimated) -> None:
+        for store, value in ((self.q, part.q), (self.qd, part.qd), (self.qdd, part.qdd),
+                             (self.torque, part.torque),
+                             (self.band, np.broadcast_to(part.band, part.q.shape))):
             store.append(value)
+
+    def bands(self) -> np.ndarray:
+        """(N, n) the rest band of each row [rad/s]."""
+        return np.concatenate(self.band)
 
     def rescale(self, scale: np.ndarray) -> None:
         """Multiply the torques by ``scale`` (m,) (an identified effort scale)."""
@@ -101,11 +109,11 @@ class Recording:
     def __len__(self) -> int:
         return sum(len(x) for x in self.q)
 
-    def measured_motion(self, model: RobotModel, band: np.ndarray) -> np.ndarray:
-        """(m,) bool per actuated joint: some row has it moving (outside ``band`` (n,)
-        [rad/s]) with a measured torque, so it can be fitted or scored there."""
+    def measured_motion(self, model: RobotModel) -> np.ndarray:
+        """(m,) bool per actuated joint: some row has it moving (outside its recording's
+        rest band) with a measured torque, so it can be fitted or scored there."""
         _, qd, _, torque = self.arrays()
-        moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
+        moving = np.abs(qd[:, model.actuated]) > rest_band_rows(model, self.bands(), len(qd))
         return (moving & np.isfinite(torque)).any(axis=0)
 
 
@@ -234,18 +242,17 @@ def carried_sections(start: ModelParameters | None) -> dict:
     return out
 
 
-def servo_section(model: RobotModel, result: Identified, recordings: list[tuple],
-                  band: np.ndarray) -> dict:
+def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]) -> dict:
     """The ``servo`` section of identified.yaml: K_s per commanded joint (see
     :func:`~plag_ros.core.identification.fit.identify_servo`), from the rows where the joint
     moves (at rest its friction, the stick reaction, is part of the deflection and no
     model predicts it)."""
     names = recordings[0][0]
-    torque, deflection, velocity = [], [], []
+    torque, deflection, velocity, bands = [], [], [], []
     act = model.actuated_names
     cols_act = [act.index(j) for j in names]
     cols = [model.joint_names.index(j) for j in names]
-    for joints, commanded, q, qd, qdd in recordings:
+    for joints, commanded, q, qd, qdd, band in recordings:
         if joints != names:
             raise ValueError('the bags command different joints')
         rows = np.isfinite(commanded).all(axis=1)
@@ -253,9 +260,10 @@ def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]
         torque.append(fitted[:, cols_act])
         deflection.append(commanded[rows] - q[rows][:, cols])
         velocity.append(qd[rows][:, cols])
+        bands.append(np.broadcast_to(band[cols], (int(rows.sum()), len(cols))))
     velocities = np.concatenate(velocity)
     fit = identify_servo(np.concatenate(torque), np.concatenate(deflection), velocities,
-                         moving=np.abs(velocities) > band[cols])
+                         moving=np.abs(velocities) > np.concatenate(bands))
     table = motors.servo_stiffness(names) if motors.known(names) else np.full(len(names),
                                                                                 np.nan)
     return {'samples': fit.samples.tolist(), 'model': 'torque = K_s (q_cmd - q) - D qd + c',
@@ -313,15 +321,15 @@ def _read_all(args: argparse.Namespace, model: RobotModel
         recording = recordings[path] = _read_one(model, path, settings)
         n = len(recording.q)
         cut = n if args.holdout else int(round(n * (1 - args.holdout_fraction)))
-        fit.add(*recording.part(slice(0, cut)).arrays())
-        held.add(*recording.part(slice(cut, n)).arrays())
+        fit.add(recording.part(slice(0, cut)))
+        held.add(recording.part(slice(cut, n)))
         if args.servo:
             head = recording.part(slice(0, cut))
             names, commanded = commanded_positions(model, path, head.t, head.q)
-            servo.append((names, commanded, head.q, head.qd, head.qdd))
+            servo.append((names, commanded, head.q, head.qd, head.qdd, head.band))
     for path in args.holdout:
         recordings[path] = _read_one(model, path, settings)
-        held.add(*recordings[path].arrays())
+        held.add(recordings[path])
     if args.effort_scale:
         recordings[args.effort_scale] = _read_one(model, args.effort_scale, settings)
     return fit, held, recordings, servo
@@ -356,11 +364,11 @@ def _left_out(recordings: dict[Path, Estimated]) -> str:
     return '; effort channels left out: ' + ', '.join(left) if left else ''
 
 
-def _peer(model: RobotModel, fit: Recording, band: np.ndarray, terms: MeasurementTerms,
+def _peer(model: RobotModel, fit: Recording, terms: MeasurementTerms,
           extra: dict):
     """The least-squares peer, or None with the reason in ``extra``."""
     try:
-        return fit_peer(model, *fit.arrays(), rest_band=band, terms=terms)
+        return fit_peer(model, *fit.arrays(), rest_band=fit.bands(), terms=terms)
     except ImportError as err:
         extra['least_squares'] = {'skipped': str(err)}
         return None
@@ -391,9 +399,8 @@ def run(args: argparse.Namespace) -> int:
     if not len(fit) or not len(held):
         print('plag-ros identify: no samples to fit or none held out', file=sys.stderr)
         return 2
-    band = np.max([r.band for r in recordings.values()], axis=0)
     for part, what in ((fit, 'fit: no fitted'), (held, 'score: no held-out')):
-        if not part.measured_motion(model, band).any():
+        if not part.measured_motion(model).any():
             print(f'plag-ros identify: nothing to {what} row has a measured effort of a '
                   f'joint that moves{_left_out(recordings)}', file=sys.stderr)
             return 2
@@ -404,15 +411,16 @@ def run(args: argparse.Namespace) -> int:
         if args.payload:
             model, payload, priors = with_payload_prior(model, args.payload_link,
                                                         args.payload_mass or 0.2)
-            result = identify(model, *fit.arrays(), rest_band=band, body_priors=priors,
+            result = identify(model, *fit.arrays(), rest_band=fit.bands(), body_priors=priors,
                               hold_joints=True, prior=prior, terms=terms)
         else:
-            result = identify(model, *fit.arrays(), rest_band=band, prior=prior, terms=terms)
+            result = identify(model, *fit.arrays(), rest_band=fit.bands(), prior=prior,
+                              terms=terms)
         if loaded is not None:
             # the scale from the payload, then the arm again in true torque
             payload_torque, difference, rows = payload_difference(
                 model, loaded, result, tuples.pop(args.effort_scale), args.effort_scale,
-                tuples, band)
+                tuples, recordings[args.effort_scale].band)
             scale = identify_effort_scale(payload_torque, difference, rows=rows)
             extra['effort_scale'] = effort_scale_section(model, scale, args.effort_scale, {
                 'link': args.payload_link, 'mass': args.payload_mass,
@@ -420,26 +428,28 @@ def run(args: argparse.Namespace) -> int:
                 args.payload_inertia or 'a 1 cm sphere (about a point mass)'})
             fit.rescale(scale.scale)
             held.rescale(scale.scale)
-            result = identify(model, *fit.arrays(), rest_band=band, prior=prior, terms=terms)
+            result = identify(model, *fit.arrays(), rest_band=fit.bands(), prior=prior,
+                              terms=terms)
     except (BagError, ValueError) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
     if args.servo:
         try:
-            extra['servo'] = servo_section(model, result, servo, band)
+            extra['servo'] = servo_section(model, result, servo)
         except ValueError as err:
             print(f'plag-ros identify --servo: {err}', file=sys.stderr)
             return 2
     peer = None
     if payload is None:
-        peer = _peer(model, fit, band, terms, extra)
+        peer = _peer(model, fit, terms, extra)
     else:
         extra['least_squares'] = {'skipped': 'a payload fit holds the arm at its figures: '
                                              'no least-squares fit of the same rows'}
     extra['recordings'] = _recordings_section(recordings)
     args.output.mkdir(parents=True, exist_ok=True)
     content = write_report(args.output, model, result, held.arrays(),
-                           [str(p) for p in args.bag], [str(p) for p in args.holdout], band,
+                           [str(p) for p in args.bag], [str(p) for p in args.holdout],
+                           held.bands(),
                            prior=prior, extra=extra, payload=payload, peer=peer,
                            findings=findings)
     write_urdf(model, result, args.output / 'identified.urdf', payload)

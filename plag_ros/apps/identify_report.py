@@ -21,7 +21,12 @@ from plag_ros.core.dynamics.consistency import InertiaFinding
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.model_parameters import payload_in_link_frame, urdf_with_figures
 from plag_ros.core.dynamics.regressor import body_figures, inertial_parameters
-from plag_ros.core.identification.fit import IdentificationPrior, Identified, predict
+from plag_ros.core.identification.fit import (
+    IdentificationPrior,
+    Identified,
+    predict,
+    rest_band_rows,
+)
 
 __all__ = ['FLAG_SIGMAS', 'believability', 'held_out_errors', 'write_report', 'write_urdf']
 
@@ -134,13 +139,14 @@ def write_report(out: Path, model: RobotModel, result: Identified, held_out: tup
     Args:
         out: the folder; model: the nominal model; result: the fit.
         held_out: (q, qd, qdd, torque) of the held-out rows; recordings, holdout: names.
-        band: (n,) rest band [rad/s]; prior: the prior's widths; extra: more sections.
+        band: the rest band [rad/s], (n,) or (N, n) per held-out row; prior: the prior's
+            widths; extra: more sections.
         payload: a fitted payload body (its own section); peer: the least-squares peer
             (None: not computed, the reason in ``extra['least_squares']``).
         findings: the URDF's inconsistent bodies.
     """
     q, qd, qdd, torque = held_out
-    moving = np.abs(qd[:, model.actuated]) > band[model.actuated]
+    moving = np.abs(qd[:, model.actuated]) > rest_band_rows(model, band, len(qd))
     predictions = {'nominal': predict(model, q, qd, qdd),
                    'identified': result.predict(model, q, qd, qdd)}
     if peer is not None:

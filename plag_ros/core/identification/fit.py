@@ -56,7 +56,8 @@ from plag_ros.core.identification.consistent_map import consistent_map
 __all__ = ['EFFORT_SCALE_PRIOR', 'HELD', 'JOINT_TERMS', 'EffortScaleFit', 'Identified',
            'IdentificationPrior', 'MeasurementTerms', 'ServoFit', 'actuated_regressor',
            'identify', 'identify_effort_scale', 'identify_servo', 'joint_friction',
-           'parameter_rows', 'physically_consistent', 'predict', 'pseudo_inertia']
+           'parameter_rows', 'physically_consistent', 'predict', 'pseudo_inertia',
+           'rest_band_rows']
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,14 @@ def _nominal_joint_values(model: RobotModel, terms: MeasurementTerms) -> dict[st
                    else np.zeros(m_act)) for name in terms.names}
 
 
+def rest_band_rows(model: RobotModel, rest_band: np.ndarray | float, rows: int) -> np.ndarray:
+    """(rows, m) the rest band [rad/s] of each row's actuated joints, from a scalar, an
+    (n,) band for every row, or an (rows, n) band per row (recordings with their own
+    encoder resolution stacked)."""
+    band = np.asarray(rest_band, dtype=np.float64)
+    return np.broadcast_to(band, (rows, model.n_joints))[:, model.actuated]
+
+
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
              torque: np.ndarray, *, rest_band: np.ndarray | float = 0.0,
              prior: IdentificationPrior = IdentificationPrior(),
@@ -237,8 +246,9 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         q, qd, qdd: (N, n) every joint, mimic joints filled [rad, rad/s, rad/s^2].
         torque: (N, m) measured torque of the actuated joints [N*m]; NaN where a
             channel is not to be fitted (those rows are left out).
-        rest_band: (n,) or scalar velocity band [rad/s]: a joint inside it is at rest and
-            its row is not fitted (its friction is the unknown stick reaction).
+        rest_band: scalar, (n,) or (N, n) per row velocity band [rad/s]: a joint inside
+            it is at rest and its row is not fitted (its friction is the unknown stick
+            reaction).
         prior: the prior's spreads.
         noise_std: the torque measurement's standard deviation [N*m]; None: estimated
             from a first fit's residual.
@@ -258,8 +268,8 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
     if torque.shape != (len(q), m_act):
         raise ValueError(f'torque must be (N, {m_act}) for the actuated joints, got '
                          f'{torque.shape}')
-    band = np.broadcast_to(np.asarray(rest_band, dtype=np.float64), (model.n_joints,))[act]
     # (N, m) rows fitted: joints that move, channels that measured something
+    band = rest_band_rows(model, rest_band, len(q))
     moving = (np.abs(qd[:, act]) > band) & np.isfinite(torque)
     # ||Phi x - target||^2 = ||R x - c||^2 + rest: the fit sees (p, p) instead of
     # (rows, p), exactly; built block by block, so ten minutes at 200 Hz stay small

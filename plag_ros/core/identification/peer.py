@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix
-from plag_ros.core.identification.fit import MeasurementTerms, parameter_rows
+from plag_ros.core.identification.fit import MeasurementTerms, parameter_rows, rest_band_rows
 
 __all__ = ['LeastSquaresPeer', 'fit_peer', 'pinocchio_regressor']
 
@@ -98,13 +98,13 @@ def fit_peer(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
              torque: np.ndarray, *, rest_band: np.ndarray | float,
              terms: MeasurementTerms | None = None) -> LeastSquaresPeer:
     """Fit the peer to (N, n) states and (N, m) measured actuated torque [N*m] on the rows
-    where a joint moves outside ``rest_band`` ((n,) or scalar [rad/s]) and the torque is
+    where a joint moves outside ``rest_band`` (scalar, (n,) or (N, n) [rad/s]) and the torque is
     finite, as :func:`~plag_ros.core.identification.fit.identify` chooses them."""
     terms = terms or MeasurementTerms()
     act = np.flatnonzero(model.actuated)
-    band = np.broadcast_to(np.asarray(rest_band, dtype=np.float64), (model.n_joints,))[act]
     torque = np.asarray(torque, dtype=np.float64)
-    use = (np.abs(np.asarray(qd)[:, act]) > band) & np.isfinite(torque)
+    use = ((np.abs(np.asarray(qd)[:, act]) > rest_band_rows(model, rest_band, len(qd)))
+           & np.isfinite(torque))
     Phi = _rows(model, q, qd, qdd, terms)[use]
     coefficients, _, rank, _ = np.linalg.lstsq(Phi, torque[use], rcond=None)
     return LeastSquaresPeer(coefficients=coefficients, rank=int(rank), rows=int(use.sum()),

@@ -225,11 +225,9 @@ def _nominal_joint_values(model: RobotModel, terms: MeasurementTerms) -> dict[st
 
 
 def rest_band_rows(model: RobotModel, rest_band: np.ndarray | float, rows: int) -> np.ndarray:
-    """(rows, m) the rest band [rad/s] of each row's actuated joints, from a scalar, an
-    (n,) band for every row, or an (rows, n) band per row (recordings with their own
-    encoder resolution stacked)."""
-    band = np.asarray(rest_band, dtype=np.float64)
-    return np.broadcast_to(band, (rows, model.n_joints))[:, model.actuated]
+    """(rows, m) each row's actuated rest band [rad/s] from a scalar, (n,) or (rows, n)."""
+    band = np.broadcast_to(np.asarray(rest_band, dtype=np.float64), (rows, model.n_joints))
+    return band[:, model.actuated]
 
 
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
@@ -246,9 +244,8 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         q, qd, qdd: (N, n) every joint, mimic joints filled [rad, rad/s, rad/s^2].
         torque: (N, m) measured torque of the actuated joints [N*m]; NaN where a
             channel is not to be fitted (those rows are left out).
-        rest_band: scalar, (n,) or (N, n) per row velocity band [rad/s]: a joint inside
-            it is at rest and its row is not fitted (its friction is the unknown stick
-            reaction).
+        rest_band: scalar, (n,) or (N, n) velocity band [rad/s]: a joint inside it is at
+            rest and its row is not fitted (its friction is the unknown stick reaction).
         prior: the prior's spreads.
         noise_std: the torque measurement's standard deviation [N*m]; None: estimated
             from a first fit's residual.
@@ -269,8 +266,8 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         raise ValueError(f'torque must be (N, {m_act}) for the actuated joints, got '
                          f'{torque.shape}')
     # (N, m) rows fitted: joints that move, channels that measured something
-    band = rest_band_rows(model, rest_band, len(q))
-    moving = (np.abs(qd[:, act]) > band) & np.isfinite(torque)
+    moving = (np.abs(qd[:, act]) > rest_band_rows(model, rest_band, len(q))
+              ) & np.isfinite(torque)
     # ||Phi x - target||^2 = ||R x - c||^2 + rest: the fit sees (p, p) instead of
     # (rows, p), exactly; built block by block, so ten minutes at 200 Hz stay small
     R, c, rest, rows = None, None, 0.0, 0
@@ -303,11 +300,10 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
                             for name in names])
     correlation = 1.0
     if noise_std is None:
-        # the data's own noise level, first from the fit without the constraints (a
-        # linear solve: no noise level is known yet to weigh the data against the prior),
-        # counted in independent samples: the residual of a filtered torque against a
-        # model that lacks slow effects is far from white, and N correlated rows hold
-        # N / tau
+        # the data's own noise level, first from the fit without the constraints (a linear
+        # solve: no noise level is known yet to weigh the data against the prior), counted
+        # in independent samples: the residual of a filtered torque against a model that
+        # lacks slow effects is far from white, and N correlated rows hold N / tau
         x = np.linalg.solve(R.T @ R + np.diag(scale ** -2.0), R.T @ c + x0 / scale ** 2)
         for _ in range(2):      # then once more from the constrained fit's residual
             correlation = _correlation_samples(model, q, qd, qdd, torque, moving, terms, x)
@@ -374,11 +370,9 @@ def _correlation_samples(model: RobotModel, q, qd, qdd, torque, moving, terms, x
     recording is sampled in :data:`CORRELATION_WINDOWS` windows spread over it: the time is
     the noise's property, and evaluating the regressor again on every sample would cost
     as much as the fit."""
-    if len(q) > CORRELATION_WINDOWS * BLOCK:
-        starts = np.linspace(0, len(q) - BLOCK, CORRELATION_WINDOWS).astype(int)
-        windows = [slice(start, start + BLOCK) for start in starts]
-    else:
-        windows = [slice(start, start + BLOCK) for start in range(0, len(q), BLOCK)]
+    starts = (np.linspace(0, len(q) - BLOCK, CORRELATION_WINDOWS).astype(int)
+              if len(q) > CORRELATION_WINDOWS * BLOCK else range(0, len(q), BLOCK))
+    windows = [slice(start, start + BLOCK) for start in starts]
     taus, weights = [], []
     for block in windows:
         residual = parameter_rows(model, q[block], qd[block], qdd[block], terms) @ x \
@@ -569,8 +563,7 @@ def identify_effort_scale(payload_torque: np.ndarray, difference: np.ndarray, *,
         raise ValueError(f'identify_effort_scale needs (N, J) arrays of one shape, got '
                          f'{x.shape}, {y.shape}')
     if blocks < 2 or not prior_std > 0.0:
-        raise ValueError(f'need at least 2 blocks and a positive prior, got {blocks}, '
-                         f'{prior_std}')
+        raise ValueError(f'need at least 2 blocks and a positive prior, got {blocks}, {prior_std}')
     N, J = x.shape
     use = np.ones((N, J), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
     estimate, estimate_std = np.full(J, np.nan), np.full(J, np.nan)
@@ -588,15 +581,13 @@ def identify_effort_scale(payload_torque: np.ndarray, difference: np.ndarray, *,
         if np.isfinite(slope):
             residual_rms[j] = np.sqrt(np.mean((yj - slope * xj) ** 2))
         edges = np.linspace(0, len(r), blocks + 1).astype(int)
-        sxy = np.add.reduceat(xy, edges[:-1])
-        sxx = np.add.reduceat(xx, edges[:-1])
+        sxy, sxx = (np.add.reduceat(v, edges[:-1]) for v in (xy, xx))
         with np.errstate(divide='ignore', invalid='ignore'):
             left_out = 1.0 / ((xy.sum() - sxy) / (xx.sum() - sxx))
         if not (slope > 0.0 and np.all(np.isfinite(left_out)) and np.all(left_out > 0.0)):
             continue                               # the payload does not load this joint
         estimate[j] = 1.0 / slope
-        estimate_std[j] = np.sqrt((blocks - 1) / blocks
-                                  * np.sum((left_out - left_out.mean()) ** 2))
+        estimate_std[j] = np.sqrt((blocks - 1) / blocks * np.sum((left_out - left_out.mean())**2))
     found = np.isfinite(estimate) & (estimate_std > 0.0)
     precision = np.where(found, 1.0 / np.where(found, estimate_std, 1.0) ** 2, 0.0)
     prior_precision = 1.0 / prior_std ** 2

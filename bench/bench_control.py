@@ -92,8 +92,9 @@ def main() -> None:
     for rate in (200.0, 1000.0):
         stamps, q = trajectory(args.cycles, rate)
         base = ImpedanceConfig(stiffness=2.0, damping=0.1, start_enabled=True, ramp_s=0.0,
-                               rate_hz=rate, estimator=EstimatorConfig(
-                                   cutoff_hz=min(25.0, 0.2 * rate), rate_hz=rate))
+                               command_interface='effort', stale_periods=3.0, rate_hz=rate,
+                               estimator=EstimatorConfig(cutoff_hz=min(25.0, 0.2 * rate),
+                                                         rate_hz=rate))
         peer = time_pinocchio(model, q, rate)
         pin50, pin99 = np.percentile(peer, [50, 99])
         for label, config in (

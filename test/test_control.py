@@ -20,7 +20,7 @@ import pinocchio as pin
 import pytest
 import torch
 
-from plag_ros.core.control.config import ImpedanceConfig, propagation_mask
+from plag_ros.core.control.config import FaultLimits, ImpedanceConfig, propagation_mask
 from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.control.references import (
     REFERENCE_MARGIN,
@@ -79,7 +79,7 @@ def unsagged(engine, q_act, ks):
 @pytest.mark.parametrize('changes, match', [
     ({'stiffness': -1.0}, 'stiffness must be >= 0'),
     ({'damping': [1.0, -2.0]}, 'damping must be >= 0'),
-    ({'servo_stiffness': 0.0}, 'servo_stiffness must be > 0'),
+    ({'servo_stiffness': -1.0}, 'servo_stiffness must be >= 0'),
     ({'max_position_step': 0.0}, 'max_position_step must be > 0'),
     ({'acceleration_mask': np.full((9, 9), 2.0)}, 'weights must be in'),
     ({'velocity_mask': np.zeros(9)}, 'velocity_mask must have 2 or 3 dimensions'),
@@ -140,9 +140,12 @@ def test_actuation_matrix_maps_mimic(model):
 def law_controller(engine, **changes) -> PartialImpedanceController:
     # The law's arithmetic and the state machine, not a loop: no gain check, and a point
     # reference is the set point at once (no slew).
+    # The effort path unless told, stale after 3 periods, the servo monitor off.
     settings = dict(stiffness=np.linspace(5.0, 1.0, 8), damping=np.linspace(0.5, 0.1, 8),
                     start_enabled=True, ramp_s=0.0, motion_source='desired', gain_check='off',
-                    reference_max_velocity=None, reference_max_acceleration=None)
+                    reference_max_velocity=None, reference_max_acceleration=None,
+                    command_interface='effort', stale_periods=3.0,
+                    fault=FaultLimits(tracking_error=0.0, effort_error=0.0))
     return PartialImpedanceController(engine, ImpedanceConfig(**{**settings, **changes}))
 
 
@@ -1125,7 +1128,7 @@ def test_reconfigure_keeps_state(engine):
     assert cmd.state == 'enabled'
     np.testing.assert_allclose(cmd.effort - gravity_act(engine, Q0), 0.2, atol=1e-12)
     with pytest.raises(ValueError, match='needs 8 entries'):
-        ctl.reconfigure(ctl.config.replace(damping=[1.0]))
+        ctl.reconfigure(ctl.config.replace(damping=[1.0, 2.0]))
     with pytest.raises(ValueError, match='estimator'):
         ctl.reconfigure(ctl.config.replace(estimator=EstimatorConfig(cutoff_hz=5.0)))
     assert ctl.config.stiffness == 2.0
@@ -1185,8 +1188,8 @@ def _position_config(**changes) -> ImpedanceConfig:
     settings = dict(stiffness=np.array([5.0, 10.0, 5.0, 5.0, 2.0, 2.0, 1.0, 1.0]),
                     damping=np.array([0.2, 1.0, 0.3, 0.3, 0.05, 0.05, 0.02, 0.01]),
                     command_interface='position', start_enabled=True, ramp_s=0.0,
-                    servo_stiffness=motors.servo_stiffness(names),
-                    tracking_error_limit=0.1, effort_error_limit=1.0, fault_persist_s=0.05)
+                    stale_periods=3.0, servo_stiffness=motors.servo_stiffness(names),
+                    fault=FaultLimits(tracking_error=0.1, effort_error=1.0, persist_s=0.05))
     return ImpedanceConfig(**{**settings, **changes})
 
 
@@ -1261,7 +1264,8 @@ def test_p_gain_drop_is_a_latched_fault_within_half_a_second(engine):
 
 def test_monitor_without_effort_catches_the_fall(engine):
     # Tracking alone (a driver whose effort is not trusted) also catches the limp arm.
-    sim, ctl = _held_at_horizontal(engine, _position_config(effort_error_limit=math.inf))
+    sim, ctl = _held_at_horizontal(engine, _position_config(
+        fault=FaultLimits(tracking_error=0.1, effort_error=0.0, persist_s=0.05)))
     _run(sim, ctl, 0, HZ, effort=False)
     sim.set_p_gain(5.0)
     cmds, _ = _run(sim, ctl, HZ, HZ, effort=False)

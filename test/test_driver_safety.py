@@ -1671,7 +1671,7 @@ def test_switches_and_the_hold_on_an_arm_unlike_the_model(tmp_path, plant):
         # (0.2 N*m a joint, in the emulated arm too) holds any pose whose imbalance is
         # inside it. At the pose of enable the imbalance (s - m) g is outside it on the tilt
         # and the elbow: the arm must have moved to where the balance holds.
-        stiffness = np.asarray(settings.stiffness, dtype=float)[:7]
+        stiffness = np.asarray(settings.control.stiffness, dtype=float)[:7]
         friction = model.friction[model.joint_index(ARM_JOINTS)]
 
         def imbalance(q: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ into the controller's settings to values written out here.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 from parameter_files import node_parameters
 
-from plag_ros.core.common.options import build
+from plag_ros.core.common.options import build, options
+from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.control.references import HoldReference, SineReference
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
 from plag_ros.core.dynamics import motors
@@ -101,8 +103,12 @@ def test_controller_config_of_the_defaults(model):
     np.testing.assert_array_equal(config.stiffness, [10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0,
                                                      1.0])
     assert float(config.inertia) == 0.0 and float(config.max_position_step) == 0.02
-    np.testing.assert_allclose(config.servo_stiffness, [18.88, 48.8] + [18.88] * 6)
-    assert config.tracking_error_limit == 0.3 and config.effort_error_limit == 1.5
+    # K_s: 0 takes the motor table's (the e-manual's stall torques at the P gain 800)
+    assert float(config.servo_stiffness) == 0.0
+    np.testing.assert_allclose(config.servo_stiffness_of(model.actuated_names),
+                               [18.88, 48.8] + [18.88] * 6, atol=0.005)
+    assert config.fault.limit('tracking_error') == 0.3
+    assert config.fault.limit('effort_error') == 1.5
     assert config.command_interface == 'position' and config.motion_source == 'measured'
     # The 7 arm joints are commanded and monitored, the gripper finger is not.
     assert config.monitored.tolist() == [True] * 7 + [False]
@@ -120,7 +126,34 @@ def test_a_limit_of_zero_or_less_turns_a_fault_check_off(model):
     s = ImpedanceSettings.from_values({'fault.tracking_error': 0.0,
                                        'fault.effort_error': -1.0})
     config = s.controller_config(model)
-    assert math.isinf(config.tracking_error_limit) and math.isinf(config.effort_error_limit)
+    assert math.isinf(config.fault.limit('tracking_error'))
+    assert math.isinf(config.fault.limit('effort_error'))
+
+
+def test_the_library_and_the_node_share_one_definition_and_one_default():
+    """Every controller option is the node's parameter of the same name, with the same
+    description, range and default; only the CRANE-X7's spring and damper differ from the
+    library's none (issue: ImpedanceConfig and the node's settings had drifted apart:
+    stale_periods 3 vs 5, ramp_s 1 vs 2, command_interface 'effort' vs 'position')."""
+    node = {opt.name: opt for opt in IMPEDANCE_OPTIONS}
+    library = options(ImpedanceConfig(), exclude=('estimator',))   # the node's filter.*
+    assert len(library) == 23
+    differ = []
+    for opt in library:
+        assert node[opt.name].doc == opt.doc and node[opt.name].kind == opt.kind
+        assert (node[opt.name].low, node[opt.name].high) == (opt.low, opt.high)
+        if node[opt.name].default != opt.default:
+            differ.append(opt.name)
+    assert differ == ['stiffness', 'damping']
+    config = ImpedanceConfig()
+    assert (config.stale_periods, config.ramp_s, config.command_interface) == \
+        (DEFAULTS['stale_periods'], DEFAULTS['ramp_s'], DEFAULTS['command_interface']) == \
+        (5.0, 2.0, 'position')
+    # what the node adds beside the options: the fields ImpedanceConfig leaves to its caller
+    derived = {f.name for f in dataclasses.fields(ImpedanceConfig)} - {
+        opt.name.split('.')[0] for opt in library}
+    assert derived == {'acceleration_mask', 'velocity_mask', 'armature', 'monitored',
+                       'estimator', 'reference_max_velocity', 'reference_max_acceleration'}
 
 
 def test_the_filter_follows_rate_hz():
@@ -183,8 +216,9 @@ def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
                         ('gain_check', 'warn'), ('gain_check', 'off')):
         with pytest.raises(ValueError, match=f'{name}: torque mode'):
             ImpedanceSettings.from_values({**torque, name: value})
-    assert not ImpedanceSettings.from_values(torque).resume_after_fault
+    assert not ImpedanceSettings.from_values(torque).control.resume_after_fault
     shipped = node_parameters('torque_mode.yaml', 'plag_impedance')
     assert shipped['resume_after_fault'] is False
-    assert not ImpedanceSettings.from_values(shipped).resume_after_fault
-    assert ImpedanceSettings.from_values({'command_interface': 'effort'}).resume_after_fault
+    assert not ImpedanceSettings.from_values(shipped).control.resume_after_fault
+    effort = ImpedanceSettings.from_values({'command_interface': 'effort'})
+    assert effort.control.resume_after_fault

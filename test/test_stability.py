@@ -12,6 +12,7 @@ notices when it is not).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -22,7 +23,12 @@ import yaml
 from scipy import signal
 
 from plag_ros.core.control import stability
-from plag_ros.core.control.config import CONTROL_ESTIMATOR, ImpedanceConfig, propagation_mask
+from plag_ros.core.control.config import (
+    CONTROL_ESTIMATOR,
+    ImpedanceConfig,
+    OscillationLimits,
+    propagation_mask,
+)
 from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.control.oscillation import OscillationMonitor
 from plag_ros.core.control.references import SineReference
@@ -276,7 +282,8 @@ def test_compensation_cuts_the_tilt_deviation_by_ninety_percent(engine, model, i
     path = propagation_mask(model, [f'{TILT}<-{ELBOW}'])
     if interface == 'effort':
         K, D = effort_gains(model)
-        base = ImpedanceConfig(stiffness=K, damping=D, delay_periods=0.0)
+        base = ImpedanceConfig(stiffness=K, damping=D, delay_periods=0.0,
+                               command_interface='effort')
         delay = 0
     else:
         K, D = np.array(shipped()['stiffness']), np.array(shipped()['damping'])
@@ -306,9 +313,10 @@ def test_the_issues_configuration_is_caught_within_a_second(engine, model):
     K, D = np.array(shipped()['stiffness']), np.array(shipped()['damping'])
     path = propagation_mask(model, [f'{TILT}<-{ELBOW}'])
     cfg = ImpedanceConfig(stiffness=K, damping=D, gain_check='warn', delay_periods=0.0,
-                          acceleration_mask=path, velocity_mask=path,
+                          command_interface='effort', acceleration_mask=path, velocity_mask=path,
                           estimator=EstimatorConfig(cutoff_hz=15.0, order=3))
-    for checks, kinds in ((cfg.replace(saturation_travel_limit=math.inf), ('oscillation',)),
+    no_saturation = dataclasses.replace(cfg.fault, saturation_travel=0.0)
+    for checks, kinds in ((cfg.replace(fault=no_saturation), ('oscillation',)),
                           (cfg, ('oscillation', 'saturation'))):
         _, run = tilt_deviation(engine, checks, delay=0)
         first = run.first_fault()
@@ -319,8 +327,8 @@ def test_the_issues_configuration_is_caught_within_a_second(engine, model):
         assert set(run.state[run.t >= first]) == {'fault'}
     # Without the monitor (and without the saturation check, which would catch the swing
     # later: a joint moving against its clipped effort) the run oscillates to the end.
-    _, free = tilt_deviation(engine, cfg.replace(oscillation_reversals=0,
-                                                 saturation_travel_limit=math.inf), delay=0)
+    _, free = tilt_deviation(engine, cfg.replace(oscillation=OscillationLimits(reversals=0),
+                                                 fault=no_saturation), delay=0)
     assert np.ptp(free.q[free.t >= 3.0], axis=0).max() > 1.0
 
 
@@ -385,7 +393,8 @@ def test_an_identified_armature_reaches_the_effort_paths_gain_check(model, tmp_p
 
     K, D = np.zeros(8), np.zeros(8)
     K[3], D[3] = 8.0, 0.35                 # the elbow: margin about 1.3 on the table's 0.008
-    config = ImpedanceConfig(stiffness=K, damping=D, delay_periods=1.0)
+    config = ImpedanceConfig(stiffness=K, damping=D, delay_periods=1.0,
+                             command_interface='effort')
     loops = stability.joint_loops(model, 'effort', 200.0)
     # the Schur complement: a diagonal armature a adds at least a to the effective inertia
     assert loops[3].inertia >= stability.smallest_inertia(model)[3] + 0.008

@@ -118,6 +118,15 @@ def _kind_of(value: Any, name: str) -> Kind:
     raise TypeError(f'option {name}: cannot tell the kind of {value!r}; pass kind=')
 
 
+def _as_list(value: Any) -> list:
+    """A list option's value as a plain list; an array (a core dataclass freezes its
+    lists into numpy arrays) gives Python numbers."""
+    if hasattr(value, 'tolist'):
+        value = value.tolist()
+        return value if isinstance(value, list) else [value]
+    return list(value)
+
+
 def _choices(annotation: Any) -> tuple[str, ...] | None:
     if typing.get_origin(annotation) is Literal:
         return tuple(str(a) for a in typing.get_args(annotation))
@@ -152,7 +161,7 @@ def options(settings: Any, prefix: str = '', *, exclude: Sequence[str] = (),
             continue
         name = prefix + field.name
         kind = meta['kind'] or _kind_of(value, name)
-        default = list(value) if kind in ('floats', 'strs') else value
+        default = _as_list(value) if kind in ('floats', 'strs') else value
         out.append(Option(name, default, meta['doc'], kind, meta['low'], meta['high'],
                           _choices(hints[field.name]),
                           meta['read_only'] if read_only is None else read_only))

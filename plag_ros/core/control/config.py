@@ -21,14 +21,16 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from plag_ros.core.common.options import group, option
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.model_parameters import ModelParameters
 from plag_ros.core.estimation.filters import EstimatorConfig
 
-__all__ = ['CONTROL_ESTIMATOR', 'SERVO_STIFFNESS_TOLERANCE', 'CommandInterface', 'ControlState',
-           'FaultAction', 'GainCheckMode', 'ImpedanceConfig', 'MotionSource',
-           'propagation_mask']
+__all__ = ['CONTROL_ESTIMATOR', 'REFERENCE_MAX_ACCELERATION', 'REFERENCE_MAX_VELOCITY',
+           'SERVO_STIFFNESS_TOLERANCE', 'CommandInterface', 'ControlState',
+           'FaultAction', 'FaultLimits', 'GainCheckMode', 'ImpedanceConfig', 'MotionSource',
+           'OscillationLimits', 'propagation_mask']
 
 CommandInterface = Literal['effort', 'position']
 MotionSource = Literal['desired', 'measured']
@@ -39,6 +41,11 @@ ControlState = Literal['waiting', 'disabled', 'ramping', 'enabled', 'fault']
 ``ramping``/``enabled``: impedance law with ``alpha < 1`` / ``alpha == 1``."""
 
 _ARRAY_FIELDS = ('stiffness', 'damping', 'inertia', 'max_position_step')
+REFERENCE_MAX_VELOCITY = 1.0
+"""[rad/s] the default speed limit of a point reference's approach (the node's
+``reference.max_velocity``)."""
+REFERENCE_MAX_ACCELERATION = 4.0
+"""[rad/s^2] and its default acceleration limit (``reference.max_acceleration``)."""
 SERVO_STIFFNESS_TOLERANCE = 0.2
 """A configured K_s further than this fraction from the motor table's is reported."""
 
@@ -70,30 +77,113 @@ def _frozen(x: ArrayLike | None, name: str, ndim: Sequence[int]) -> np.ndarray:
     return a
 
 
+_PER_JOINT = (' (one value for every joint, or one per actuated joint in model order; on the '
+              'CRANE-X7 the 7 arm joints, then finger a)')
+
+
+def _off_if_not_positive(value: float) -> float:
+    return value if value > 0.0 else math.inf
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class FaultLimits:
+    """``fault.*``: the latched faults of the servo loop's monitor (0 or less turns a check
+    off). :meth:`limit` gives a check's threshold, infinite when off.
+
+    Raises:
+        ValueError: a NaN or a negative persistence.
+    """
+
+    tracking_error: float = option(
+        0.3, 'latched fault when |q_cmd - q| of a commanded joint exceeds this [rad] for '
+        'fault.persist_s (position interface, while the law runs); 0 or less: off',
+        low=-1.0, high=10.0)
+    effort_error: float = option(
+        1.5, 'latched fault when |effort - K_s (q_cmd - q)| exceeds this [N*m] for '
+        'fault.persist_s (servo gain lost, e.g. P=5); 0 or less: off', low=-1.0, high=100.0)
+    persist_s: float = option(0.1, 'how long a fault limit must be exceeded without a break '
+                              '[s]', low=0.0, high=10.0)
+    saturation_travel: float = option(
+        0.05, 'latched fault when a joint on the effort path moves this far [rad] against its '
+        'effort while the effort is clipped (a load the servo cannot carry: the arm sags), '
+        'measured from where the clip began; 0 or less: off', low=-1.0, high=10.0)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _number(value) or math.isnan(value):
+                raise ValueError(f'fault.{f.name} must be a number, got {value!r}')
+        if self.persist_s < 0.0 or math.isinf(self.persist_s):
+            raise ValueError(f'fault.persist_s must be finite and >= 0, got {self.persist_s!r}')
+
+    def limit(self, name: Literal['tracking_error', 'effort_error', 'saturation_travel']
+              ) -> float:
+        """The threshold of check ``name`` [rad or N*m]; inf where it is off."""
+        return _off_if_not_positive(float(getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class OscillationLimits:
+    """``oscillation.*``: the oscillation monitor
+    (:class:`plag_ros.core.control.oscillation.OscillationMonitor`).
+
+    Raises:
+        ValueError: a count of 1 or below 0, or a window that is not positive.
+    """
+
+    reversals: int = option(
+        8, 'latched fault when a joint reverses this many times within oscillation.window_s '
+        '(plag_ros/core/control/oscillation.py); 0: off', low=0, high=1000)
+    window_s: float = option(0.8, 'the oscillation monitor window [s]', low=0.05, high=60.0)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reversals, bool) or not isinstance(self.reversals, (int, np.integer)) \
+                or self.reversals == 1 or self.reversals < 0:
+            raise ValueError('oscillation.reversals must be 0 (off) or an integer >= 2, got '
+                             f'{self.reversals!r}')
+        if not (_number(self.window_s) and 0.0 < self.window_s < math.inf):
+            raise ValueError(f'oscillation.window_s must be > 0, got {self.window_s!r}')
+
+
 @dataclass(frozen=True, eq=False)
 class ImpedanceConfig:
     """Gains, compensation masks and safety limits of the partial-impedance controller.
 
+    Every setting a user tunes is declared here once, with :func:`~plag_ros.core.common.
+    options.option` (its default, description with the unit and range): the node
+    ``plag_impedance`` takes these as its parameters under the same names
+    (:class:`~plag_ros.core.control.settings.ImpedanceSettings` embeds this class and adds
+    only what is the node's own), so a library user and the node start from the same
+    defaults. The fields without an option (masks, monitored joints, armature, estimator,
+    slew limits) are derived by the caller: the node from its named paths, joints, filter
+    and reference settings.
+
     Per-joint figures are scalars (same for every joint) or (n_act,) arrays over the
-    actuated joints in model order (mimic joints excluded); masks are over the full model
-    coordinates. Shapes against a model are checked by :class:`PartialImpedanceController`.
+    actuated joints in model order (mimic joints excluded); a one-element list counts as a
+    scalar. Masks are over the full model coordinates. Shapes against a model are checked
+    by :class:`PartialImpedanceController`.
 
     Attributes:
         stiffness: K [N*m/rad], >= 0.
         damping: D [N*m*s/rad], >= 0.
         inertia: target inertia Md [kg*m^2], >= 0; 0 keeps the natural inertia.
+        servo_stiffness: K_s [N*m/rad] >= 0 of the servos' position loop (position only);
+            a joint's 0 (the default; None is the same) takes the servo model's
+            (:func:`plag_ros.core.dynamics.motors.servo_gains`: the CRANE-X7 motor table,
+            :mod:`plag_ros.core.dynamics.motors`, at the P gain 800 the driver writes). A
+            value further than :data:`SERVO_STIFFNESS_TOLERANCE` from the table is reported
+            in :attr:`PartialImpedanceController.warnings`.
+        max_position_step: largest position command change per cycle [rad], > 0.
         gravity_compensation: add g(q).
         acceleration_mask: W_acc, (n, n) over (joint k, source s) or (n, B, n) over
             (k, body i, s), weights in [0, 1] (1 = compensate that path). None = zeros.
         velocity_mask: W_vel, same shapes.
         motion_source: ``'desired'`` or ``'measured'`` motion in the decomposition.
-        command_interface: ``'effort'`` or ``'position'``.
-        servo_stiffness: K_s [N*m/rad] > 0 of the servos' position loop (position only);
-            None takes the servo model's (:func:`plag_ros.core.dynamics.motors.servo_gains`: the
-            CRANE-X7 motor table, :mod:`plag_ros.core.dynamics.motors`). A value further than
-            :data:`SERVO_STIFFNESS_TOLERANCE` from the table is reported in
-            :attr:`PartialImpedanceController.warnings`.
-        max_position_step: largest position command change per cycle [rad], > 0.
+        command_interface: ``'position'`` (the CRANE-X7's driver) or ``'effort'``.
         armature: (n_act,) reflected rotor inertia [kg*m^2] >= 0 the gain check puts on each
             joint's loop on the effort path; None takes the low end of the motor table's
             range (:func:`plag_ros.core.dynamics.motors.armature`); an identified.yaml's
@@ -112,14 +202,7 @@ class ImpedanceConfig:
             ``'hold'``.
         resume_after_fault: re-ramp automatically when a fault clears (else disable).
         start_enabled: enable as soon as the first valid state arrives.
-        tracking_error_limit: [rad] largest ``|q_cmd - q|`` of a monitored joint before a
-            ``tracking`` fault (position interface, while the law runs); inf = off.
-        effort_error_limit: [N*m] largest ``|effort - K_s (q_cmd - q)|`` before an
-            ``effort`` fault; inf = off.
-        fault_persist_s: [s] how long a limit must be exceeded without a break.
-        saturation_travel_limit: [rad] how far a joint may move against its effort while
-            that effort is clipped (measured from where the clip began) before a latched
-            ``saturation`` fault (effort interface); inf = off.
+        fault: the servo monitor's latched-fault limits (:class:`FaultLimits`).
         monitored: (n_act,) bools, joints the monitor checks (those actually commanded),
             the only ones a resume waits for and judges against the hold; None = all.
         estimator: settings of the joint state estimator run inside the controller
@@ -131,9 +214,7 @@ class ImpedanceConfig:
             ``'off'``.
         delay_periods: sample-to-command delay the gain check assumes [periods] (1: a
             command sent to the driver's controller manager acts in its next cycle).
-        oscillation_reversals: the oscillation monitor's trip count
-            (:class:`plag_ros.core.control.oscillation.OscillationMonitor`); 0 turns it off.
-        oscillation_window_s: its window [s].
+        oscillation: the oscillation monitor's settings (:class:`OscillationLimits`).
         reference_max_velocity: (n_act,) or scalar > 0 [rad/s]: a point reference
             (``set_reference(q=...)``, the node's ``~/reference``) is approached at most this
             fast, from the set point in force
@@ -145,51 +226,80 @@ class ImpedanceConfig:
         ValueError: a field is out of range; the message names it.
     """
 
-    stiffness: ArrayLike = 0.0
-    damping: ArrayLike = 0.0
-    inertia: ArrayLike = 0.0
-    gravity_compensation: bool = True
+    command_interface: CommandInterface = option(
+        'position', "'position' (the real CRANE-X7 driver: it has no effort interface) or "
+        "'effort' (simulator, or plag_driver's current mode)", read_only=True)
+    rate_hz: float = option(200.0, 'nominal joint_states rate and watchdog rate [Hz]',
+                            low=1.0, high=10000.0, read_only=True)
+    stale_periods: float = option(5.0, 'hold when no valid joint state for this many '
+                                  'periods', low=1.01, high=1000.0)
+    ramp_s: float = option(2.0, 'set point and compensation ramp after enable or a cleared '
+                           'fault [s]', low=0.0, high=60.0)
+    start_enabled: bool = option(False, 'enable at the first valid joint state (the node, '
+                                 'with a switch: tried every 0.1 s for switch.timeout_s)',
+                                 read_only=True)
+    fault_action: FaultAction = option(
+        'zero', "effort interface while holding: 'zero' effort or open-loop gravity 'hold' "
+        '(the position interface always holds the last valid position)')
+    resume_after_fault: bool = option(True, 're-ramp when a fault clears (else disable); '
+                                      'refused in torque mode (switch.method driver)')
+    gravity_compensation: bool = option(True, 'add the gravity torque g(q)')
+    stiffness: ArrayLike = option([0.0], 'joint stiffness K [N*m/rad] >= 0' + _PER_JOINT,
+                                  kind='floats')
+    damping: ArrayLike = option([0.0], 'joint damping D [N*m*s/rad] >= 0' + _PER_JOINT,
+                                kind='floats')
+    inertia: ArrayLike = option([0.0], 'target inertia [kg*m^2]; 0 keeps the natural '
+                                'inertia' + _PER_JOINT, kind='floats')
+    servo_stiffness: ArrayLike | None = option(
+        [0.0], "servo position-loop stiffness K_s [N*m/rad] (position interface); a joint's "
+        "0: the motor table's (plag_ros/core/dynamics/motors.py, at the P gain 800 the "
+        'driver writes)' + _PER_JOINT, kind='floats')
+    max_position_step: ArrayLike = option(
+        [0.02], 'largest position command change per cycle [rad] > 0' + _PER_JOINT,
+        kind='floats')
+    effort_scale: float = option(
+        1.0, "fraction of the effort limits allowed: on the effort interface the smaller of "
+        "the URDF limit and the servo's continuous torque (motor table), on the position "
+        'interface the URDF limit', low=0.01, high=1.0)
+    motion_source: MotionSource = option(
+        'measured', "motion in the propagation torques: 'measured' (estimated qd, qdd) or "
+        "'desired' (reference feedforward)")
+    fault: FaultLimits = group(FaultLimits)
+    gain_check: GainCheckMode = option(
+        'refuse', 'a commanded joint whose (K, D) have a gain margin below 2 in the sampled '
+        "loop (plag_ros/core/control/stability.py): 'refuse' (the parameters are not taken, "
+        "the node does not start), 'warn' (logged) or 'off'")
+    delay_periods: float = option(1.0, 'sample-to-command delay the gain check assumes '
+                                  '[periods]', low=0.0, high=99.0)
+    oscillation: OscillationLimits = group(OscillationLimits)
     acceleration_mask: ArrayLike | None = None
     velocity_mask: ArrayLike | None = None
-    motion_source: MotionSource = 'measured'
-    command_interface: CommandInterface = 'effort'
-    servo_stiffness: ArrayLike | None = None
-    max_position_step: ArrayLike = 0.02
     armature: ArrayLike | None = None
-    effort_scale: float = 1.0
-    rate_hz: float = 200.0
-    stale_periods: float = 3.0
-    ramp_s: float = 1.0
-    fault_action: FaultAction = 'zero'
-    resume_after_fault: bool = True
-    start_enabled: bool = False
-    tracking_error_limit: float = math.inf
-    effort_error_limit: float = math.inf
-    fault_persist_s: float = 0.1
-    saturation_travel_limit: float = 0.05
     monitored: ArrayLike | None = None
     estimator: EstimatorConfig = CONTROL_ESTIMATOR
-    gain_check: GainCheckMode = 'refuse'
-    delay_periods: float = 1.0
-    oscillation_reversals: int = 8
-    oscillation_window_s: float = 0.8
-    reference_max_velocity: ArrayLike | None = 1.0
-    reference_max_acceleration: ArrayLike | None = 4.0
+    reference_max_velocity: ArrayLike | None = REFERENCE_MAX_VELOCITY
+    reference_max_acceleration: ArrayLike | None = REFERENCE_MAX_ACCELERATION
 
     def __post_init__(self) -> None:
         if (self.reference_max_velocity is None) != (self.reference_max_acceleration is None):
             raise ValueError('ImpedanceConfig.reference_max_velocity and '
                              'reference_max_acceleration: both set, or both None (no slew)')
-        fields = _ARRAY_FIELDS + tuple(name for name in (
-            'servo_stiffness', 'armature', 'reference_max_velocity',
+        if self.servo_stiffness is None:
+            object.__setattr__(self, 'servo_stiffness', 0.0)   # the motor table's
+        fields = _ARRAY_FIELDS + ('servo_stiffness',) + tuple(name for name in (
+            'armature', 'reference_max_velocity',
             'reference_max_acceleration') if getattr(self, name) is not None)
         for name in fields:
             a = _frozen(getattr(self, name), name, (0, 1))
+            if a.size == 0:
+                raise ValueError(f'ImpedanceConfig.{name}: empty per-joint list')
+            if a.shape == (1,):
+                a = _frozen(a[0], name, (0,))   # one value for every joint
             object.__setattr__(self, name, a)
             if (a < 0.0).any():
                 raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {a.tolist()}')
         for name in fields:
-            if name in ('servo_stiffness', 'max_position_step', 'reference_max_velocity',
+            if name in ('max_position_step', 'reference_max_velocity',
                         'reference_max_acceleration') and \
                     (getattr(self, name) <= 0.0).any():
                 raise ValueError(f'ImpedanceConfig.{name} must be > 0, '
@@ -202,13 +312,13 @@ class ImpedanceConfig:
         for name, lo, hi in (('effort_scale', 0.0, 1.0), ('rate_hz', 0.0, math.inf),
                              ('stale_periods', 1.0, math.inf), ('ramp_s', -1e-300, math.inf)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
-                    or not (lo < value <= hi) or not math.isfinite(value):
+            if not _number(value) or not (lo < value <= hi) or not math.isfinite(value):
                 raise ValueError(f'ImpedanceConfig.{name} must be in ({lo:g}, {hi:g}], '
                                  f'got {value!r}')
         choices = {'motion_source': ('desired', 'measured'),
                    'command_interface': ('effort', 'position'),
-                   'fault_action': ('hold', 'zero')}
+                   'fault_action': ('hold', 'zero'),
+                   'gain_check': ('refuse', 'warn', 'off')}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f'ImpedanceConfig.{name} must be one of {allowed}, '
@@ -216,36 +326,54 @@ class ImpedanceConfig:
         for name in ('gravity_compensation', 'resume_after_fault', 'start_enabled'):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f'ImpedanceConfig.{name} must be a bool')
-        for name in ('tracking_error_limit', 'effort_error_limit', 'fault_persist_s',
-                     'saturation_travel_limit'):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float, np.number)) or math.isnan(value) \
-                    or value < 0.0:
-                raise ValueError(f'ImpedanceConfig.{name} must be >= 0, got {value!r}')
+        for name, kind in (('fault', FaultLimits), ('oscillation', OscillationLimits),
+                           ('estimator', EstimatorConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f'ImpedanceConfig.{name} must be a {kind.__name__}')
         if self.monitored is not None:
             object.__setattr__(self, 'monitored', np.array(self.monitored, dtype=bool))
-        if not isinstance(self.estimator, EstimatorConfig):
-            raise TypeError('ImpedanceConfig.estimator must be an EstimatorConfig')
-        if self.gain_check not in ('refuse', 'warn', 'off'):
-            raise ValueError("ImpedanceConfig.gain_check must be one of 'refuse', 'warn', "
-                             f"'off', got {self.gain_check!r}")
-        if not (isinstance(self.delay_periods, (int, float, np.number))
-                and 0.0 <= self.delay_periods < 100.0):
+        if not (_number(self.delay_periods) and 0.0 <= self.delay_periods < 100.0):
             raise ValueError(f'ImpedanceConfig.delay_periods must be in [0, 100), got '
                              f'{self.delay_periods!r}')
-        if isinstance(self.oscillation_reversals, bool) or \
-                not isinstance(self.oscillation_reversals, (int, np.integer)) or \
-                self.oscillation_reversals == 1 or self.oscillation_reversals < 0:
-            raise ValueError('ImpedanceConfig.oscillation_reversals must be 0 (off) or an '
-                             f'integer >= 2, got {self.oscillation_reversals!r}')
-        if not (isinstance(self.oscillation_window_s, (int, float, np.number))
-                and 0.0 < self.oscillation_window_s < math.inf):
-            raise ValueError('ImpedanceConfig.oscillation_window_s must be > 0, got '
-                             f'{self.oscillation_window_s!r}')
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, arrays by value (the dataclass's own ``==`` cannot compare
+        arrays)."""
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in dataclasses.fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if a is None or b is None or not np.array_equal(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None   # type: ignore[assignment]  # equal by value, and mutable arrays inside
 
     def replace(self, **changes) -> ImpedanceConfig:
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+    def servo_stiffness_of(self, joints: Sequence[str]) -> np.ndarray:
+        """(len(joints),) K_s [N*m/rad] of the actuated ``joints`` (all of them, in model
+        order): the configured figure, the motor table's where it is 0.
+
+        Raises:
+            ValueError: a per-joint list of another length.
+        """
+        joints = list(joints)
+        try:
+            configured = np.broadcast_to(np.asarray(self.servo_stiffness, dtype=np.float64),
+                                         (len(joints),))
+        except ValueError as err:
+            raise ValueError(f'ImpedanceConfig.servo_stiffness needs {len(joints)} entries, '
+                             f'one per actuated joint {joints}, got '
+                             f'{np.size(np.asarray(self.servo_stiffness))}') from err
+        if (configured > 0.0).all():
+            return configured.copy()
+        return np.where(configured > 0.0, configured, motors.servo_stiffness(joints))
 
     def with_model_parameters(self, parameters: ModelParameters, model: RobotModel
                               ) -> ImpedanceConfig:
@@ -262,9 +390,7 @@ class ImpedanceConfig:
                 'armature', act, default))
         if not parameters.servo_stiffness:
             return config
-        configured = np.broadcast_to(np.asarray(
-            self.servo_stiffness if self.servo_stiffness is not None
-            else motors.servo_stiffness(act), dtype=np.float64), (len(act),))
+        configured = self.servo_stiffness_of(act)
         return dataclasses.replace(config, servo_stiffness=parameters.per_joint(
             'servo_stiffness', act, configured))
 

@@ -70,13 +70,13 @@ warming up (after a stamp gap); a sample stamped longer ago than that (a backlog
 or as far ahead of the clock, is not used, as if it had not come; disable holds; enable
 ramps ``alpha`` from 0 to 1 over
 ``ramp_s``. With the position interface a monitor compares the command in force with the
-measurement: ``|q_cmd - q|`` above ``tracking_error_limit`` or the measured effort further
-than ``effort_error_limit`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault_persist_s``)
+measurement: ``|q_cmd - q|`` above ``fault.tracking_error`` or the measured effort further
+than ``fault.effort_error`` from the servo's ``K_s (q_cmd - q)`` (both for ``fault.persist_s``)
 is a latched fault (``tracking`` / ``effort``): a servo that lost its gain (the driver
 writes P = 5 on deactivation) or a blocked joint; only disable clears it. On both
 interfaces a joint that keeps reversing (:mod:`plag_ros.core.control.oscillation`) latches an
 ``oscillation`` fault the same way: the loop has gone unstable. On the effort interface a
-joint that moves ``saturation_travel_limit`` against its effort while it is clipped latches
+joint that moves ``fault.saturation_travel`` against its effort while it is clipped latches
 ``saturation``: the arm carries more than the servos give for as long as they are asked,
 and sags.
 Gains are checked against the sampled loop's stable region when set (``gain_check``,
@@ -292,7 +292,8 @@ class PartialImpedanceController:
 
         K, D, Md = (per_joint(x) for x in ('stiffness', 'damping', 'inertia'))
         table_Ks = servo_gains(model)[0]
-        Ks = table_Ks if config.servo_stiffness is None else per_joint('servo_stiffness')
+        configured_Ks = per_joint('servo_stiffness')           # 0: the table's
+        Ks = np.where(configured_Ks > 0.0, configured_Ks, table_Ks)
         max_step = per_joint('max_position_step')
         slew = None if config.reference_max_velocity is None else (
             per_joint('reference_max_velocity'), per_joint('reference_max_acceleration'))
@@ -349,25 +350,26 @@ class PartialImpedanceController:
         """What the configuration's checks found and let pass (a K_s off the motor table,
         gains below the margin with ``gain_check='warn'``): a node logs them at start."""
         self._oscillation: OscillationMonitor | None = None
-        if config.oscillation_reversals:
+        if config.oscillation.reversals:
             limit = model.velocity_limit[self._act]
             speed = np.where(np.isfinite(limit) & (limit > 0), 0.1 * limit, 0.5)
             self._oscillation = OscillationMonitor(self.joint_names, speed,
-                                                   config.oscillation_window_s,
-                                                   config.oscillation_reversals)
+                                                   config.oscillation.window_s,
+                                                   config.oscillation.reversals)
 
     def _servo_warnings(self, config: ImpedanceConfig, Ks: np.ndarray, table: np.ndarray,
                         monitored: np.ndarray) -> list[str]:
         """A configured K_s off the servo model's by more than the tolerance (position
         interface, commanded joints)."""
-        if config.command_interface != 'position' or config.servo_stiffness is None:
+        if config.command_interface != 'position':
             return []
-        off = np.abs(Ks / table - 1.0) > SERVO_STIFFNESS_TOLERANCE
+        configured = np.broadcast_to(np.asarray(config.servo_stiffness), Ks.shape) > 0.0
+        off = configured & (np.abs(Ks / table - 1.0) > SERVO_STIFFNESS_TOLERANCE)
         return [f'{self.joint_names[a]}: servo_stiffness {Ks[a]:g} N*m/rad is '
                 f"{Ks[a] / table[a]:.2f} x the motor table's {table[a]:.3g} (P gain 800): "
                 "the law's torque is scaled by the ratio, and its stability margin with it "
                 '(right for an arm whose K_s plag-ros identify --servo measured; otherwise '
-                'leave it unset)'
+                'leave it 0)'
                 for a in np.flatnonzero(off & monitored)]
 
     def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
@@ -779,7 +781,7 @@ class PartialImpedanceController:
 
     def _losing(self, q: np.ndarray, qdd: np.ndarray, command: Command) -> str:
         """On the effort interface, a ``saturation`` fault when a joint has moved more than
-        ``saturation_travel_limit`` against its effort since the effort became clipped, and
+        ``fault.saturation_travel`` against its effort since the effort became clipped, and
         that effort is not slowing it down: the arm carries more than the servos give for
         as long as they are asked (a payload, a motor weaker than its table,
         ``effort_scale`` too low) and sags, marked only ``saturated``; the driver's position
@@ -798,7 +800,7 @@ class PartialImpedanceController:
         start[begins], self._clipped_to[begins] = q[begins], direction[begins]
         lost = np.where(clipped & (qdd * direction <= 0.0), (start - q) * direction, 0.0)
         j = int(np.argmax(lost))
-        if not lost[j] > self.config.saturation_travel_limit:
+        if not lost[j] > self.config.fault.limit('saturation_travel'):
             return ''
         return (f'saturation: {self.joint_names[j]} moved {lost[j]:.3g} rad against its '
                 f'effort clipped at {command.torque[j]:+.3g} N*m (more load than the servo '
@@ -828,16 +830,16 @@ class PartialImpedanceController:
             return False
         errors = recent - q
         error = np.where(self._monitored, np.abs(errors).min(0), 0.0)
-        checks = {'tracking': (error, cfg.tracking_error_limit, 'rad')}
-        if effort is not None and math.isfinite(cfg.effort_error_limit):
+        checks = {'tracking': (error, cfg.fault.limit('tracking_error'), 'rad')}
+        if effort is not None and math.isfinite(cfg.fault.limit('effort_error')):
             effort = np.asarray(effort, dtype=np.float64)
             predicted = np.clip(self._Ks * errors, -self._effort_max, self._effort_max)
             slow = np.abs(qd) < _EFFORT_CHECK_QD
             mismatch = np.where(self._monitored & slow,
                                 np.abs(effort - predicted).min(0), 0.0)
             if np.isfinite(mismatch).all():
-                checks['effort'] = (mismatch, cfg.effort_error_limit, 'N*m')
-        persist_ns = int(cfg.fault_persist_s * 1e9)
+                checks['effort'] = (mismatch, cfg.fault.limit('effort_error'), 'N*m')
+        persist_ns = int(cfg.fault.persist_s * 1e9)
         for kind, (value, limit, unit) in checks.items():
             worst = int(np.argmax(value))
             if value[worst] <= limit:
@@ -849,7 +851,7 @@ class PartialImpedanceController:
                         '|effort - K_s (q_cmd - q)|')
                 self._set_fault(f'{kind}: {self.joint_names[worst]} {what} = '
                                 f'{value[worst]:.3g} {unit} > {limit:g} for '
-                                f'{cfg.fault_persist_s:g} s (servo gain lost, e.g. the driver '
+                                f'{cfg.fault.persist_s:g} s (servo gain lost, e.g. the driver '
                                 'deactivated and wrote P=5, or a blocked joint)')
                 self._latched = True
                 self._over_since.clear()

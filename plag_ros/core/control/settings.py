@@ -2,14 +2,17 @@
 
 Each parameter of ``plag_impedance`` (:mod:`plag_ros.ros.nodes.impedance_node`) is a field
 of :class:`ImpedanceSettings` or of one of its groups (``command.*``, ``switch.*``,
-``fault.*``, ``compensate.*``, ``reference.*``, ``oscillation.*``, ``filter.*``,
-``plausibility.*``), declared with :func:`~plag_ros.core.common.options.option`: its default, a
-description with the unit, its range, its allowed values (the ``Literal`` annotation) and
-whether it may change while the node runs. The node declares :data:`IMPEDANCE_OPTIONS` as
-its parameters and rebuilds the settings from their values with
-:meth:`ImpedanceSettings.from_values`; the methods here turn the settings into the
-controller's :class:`~plag_ros.core.control.config.ImpedanceConfig` and reference trajectory.
-Every error names the parameter. config/impedance.yaml sets the same names.
+``compensate.*``, ``reference.*``, ``filter.*``, ``plausibility.*``), declared with
+:func:`~plag_ros.core.common.options.option`: its default, a description with the unit, its
+range, its allowed values (the ``Literal`` annotation) and whether it may change while the
+node runs. The controller's own settings (gains, rates, ramp, fault checks: ``stiffness``,
+``fault.*``, ``oscillation.*`` ...) are the options of
+:class:`~plag_ros.core.control.config.ImpedanceConfig`, embedded under their plain names
+(:data:`CRANE_X7_CONTROL`): one definition and one default for the library and the node.
+The node declares :data:`IMPEDANCE_OPTIONS` as its parameters and rebuilds the settings
+from their values with :meth:`ImpedanceSettings.from_values`; the methods here complete the
+controller's configuration and build the reference trajectory. Every error names the
+parameter. config/impedance.yaml sets the same names.
 
 Per-joint lists hold one value for every joint or one per actuated joint in URDF order
 (the 7 arm joints, then finger a).
@@ -20,7 +23,6 @@ node talks to, plain strings.
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +33,9 @@ import numpy as np
 from plag_ros.core.common.options import Option, build, group, inline, option, options
 from plag_ros.core.control.config import (
     CONTROL_ESTIMATOR,
-    CommandInterface,
-    FaultAction,
-    GainCheckMode,
+    REFERENCE_MAX_ACCELERATION,
+    REFERENCE_MAX_VELOCITY,
     ImpedanceConfig,
-    MotionSource,
     propagation_mask,
 )
 from plag_ros.core.control.references import HoldReference, SineReference
@@ -46,11 +46,10 @@ from plag_ros.core.dynamics.model_parameters import ModelSettings
 from plag_ros.core.estimation.filters import EstimatorConfig
 from plag_ros.core.estimation.plausibility import PlausibilityConfig
 
-__all__ = ['EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER', 'FORWARD_COMMAND_TOPIC',
-           'FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
+__all__ = ['CRANE_X7_CONTROL', 'EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER',
+           'FORWARD_COMMAND_TOPIC', 'FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
            'TRAJECTORY_COMMAND_TOPIC', 'TRAJECTORY_CONTROLLER', 'CommandKind',
-           'CommandSettings', 'CommandType',
-           'CompensateSettings', 'FaultSettings', 'ImpedanceSettings', 'OscillationSettings',
+           'CommandSettings', 'CommandType', 'CompensateSettings', 'ImpedanceSettings',
            'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings',
            'TUNABLE_WHILE_ENABLED', 'safety_parameters']
 
@@ -99,7 +98,13 @@ _PER_JOINT = (' (one value for every joint, or one per actuated joint in URDF or
               'arm joints, then finger a)')
 _TILT = 'crane_x7_shoulder_revolute_part_tilt_joint'
 _ELBOW = 'crane_x7_upper_arm_revolute_part_rotate_joint'
-_ACTUATED = (*motors.ARM_JOINTS, motors.GRIPPER_JOINT)
+
+CRANE_X7_CONTROL = ImpedanceConfig(stiffness=[10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0, 1.0],
+                                   damping=[0.4, 1.5, 0.8, 0.6, 0.05, 0.06, 0.02, 0.01])
+"""The controller the node starts with: the library's defaults (:class:`~plag_ros.core.
+control.config.ImpedanceConfig`), with the spring and damper shipped for the CRANE-X7 (7
+arm joints, then finger a; a gain margin of 2 or more on its position path at 200 and
+100 Hz, ``bench/bench_stability.py``) in place of the library's none."""
 
 
 def _per_joint(values: Sequence[float], name: str) -> float | np.ndarray:
@@ -163,24 +168,6 @@ class SwitchSettings:
 
 
 @dataclass(frozen=True)
-class FaultSettings:
-    """``fault.*``: latched faults of the servo loop (0 or less turns a check off)."""
-
-    tracking_error: float = option(
-        0.3, 'latched fault when |q_cmd - q| of a commanded joint exceeds this [rad] for '
-        'fault.persist_s; 0 or less: off', low=-1.0, high=10.0)
-    effort_error: float = option(
-        1.5, 'latched fault when |effort - K_s (q_cmd - q)| exceeds this [N*m] for '
-        'fault.persist_s (servo gain lost, e.g. P=5); 0 or less: off', low=-1.0, high=100.0)
-    persist_s: float = option(0.1, 'how long a fault limit must be exceeded [s]', low=0.0,
-                              high=10.0)
-    saturation_travel: float = option(
-        0.05, 'latched fault when a joint on the effort path moves this far [rad] against its '
-        'effort while the effort is clipped (a load the servo cannot carry: the arm sags); '
-        '0 or less: off', low=-1.0, high=10.0)
-
-
-@dataclass(frozen=True)
 class CompensateSettings:
     """``compensate.*``: the motion propagation paths the controller cancels."""
 
@@ -206,20 +193,13 @@ class ReferenceSettings:
         'sin(2 pi f t)')
     amplitude: list[float] = option([0.0], 'sine amplitude [rad]' + _PER_JOINT)
     frequency_hz: list[float] = option([0.5], 'sine frequency [Hz]' + _PER_JOINT)
+    # The controller's slew limits (ImpedanceConfig.reference_max_*), named reference.*
     max_velocity: list[float] = option(
-        [1.0], 'a ~/reference point is approached at most this fast [rad/s], > 0' + _PER_JOINT)
+        [REFERENCE_MAX_VELOCITY],
+        'a ~/reference point is approached at most this fast [rad/s], > 0' + _PER_JOINT)
     max_acceleration: list[float] = option(
-        [4.0], 'and at most this hard [rad/s^2], > 0' + _PER_JOINT)
-
-
-@dataclass(frozen=True)
-class OscillationSettings:
-    """``oscillation.*``: the oscillation monitor (plag_ros/core/control/oscillation.py)."""
-
-    reversals: int = option(
-        8, 'latched fault when a joint reverses this many times within oscillation.window_s '
-        '(plag_ros/core/control/oscillation.py); 0: off', low=0, high=1000)
-    window_s: float = option(0.8, 'the oscillation monitor window [s]', low=0.05, high=60.0)
+        [REFERENCE_MAX_ACCELERATION],
+        'and at most this hard [rad/s^2], > 0' + _PER_JOINT)
 
 
 # The CRANE-X7 driver reports velocities: filtering them leaves the acceleration one
@@ -239,64 +219,22 @@ class ImpedanceSettings:
 
     description: DescriptionSettings = inline(DescriptionSettings)
     model: ModelSettings = group(ModelSettings)
-    command_interface: CommandInterface = option(
-        'position', "'position' (the real CRANE-X7 driver: it has no effort interface) or "
-        "'effort' (simulator only)", read_only=True)
     command: CommandSettings = group(CommandSettings)
     switch: SwitchSettings = group(SwitchSettings)
-    fault: FaultSettings = group(FaultSettings)
-    rate_hz: float = option(200.0, 'nominal joint_states rate and watchdog rate [Hz]',
-                            low=1.0, high=10000.0, read_only=True)
-    stale_periods: float = option(5.0, 'hold when no valid joint state for this many '
-                                  'periods', low=1.01, high=1000.0)
+    # The controller's own settings (gains, limits, fault checks) under their plain names,
+    # defined once in ImpedanceConfig; the fields it leaves to its caller come from
+    # compensate.*, command.joints, filter.* and reference.* below.
+    control: ImpedanceConfig = inline(CRANE_X7_CONTROL, exclude=('estimator',))
     input_loss_s: float = option(
         1.0, 'joint_states absent this long [s] is taken as the driver gone: on its return '
         'switch again, then re-ramp (resume_after_fault) or stay disabled', low=0.05,
         high=3600.0)
-    ramp_s: float = option(2.0, 'set point and compensation ramp after enable or a cleared '
-                           'fault [s]', low=0.0, high=60.0)
-    start_enabled: bool = option(False, 'enable at the first valid joint state (with a '
-                                 'switch: tried every 0.1 s for switch.timeout_s)',
-                                 read_only=True)
-    fault_action: FaultAction = option(
-        'zero', "effort interface while holding: 'zero' effort or open-loop gravity 'hold' "
-        '(the position interface always holds the last valid position)')
-    resume_after_fault: bool = option(True, 're-ramp when a fault clears (else disable); '
-                                      'refused in torque mode (switch.method driver)')
-    gravity_compensation: bool = option(True, 'add the gravity torque g(q)')
-    stiffness: list[float] = option([10.0, 20.0, 10.0, 10.0, 4.0, 4.0, 2.0, 1.0],
-                                    'joint stiffness K [N*m/rad] >= 0' + _PER_JOINT)
-    damping: list[float] = option([0.4, 1.5, 0.8, 0.6, 0.05, 0.06, 0.02, 0.01],
-                                  'joint damping D [N*m*s/rad] >= 0' + _PER_JOINT)
-    inertia: list[float] = option([0.0], 'target inertia [kg*m^2]; 0 keeps the natural '
-                                  'inertia' + _PER_JOINT)
-    servo_stiffness: list[float] = option(
-        [round(float(k), 2) for k in motors.servo_stiffness(_ACTUATED)],
-        'servo position-loop stiffness K_s [N*m/rad] > 0 (position interface); default from '
-        'the motor table plag_ros/core/dynamics/motors.py at the P gain 800 the driver writes'
-        + _PER_JOINT)
-    max_position_step: list[float] = option(
-        [0.02], 'largest position command change per cycle [rad] > 0' + _PER_JOINT)
-    effort_scale: float = option(
-        1.0, "fraction of the effort limits allowed: on the effort interface the smaller of "
-        "the URDF limit and the servo's continuous torque (motor table), on the position "
-        'interface the URDF limit', low=0.01, high=1.0)
-    motion_source: MotionSource = option(
-        'measured', "motion in the propagation torques: 'measured' (estimated qd, qdd) or "
-        "'desired' (reference feedforward)")
     compensate: CompensateSettings = group(CompensateSettings)
     reference: ReferenceSettings = group(ReferenceSettings)
     # The estimator cannot change under a running controller: the whole group is read at
     # start. Its stamp-spacing and stencil settings keep the estimator's defaults here.
     filter: EstimatorConfig = group(_CONTROL_FILTER, read_only=True, exclude=(
         'rate_hz', 'min_spacing_periods', 'stencil_nodes'))
-    gain_check: GainCheckMode = option(
-        'refuse', 'a commanded joint whose (K, D) have a gain margin below 2 in the sampled '
-        "loop (plag_ros/core/control/stability.py): 'refuse' (the parameters are not taken, "
-        "the node does not start), 'warn' (logged) or 'off'")
-    delay_periods: float = option(1.0, 'sample-to-command delay the gain check assumes '
-                                  '[periods]', low=0.0, high=99.0)
-    oscillation: OscillationSettings = group(OscillationSettings)
     use_header_stamp: bool = option(True, 'estimate, judge freshness (a sample stamped past '
                                     'the stale limit is not used) and judge the servo '
                                     'monitor on the joint_states header stamps (else on '
@@ -310,32 +248,30 @@ class ImpedanceSettings:
         'jump_slack', 'reanchor_samples'))
 
     def __post_init__(self) -> None:
-        if self.filter.rate_hz != self.rate_hz:
+        rate_hz = self.control.rate_hz
+        if self.filter.rate_hz != rate_hz:
             # filter.rate_hz follows rate_hz (EstimatorConfig checks the cut-off against it).
             try:
-                synced = dataclasses.replace(self.filter, rate_hz=float(self.rate_hz))
+                synced = dataclasses.replace(self.filter, rate_hz=float(rate_hz))
             except ValueError as err:
-                raise ValueError(f'filter.cutoff_hz with rate_hz {self.rate_hz:g}: {err}'
+                raise ValueError(f'filter.cutoff_hz with rate_hz {rate_hz:g}: {err}'
                                  ) from err
             object.__setattr__(self, 'filter', synced)
         if self.stamped_effort:
             # torque mode: after a start, a fault or a driver restart the arm stays in the
             # driver's position hold until an operator calls ~/enable, and gains the check
             # refuses never reach it
-            for name, wrong in (('resume_after_fault', self.resume_after_fault),
-                                ('start_enabled', self.start_enabled),
-                                ('gain_check', self.gain_check != 'refuse')):
+            control = self.control
+            for name, wrong in (('resume_after_fault', control.resume_after_fault),
+                                ('start_enabled', control.start_enabled),
+                                ('gain_check', control.gain_check != 'refuse')):
                 if wrong:
                     raise ValueError(f'{name}: torque mode (effort through plag_driver) '
                                      'never takes the arm on its own nor runs gains the '
                                      "check refuses: resume_after_fault and start_enabled "
                                      "false, gain_check 'refuse'")
-        per_joint = {name: getattr(self, name) for name in (
-            'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')}
         for name in ('amplitude', 'frequency_hz', 'max_velocity', 'max_acceleration'):
-            per_joint[f'reference.{name}'] = getattr(self.reference, name)
-        for name, values in per_joint.items():
-            _per_joint(values, name)
+            _per_joint(getattr(self.reference, name), f'reference.{name}')
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any],
@@ -355,7 +291,7 @@ class ImpedanceSettings:
     @property
     def command_kind(self) -> CommandKind:
         """What the node publishes: the effort interface overrides ``command.type``."""
-        return 'effort' if self.command_interface == 'effort' else self.command.type
+        return 'effort' if self.control.command_interface == 'effort' else self.command.type
 
     @property
     def stamped_effort(self) -> bool:
@@ -411,29 +347,12 @@ class ImpedanceSettings:
             except ValueError as err:
                 raise ValueError(f'compensate.{name}: {err}') from err
 
-        def limit(value: float) -> float:
-            return value if value > 0.0 else math.inf
-
         actuated = model.actuated_names
         commanded = self.command_joints(model)
-        return ImpedanceConfig(
-            **{name: _per_joint(getattr(self, name), name) for name in (
-                'stiffness', 'damping', 'inertia', 'servo_stiffness', 'max_position_step')},
-            tracking_error_limit=limit(self.fault.tracking_error),
-            effort_error_limit=limit(self.fault.effort_error),
-            fault_persist_s=self.fault.persist_s,
-            saturation_travel_limit=limit(self.fault.saturation_travel),
+        return self.control.replace(
             monitored=np.array([name in commanded for name in actuated]),
-            gravity_compensation=self.gravity_compensation,
             acceleration_mask=mask('acceleration'), velocity_mask=mask('velocity'),
-            motion_source=self.motion_source, command_interface=self.command_interface,
-            effort_scale=self.effort_scale, rate_hz=self.rate_hz,
-            stale_periods=self.stale_periods, ramp_s=self.ramp_s,
-            fault_action=self.fault_action, resume_after_fault=self.resume_after_fault,
-            start_enabled=self.start_enabled, estimator=self.filter,
-            gain_check=self.gain_check, delay_periods=self.delay_periods,
-            oscillation_reversals=self.oscillation.reversals,
-            oscillation_window_s=self.oscillation.window_s,
+            estimator=self.filter,
             reference_max_velocity=_per_joint(self.reference.max_velocity,
                                               'reference.max_velocity'),
             reference_max_acceleration=_per_joint(self.reference.max_acceleration,

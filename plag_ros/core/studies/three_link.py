@@ -307,8 +307,8 @@ def impedance_figure(out: Path, engine: PartialLagrangian, t_end: float, rate: f
             return q[0] + anchor, qd[0], qdd[0]
 
     base = ImpedanceConfig(stiffness=K, damping=D, start_enabled=True, ramp_s=0.0,
-                           rate_hz=rate, estimator=EstimatorConfig(cutoff_hz=0.15 * rate,
-                                                                   rate_hz=rate))
+                           command_interface='effort', rate_hz=rate,
+                           estimator=EstimatorConfig(cutoff_hz=0.15 * rate, rate_hz=rate))
     # The moving joints track with their own inertia and velocity feedforward (desired
     # motion); only the paths into joint 1 differ between the two runs.
     tracking = propagation_mask(model, ['joint2<-*', 'joint3<-*'])

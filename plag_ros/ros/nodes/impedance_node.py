@@ -129,13 +129,13 @@ class ImpedanceNode(Node):
         self.create_subscription(JointState, '~/reference', self._on_reference, _RELIABLE)
         self.create_service(SetBool, '~/enable', self._on_enable,
                             callback_group=self._async_group)
-        self.create_timer(1.0 / s.rate_hz, self._on_timer)
+        self.create_timer(1.0 / s.control.rate_hz, self._on_timer)
         paths = s.compensate.paths
         self.get_logger().info(
             f'{kind} commands on {self.resolve_topic_name(s.command_topic)} for '
             f'{self._command_names}; compensating acceleration {paths("acceleration")}, '
-            f'velocity {paths("velocity")} ({s.motion_source} motion); '
-            + ('enabled at the first joint state' if s.start_enabled else
+            f'velocity {paths("velocity")} ({s.control.motion_source} motion); '
+            + ('enabled at the first joint state' if s.control.start_enabled else
                'call ~/enable to start'))
 
     # ------------------------------------------------------------------ parameters

@@ -14,6 +14,7 @@ process on this machine holds.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -344,3 +345,28 @@ def answered_at_once(coroutine):
     except StopIteration as done:
         return done.value
     raise AssertionError('the callback awaited something: it was not answered at once')
+
+
+def node_statuses(collected: list, name: str) -> list[tuple[int, dict]]:
+    """The ``/diagnostics`` statuses named ``name`` among ``collected`` arrays, each as
+    ``(level, content)``: the key-values read back into the nested mapping ``~/state``'s
+    JSON has (a dotted key is a nested one; a value that parses as JSON is that value, any
+    other a string). Written here from the documented form, not with the node's encoder."""
+    out = []
+    for _, array in collected:
+        for status in array.status:
+            if status.name != name:
+                continue
+            content: dict = {}
+            for kv in status.values:
+                *path, leaf = kv.key.split('.')
+                node = content
+                for part in path:
+                    node = node.setdefault(part, {})
+                try:
+                    node[leaf] = json.loads(kv.value)
+                except ValueError:
+                    node[leaf] = kv.value
+            out.append((int.from_bytes(status.level, 'little'), content))
+    return out
+

@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 import yaml
-from ros_helpers import LATCHED, RosClient, publish_at_rate, start_node
+from diagnostic_msgs.msg import DiagnosticArray
+from ros_helpers import LATCHED, RosClient, node_statuses, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from torque_rig import JOINTS, ROOT, EmulatedBus
@@ -41,6 +42,7 @@ def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):
         with RosClient(DOMAIN_ID, 'plag_test_driver') as client:
             states = client.collect(JointState, 'joint_states')
             reports = client.collect(String, '/plag_driver/state', LATCHED)
+            diagnostics = client.collect(DiagnosticArray, '/diagnostics')
             node = start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
                               params={'port': str(bus.link), **LOADED})
             client.wait_for(lambda: len(states) > 400, 60.0, 'joint_states')
@@ -120,6 +122,16 @@ def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):
             client.wait_for(lambda: json.loads(reports[-1][1].data)['fault'].startswith(
                 'stale effort command'), 60.0, 'the stale fault')
             assert json.loads(reports[-1][1].data)['modes'][JOINTS[1]] == 'position'
+            # /diagnostics carries what ~/state says (its JSON is deprecated): OK while
+            # running, ERROR with the latched fault
+            client.wait_for(lambda: any(level == 2 for level, _ in node_statuses(
+                diagnostics, '/plag_driver')), 60.0, 'an ERROR status')
+            read = node_statuses(diagnostics, '/plag_driver')
+            said = [json.loads(m.data) for _, m in reports]
+            assert all(content in said for _, content in read)
+            assert {level for level, content in read if content['fault']} == {2}
+            assert any(level == 0 and content['modes'][JOINTS[1]] == 'current'
+                       for level, content in read)
             pose = np.array(states[-1][1].position)
             node.process.send_signal(signal.SIGTERM)
             node.process.wait(60)

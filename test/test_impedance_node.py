@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
 from parameter_files import node_parameters
 from rclpy.context import Context
 from rclpy.parameter import Parameter
@@ -28,6 +29,7 @@ from ros_helpers import (
     RosClient,
     answered_at_once,
     domain,
+    node_statuses,
     publish_at_rate,
     start_node,
 )
@@ -137,6 +139,7 @@ def test_safety_rules_over_dds(model, tmp_path):
     client = RosClient(31)
     commands = client.collect(Float64MultiArray, 'effort_controller/commands')
     state = client.collect(String, f'{NODE}/state')
+    diagnostics = client.collect(DiagnosticArray, '/diagnostics')
     compensation = client.collect(JointState, f'{NODE}/compensation')
     pub = client.publisher(JointState, 'joint_states')
     node = start_node('impedance_node', domain_id=31, log_dir=tmp_path,
@@ -157,6 +160,11 @@ def test_safety_rules_over_dds(model, tmp_path):
         client.wait_for(lambda: len(state) >= 5, 60.0, 'five ~/state messages')
         assert commands == [], 'commanded before any joint state'
         assert last_state(state)['state'] == 'waiting'
+        # /diagnostics carries what ~/state says (its JSON is deprecated), level OK
+        client.wait_for(lambda: node_statuses(diagnostics, NODE), 60.0, '/diagnostics')
+        level, content = node_statuses(diagnostics, NODE)[-1]
+        assert level == 0 and content['state'] == 'waiting', content
+        assert content in [json.loads(m.data) for _, m in state], content
 
         # Valid states: the hold law at rest is gravity compensation exactly.
         feed = Feed(model, pub, time.time_ns())
@@ -179,6 +187,10 @@ def test_safety_rules_over_dds(model, tmp_path):
                         'zero-effort hold after NaN')
         client.wait_for(lambda: any(json.loads(m.data)['reason'] == 'nan' for _, m in state),
                         60.0, 'nan state')
+        # a hold that ends by itself when its cause is gone: WARN
+        client.wait_for(lambda: any(level == 1 and content['reason'] == 'nan' for
+                                    level, content in node_statuses(diagnostics, NODE)),
+                        60.0, "a WARN status with the reason 'nan'")
         count = len(commands)
         feed.until(Q0, lambda: any(json.loads(m.data)['state'] == 'enabled'
                                    for _, m in state[-30:])

@@ -285,6 +285,25 @@ def test_diagnostics():
     assert array.status[0].level == msgs.DiagnosticLevel.WARN
 
 
+def test_a_nodes_state_in_both_forms():
+    """~/state's JSON and one /diagnostics status with the same content: nested keys
+    dotted, strings as they are, everything else its JSON text (a float exactly)."""
+    state = {'state': 'fault', 'reason': 'stale', 'alpha': 0.1 + 0.2, 'saturated': ['a'],
+             'driver_fault': '', 'model': {'digest': 'f00d', 'changed': False},
+             'rejected': {}, 'commands': 7, 'none': None}
+    text, array = msgs.node_state('/plag_impedance', state, msgs.DiagnosticLevel.WARN,
+                                  'fault: stale', hardware_id='crane_x7', t_ns=3_000_000_000)
+    assert json.loads(text.data) == state
+    (status,) = array.status
+    assert (status.name, status.message, status.hardware_id, status.level) == (
+        '/plag_impedance', 'fault: stale', 'crane_x7', msgs.DiagnosticLevel.WARN)
+    assert array.header.stamp.sec == 3
+    assert [(kv.key, kv.value) for kv in status.values] == [
+        ('state', 'fault'), ('reason', 'stale'), ('alpha', '0.30000000000000004'),
+        ('saturated', '["a"]'), ('driver_fault', ''), ('model.digest', 'f00d'),
+        ('model.changed', 'false'), ('rejected', '{}'), ('commands', '7'), ('none', 'null')]
+
+
 def test_decomposition_arrays_round_trip(model):
     """The engine's arrays survive the message round trip bit for bit."""
     engine = PartialLagrangian(model, dtype=torch.float64)

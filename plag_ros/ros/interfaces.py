@@ -156,9 +156,14 @@ IMPEDANCE = (
              'effort [N*m]'),
     Endpoint('out', '~/torque', _JS, RELIABLE.format(depth=10),
              'clipped impedance torque [N*m] in effort'),
+    Endpoint('out', '/diagnostics', _DIAG, RELIABLE.format(depth=10),
+             'one status named after the node, at every change of state and at '
+             'state_rate_hz: level ERROR while a fault is latched, WARN while a hold lasts '
+             'until its cause is gone; the values are those of ~/state (nested keys dotted, '
+             'non-strings as JSON)'),
     Endpoint('out', '~/state', _STRING, LATCHED,
-             'JSON: state, reason, alpha, saturated joints, counters, model (source, digest, '
-             'changed)'),
+             'deprecated (/diagnostics carries the same): JSON: state, reason, alpha, '
+             'saturated joints, counters, model (source, digest, changed)'),
     Endpoint('service', '~/enable', 'std_srvs/srv/SetBool', '',
              'enable (ramp in) / disable (hold)'),
     Endpoint('client', '{switch.controller_manager}/switch_controller',
@@ -208,10 +213,14 @@ DRIVER = (
     Endpoint('out', 'joint_states', _JS, RELIABLE.format(depth=10),
              "the chain's 8 joints in chain order: position [rad], velocity [rad/s], effort = "
              'current [A] x 2.20 (XM430) or 3.60 (XM540), stamped when read'),
+    Endpoint('out', '/diagnostics', _DIAG, RELIABLE.format(depth=10),
+             'one status named after the node, at every change and once a second: level '
+             'ERROR while a fault is latched; the values are those of ~/state (nested keys '
+             'dotted, non-strings as JSON)'),
     Endpoint('out', '~/state', _STRING, LATCHED,
-             'JSON: modes per joint, the latched fault ("bus not open: ..." until the bus '
-             'opens), active_arm_controller, counters, '
-             'model (source, digest, changed)'),
+             'deprecated (/diagnostics carries the same): JSON: modes per joint, the latched '
+             'fault ("bus not open: ..." until the bus opens), active_arm_controller, '
+             'counters, model (source, digest, changed)'),
     Endpoint('in', TRAJECTORY_COMMAND_TOPIC, _TRAJ,
              RELIABLE.format(depth=10), 'arm joints by name, followed point to point '
              '(position mode)'),

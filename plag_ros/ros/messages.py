@@ -66,6 +66,8 @@ __all__ = [
     'body_joint_states',
     'diagnostic_array',
     'diagnostic_status',
+    'node_state',
+    'state_values',
     'duration',
     'float64_array',
     'float64_multi_array',
@@ -853,3 +855,28 @@ def diagnostic_status(name: str, level: bytes, message: str,
 def diagnostic_array(statuses: Sequence[DiagnosticStatus], *, t_ns: int) -> DiagnosticArray:
     """``diagnostic_msgs/DiagnosticArray`` stamped ``t_ns``."""
     return DiagnosticArray(header=_header(t_ns, ''), status=list(statuses))
+
+
+def state_values(state: Mapping[str, object], prefix: str = '') -> list[KeyValue]:
+    """A node's state as diagnostic key-values: a nested mapping gives dotted keys
+    (``model.digest``), a string stays as it is, every other value is its JSON text (numbers
+    exact, lists, ``true``, ``null``), so that a reader gets back what ``~/state`` says."""
+    out: list[KeyValue] = []
+    for key, value in state.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, Mapping) and value:
+            out += state_values(value, f'{name}.')
+        else:
+            out.append(KeyValue(key=name, value=value if isinstance(value, str)
+                                else json.dumps(value)))
+    return out
+
+
+def node_state(name: str, state: Mapping[str, object], level: bytes, message: str, *,
+               hardware_id: str, t_ns: int) -> tuple[String, DiagnosticArray]:
+    """A node's state in both its forms: the JSON ``std_msgs/String`` of ``~/state`` (kept
+    for one release, deprecated) and a ``/diagnostics`` array of one status named ``name``
+    carrying the same content (:func:`state_values`), stamped ``t_ns``."""
+    status = DiagnosticStatus(level=level, name=name, message=message,
+                              hardware_id=hardware_id, values=state_values(state))
+    return String(data=json.dumps(state)), diagnostic_array([status], t_ns=t_ns)

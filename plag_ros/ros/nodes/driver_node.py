@@ -21,8 +21,9 @@ does the bus; this node is its ROS face). What it offers, with the robot driver'
   ``plag_arm_effort_controller`` puts the arm joints in current mode (with the gravity
   torque of the present pose until the first command), any other in position mode holding
   the present pose. The impedance node sets it (``switch.method: driver``);
-* ``~/state`` (std_msgs/String, JSON, transient local): modes, fault, counters, on every
-  change and once a second; ``~/clear_fault`` (std_srvs/Trigger).
+* its state on every change and once a second: modes, fault, counters, as one
+  ``/diagnostics`` status (ERROR while a fault is latched) and, deprecated, as JSON on
+  ``~/state`` (std_msgs/String, transient local); ``~/clear_fault`` (std_srvs/Trigger).
 
 Its model (the gravity torque of a switch and of a hold) is taken once, at start, from
 ``robot_description_source`` (:mod:`plag_ros.ros.robot_description`); one that lacks a
@@ -35,12 +36,12 @@ puts back the servo settings it changed, and exits with 0.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Sequence
 
 import torch
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -122,6 +123,7 @@ class DriverNode(Node):
         self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
+        self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', _RELIABLE)
         self.create_subscription(JointTrajectory, TRAJECTORY_COMMAND_TOPIC, self._on_trajectory,
                                  _RELIABLE)
         self.create_subscription(Float64MultiArray, FORWARD_COMMAND_TOPIC, self._on_forward,
@@ -224,11 +226,17 @@ class DriverNode(Node):
             self.get_logger().error(f'fault latched: {d.fault} (~/clear_fault to clear)')
         self._state_key, self._state_at = key, now
         try:
-            self._pub_state.publish(String(data=json.dumps({
-                'modes': dict(zip(self._names, d.modes)), 'fault': fault,
-                'active_arm_controller': self._active, 'counts': d.counts,
-                'rejected': self.rejected, 'cycle_errors': self.cycle_errors,
-                'model': self.urdf.report(self.model)})))
+            text, diagnostics = msgs.node_state(
+                self.get_fully_qualified_name(), {
+                    'modes': dict(zip(self._names, d.modes)), 'fault': fault,
+                    'active_arm_controller': self._active, 'counts': d.counts,
+                    'rejected': self.rejected, 'cycle_errors': self.cycle_errors,
+                    'model': self.urdf.report(self.model)},
+                msgs.DiagnosticLevel.ERROR if fault else msgs.DiagnosticLevel.OK,
+                f'fault: {fault}' if fault else f'{self._active} drives the arm',
+                hardware_id=self.model.name, t_ns=self.get_clock().now().nanoseconds)
+            self._pub_state.publish(text)
+            self._pub_diag.publish(diagnostics)
         except Exception:  # noqa: BLE001 - as in _publish
             self.publish_errors += 1
 

@@ -8,7 +8,8 @@ runs the watchdog, which holds when the input goes stale. The model is taken onc
 :class:`plag_ros.core.control.settings.ImpedanceSettings` (config/impedance.yaml).
 
 Its topics and services (``joint_states`` and ``~/reference`` in; the command on
-``command.topic``, ``~/compensation``, ``~/torque`` and ``~/state`` out; ``~/enable``) are
+``command.topic``, ``~/compensation``, ``~/torque``, ``/diagnostics`` and, deprecated, the
+JSON ``~/state`` out; ``~/enable``) are
 listed with types, QoS and content in :data:`plag_ros.ros.interfaces.IMPEDANCE`.
 
 Command paths (the official driver has position command interfaces only): ``forward``
@@ -26,12 +27,12 @@ Nothing is published before the first valid joint state, nothing computed from o
 past the stale limit; a position jump that persists latches a fault."""
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -125,6 +126,7 @@ class ImpedanceNode(Node):
         self._pub_compensation = self.create_publisher(JointState, '~/compensation', _RELIABLE)
         self._pub_torque = self.create_publisher(JointState, '~/torque', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
+        self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', _RELIABLE)
         self.create_subscription(JointState, 'joint_states', self.on_joint_state, _RELIABLE)
         self.create_subscription(JointState, '~/reference', self._on_reference, _RELIABLE)
         self.create_service(SetBool, '~/enable', self._on_enable,
@@ -322,8 +324,13 @@ class ImpedanceNode(Node):
         if key != self._last_state:
             self.get_logger().info(f'state {ctl.state}' + (f' ({ctl.fault})' if ctl.fault else ''))
         self._last_state, self._last_state_ns = key, now
-        self._pub_state.publish(String(data=json.dumps({
-            'state': ctl.state, 'reason': ctl.fault or ('disabled' if not ctl.enabled else ''),
+        reason = ctl.fault or ('disabled' if not ctl.enabled else '')
+        # ERROR: a latched fault (only a disable ends it); WARN: a hold the controller
+        # leaves by itself when its cause is gone (stale input, warming up)
+        level = msgs.DiagnosticLevel.ERROR if ctl.latched else \
+            msgs.DiagnosticLevel.WARN if ctl.state == 'fault' else msgs.DiagnosticLevel.OK
+        text, diagnostics = msgs.node_state(self.get_fully_qualified_name(), {
+            'state': ctl.state, 'reason': reason,
             'enabled': ctl.enabled, 'interface': ctl.config.command_interface,
             'command': self._kind, 'topic': self._pub_command.topic_name,
             'switched': self.own.switched, 'joint_check': self.handover.joint_check,
@@ -334,7 +341,11 @@ class ImpedanceNode(Node):
             [self._names[a] for a in np.flatnonzero(command.saturated)],
             'commands': self.commands, 'rejected': self.rejected,
             'estimator_rejected': ctl.estimator.rejected, 'estimator_resets': ctl.estimator.resets,
-            'monitor_unjudged': ctl.monitor_unjudged, 'references': ctl.references})))
+            'monitor_unjudged': ctl.monitor_unjudged, 'references': ctl.references},
+            level, ctl.state + (f': {reason}' if reason else ''),
+            hardware_id=self.model.name, t_ns=now)
+        self._pub_state.publish(text)
+        self._pub_diag.publish(diagnostics)
 
     def shutdown(self, executor, timeout_s: float = 3.0) -> None:
         """Hold, then switch the fallback controller back (shutdown path)."""

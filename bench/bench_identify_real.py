@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from timing import median_time_s
 
+from plag_ros.apps.identify import Recording
 from plag_ros.apps.identify_input import read_estimated
 from plag_ros.apps.identify_report import held_out_errors
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
@@ -65,13 +66,24 @@ def data_folder() -> Path:
     sys.exit(f'bench_identify_real: no Kinova recordings under {places}')
 
 
-def stacked(recordings) -> tuple[np.ndarray, ...]:
-    return tuple(np.concatenate(parts) for parts in zip(*(r.arrays() for r in recordings)))
+def joined(parts) -> Recording:
+    """Estimated recordings stacked as plag-ros identify stacks them (each row keeps its
+    own recording's rest band)."""
+    recording = Recording()
+    for part in parts:
+        recording.add(part)
+    return recording
 
 
-def bands(recordings) -> np.ndarray:
-    """(N, n) each row's own recording's rest band, as plag-ros identify stacks them."""
-    return np.concatenate([np.broadcast_to(r.band, r.q.shape) for r in recordings])
+def held_out(model: RobotModel, ours, peer, held: Recording) -> dict:
+    """plag-ros identify's own held-out figures (``held_out_errors``) of the nominal
+    model, ours and the peer on ``held``, over the rows where each joint moves."""
+    q, qd, qdd, torque = held.arrays()
+    moving = np.abs(qd[:, model.actuated]) > held.bands()[:, model.actuated]
+    return held_out_errors(model, {
+        'nominal': predict(model, q, qd, qdd),
+        'identified': ours.predict(model, q, qd, qdd),
+        'least_squares': peer.predict(model, q, qd, qdd)}, torque, moving)
 
 
 def spectrum(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
@@ -130,16 +142,11 @@ def folds(model: RobotModel, recordings: dict) -> None:
           'rows where each joint moves: nominal / identified / least squares')
     passed = 0
     for name, held in recordings.items():
-        fitted = [r for other, r in recordings.items() if other != name]
-        q, qd, qdd, torque = stacked(fitted)
-        ours = identify(model, q, qd, qdd, torque, rest_band=bands(fitted))
-        peer = fit_peer(model, q, qd, qdd, torque, rest_band=bands(fitted))
-        hq, hqd, hqdd, htorque = held.arrays()
-        moving = np.abs(hqd[:, model.actuated]) > held.band[model.actuated]
-        errors = held_out_errors(model, {
-            'nominal': predict(model, hq, hqd, hqdd),
-            'identified': ours.predict(model, hq, hqd, hqdd),
-            'least_squares': peer.predict(model, hq, hqd, hqdd)}, htorque, moving)
+        fitted = joined(r for other, r in recordings.items() if other != name)
+        q, qd, qdd, torque = fitted.arrays()
+        ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands())
+        peer = fit_peer(model, q, qd, qdd, torque, rest_band=fitted.bands())
+        errors = held_out(model, ours, peer, joined([held]))
         overall = errors['over_moving_joints']
         moved = [k for k in range(len(act)) if errors['nominal'][k] is not None]
         ratios = [errors['identified'][k] / errors['least_squares'][k] for k in moved]
@@ -178,8 +185,9 @@ def main() -> int:
 
     reading = median_time_s(lambda: read(FITTED + HELD_OUT), args.repeat)
     fitted, held = read(FITTED), read(HELD_OUT)
-    band = bands(fitted)
-    q, qd, qdd, torque = stacked(fitted)
+    training = joined(fitted)
+    band = training.bands()
+    q, qd, qdd, torque = training.arrays()
     results = {}
 
     def ours() -> None:
@@ -194,14 +202,9 @@ def main() -> int:
           f'({sum(len(r.q) for r in fitted + held)} samples): {reading:.2f} s')
     print(f'identify on {len(q)} samples: {ours_s:.2f} s; least-squares peer (Pinocchio '
           f'regressor + lstsq): {peer_s:.2f} s; ratio {ours_s / peer_s:.2f}')
-    hq, hqd, hqdd, htorque = stacked(held)
-    moving = np.abs(hqd[:, model.actuated]) > bands(held)[:, model.actuated]
     # the report's own figure (plag-ros identify's held_out_rms), not one of the bench's
-    overall = held_out_errors(model, {
-        'nominal': predict(model, hq, hqd, hqdd),
-        'identified': results['identified'].predict(model, hq, hqd, hqdd),
-        'least_squares': results['peer'].predict(model, hq, hqd, hqdd)}, htorque,
-        moving)['over_moving_joints']
+    overall = held_out(model, results['identified'], results['peer'],
+                       joined(held))['over_moving_joints']
     nominal, identified, least = (overall[k] for k in ('nominal', 'identified',
                                                        'least_squares'))
     mass = results['identified'].inertial[:, 0].sum()

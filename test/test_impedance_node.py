@@ -398,6 +398,14 @@ def test_bad_parameters_refused_at_start_and_at_run_time(tmp_path):
             result = node.set_parameters([Parameter('stiffness', value=[5.0])])[0]
             assert result.successful
             assert node.controller.config.stiffness == 5.0
+            # A state that fails to publish is logged and counted, never raised into the
+            # joint_states callback or the watchdog's timer.
+            def broken(_message):
+                raise RuntimeError('publisher gone')
+
+            node._pub_diag.publish = broken
+            node._publish_state(None, node._now_ns(), force=True)
+            assert node.state_errors == 1
         finally:
             node.destroy_node()
     finally:

@@ -149,6 +149,12 @@ def test_every_node_takes_the_figures(nominal, true_arm, tmp_path):
         node = ImpedanceNode(context=context, parameter_overrides=[
             Parameter('robot_description_source', value='file'), *figures])
         assert np.asarray(node.controller.config.servo_stiffness)[1] == STIFFNESS
+        # and keeps them through a parameter change (one dropped them before: the tilt's
+        # K_s went back to the motor table's 48.8, stepping the position command)
+        result = node.set_parameters([Parameter('stiffness', value=[5.0])])[0]
+        assert result.successful, result.reason
+        assert np.asarray(node.controller.config.servo_stiffness)[1] == STIFFNESS
+        assert float(node.controller.config.stiffness) == 5.0
         np.testing.assert_allclose(joint_friction(node.model)[1],
                                    joint_friction(true_arm)[1], rtol=1e-12)
         node.destroy_node()

@@ -73,6 +73,7 @@ from plag_ros.core.dynamics.motors import ARM_JOINTS
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
+from plag_ros.ros.rclpy_compat import quiet_publisher
 from plag_ros.ros.robot_description import StartModel
 
 __all__ = ['NODE_NAME', 'DriverNode', 'main']
@@ -123,7 +124,7 @@ class DriverNode(Node):
         self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
-        self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', _RELIABLE)
+        self._pub_diag = quiet_publisher(self, DiagnosticArray, '/diagnostics', _RELIABLE)
         self.create_subscription(JointTrajectory, TRAJECTORY_COMMAND_TOPIC, self._on_trajectory,
                                  _RELIABLE)
         self.create_subscription(Float64MultiArray, FORWARD_COMMAND_TOPIC, self._on_forward,

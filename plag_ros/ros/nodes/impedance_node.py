@@ -8,9 +8,8 @@ runs the watchdog, which holds when the input goes stale. The model is taken onc
 :class:`plag_ros.core.control.settings.ImpedanceSettings` (config/impedance.yaml).
 
 Its topics and services (``joint_states`` and ``~/reference`` in; the command on
-``command.topic``, ``~/compensation``, ``~/torque``, ``/diagnostics`` and, deprecated, the
-JSON ``~/state`` out; ``~/enable``) are
-listed with types, QoS and content in :data:`plag_ros.ros.interfaces.IMPEDANCE`.
+``command.topic``, ``~/compensation``, ``~/torque``, ``/diagnostics``, ``~/state`` (JSON,
+deprecated) out; ``~/enable``) are in :data:`plag_ros.ros.interfaces.IMPEDANCE`.
 
 Command paths (the official driver has position command interfaces only): ``forward``
 streams to our ``plag_arm_position_controller``, switched in for ``crane_x7_arm_controller``
@@ -44,6 +43,7 @@ from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
 
 from plag_ros.core.common.rejections import RejectionLog
+from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings, safety_parameters
 from plag_ros.core.dynamics import motors
@@ -55,6 +55,7 @@ from plag_ros.ros.arm_handover import ArmHandover
 from plag_ros.ros.controller_switch import sleep
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
+from plag_ros.ros.rclpy_compat import quiet_publisher
 from plag_ros.ros.robot_description import StartModel
 
 __all__ = ['NODE_NAME', 'ImpedanceNode', 'main']
@@ -80,11 +81,11 @@ class ImpedanceNode(Node):
             self.settings = s = ImpedanceSettings.from_values(values)
             torch.set_num_threads(s.torch_threads)
             self.urdf = StartModel(self, s.description)    # first: it spins the node
-            self.model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)
-            config = s.controller_config(self.model)
-            if parameters is not None:
-                config = config.with_model_parameters(parameters, self.model)
-                self.get_logger().info(parameters.summary())
+            self.model, identified = model_with_parameters(self.urdf.model, s.model.parameters)
+            self._model_parameters = identified       # over the settings at every change
+            config = self._controller_config(s)
+            if identified is not None:
+                self.get_logger().info(identified.summary())
             self.controller = PartialImpedanceController(
                 PartialLagrangian(self.model, dtype=torch.float64), config,
                 s.reference_trajectory(int(self.model.actuated.sum())))
@@ -103,7 +104,8 @@ class ImpedanceNode(Node):
         self.rejected = self._reject.counts           # joint_states rejected, per reason
         self.commands = 0                             # commands published
         self.last_command: Command | None = None      # from the newest joint state
-        self._last_state, self._last_state_ns = ('', ''), 0
+        self._last_state, self._last_state_ns, self._diagnostics_ns = ('', ''), 0, 0
+        self.state_errors = 0                         # states that failed to publish
         self.add_on_set_parameters_callback(self._on_set_parameters)
         # Coroutine callbacks (enable, joint check) await service responses: they and the
         # clients share a reentrant group, or the node's default exclusive group deadlocks.
@@ -126,7 +128,7 @@ class ImpedanceNode(Node):
         self._pub_compensation = self.create_publisher(JointState, '~/compensation', _RELIABLE)
         self._pub_torque = self.create_publisher(JointState, '~/torque', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
-        self._pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', _RELIABLE)
+        self._pub_diag = quiet_publisher(self, DiagnosticArray, '/diagnostics', _RELIABLE)
         self.create_subscription(JointState, 'joint_states', self.on_joint_state, _RELIABLE)
         self.create_subscription(JointState, '~/reference', self._on_reference, _RELIABLE)
         self.create_service(SetBool, '~/enable', self._on_enable,
@@ -152,7 +154,7 @@ class ImpedanceNode(Node):
                 option_values(self, IMPEDANCE_OPTIONS, parameters))
             reference = s.reference_trajectory(len(self._names)) \
                 if any(p.name.startswith('reference.') for p in parameters) else None
-            self.controller.reconfigure(s.controller_config(self.model))
+            self.controller.reconfigure(self._controller_config(s))
         except ValueError as err:
             return SetParametersResult(successful=False, reason=str(err))
         for warning in self.controller.warnings:
@@ -162,6 +164,13 @@ class ImpedanceNode(Node):
         self.settings = s
         self.own.hold_s, self.own.input_loss_s = s.switch.hold_s, s.input_loss_s
         return SetParametersResult(successful=True)
+
+    def _controller_config(self, s: ImpedanceSettings) -> ImpedanceConfig:
+        """``s``'s controller configuration, the identified K_s and armature of
+        ``model.parameters`` over the configured ones (at every change too)."""
+        config, identified = s.controller_config(self.model), self._model_parameters
+        return config if identified is None else \
+            config.with_model_parameters(identified, self.model)
 
     # ------------------------------------------------------------------ inputs
     def _now_ns(self) -> int:
@@ -315,18 +324,26 @@ class ImpedanceNode(Node):
         self._publish_state(command, now)
 
     def _publish_state(self, command: Command | None, now: int, *, force: bool = False) -> None:
-        """``~/state`` on every change, on ``force`` and at ``state_rate_hz``."""
+        """``~/state`` on every change, on ``force`` and at ``state_rate_hz``; /diagnostics
+        on every change and once a second; a failure logged and counted, never raised."""
         ctl = self.controller
         key = (ctl.state, ctl.fault)
-        if not force and key == self._last_state and \
-                now - self._last_state_ns < 1e9 / self.settings.state_rate_hz:
+        changed = force or key != self._last_state
+        if not changed and now - self._last_state_ns < 1e9 / self.settings.state_rate_hz:
             return
         if key != self._last_state:
             self.get_logger().info(f'state {ctl.state}' + (f' ({ctl.fault})' if ctl.fault else ''))
         self._last_state, self._last_state_ns = key, now
+        try:
+            self._send_state(command, now, changed or now - self._diagnostics_ns >= 10**9)
+        except Exception as err:  # noqa: BLE001 - a report must not stop the controller
+            self.state_errors += 1
+            self.get_logger().error(f'state not published: {err!r}', throttle_duration_sec=1)
+
+    def _send_state(self, command: Command | None, now: int, diagnostics_due: bool) -> None:
+        ctl = self.controller
         reason = ctl.fault or ('disabled' if not ctl.enabled else '')
-        # ERROR: a latched fault (only a disable ends it); WARN: a hold the controller
-        # leaves by itself when its cause is gone (stale input, warming up)
+        # ERROR: a latched fault; WARN: a hold that ends by itself when its cause is gone
         level = msgs.DiagnosticLevel.ERROR if ctl.latched else \
             msgs.DiagnosticLevel.WARN if ctl.state == 'fault' else msgs.DiagnosticLevel.OK
         text, diagnostics = msgs.node_state(self.get_fully_qualified_name(), {
@@ -345,7 +362,9 @@ class ImpedanceNode(Node):
             level, ctl.state + (f': {reason}' if reason else ''),
             hardware_id=self.model.name, t_ns=now)
         self._pub_state.publish(text)
-        self._pub_diag.publish(diagnostics)
+        if diagnostics_due:
+            self._pub_diag.publish(diagnostics)
+            self._diagnostics_ns = now
 
     def shutdown(self, executor, timeout_s: float = 3.0) -> None:
         """Hold, then switch the fallback controller back (shutdown path)."""

@@ -38,6 +38,7 @@ HOMES: dict[str, str] = {
     'test_analysis.py': ROS,
     'test_api.py': ROS,
     'test_arm_ownership.py': CORE,
+    'test_arrays.py': FLOORS,
     'test_bag.py': ROS,
     'test_bag_formats.py': FLOORS,
     'test_bag_recovery.py': ROS,

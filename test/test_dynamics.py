@@ -427,20 +427,20 @@ def test_bad_payloads_raise():
 
 
 def test_single_sample_arrays_equal_the_general_path(robot, monkeypatch):
-    """decompose_arrays of one (n,) float64 sample skips _prepare; same numbers, same
-    errors; other inputs still go the general way."""
+    """decompose_arrays of one (n,) float64 sample skips the numpy engine's prepare; same
+    numbers, same errors; other inputs still go the general way."""
     model, engine, _ = robot
     reference = PartialLagrangian(model, compiled=False)
     q, qd, qdd = random_states(model, 5, seed=21)
     n = model.n_joints
     expected = [reference.decompose(q[i], qd[i], qdd[i]).numpy() for i in range(5)]
     # private: the test is about skipping this internal step, so it spies on it
-    general = engine._prepare
+    general = engine.arrays.prepare
 
     def no_prepare(**arrays):
-        raise AssertionError('a finite (n,) float64 sample went through _prepare')
+        raise AssertionError('a finite (n,) float64 sample went through prepare')
 
-    monkeypatch.setattr(engine, '_prepare', no_prepare)
+    monkeypatch.setattr(engine.arrays, 'prepare', no_prepare)
     for i in range(5):
         strided = np.stack([qd[i], qd[i]], axis=1)[:, 0]      # (n,) but not contiguous
         got = engine.decompose_arrays(q[i], strided, qdd[i])
@@ -448,7 +448,7 @@ def test_single_sample_arrays_equal_the_general_path(robot, monkeypatch):
         for field, value in expected[i].items():
             assert got[field].shape == value.shape
             assert_close(got[field], value, what=field)
-    monkeypatch.setattr(engine, '_prepare', general)
+    monkeypatch.setattr(engine.arrays, 'prepare', general)
     bad = qdd[0].copy()
     bad[n - 1] = np.inf
     with pytest.raises(ValueError, match=re.escape(f'qdd is not finite for joints '

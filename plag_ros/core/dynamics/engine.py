@@ -51,16 +51,15 @@ doi:10.3390/robotics14050054.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from plag_ros.core.dynamics import kernel, torch_form
+from plag_ros.core.dynamics.arrays import FIELDS, ArrayLagrangian, check_shapes, not_finite
 from plag_ros.core.dynamics.column_reuse import ExtensionPlan, plan_extension, splice_tables
 from plag_ros.core.dynamics.model import RobotModel
 
@@ -69,10 +68,6 @@ __all__ = ['Decomposition', 'ExtensionPlan', 'PartialLagrangian', 'GRAVITY', 'FI
 GRAVITY = (0.0, 0.0, -9.81)
 """Default gravity in the world (root link) frame [m/s^2]; the engine uses
 ``RobotModel.gravity``."""
-
-FIELDS = ('torque', 'partial', 'acceleration', 'velocity', 'gravity', 'friction')
-"""Field names of :class:`Decomposition`, in order (also the keys of
-:meth:`PartialLagrangian.decompose_arrays`)."""
 
 JointValues = np.ndarray | Tensor | Sequence[float] | Sequence[Sequence[float]] | float
 """Joint values in any form ``torch.as_tensor`` takes: arrays, tensors, (nested) lists."""
@@ -134,6 +129,9 @@ class PartialLagrangian:
             the torch form.
         last_extension: the :class:`ExtensionPlan` of the latest :meth:`extend` (None
             before the first).
+        arrays: the numpy engine of the compiled path
+            (:class:`plag_ros.core.dynamics.arrays.ArrayLagrangian`, always float64 on the
+            CPU), for callers that want arrays and no torch.
 
     Inputs may be numpy arrays or torch tensors; results are torch tensors of ``dtype``.
     """
@@ -146,73 +144,34 @@ class PartialLagrangian:
                  threads: int | None = None) -> None:
         if not dtype.is_floating_point:
             raise ValueError(f'dtype must be floating point, got {dtype}')
-        self.threads = kernel.resolve_threads(threads)
+        self.arrays = ArrayLagrangian(model, threads=threads)
+        self.threads = self.arrays.threads
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
         self.compiled = compiled and dtype == torch.float64 and self.device.type == 'cpu'
         self.last_extension: ExtensionPlan | None = None
-        self._all_bodies = np.arange(model.n_bodies)
+        self._all_bodies = self.arrays.all_bodies
         self._torch = torch_form.Constants.build(model, self._all_bodies, model.gravity, dtype,
                                          self.device)
-        self._kernel = kernel.KernelModel.build(model, self._all_bodies, model.gravity)
-        # (batch, arrays, flat views) of the last checked decompose_arrays(out=...)
-        self._views: tuple[tuple[int, ...], list[np.ndarray], dict[str, np.ndarray]] | None \
-            = None
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
 
     # ------------------------------------------------------------------ inputs
-    def _check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
-        """Broadcast shape of (..., n) inputs; ValueError naming them when impossible."""
-        n = self.model.n_joints
-        for name, shape in shapes.items():
-            if len(shape) == 0 or shape[-1] != n:
-                raise ValueError(f'{name} must have shape (..., {n}), got {shape}')
-        try:
-            return tuple(np.broadcast_shapes(*shapes.values()))
-        except ValueError as err:
-            listed = ', '.join(f'{k} {s}' for k, s in shapes.items())
-            raise ValueError(f'input shapes do not broadcast: {listed}') from err
-
-    def _not_finite(self, name: str, finite: np.ndarray) -> ValueError:
-        bad = np.flatnonzero((~finite).reshape(-1, self.model.n_joints).any(0))
-        names = [self.model.joint_names[k] for k in bad]
-        return ValueError(f'{name} is not finite for joints {names}')
-
-    def _prepare(self, **arrays: JointValues) -> tuple[list[np.ndarray], tuple[int, ...]]:
-        """Validate (..., n) inputs, broadcast them and flatten to C-contiguous float64
-        numpy (N, n) for the compiled loop; returns them and the batch shape.
-
-        Raises:
-            ValueError: wrong trailing size, shapes that do not broadcast, NaN or inf
-                (naming the joints).
-        """
-        host = {name: _host_array(x) for name, x in arrays.items()}
-        shape = self._check_shapes({k: tuple(x.shape) for k, x in host.items()})
-        flat = []
-        for name, x in host.items():
-            finite = np.isfinite(x)
-            if not finite.all():
-                raise self._not_finite(name, finite)
-            if x.shape != shape:
-                x = np.broadcast_to(x, shape)
-            flat.append(np.ascontiguousarray(x.reshape(-1, shape[-1])))
-        return flat, shape[:-1]
-
     def _prepare_tensors(self, **arrays: JointValues) -> tuple[list[Tensor], tuple[int, ...]]:
         """:meth:`_prepare` for the torch form: (N, n) tensors of the engine's dtype and
         device, same checks and errors."""
         tensors = {name: torch.as_tensor(x.detach() if torch.is_tensor(x) else x,
                                          dtype=self.dtype, device=self.device)
                    for name, x in arrays.items()}
-        shape = self._check_shapes({k: tuple(x.shape) for k, x in tensors.items()})
+        shape = check_shapes({k: tuple(x.shape) for k, x in tensors.items()},
+                             self.model.n_joints)
         flat = []
         for name, x in tensors.items():
             finite = torch.isfinite(x)
             if not finite.all():
-                raise self._not_finite(name, finite.cpu().numpy())
+                raise not_finite(self.model, name, finite.cpu().numpy())
             flat.append(x.expand(shape).reshape(-1, shape[-1]))
         return flat, shape[:-1]
 
@@ -239,15 +198,15 @@ class PartialLagrangian:
                 ``out`` of the wrong shape, dtype, device or layout.
         """
         if out is None:
-            single = self._single_sample(q, qd, qdd) if self.compiled else None
-            if single is not None:    # one (n,) float64 sample: the compiled fast path
-                return Decomposition(**{name: torch.from_numpy(single[name])
+            if self.compiled:
+                arrays = self.arrays.decompose_arrays(q, qd, qdd)
+                return Decomposition(**{name: torch.from_numpy(arrays[name])
                                         for name in FIELDS})
             return self.columns(q, qd, qdd, self._all_bodies)
         self._check_out_tensors(out)
         if self.compiled:
-            self.decompose_arrays(q, qd, qdd, out={name: getattr(out, name).numpy()
-                                                   for name in FIELDS})
+            self.arrays.decompose_arrays(q, qd, qdd, out={name: getattr(out, name).numpy()
+                                                          for name in FIELDS})
             return out
         fresh = self.columns(q, qd, qdd, self._all_bodies)
         for name in FIELDS:
@@ -275,15 +234,9 @@ class PartialLagrangian:
                                 for name, a in self.empty_arrays(batch).items()})
 
     def empty_arrays(self, batch: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
-        """Uninitialised float64 arrays for ``decompose_arrays(..., out=...)``: torque and
-        friction (*batch, n), partial and gravity (*batch, n, B), acceleration and velocity
-        (*batch, n, B, n)."""
-        return {name: np.empty(shape) for name, shape in self._out_shapes(batch).items()}
-
-    def _out_shapes(self, batch: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
-        """Shape of every field for ``batch``: the compiled loop's per-sample shapes."""
-        return {name: (*batch, *shape[1:])
-                for name, shape in self._kernel.output_shapes(1).items()}
+        """Uninitialised float64 arrays for ``decompose_arrays(..., out=...)``
+        (:meth:`ArrayLagrangian.empty_arrays`)."""
+        return self.arrays.empty_arrays(batch)
 
     def decompose_arrays(self, q: JointValues, qd: JointValues, qdd: JointValues, *,
                          out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -308,70 +261,15 @@ class PartialLagrangian:
             ValueError: as :meth:`decompose`; an ``out`` array of the wrong shape, dtype or
                 layout (nothing is written then).
         """
-        if not self.compiled:
-            result = self.decompose(q, qd, qdd).numpy()
-            if out is None:
-                return result
-            kernel.check_out_arrays(out, self._out_shapes(result['torque'].shape[:-1]))
-            for name in FIELDS:
-                np.copyto(out[name], result[name])
-            return out
-        single = self._single_sample(q, qd, qdd, out)
-        if single is not None:
-            return single
-        (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
+        if self.compiled:
+            return self.arrays.decompose_arrays(q, qd, qdd, out=out)
+        result = self.decompose(q, qd, qdd).numpy()
         if out is None:
-            flat = kernel.decompose_into(self._kernel, qf, qdf, qddf,
-                                         threads=self.threads)
-            return {name: a.reshape(*batch, *a.shape[1:]) for name, a in flat.items()}
-        kernel.decompose_unchecked(self._kernel, qf, qdf, qddf, self._out_views(out, batch),
-                                   threads=self.threads)
+            return result
+        kernel.check_out_arrays(out, self.arrays.out_shapes(result['torque'].shape[:-1]))
+        for name in FIELDS:
+            np.copyto(out[name], result[name])
         return out
-
-    def _out_views(self, out: dict[str, np.ndarray],
-                   batch: tuple[int, ...]) -> dict[str, np.ndarray]:
-        """Flat (N, ...) views of checked ``out`` arrays for the compiled loop.
-
-        The check and the views are kept for the arrays last seen (by identity), so a
-        caller reusing one set of buffers pays for them once.
-        """
-        arrays = [out.get(name) for name in FIELDS] if isinstance(out, dict) else []
-        cached = self._views
-        if (cached is not None and cached[0] == batch and len(arrays) == len(FIELDS)
-                and all(a is b for a, b in zip(arrays, cached[1], strict=True))):
-            return cached[2]
-        kernel.check_out_arrays(out, self._out_shapes(batch))
-        N = math.prod(batch)
-        views = {name: out[name].reshape(N, *out[name].shape[len(batch):]) for name in FIELDS}
-        self._views = (batch, [out[name] for name in FIELDS], views)
-        return views
-
-    def _single_sample(self, q: JointValues, qd: JointValues, qdd: JointValues,
-                       out: dict[str, np.ndarray] | None = None,
-                       ) -> dict[str, np.ndarray] | None:
-        """decompose_arrays of one finite (n,) float64 sample, or None for anything else.
-
-        The live node's case, without the broadcasting and validation of _prepare: at
-        200 Hz with cold caches each skipped numpy call is several microseconds. Anything
-        unusual (other shapes or dtypes, a non-finite value, whose error message names the
-        joints) takes the general path.
-        """
-        n = self.model.n_joints
-        for x in (q, qd, qdd):
-            if type(x) is not np.ndarray or x.shape != (n,) or x.dtype != np.float64:
-                return None
-        if out is None:
-            B = self.model.n_bodies
-            target = {'torque': np.empty(n), 'partial': np.empty((n, B)),
-                      'acceleration': np.empty((n, B, n)), 'velocity': np.empty((n, B, n)),
-                      'gravity': np.empty((n, B)), 'friction': np.empty(n)}
-        else:
-            self._out_views(out, ())                 # checks out (once per buffer set)
-            target = out
-        q_, qd_, qdd_ = cast('tuple[np.ndarray, np.ndarray, np.ndarray]', (q, qd, qdd))
-        if not kernel.decompose_sample(self._kernel, q_, qd_, qdd_, target):
-            return None          # NaN/inf, nothing written: the general path names joints
-        return target
 
     def _torch_columns(self, c: torch_form.Constants, q: Tensor, qd: Tensor,
                        qdd: Tensor) -> dict[str, Tensor]:
@@ -399,16 +297,13 @@ class PartialLagrangian:
         """M(q) (..., n, n) and bias C(q, qd) qd + g(q) (..., n) from one kinematics pass."""
         n = self.model.n_joints
         if self.compiled:
-            (qf, qdf), batch = self._prepare(q=q, qd=qd)
-            M_np, bias_np = kernel.mass_matrix_and_bias_into(
-                self._kernel, qf, qdf, threads=self.threads)
-            M, bias = torch.from_numpy(M_np), torch.from_numpy(bias_np)
-        else:
-            (qt, qdt), batch = self._prepare_tensors(q=q, qd=qd)
-            c = self._torch
-            with torch.inference_mode():
-                M_pairs, acc, vel, grav = torch_form.pair_terms(c, qt, qdt, torch.zeros_like(qt))
-            M, bias = M_pairs @ c.pair_onehot_source, (acc + vel).sum(-1) + grav.sum(-1)
+            M_np, bias_np = self.arrays.mass_matrix_and_bias(q, qd)
+            return torch.from_numpy(M_np), torch.from_numpy(bias_np)
+        (qt, qdt), batch = self._prepare_tensors(q=q, qd=qd)
+        c = self._torch
+        with torch.inference_mode():
+            M_pairs, acc, vel, grav = torch_form.pair_terms(c, qt, qdt, torch.zeros_like(qt))
+        M, bias = M_pairs @ c.pair_onehot_source, (acc + vel).sum(-1) + grav.sum(-1)
         return M.reshape(*batch, n, n), bias.reshape(*batch, n)
 
     def mass_matrix(self, q: JointValues) -> Tensor:
@@ -437,10 +332,7 @@ class PartialLagrangian:
     def link_poses(self, q: JointValues) -> Tensor:
         """World pose T_world_link of every URDF link, (..., n) -> (..., L, 4, 4)."""
         if self.compiled:
-            (qf,), batch = self._prepare(q=q)
-            poses = kernel.link_poses(self._kernel, qf, self.model.link_joint,
-                                      self.model.T_joint_link)
-            return torch.from_numpy(poses.reshape(*batch, *poses.shape[1:]))
+            return torch.from_numpy(self.arrays.link_poses(q))
         (qt,), batch = self._prepare_tensors(q=q)
         T = torch_form.body_frames(self._torch, qt)
         eye = torch.eye(4, dtype=self.dtype, device=self.device).expand(T.shape[0], 1, 4, 4)
@@ -456,15 +348,12 @@ class PartialLagrangian:
         columns; ``torque`` is the sum over those columns only.
         """
         bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
-        every = bodies is self._all_bodies or np.array_equal(bodies, self._all_bodies)
         if self.compiled:
-            (qf, qdf, qddf), batch = self._prepare(q=q, qd=qd, qdd=qdd)
-            km = self._kernel if every else kernel.KernelModel.build(self.model, bodies,
-                                                                     self.model.gravity)
-            arrays = kernel.decompose_into(km, qf, qdf, qddf, threads=self.threads)
+            arrays, batch = self.arrays.columns_arrays(q, qd, qdd, bodies)
             flat = {name: torch.from_numpy(value) for name, value in arrays.items()}
         else:
             (qt, qdt, qddt), batch = self._prepare_tensors(q=q, qd=qd, qdd=qdd)
+            every = bodies is self._all_bodies or np.array_equal(bodies, self._all_bodies)
             c = self._torch if every else torch_form.Constants.build(
                 self.model, bodies, self.model.gravity, self.dtype, self.device)
             flat = self._torch_columns(c, qt, qdt, qddt)
@@ -576,10 +465,3 @@ class PartialLagrangian:
                 'velocity': velocity, 'gravity': gravity,
                 'friction': torch_form.friction(self._torch, qdt, 0.0)}
         return Decomposition.from_flat(flat, batch)
-
-
-def _host_array(x: JointValues) -> np.ndarray:
-    """float64 numpy view of an array-like or CPU tensor (no copy when already so)."""
-    if torch.is_tensor(x):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)

@@ -100,9 +100,8 @@ def sim_effort(model: RobotModel, steps: int) -> tuple[Run, Simulator]:
     G, o = sim.coordinate_map
     times = np.arange(-WARM_UP, steps + 1) * 1e-3
     goals = Q0 + AMPLITUDE * np.sin(2.0 * np.pi * FREQUENCY * times[:, None])
-    with torch.inference_mode():
-        gravity = sim.engine.gravity_torque(goals @ G.T + o).numpy() @ G
-        inertia = np.diag(G.T @ sim.engine.mass_matrix(G @ Q0 + o).numpy() @ G)
+    gravity = sim.engine.gravity_torque(goals @ G.T + o) @ G
+    inertia = np.diag(G.T @ sim.engine.mass_matrix(G @ Q0 + o) @ G)
     # a 5 Hz, 0.7-damped PD per joint on its own inertia (explicit at 1 kHz: stable)
     omega = 2.0 * np.pi * 5.0
     kp, kd = inertia * omega ** 2, 2.0 * 0.7 * omega * inertia

@@ -28,6 +28,7 @@ from plag_ros.bus.chain_file import BusConfig
 from plag_ros.bus.emulator.arm import BusArm
 from plag_ros.bus.emulator.server import PtyBus
 from plag_ros.core.common.rejections import LOG_THROTTLE_S
+from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.motors import (
     DEFAULT_POSITION_RESOLUTION,
@@ -76,7 +77,8 @@ def test_energy_helper_matches_partial_lagrangians(crane):
     rng = np.random.default_rng(0)
     q, qd = crane.fill_mimic(rng.uniform(-1, 1, 9)), crane.fill_mimic(rng.normal(size=9),
                                                                       derivative=True)
-    lagrangian, potential = sim.engine.lagrangians(torch.tensor(q), torch.tensor(qd))
+    lagrangian, potential = PartialLagrangian(crane).lagrangians(torch.tensor(q),
+                                                                 torch.tensor(qd))
     kinetic_ref = float((lagrangian + potential).sum())
     kinetic, pot = mechanical_energy(sim.engine, q, qd)
     assert kinetic == pytest.approx(kinetic_ref, rel=1e-12, abs=1e-14)
@@ -149,11 +151,11 @@ def test_forward_then_inverse_dynamics_round_trip(crane, seed, mode):
         # The servo law at the end of the step (implicit P and D terms).
         servo = sim.kp * (goal - after.q[:8]) - sim.kd * after.qd[:8]
         np.testing.assert_allclose(after.effort, np.clip(servo, -limit, limit), atol=1e-12)
-    tau_id = sim.engine.inverse_dynamics(before.q, before.qd, after.qdd).numpy()
+    tau_id = sim.engine.inverse_dynamics(before.q, before.qd, after.qdd)
     np.testing.assert_allclose(G.T @ tau_id + after.friction, after.effort,
                                rtol=0, atol=1e-9 * (1 + np.abs(after.effort).max()))
     # Where a joint slides, the friction is the URDF law at the new velocity.
-    fric = G.T @ sim.engine.friction_torque(after.qd).numpy()
+    fric = G.T @ sim.engine.friction_torque(after.qd)
     slip = np.abs(after.qd[:8]) > 1e-9
     assert slip.sum() >= 4   # light joints may stop (stick) within the step
     np.testing.assert_allclose(after.friction[slip], fric[slip], rtol=1e-12, atol=1e-12)
@@ -349,7 +351,7 @@ def test_stiff_finger_servo_is_stable_without_overshoot_or_chatter(crane, fricti
     start = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2])
     sim.reset(start)
     G, o = sim.coordinate_map
-    M = sim.engine.mass_matrix(G @ start + o).numpy()
+    M = sim.engine.mass_matrix(G @ start + o)
     inertia = (G.T @ M @ G)[FINGER_A, FINGER_A]
     assert sim.kd[FINGER_A] / inertia * sim.config.dt > 10.0
     goal = start.copy()

@@ -1718,12 +1718,10 @@ def gravity_in_chain_order(model: RobotModel, joints: Sequence[str]
     Raises:
         ValueError: a chain joint the model does not actuate.
     """
-    import torch
-
-    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.arrays import ArrayLagrangian
     from plag_ros.core.dynamics.model import actuation_matrix
 
-    engine = PartialLagrangian(model, dtype=torch.float64)
+    engine = ArrayLagrangian(model)
     G, offset = actuation_matrix(model)
     act_names = model.actuated_names
     missing = [j for j in joints if j not in act_names]
@@ -1735,9 +1733,7 @@ def gravity_in_chain_order(model: RobotModel, joints: Sequence[str]
     def gravity(q_chain: np.ndarray) -> np.ndarray:
         q_act = np.zeros(len(act_names))
         q_act[index] = q_chain
-        with torch.inference_mode():
-            g = engine.gravity_torque(G @ q_act + offset).cpu().numpy()
-        return (G.T @ g)[index]
+        return (G.T @ engine.gravity_torque(G @ q_act + offset))[index]
 
     return gravity
 

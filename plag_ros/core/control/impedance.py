@@ -97,10 +97,9 @@ doi:10.3390/robotics14050054.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
 from numpy.typing import ArrayLike
 
 from plag_ros.core.control import stability
@@ -113,10 +112,13 @@ from plag_ros.core.control.references import (
     reference_bounds,
     slew_step,
 )
-from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.arrays import ArrayLagrangian, arrays_of
 from plag_ros.core.dynamics.model import actuation_matrix
 from plag_ros.core.dynamics.motors import servo_continuous_torque, servo_gains
 from plag_ros.core.estimation.filters import JointStateEstimator
+
+if TYPE_CHECKING:
+    from plag_ros.core.dynamics.engine import PartialLagrangian
 
 __all__ = ['Command', 'PartialImpedanceController']
 
@@ -237,8 +239,9 @@ class PartialImpedanceController:
             ``motion_source='measured'`` (positive acceleration feedback).
     """
 
-    def __init__(self, engine: PartialLagrangian, config: ImpedanceConfig,
+    def __init__(self, engine: ArrayLagrangian | PartialLagrangian, config: ImpedanceConfig,
                  reference: Reference | None = None) -> None:
+        engine = arrays_of(engine)         # numpy in, numpy out: no torch in the loop
         model = engine.model
         self.engine = engine
         self.model = model
@@ -256,10 +259,9 @@ class PartialImpedanceController:
         self.reset()
         # One sample's tables, rewritten by every cycle (read within the cycle only).
         self._tables = engine.empty_arrays()
-        with torch.inference_mode():  # first calls are slow: pay it here, not in the loop
-            zero = np.zeros(model.n_joints)
-            engine.decompose_arrays(zero, zero, zero, out=self._tables)
-            engine.gravity_torque(zero)
+        zero = np.zeros(model.n_joints)  # first calls are slow: pay it here, not in the loop
+        engine.decompose_arrays(zero, zero, zero, out=self._tables)
+        engine.gravity_torque(zero)
 
     def reconfigure(self, config: ImpedanceConfig) -> None:
         """Swap gains, masks and limits in place, keeping the state (enable, estimator).
@@ -632,8 +634,7 @@ class PartialImpedanceController:
         if self.config.command_interface == 'position':
             q = self._valid_q()
             q_full = self._G @ q + self._offset
-            with torch.inference_mode():
-                sag = (self._G.T @ self.engine.gravity_torque(q_full).cpu().numpy()) / self._Ks
+            sag = (self._G.T @ self.engine.gravity_torque(q_full)) / self._Ks
             q_hold = self._last_command.copy() if self._last_command is not None else \
                 np.clip(q + sag, self._lower, self._upper)
             self._hold_pose = q_hold - sag   # where the servo's position loop leaves the arm
@@ -886,7 +887,7 @@ class PartialImpedanceController:
         elif self.config.fault_action == 'hold':
             if self._hold_effort is None:
                 q_full = self._G @ q_hold + self._offset
-                g = self.engine.gravity_torque(q_full).cpu().numpy()
+                g = self.engine.gravity_torque(q_full)
                 self._hold_effort = np.clip(self._G.T @ g, -self._effort_max, self._effort_max)
             effort = self._hold_effort.copy()
         else:
@@ -965,8 +966,7 @@ class PartialImpedanceController:
             qd_full, qdd_full = G @ qd_ref, G @ qdd_ref
         else:
             qd_full, qdd_full = G @ qd, G @ qdd
-        with torch.inference_mode():
-            out = self.engine.decompose_arrays(q_full, qd_full, qdd_full, out=self._tables)
+        out = self.engine.decompose_arrays(q_full, qd_full, qdd_full, out=self._tables)
         n = q_full.size
         comp_full = np.zeros(n)
         if self._W_acc is not None:
@@ -978,7 +978,7 @@ class PartialImpedanceController:
         compensation = alpha * (G.T @ comp_full)
         tau = self._K * (q_d - q) + self._D * (qd_d - qd) + compensation
         if (self._Md > 0).any():
-            M = G.T @ self.engine.mass_matrix(q_full).cpu().numpy() @ G
+            M = G.T @ self.engine.mass_matrix(q_full) @ G
             m = np.diag(M)
             on = self._Md > 0
             tau += alpha * on * (m * qdd_ref + (m - self._Md) * (qdd - qdd_ref))

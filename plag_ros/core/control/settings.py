@@ -242,8 +242,6 @@ class ImpedanceSettings:
                                     read_only=True)
     state_rate_hz: float = option(10.0, 'rate of ~/state besides every change [Hz]', low=0.1,
                                   high=1000.0)
-    torch_threads: int = option(1, 'torch intra-op threads (1 is fastest for one sample)',
-                                low=1, high=256, read_only=True)
     plausibility: PlausibilityConfig = group(PlausibilityConfig, read_only=True, exclude=(
         'jump_slack', 'reanchor_samples'))
 

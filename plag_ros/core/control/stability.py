@@ -39,17 +39,20 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from numpy.typing import ArrayLike
 from scipy import linalg, signal
 
-from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.arrays import ArrayLagrangian, arrays_of
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix
 from plag_ros.core.dynamics.motors import armature as motor_armature
 from plag_ros.core.dynamics.motors import servo_gains
 from plag_ros.core.estimation.filters import FIVE_POINT, EstimatorConfig, design_lowpass
+
+if TYPE_CHECKING:
+    from plag_ros.core.dynamics.engine import PartialLagrangian
 
 __all__ = ['MIN_GAIN_MARGIN', 'GainCheck', 'JointLoop', 'check_gains', 'closed_loop_matrix',
            'damping_bound', 'gain_margin', 'joint_loops', 'smallest_inertia',
@@ -265,7 +268,8 @@ def damping_bound(loop: JointLoop, stiffness: float, estimator: EstimatorConfig,
 def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
                 servo_stiffness: ArrayLike | None = None,
                 servo_damping: ArrayLike | None = None,
-                delay_periods: float = 1.0, engine: PartialLagrangian | None = None,
+                delay_periods: float = 1.0,
+                engine: ArrayLagrangian | PartialLagrangian | None = None,
                 armature: ArrayLike | None = None) -> list[JointLoop]:
     """One :class:`JointLoop` per actuated joint of ``model`` (model order).
 
@@ -316,7 +320,8 @@ def joint_loops(model: RobotModel, command_interface: str, rate_hz: float, *,
 _INERTIA_CACHE: dict[tuple[str, str, tuple[float, ...]], np.ndarray] = {}
 
 
-def smallest_inertia(model: RobotModel, engine: PartialLagrangian | None = None,
+def smallest_inertia(model: RobotModel,
+                     engine: ArrayLagrangian | PartialLagrangian | None = None,
                      armature: ArrayLike | None = None) -> np.ndarray:
     """(n_act,) each actuated joint's smallest effective inertia ``1 / (M^-1)_aa`` over
     the zero pose and seeded random poses within the limits [kg*m^2] (cached per URDF and
@@ -327,7 +332,7 @@ def smallest_inertia(model: RobotModel, engine: PartialLagrangian | None = None,
         np.asarray(armature, dtype=np.float64), (int(model.actuated.sum()),))
     key = (model.name, model.urdf_xml, tuple(extra.tolist()))
     if key not in _INERTIA_CACHE:
-        engine = engine or PartialLagrangian(model, dtype=torch.float64)
+        arrays = arrays_of(engine) if engine is not None else ArrayLagrangian(model)
         G, offset = actuation_matrix(model)
         act = np.flatnonzero(model.actuated)
         lower, upper = model.joint_lower[act], model.joint_upper[act]
@@ -337,10 +342,9 @@ def smallest_inertia(model: RobotModel, engine: PartialLagrangian | None = None,
         poses = [np.clip(np.zeros(act.size), lower, upper)]
         poses += list(lower + (upper - lower) * rng.random((_POSES, act.size)))
         inertia = np.full(act.size, np.inf)
-        with torch.inference_mode():
-            for z in poses:
-                M = G.T @ engine.mass_matrix(G @ z + offset).cpu().numpy() @ G + np.diag(extra)
-                inertia = np.minimum(inertia, 1.0 / np.diag(np.linalg.inv(M)))
+        for z in poses:
+            M = G.T @ arrays.mass_matrix(G @ z + offset) @ G + np.diag(extra)
+            inertia = np.minimum(inertia, 1.0 / np.diag(np.linalg.inv(M)))
         inertia.setflags(write=False)
         _INERTIA_CACHE[key] = inertia
     return _INERTIA_CACHE[key]

@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
 from plag_ros.core.common.rejections import RejectionLog
 from plag_ros.core.decomposition.settings import DynamicsSettings
-from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.arrays import ArrayLagrangian
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.estimation.filters import EstimatorConfig, JointStateEstimator
 from plag_ros.core.estimation.friction import STICK, UNRESOLVED, RestFriction
@@ -230,14 +229,14 @@ class LiveDecomposition:
         decimator: the output rate limit (shared across models: its phase is kept).
 
     Attributes:
-        engine: the decomposition engine (float64).
+        engine: the decomposition engine (float64 numpy, no torch).
         estimator: the current estimator; tables: one sample's arrays, rewritten per sample.
     """
 
     def __init__(self, model: RobotModel, settings: DynamicsSettings, stats: LiveStats,
                  decimator: OutputDecimator) -> None:
         self.model = model
-        self.engine = PartialLagrangian(model, dtype=torch.float64)
+        self.engine = ArrayLagrangian(model)
         self.gate = PlausibilityGate(model, settings.plausibility)
         self.tables = self.engine.empty_arrays()
         self._encoder_resolution = settings.friction.encoder_resolution
@@ -269,8 +268,8 @@ class LiveDecomposition:
         return self._measured
 
     def warm_up(self) -> dict[str, np.ndarray]:
-        """Pay torch's and numpy's first-call costs now, not on the first sample (they take
-        ~100 ms and would back up the input queue); returns a zero sample's tables."""
+        """Pay the first-call costs (numpy's, the compiled loop's) now, not on the first
+        sample (they would back up the input queue); returns a zero sample's tables."""
         zero = np.zeros(self.model.n_joints)
         out = self.engine.decompose_arrays(zero, zero, zero, out=self.tables)
         self.rest_friction.apply(out['friction'], zero, out['torque'], zero)

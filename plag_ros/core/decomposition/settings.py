@@ -104,8 +104,6 @@ class DynamicsSettings:
         'instead of an executor of its own (at 200 Hz about 0.1 core and 0.2 ms less); the '
         'running rclpy is checked against the one tested at start, and the public path is '
         'taken, with a warning, where it differs', read_only=True)
-    torch_threads: int = option(1, 'torch intra-op threads (1 is fastest for single samples)',
-                                low=1, high=256, read_only=True)
     # Only the margins the node has always offered; jump_slack and reanchor_samples keep
     # the core's defaults.
     plausibility: PlausibilityConfig = group(PlausibilityConfig,

@@ -109,8 +109,6 @@ class SimSettings:
     physics: SimulatorConfig = inline(_PHYSICS)
     report_period: float = option(5.0, 'period of /diagnostics and the rate log line [s]',
                                   low=0.1, high=3600.0, read_only=True)
-    torch_threads: int = option(1, 'torch intra-op threads (1 is fastest for one 9x9 mass '
-                                'matrix)', low=1, high=256, read_only=True)
 
     def __post_init__(self) -> None:
         for name, allowed in (('command_mode', ('position', 'effort')),

@@ -5,7 +5,7 @@ The simulator integrates the rigid-body dynamics the partial Lagrangian engine i
     M(q) qdd + C(q, qd) qd + g(q) + friction(qd) = tau,
 
 with ``M`` and ``C qd + g`` from the engine's compiled loop (the code of
-:meth:`PartialLagrangian.mass_matrix_and_bias`, one kinematics pass per step) and the URDF
+:meth:`ArrayLagrangian.mass_matrix_and_bias`, one kinematics pass per step) and the URDF
 joint damping and Coulomb friction (the Rayleigh dissipation term of Kusaka and Tanaka 2022
 [PL]). A step is two compiled calls, the dynamics and :mod:`plag_ros.core.simulation.stepping`
 (~20 us for the CRANE-X7, ``bench/bench_sim_step.py``); this class holds the state and the
@@ -77,17 +77,19 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
 
 from plag_ros.core.common.options import option
 from plag_ros.core.dynamics import kernel, motors
-from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.arrays import ArrayLagrangian, arrays_of
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.dynamics.model_parameters import ModelParameters
 from plag_ros.core.dynamics.motors import servo_gains, servo_saturation
+
+if TYPE_CHECKING:
+    from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.simulation import stepping
 
 __all__ = [
@@ -203,7 +205,8 @@ class Measurement(NamedTuple):
     effort: np.ndarray
 
 
-def mechanical_energy(engine: PartialLagrangian, q, qd) -> tuple[float, float]:
+def mechanical_energy(engine: ArrayLagrangian | PartialLagrangian, q,
+                      qd) -> tuple[float, float]:
     """Kinetic and potential energy of one configuration.
 
     ``K = 1/2 qd . M(q) qd`` with the engine's mass matrix and ``P = -sum_i m_i g . c_i``
@@ -218,12 +221,11 @@ def mechanical_energy(engine: PartialLagrangian, q, qd) -> tuple[float, float]:
     Returns:
         (kinetic, potential) [J].
     """
-    model = engine.model
+    arrays = arrays_of(engine)
+    model = arrays.model
     q = np.asarray(q, dtype=float)
     qd = np.asarray(qd, dtype=float)
-    with torch.inference_mode():
-        M = engine.mass_matrix(q).cpu().double().numpy()
-        T_world_link = engine.link_poses(q).cpu().double().numpy()
+    M, T_world_link = arrays.mass_matrix(q), arrays.link_poses(q)
     child = [model.link_names.index(model.body_names[j]) for j in range(model.n_joints)]
     T = T_world_link[child][model.body_joint]                                   # (B, 4, 4)
     com = T[:, :3, 3] + np.einsum('bij,bj->bi', T[:, :3, :3], model.body_com)
@@ -243,18 +245,22 @@ class Simulator:
         model: the robot.
         config: options; defaults to a 1 kHz CRANE-X7-like servo.
         engine: engine to reuse (built from ``model`` if None) for :meth:`energy` and
-            :meth:`gravity_effort`; float64 recommended. The step takes ``M`` and the bias
-            of its model from the compiled float64 loop, whatever its dtype.
+            :meth:`gravity_effort`: an :class:`ArrayLagrangian`, or a ``PartialLagrangian``
+            whose ``arrays`` are used (float64 whatever its dtype). The step takes ``M`` and
+            the bias of its model from the compiled float64 loop.
+
+    Attributes:
+        engine: the numpy engine (:class:`ArrayLagrangian`; results are numpy arrays).
 
     Raises:
         ValueError: bad gains, or a mimic joint following a joint outside the model.
     """
 
     def __init__(self, model: RobotModel, config: SimulatorConfig | None = None, *,
-                 engine: PartialLagrangian | None = None) -> None:
+                 engine: ArrayLagrangian | PartialLagrangian | None = None) -> None:
         self.model = model
         self.config = config if config is not None else SimulatorConfig()
-        self.engine = engine if engine is not None else PartialLagrangian(model)
+        self.engine = arrays_of(engine) if engine is not None else ArrayLagrangian(model)
         n = model.n_joints
         self._independent = np.flatnonzero(model.actuated)
         m = self._independent.size
@@ -548,9 +554,7 @@ class Simulator:
         by the joint it follows.
         """
         z = self._z if q is None else self._check(q, 'q')
-        with torch.inference_mode():
-            g = self.engine.gravity_torque(self._G @ z + self._o).cpu().numpy()
-        return self._G.T @ g
+        return self._G.T @ self.engine.gravity_torque(self._G @ z + self._o)
 
     def energy(self) -> tuple[float, float]:
         """(kinetic, potential) energy of the current state [J]."""

@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Sequence
 
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -100,7 +99,6 @@ class DriverNode(Node):
         self.urdf = StartModel(self, s.description)    # before the other entities: it spins
         self.model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)
         model = self.model
-        torch.set_num_threads(1)
         joints = [spec.joint for spec in config.servos]
         calibration = None
         if model.effort_calibration is not None:

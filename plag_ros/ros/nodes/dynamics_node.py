@@ -28,7 +28,6 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -82,7 +81,6 @@ class DynamicsNode(Node):
         except ValueError as err:
             raise ValueError(f'{self.get_name()}: {err}') from err
         s = self.settings
-        torch.set_num_threads(s.torch_threads)
         # Held by the joint_states callback and by everything the executor runs that
         # touches its state (parameters, diagnostics, a new model): with low_latency the
         # two run in different threads.
@@ -271,7 +269,7 @@ class DynamicsNode(Node):
         for _ in range(3):   # first-call costs now, not on the first joint states
             out = live.warm_up()
             self._messages.fill(0, zero, zero, out)
-            self._markers.serialize(live.engine.link_poses(zero).numpy(),
+            self._markers.serialize(live.engine.link_poses(zero),
                                     msgs.marker_components(out), t_ns=0)
             self._image.serialize(out['partial'], t_ns=0)
         self._live = live
@@ -339,7 +337,7 @@ class DynamicsNode(Node):
                 publisher.publish(message)
         if visual:
             self._last_vis_ns = t_ns
-            poses = self._live.engine.link_poses(sample.q).numpy()  # type: ignore[union-attr]
+            poses = self._live.engine.link_poses(sample.q)  # type: ignore[union-attr]
             # serialized from a CDR template: 45 rclpy Marker objects cost ~0.9 ms to convert
             self._pub_markers.publish(self._markers.serialize(
                 poses, msgs.marker_components(out), t_ns=t_ns))

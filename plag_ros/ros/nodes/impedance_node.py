@@ -30,7 +30,6 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -47,7 +46,7 @@ from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
 from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings, safety_parameters
 from plag_ros.core.dynamics import motors
-from plag_ros.core.dynamics.engine import PartialLagrangian
+from plag_ros.core.dynamics.arrays import ArrayLagrangian
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
@@ -79,7 +78,6 @@ class ImpedanceNode(Node):
         values = declare_options(self, IMPEDANCE_OPTIONS)
         try:
             self.settings = s = ImpedanceSettings.from_values(values)
-            torch.set_num_threads(s.torch_threads)
             self.urdf = StartModel(self, s.description)    # first: it spins the node
             self.model, identified = model_with_parameters(self.urdf.model, s.model.parameters)
             self._model_parameters = identified       # over the settings at every change
@@ -87,7 +85,7 @@ class ImpedanceNode(Node):
             if identified is not None:
                 self.get_logger().info(identified.summary())
             self.controller = PartialImpedanceController(
-                PartialLagrangian(self.model, dtype=torch.float64), config,
+                ArrayLagrangian(self.model), config,
                 s.reference_trajectory(int(self.model.actuated.sum())))
         except ValueError as err:
             raise ValueError(f'{self.get_name()}: {err}') from err

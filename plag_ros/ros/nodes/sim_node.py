@@ -70,7 +70,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -147,7 +146,6 @@ class SimNode(Node):
         except ValueError as err:
             raise ValueError(f'{NODE_NAME}: {err}') from err
         self.settings = settings
-        torch.set_num_threads(settings.torch_threads)
         nominal = RobotModel.from_urdf(settings.urdf_path or default_urdf_path())
         self.model, parameters = model_with_parameters(nominal, settings.model.parameters)
         config = settings.simulator_config()
@@ -159,7 +157,7 @@ class SimNode(Node):
         act = self.model.actuated
         q0 = np.clip(per_joint(settings.initial_positions, 'initial_positions', m),
                      self.model.joint_lower[act], self.model.joint_upper[act])
-        self.sim.step()            # warm up torch so the first tick keeps time
+        self.sim.step()            # first calls compile or load: not in the first tick
         self.sim.reset(q0)
         if settings.command_mode == 'position':
             self.sim.set_position_command(q0)

@@ -37,19 +37,18 @@ import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 from launch import LaunchDescription
 from launch.actions import LogInfo, OpaqueFunction, TimerAction
 from launch.conditions import IfCondition
-from launch.substitutions import (
-    Command,
-    LaunchConfiguration,
-    PathJoinSubstitution,
-    PythonExpression,
-)
+from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.ros_adapters import get_ros_node
 from launch_ros.substitutions import FindPackageShare
 
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file, spawner_type_arguments
-from plag_ros.ros.launch_actions import launch_argument, plag_node
+from plag_ros.ros.launch_actions import (
+    launch_argument,
+    plag_node,
+    rviz_node,
+    state_publisher_node,
+)
 from plag_ros.ros.node_setups import (
     PACKAGE,
     VIEW_INPUTS,
@@ -121,23 +120,8 @@ def generate_launch_description():
             output='screen',
             condition=spawning,
         ),
-        Node(
-            package='robot_state_publisher',
-            executable='robot_state_publisher',
-            name='robot_state_publisher',
-            parameters=[{'robot_description': ParameterValue(
-                Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
-                value_type=str)}],
-            output='screen',
-            condition=IfCondition(state_publisher),
-        ),
-        Node(
-            package='rviz2',
-            executable='rviz2',
-            name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
-            arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
-            condition=IfCondition(rviz),
-        ),
+        state_publisher_node(share, state_publisher),
+        rviz_node(share, rviz),
         OpaqueFunction(function=start_graph_view, condition=IfCondition(rviz)),
         TimerAction(period=5.0, actions=[OpaqueFunction(function=check_view_inputs)],
                     condition=IfCondition(rviz)),

@@ -37,13 +37,12 @@ from pathlib import Path
 from ament_index_python.packages import PackageNotFoundError, get_package_prefix
 from launch import LaunchDescription
 from launch.actions import ExecuteProcess, LogInfo, OpaqueFunction
-from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
 from plag_ros.io.bag import BagError, bag_robot_description
-from plag_ros.ros.launch_actions import launch_argument, plag_node
+from plag_ros.ros.launch_actions import launch_argument, plag_node, rviz_node
 from plag_ros.ros.node_setups import (
     PACKAGE,
     is_true,
@@ -129,12 +128,5 @@ def generate_launch_description():
         OpaqueFunction(function=_state_publisher,
                        args=[bag, state_publisher, player, share]),
         *(plag_node(setup, share, control) for setup in replay_setup(description_source)),
-        Node(
-            package='rviz2',
-            executable='rviz2',
-            name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
-            arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
-            parameters=[{'use_sim_time': True}],
-            condition=IfCondition(rviz),
-        ),
+        rviz_node(share, rviz, sim_time=True),
     ])

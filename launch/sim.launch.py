@@ -23,13 +23,15 @@ Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``
 (``sim_arguments()`` of plag_ros/ros/node_setups.py).
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
-from launch.conditions import IfCondition
-from launch.substitutions import Command, LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from launch.substitutions import LaunchConfiguration
 from launch_ros.substitutions import FindPackageShare
 
-from plag_ros.ros.launch_actions import launch_argument, plag_node
+from plag_ros.ros.launch_actions import (
+    launch_argument,
+    plag_node,
+    rviz_node,
+    state_publisher_node,
+)
 from plag_ros.ros.node_setups import PACKAGE, sim_arguments, sim_setup
 
 
@@ -42,21 +44,8 @@ def generate_launch_description():
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in sim_arguments()),
         *(plag_node(setup, share, control) for setup in sim_setup()),
-        Node(
-            package='robot_state_publisher',
-            executable='robot_state_publisher',
-            name='robot_state_publisher',
-            parameters=[{'robot_description': ParameterValue(
-                Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
-                value_type=str)}],
-            remappings=[('robot_description', 'robot_state_publisher/robot_description')],
-            condition=IfCondition(rviz),
-        ),
-        Node(
-            package='rviz2',
-            executable='rviz2',
-            name='plag_rviz',   # MoveIt's demo.launch.py already runs a node named rviz2
-            arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
-            condition=IfCondition(rviz),
-        ),
+        # robot_description stays the simulator's alone
+        state_publisher_node(
+            share, rviz, [('robot_description', 'robot_state_publisher/robot_description')]),
+        rviz_node(share, rviz),
     ])

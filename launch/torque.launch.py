@@ -23,13 +23,15 @@ Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=tr
 values each accepts are ``torque_arguments()`` of plag_ros/ros/node_setups.py.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
-from launch.conditions import IfCondition
-from launch.substitutions import Command, LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from launch.substitutions import LaunchConfiguration
 from launch_ros.substitutions import FindPackageShare
 
-from plag_ros.ros.launch_actions import launch_argument, plag_node
+from plag_ros.ros.launch_actions import (
+    launch_argument,
+    plag_node,
+    rviz_node,
+    state_publisher_node,
+)
 from plag_ros.ros.node_setups import PACKAGE, torque_arguments, torque_setup
 
 
@@ -42,21 +44,6 @@ def generate_launch_description():
         *(plag_node(setup, share, control)
           for setup in torque_setup(LaunchConfiguration('port'),
                                     LaunchConfiguration('robot_description_source'))),
-        Node(
-            package='robot_state_publisher',
-            executable='robot_state_publisher',
-            name='robot_state_publisher',
-            parameters=[{'robot_description': ParameterValue(
-                Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
-                value_type=str)}],
-            output='screen',
-            condition=IfCondition(rviz),
-        ),
-        Node(
-            package='rviz2',
-            executable='rviz2',
-            name='plag_rviz',
-            arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
-            condition=IfCondition(rviz),
-        ),
+        state_publisher_node(share, rviz),
+        rviz_node(share, rviz),
     ])

@@ -1,6 +1,8 @@
 """Launch files read as Python syntax trees: what they start and declare, without launch.
 
-A launch file writes a node out (``Node(package=..., ...)``) or builds it from the shared
+A launch file writes a node out (``Node(package=..., ...)``), takes one a helper of
+plag_ros/ros/launch_actions.py writes out (``rviz_node(share, rviz)``: read as that helper's
+``Node`` with the launch file's arguments in place), or builds it from the shared
 description of plag_ros/ros/node_setups.py (``sim_setup()``, ``robot_setup(...)``, turned
 into ``Node`` actions by ``plag_node`` of plag_ros/ros/launch_actions.py, whose syntax tree
 shows which field of a setup goes where); its arguments likewise come from
@@ -195,6 +197,45 @@ def launch_arguments(path: Path) -> list[node_setups.LaunchArgument]:
     return getattr(node_setups, call_name(source))()
 
 
+def _picked(node: ast.expr) -> ast.expr:
+    """``node`` with the choices its literals decide made: ``A if LITERAL else B`` becomes
+    A or B, ``list(X)`` X (what a shared helper's arguments turn into once resolved)."""
+    if isinstance(node, ast.IfExp):
+        try:
+            test = ast.literal_eval(node.test)
+        except ValueError:
+            return node
+        return _picked(node.body if test else node.orelse)
+    if isinstance(node, ast.Call) and call_name(node) == 'list' and len(node.args) == 1:
+        return _picked(node.args[0])
+    return node
+
+
+def _shared_node(call: ast.Call, helper: ast.FunctionDef) -> ast.Call | None:
+    """The ``Node(...)`` a launch_actions helper writes out (a literal package), its
+    arguments resolved to the launch file's ``call`` of it (a parameter it does not pass:
+    the default); None for a helper of another kind (``plag_node``: read through its
+    setups)."""
+    made = [n for n in ast.walk(helper) if isinstance(n, ast.Call) and call_name(n) == 'Node']
+    if len(made) != 1:
+        return None
+    kw = {k.arg: k.value for k in made[0].keywords}
+    if constant(kw.get('package')) is None:
+        return None
+    params = [a.arg for a in helper.args.args]
+    given = dict(zip(params, call.args, strict=False))
+    given |= {k.arg: k.value for k in call.keywords}
+    defaults = dict(zip(params[len(params) - len(helper.args.defaults):],
+                        helper.args.defaults, strict=True))
+    names = {name: given.get(name, defaults.get(name)) for name in params}
+    assert None not in names.values(), f'{helper.name}: {ast.unparse(call)} misses an argument'
+    resolved = ast.parse(_resolved(made[0], names), mode='eval').body
+    assert isinstance(resolved, ast.Call)
+    for keyword in resolved.keywords:
+        keyword.value = _picked(keyword.value)
+    return resolved
+
+
 def default_source(argument: node_setups.LaunchArgument) -> object:
     """An argument's default as the launch file's source writes it."""
     if argument.in_share:
@@ -219,7 +260,17 @@ def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
             declared |= {a.name for a in launch_arguments(path)}
         else:
             nodes += _setup_nodes(tree, starred.value, local, path)
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+    shared = {alias.asname or alias.name: alias.name for n in tree.body
+              if isinstance(n, ast.ImportFrom) and n.module == 'plag_ros.ros.launch_actions'
+              for alias in n.names}
+    actions = ast.parse(LAUNCH_ACTIONS.read_text(), filename=str(LAUNCH_ACTIONS))
+    helpers = {f.name: f for f in actions.body if isinstance(f, ast.FunctionDef)}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    # a node a launch_actions helper writes out (rviz2, robot_state_publisher) is read as
+    # if the launch file wrote it, with the launch file's arguments in place
+    calls += [made for call in calls if call_name(call) in shared
+              for made in [_shared_node(call, helpers[shared[call_name(call)]])] if made]
+    for call in calls:
         name = call_name(call)
         if name == 'DeclareLaunchArgument' and call.args and constant(call.args[0]):
             # (written out; a helper's, from node_setups, is read by launch_arguments)
@@ -241,7 +292,7 @@ def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
                     node.params += [constant(k) for k in d.keys]
                     node.overrides.update((constant(k), literal_value(v))
                                           for k, v in zip(d.keys, d.values, strict=True))
-            if 'remappings' in kw:
+            if 'remappings' in kw and ast.unparse(kw['remappings']) != 'None':
                 node.remappings = [tuple(pair) for pair in literal_value(kw['remappings'])]
             if 'condition' in kw:
                 node.condition = ast.unparse(kw['condition'])

@@ -16,6 +16,9 @@ checked here without them:
   says so at start and ``true`` ends the launch with the reason; ``player:=ros2`` without
   a ``ros2`` executable ends it with the reason; and the launch file hands those decisions
   (``node_setups.replay_tf``, ``replay_player``) to launch as they are;
+* rviz2 and robot_state_publisher on the bundled URDF are written once
+  (plag_ros/ros/launch_actions.py), and each launch file starts them under the conditions
+  and with the remappings it did when it wrote them out;
 * the console scripts' shebang is ``/usr/bin/env python3`` (setup.cfg), so a node runs the
   python3 first on PATH, whichever python ran colcon.
 """
@@ -211,3 +214,45 @@ def test_crane_x7_launch_says_what_rviz2_will_lack(tf, description, missing):
     assert 'view_inputs_line({topic: node.count_publishers(topic) for topic in VIEW_INPUTS})' \
         in source and 'LogInfo(msg=view_inputs_line(' in source
     assert node_setups.VIEW_INPUTS == ('/tf', '/robot_description')
+
+
+# ------------------------------------------------- the nodes started beside plag_ros's
+# What each launch file starts beside the plag_ros nodes: rviz2 and robot_state_publisher
+# on the bundled URDF, under these launch configurations, with these remappings.
+VIEWERS = {
+    'crane_x7.launch.py': {'robot_state_publisher': ('IfCondition(state_publisher)', []),
+                           'rviz2': ('IfCondition(rviz)', [])},
+    'sim.launch.py': {'robot_state_publisher': (
+        'IfCondition(rviz)', [('robot_description', 'robot_state_publisher/robot_description')]),
+        'rviz2': ('IfCondition(rviz)', [])},
+    'torque.launch.py': {'robot_state_publisher': ('IfCondition(rviz)', []),
+                         'rviz2': ('IfCondition(rviz)', [])},
+    'replay.launch.py': {'rviz2': ('IfCondition(rviz)', [])},
+}
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
+def test_rviz2_and_robot_state_publisher_are_written_once(path):
+    """Each launch file takes them from plag_ros.ros.launch_actions (rviz_node,
+    state_publisher_node) and writes neither out itself; replay.launch.py's own
+    robot_state_publisher, on the bag's description, aside."""
+    tree = ast.parse(path.read_text())
+    written = {constant for call in ast.walk(tree) if isinstance(call, ast.Call)
+               and getattr(call.func, 'id', '') == 'Node'
+               for k in call.keywords if k.arg == 'package'
+               for constant in [getattr(k.value, 'value', None)]}
+    assert 'rviz2' not in written, path.name
+    if path.name != 'replay.launch.py':
+        assert 'robot_state_publisher' not in written, path.name
+    nodes = parse_launch(path)[0]
+    seen = {n.executable: (n.condition, n.remappings) for n in nodes
+            if n.package in ('rviz2', 'robot_state_publisher') and n.files}
+    assert seen == VIEWERS[path.name], path.name
+    for node in nodes:
+        if node.package == 'rviz2':
+            assert node.name == 'plag_rviz' and node.files == ['plag_ros.rviz']
+            # on the bag's clock in a replay only
+            assert node.overrides == ({'use_sim_time': True} if path.name == 'replay.launch.py'
+                                      else {}), path.name
+        elif node.package == 'robot_state_publisher' and node.files:
+            assert node.files == ['crane_x7.urdf'] and node.params == ['robot_description']

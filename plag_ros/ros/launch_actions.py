@@ -1,20 +1,23 @@
-"""The launch actions of node_setups' descriptions: one place for the three launch files.
+"""The launch actions of node_setups' descriptions: one place for the four launch files.
 
-``launch/sim.launch.py``, ``crane_x7.launch.py`` and ``replay.launch.py`` turn each
-:class:`~plag_ros.ros.node_setups.NodeSetup` into a launch_ros ``Node`` and each
-:class:`~plag_ros.ros.node_setups.LaunchArgument` into a ``DeclareLaunchArgument`` with
-these functions. launch and launch_ros come with a ROS 2 install only (no package
-registry has them), so each function imports them when called: the rest of plag_ros, and
-CI, which checks these functions by their syntax trees (test/launch_syntax.py), never need
-them.
+``launch/sim.launch.py``, ``crane_x7.launch.py``, ``torque.launch.py`` and
+``replay.launch.py`` turn each :class:`~plag_ros.ros.node_setups.NodeSetup` into a
+launch_ros ``Node`` and each :class:`~plag_ros.ros.node_setups.LaunchArgument` into a
+``DeclareLaunchArgument`` with these functions, and take the nodes they start beside ours,
+robot_state_publisher on the bundled URDF and rviz2 with config/plag_ros.rviz, from here
+too (:func:`state_publisher_node`, :func:`rviz_node`), written once. launch and launch_ros
+come with a ROS 2 install only (no package registry has them), so each function imports
+them when called: the rest of plag_ros, and CI, which checks these functions by their
+syntax trees (test/launch_syntax.py), never need them.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from plag_ros.ros.node_setups import PACKAGE, LaunchArgument, NodeSetup
 
-__all__ = ['launch_argument', 'plag_node']
+__all__ = ['launch_argument', 'plag_node', 'rviz_node', 'state_publisher_node']
 
 
 def plag_node(setup: NodeSetup, share: Any, control: Any) -> Any:
@@ -51,3 +54,44 @@ def launch_argument(argument: LaunchArgument, share: Any) -> Any:
     return DeclareLaunchArgument(argument.name, default_value=default,
                                  choices=list(argument.choices) or None,
                                  description=argument.description)
+
+
+def state_publisher_node(share: Any, when: Any,
+                         remappings: Sequence[tuple[str, str]] = ()) -> Any:
+    """robot_state_publisher with the bundled URDF (urdf/crane_x7.urdf under ``share``), on
+    the graph's ``joint_states``: its ``/tf`` and, unless ``remappings`` move it,
+    ``robot_description``.
+
+    Args:
+        share: the package's share directory (``FindPackageShare``).
+        when: the boolean launch configuration it runs under (``rviz``,
+            ``robot_state_publisher``).
+        remappings: where its topics go instead (sim.launch.py keeps ``robot_description``
+            the simulator's alone).
+    """
+    from launch.conditions import IfCondition
+    from launch.substitutions import Command, PathJoinSubstitution
+    from launch_ros.actions import Node
+    from launch_ros.parameter_descriptions import ParameterValue
+
+    return Node(package='robot_state_publisher', executable='robot_state_publisher',
+                name='robot_state_publisher',
+                parameters=[{'robot_description': ParameterValue(
+                    Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
+                    value_type=str)}],
+                remappings=list(remappings) if remappings else None, output='screen',
+                condition=IfCondition(when))
+
+
+def rviz_node(share: Any, when: Any, sim_time: bool = False) -> Any:
+    """rviz2 with config/plag_ros.rviz, named ``plag_rviz`` (MoveIt's demo.launch.py already
+    runs a node named rviz2), under the boolean launch configuration ``when``; on the bag's
+    clock with ``sim_time`` (replay.launch.py)."""
+    from launch.conditions import IfCondition
+    from launch.substitutions import PathJoinSubstitution
+    from launch_ros.actions import Node
+
+    return Node(package='rviz2', executable='rviz2', name='plag_rviz',
+                arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
+                parameters=[{'use_sim_time': True}] if sim_time else None,
+                condition=IfCondition(when))

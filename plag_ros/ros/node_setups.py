@@ -18,7 +18,8 @@ CI, which has no launch_ros, checks them here, and the launch files only turn th
 actions (plag_ros/ros/launch_actions.py).
 
 What only the launch files start (robot_state_publisher, rviz2, controller_manager's
-spawner) is written in the launch files. Nothing here imports launch or launch_ros.
+spawner) is written in the launch files or, where several start the same,
+in plag_ros/ros/launch_actions.py. Nothing here imports launch or launch_ros.
 """
 from __future__ import annotations
 

@@ -27,10 +27,13 @@ robot_state_publisher only). This file adds:
 The plag_ros nodes are those of ``robot_setup()`` in plag_ros/ros/node_setups.py, the
 description ``plag-ros run`` (the dynamics node without ``ros2 launch``) reads too.
 
+``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
+one (docs/tutorials/live.md, "Launch arguments").
+
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [spawn_controller:=false]
 [rviz:=true] [robot_description_source:=topic|file] [controllers_file:=PATH]
-[robot_state_publisher:=true]``. The arguments, their defaults and the values each accepts
-are ``robot_arguments()`` of plag_ros/ros/node_setups.py.
+[robot_state_publisher:=true] [params_file:=PATH]``. The arguments, their defaults and the
+values each accepts are ``robot_arguments()`` of plag_ros/ros/node_setups.py.
 """
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 
@@ -90,6 +93,7 @@ def check_view_inputs(context) -> list:
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
+    params_file = LaunchConfiguration('params_file')
     rviz = LaunchConfiguration('rviz')
     spawn = LaunchConfiguration('spawn_controller')
     description_source = LaunchConfiguration('robot_description_source')
@@ -103,7 +107,7 @@ def generate_launch_description():
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in robot_arguments()),
         OpaqueFunction(function=check_controller_file, condition=spawning),
-        *(plag_node(setup, share, control)
+        *(plag_node(setup, share, control, params_file)
           for setup in robot_setup(description_source, controllers_file)),
         # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
         # present on the humble and jazzy branches alike: positional controller name,

@@ -24,12 +24,15 @@ the partial-impedance controller (config/impedance.yaml) on sim time, to study t
 commands it would have sent during the recorded motion (nothing executes them on a
 replay).
 
+``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
+one (docs/tutorials/live.md, "Launch arguments").
+
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 [loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
-[robot_description_source:=file|topic] [robot_state_publisher:=auto|true|false]``
-(``replay_arguments()`` of plag_ros/ros/node_setups.py). Without ``ros2 launch``,
-``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p use_sim_time:=true`` do
-the same.
+[robot_description_source:=file|topic] [robot_state_publisher:=auto|true|false]
+[params_file:=PATH]`` (``replay_arguments()`` of plag_ros/ros/node_setups.py). Without
+``ros2 launch``, ``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p
+use_sim_time:=true`` do the same.
 """
 import shutil  # noqa: I001 - launch (below) is the ROS package, not launch/
 from pathlib import Path
@@ -118,6 +121,7 @@ def generate_launch_description():
     loop = LaunchConfiguration('loop')
     rviz = LaunchConfiguration('rviz')
     control = LaunchConfiguration('control')
+    params_file = LaunchConfiguration('params_file')
     description_source = LaunchConfiguration('robot_description_source')
     player = LaunchConfiguration('player')
     state_publisher = LaunchConfiguration('robot_state_publisher')
@@ -127,6 +131,7 @@ def generate_launch_description():
                        args=[bag, rate, loop, player, state_publisher, control]),
         OpaqueFunction(function=_state_publisher,
                        args=[bag, state_publisher, player, share]),
-        *(plag_node(setup, share, control) for setup in replay_setup(description_source)),
+        *(plag_node(setup, share, control, params_file)
+          for setup in replay_setup(description_source)),
         rviz_node(share, rviz, sim_time=True),
     ])

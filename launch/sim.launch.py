@@ -19,8 +19,11 @@
 The plag_ros nodes are those of ``sim_setup()`` in plag_ros/ros/node_setups.py, the
 description ``plag-ros sim [--control]`` (the same nodes without ``ros2 launch``) reads too.
 
-Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]``
-(``sim_arguments()`` of plag_ros/ros/node_setups.py).
+``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
+one (docs/tutorials/live.md, "Launch arguments").
+
+Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]
+[params_file:=PATH]`` (``sim_arguments()`` of plag_ros/ros/node_setups.py).
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.substitutions import LaunchConfiguration
@@ -40,10 +43,11 @@ from plag_ros.ros.node_setups import PACKAGE, sim_arguments, sim_setup
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
+    params_file = LaunchConfiguration('params_file')
     rviz = LaunchConfiguration('rviz')
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in sim_arguments()),
-        *(plag_node(setup, share, control) for setup in sim_setup()),
+        *(plag_node(setup, share, control, params_file) for setup in sim_setup()),
         # robot_description stays the simulator's alone
         state_publisher_node(
             share, rviz, [('robot_description', 'robot_state_publisher/robot_description')]),

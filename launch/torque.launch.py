@@ -18,9 +18,13 @@ All three take their model from ``robot_description_source``: the bundled URDF
 (``file``, the default) or the ``robot_description`` of a robot_state_publisher the lab
 runs (``topic``).
 
+``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
+one (docs/tutorials/live.md, "Launch arguments").
+
 Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=true]
-[rviz:=true] [robot_description_source:=file|topic]``. The arguments, their defaults and the
-values each accepts are ``torque_arguments()`` of plag_ros/ros/node_setups.py.
+[rviz:=true] [robot_description_source:=file|topic] [params_file:=PATH]``. The arguments,
+their defaults and the values each accepts are ``torque_arguments()`` of
+plag_ros/ros/node_setups.py.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.substitutions import LaunchConfiguration
@@ -38,10 +42,11 @@ from plag_ros.ros.node_setups import PACKAGE, torque_arguments, torque_setup
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
+    params_file = LaunchConfiguration('params_file')
     rviz = LaunchConfiguration('rviz')
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in torque_arguments()),
-        *(plag_node(setup, share, control)
+        *(plag_node(setup, share, control, params_file)
           for setup in torque_setup(LaunchConfiguration('port'),
                                     LaunchConfiguration('robot_description_source'))),
         state_publisher_node(share, rviz),

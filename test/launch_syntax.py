@@ -109,14 +109,20 @@ def _setup_nodes(tree: ast.Module, generator: ast.GeneratorExp,
                      for t in a.targets if isinstance(t, ast.Name)}
     source_of = {key: ast.unparse(value) for key, value in kw.items()}
     parameters = ast.unparse(helper_locals.get(source_of['parameters'], kw['parameters']))
-    appended = ' '.join(ast.unparse(n) for n in ast.walk(helper) if isinstance(n, ast.Call)
-                        and call_name(n) == 'append')
-    # The helper passes each field of the setup where launch_ros wants it.
+    # The helper passes each field of the setup where launch_ros wants it; the parameters
+    # are node_setups.parameter_layers' (the bundled file joined to share/config, then the
+    # user's params_file where given, then the overrides), in that order.
     assert source_of['package'] in ('PACKAGE', repr(node_setups.PACKAGE)), source_of
     assert source_of['executable'] == f'{variable}.executable', source_of
     assert source_of['name'] == f'{variable}.name', source_of
-    assert "'config'" in parameters and f'{variable}.params_file' in parameters, parameters
-    assert f'{variable}.overrides' in parameters + appended, (parameters, appended)
+    layers, = [a for a in ast.walk(helper) if isinstance(a, ast.Assign)
+               and isinstance(a.value, ast.Call) and call_name(a.value) == 'parameter_layers']
+    own = ast.unparse(layers.value.args[1])
+    assert ast.unparse(layers.value.args[0]) == variable, ast.unparse(layers)
+    assert ast.unparse(helper_locals[own]) == f'own_params_file({params[3]}.perform(context))'
+    bundled, rest = layers.targets[0].elts
+    assert parameters == (f"[PathJoinSubstitution([share, 'config', {ast.unparse(bundled)}]), "
+                          f'*{ast.unparse(rest.value)}]'), parameters
     assert f'{variable}.remappings' in source_of['remappings'], source_of
     condition = kw['condition']
     assert isinstance(condition, ast.IfExp) and \

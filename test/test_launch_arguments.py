@@ -19,6 +19,10 @@ checked here without them:
 * rviz2 and robot_state_publisher on the bundled URDF are written once
   (plag_ros/ros/launch_actions.py), and each launch file starts them under the conditions
   and with the remappings it did when it wrote them out;
+* ``params_file:=`` (every launch file, default ''): the user's file goes to every plag_ros
+  node after its bundled one and before the launch's own settings, and with the default
+  each node gets exactly what it got before the argument existed; a path that is no
+  parameter file ends the launch with the reason;
 * the console scripts' shebang is ``/usr/bin/env python3`` (setup.cfg), so a node runs the
   python3 first on PATH, whichever python ran colcon.
 """
@@ -35,7 +39,13 @@ from launch_syntax import LAUNCH_FILES, launch_arguments, parse_launch
 from ros_helpers import REPO
 
 from plag_ros.ros import node_setups
-from plag_ros.ros.node_setups import NO_TF, replay_player, replay_tf
+from plag_ros.ros.node_setups import (
+    NO_TF,
+    own_params_file,
+    parameter_layers,
+    replay_player,
+    replay_tf,
+)
 
 LAUNCH = yaml.safe_load((REPO / 'test' / 'data' / 'launch_upstream.yaml').read_text())
 TABLES = {'sim.launch.py': node_setups.sim_arguments,
@@ -45,16 +55,17 @@ TABLES = {'sim.launch.py': node_setups.sim_arguments,
 # What the launch files' docstrings and the README promise a user: name -> default
 # (None: must be given).
 PROMISED_DEFAULTS = {
-    'sim.launch.py': {'control': 'false', 'rviz': 'false'},
+    'sim.launch.py': {'control': 'false', 'rviz': 'false', 'params_file': ''},
     'crane_x7.launch.py': {'control': 'false', 'spawn_controller': 'true', 'rviz': 'false',
                            'robot_description_source': 'topic',
                            'controllers_file': 'config/crane_x7_controllers.yaml',
-                           'robot_state_publisher': 'false'},
+                           'robot_state_publisher': 'false', 'params_file': ''},
     'replay.launch.py': {'bag': None, 'rate': '1.0', 'loop': 'false', 'player': 'plag',
                          'rviz': 'false', 'control': 'false',
-                         'robot_description_source': 'file', 'robot_state_publisher': 'auto'},
+                         'robot_description_source': 'file', 'robot_state_publisher': 'auto',
+                         'params_file': ''},
     'torque.launch.py': {'port': '/dev/ttyUSB0', 'control': 'false', 'rviz': 'false',
-                         'robot_description_source': 'file'},
+                         'robot_description_source': 'file', 'params_file': ''},
 }
 
 
@@ -256,3 +267,55 @@ def test_rviz2_and_robot_state_publisher_are_written_once(path):
                                       else {}), path.name
         elif node.package == 'robot_state_publisher' and node.files:
             assert node.files == ['crane_x7.urdf'] and node.params == ['robot_description']
+
+
+# ----------------------------------------------------------------------- params_file
+SETUPS = {'sim.launch.py': node_setups.sim_setup(),
+          'crane_x7.launch.py': node_setups.robot_setup('topic', 'controllers.yaml'),
+          'torque.launch.py': node_setups.torque_setup(),
+          'replay.launch.py': node_setups.replay_setup()}
+
+
+@pytest.mark.parametrize('name', sorted(SETUPS))
+def test_params_file_comes_after_the_bundled_file_and_before_the_launch_settings(name):
+    for setup in SETUPS[name]:
+        bundled = [setup.params_file]
+        overrides = [dict(setup.overrides)] if setup.overrides else []
+        # the default: the bundled file and the overrides, as plag_node made them before
+        assert parameter_layers(setup) == parameter_layers(setup, None) == \
+            bundled + overrides, setup.name
+        assert parameter_layers(setup, '/home/me/mine.yaml') == \
+            [*bundled, '/home/me/mine.yaml', *overrides], setup.name
+    # every launch file declares the argument and hands it to each plag_ros node
+    path = REPO / 'launch' / name
+    assert 'params_file' in {a.name for a in launch_arguments(path)}
+    calls = [ast.unparse(c) for c in ast.walk(ast.parse(path.read_text()))
+             if isinstance(c, ast.Call) and getattr(c.func, 'id', '') == 'plag_node']
+    assert calls == ['plag_node(setup, share, control, params_file)'], calls
+    assert "params_file = LaunchConfiguration('params_file')" in path.read_text()
+
+
+def test_the_simulators_switch_method_wins_over_a_params_file():
+    """The launch's own settings come last: a user file cannot switch the simulator's
+    controller through a controller manager it does not have."""
+    impedance, = [s for s in node_setups.sim_setup() if s.name == 'plag_impedance']
+    assert parameter_layers(impedance, 'mine.yaml')[-1]['switch.method'] == 'sim'
+
+
+def test_params_file_is_checked_before_any_node_starts(tmp_path):
+    assert own_params_file('') is None and own_params_file('  ') is None
+    good = tmp_path / 'mine.yaml'
+    good.write_text('plag_impedance:\n  ros__parameters:\n    stiffness: [5.0]\n')
+    assert own_params_file(str(good)) == str(good)
+    with pytest.raises(ValueError, match=r'params_file:=.*missing.yaml: no such file'):
+        own_params_file(str(tmp_path / 'missing.yaml'))
+    with pytest.raises(ValueError, match='no such file'):
+        own_params_file(str(tmp_path))             # a directory
+    for text in ('stiffness: [5.0\n', '- 1\n- 2\n', '', 'plag_impedance: 3\n'):
+        bad = tmp_path / 'bad.yaml'
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=r'params_file:=.*bad.yaml: not a'):
+            own_params_file(str(bad))
+    # the bundled files pass the check (a user's copy of one is a good start)
+    for bundled in ('crane_x7.yaml', 'impedance.yaml', 'sim.yaml', 'torque_mode.yaml'):
+        assert own_params_file(str(REPO / 'config' / bundled))

@@ -15,13 +15,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from plag_ros.ros.node_setups import PACKAGE, LaunchArgument, NodeSetup
+from plag_ros.ros.node_setups import (
+    PACKAGE,
+    LaunchArgument,
+    NodeSetup,
+    own_params_file,
+    parameter_layers,
+)
 
 __all__ = ['launch_argument', 'plag_node', 'rviz_node', 'state_publisher_node']
 
 
-def plag_node(setup: NodeSetup, share: Any, control: Any) -> Any:
-    """The launch_ros ``Node`` of one setup.
+def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any) -> Any:
+    """The launch_ros ``Node`` of one setup, made when the launch runs (an
+    ``OpaqueFunction``): whether the user's ``params_file`` is given, and so whether the
+    node gets it, is known only then (launch_ros would pass an empty path on as a file).
 
     Args:
         setup: the node, its parameter file (under ``share``/config), the parameters set on
@@ -29,17 +37,24 @@ def plag_node(setup: NodeSetup, share: Any, control: Any) -> Any:
         share: the package's share directory (``FindPackageShare``).
         control: the ``control`` launch configuration (the condition of a
             ``control_only`` node).
+        params_file: the ``params_file`` launch configuration: a file of the user's, handed
+            over after the bundled one (``node_setups.parameter_layers``), or ''.
     """
+    from launch.actions import OpaqueFunction
     from launch.conditions import IfCondition
     from launch.substitutions import PathJoinSubstitution
     from launch_ros.actions import Node
 
-    parameters = [PathJoinSubstitution([share, 'config', setup.params_file])]
-    if setup.overrides:
-        parameters.append(dict(setup.overrides))
-    return Node(package=PACKAGE, executable=setup.executable, name=setup.name,
-                output='screen', parameters=parameters, remappings=list(setup.remappings),
-                condition=IfCondition(control) if setup.control_only else None)
+    def node(context: Any) -> list:
+        own = own_params_file(params_file.perform(context))
+        bundled, *rest = parameter_layers(setup, own)
+        parameters = [PathJoinSubstitution([share, 'config', bundled]), *rest]
+        return [Node(package=PACKAGE, executable=setup.executable, name=setup.name,
+                     output='screen', parameters=parameters,
+                     remappings=list(setup.remappings),
+                     condition=IfCondition(control) if setup.control_only else None)]
+
+    return OpaqueFunction(function=node)
 
 
 def launch_argument(argument: LaunchArgument, share: Any) -> Any:

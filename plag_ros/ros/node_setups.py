@@ -25,11 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from plag_ros.ros.controller_file import CONTROLLER
 
 __all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'VIEW_INPUTS',
-           'LaunchArgument', 'NodeSetup', 'ReplayTf', 'is_true', 'replay_arguments',
+           'LaunchArgument', 'NodeSetup', 'ReplayTf', 'is_true', 'own_params_file',
+           'parameter_layers', 'replay_arguments',
            'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
            'running', 'sim_arguments', 'sim_setup', 'torque_arguments', 'torque_setup',
            'view_inputs_line']
@@ -67,11 +71,16 @@ _CONTROL = LaunchArgument('control', 'start the partial-impedance controller', '
                           boolean=True)
 _RVIZ = LaunchArgument('rviz', 'start rviz2 with the plag_ros displays', 'false',
                        boolean=True)
+_PARAMS_FILE = LaunchArgument(
+    'params_file', 'a ROS 2 parameter file (YAML) of your own, given to every plag_ros node '
+    'after its bundled config/ file: its values win over the bundled ones, the launch '
+    "arguments' and the launch file's own settings win over it; '' = the bundled files "
+    'alone', '')
 
 
 def sim_arguments() -> list[LaunchArgument]:
     """The arguments of ``sim.launch.py``."""
-    return [_CONTROL, _RVIZ]
+    return [_CONTROL, _RVIZ, _PARAMS_FILE]
 
 
 def robot_arguments() -> list[LaunchArgument]:
@@ -91,6 +100,7 @@ def robot_arguments() -> list[LaunchArgument]:
         LaunchArgument('robot_state_publisher', 'run robot_state_publisher with the bundled '
                        "URDF on the robot's /joint_states (when its bring-up has none)",
                        'false', boolean=True),
+        _PARAMS_FILE,
     ]
 
 
@@ -111,6 +121,7 @@ def replay_arguments() -> list[LaunchArgument]:
                        DESCRIPTION_SOURCES),
         LaunchArgument('robot_state_publisher', "/tf from the replayed joint states: 'auto' "
                        "(when installed), 'true' (required) or 'false'", 'auto', TF_MODES),
+        _PARAMS_FILE,
     ]
 
 
@@ -127,6 +138,7 @@ def torque_arguments() -> list[LaunchArgument]:
         LaunchArgument('robot_description_source', "the nodes' model: 'file' (bundled URDF) "
                        "or 'topic' (the robot_description a robot_state_publisher of the "
                        "lab's own publishes)", 'file', DESCRIPTION_SOURCES),
+        _PARAMS_FILE,
     ]
 
 
@@ -293,6 +305,51 @@ def replay_setup(description_source: object = 'file') -> list[NodeSetup]:
         _dynamics(description_source, use_sim_time=True),
         _impedance('impedance.yaml', description_source, use_sim_time=True),
     ]
+
+
+def own_params_file(path: str) -> str | None:
+    """``params_file:=`` checked before any node starts: None for '' (the bundled files
+    alone), else the path.
+
+    launch_ros itself skips a parameter file that is not there with a warning, and a node
+    given a file rcl cannot read dies at start: a typo in the path would either run the
+    nodes without the user's values or end in a parse error in one node's log. Here the
+    launch ends at once with the reason instead.
+
+    Raises:
+        ValueError: no such file, not YAML, or YAML that is not a mapping of node names
+            (or ``/**``) to their parameters.
+    """
+    if not path.strip():
+        return None
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f'params_file:={path}: no such file')
+    try:
+        content = yaml.safe_load(file.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f'params_file:={path}: not a readable YAML file ({err})') from None
+    if not isinstance(content, dict) or not content or \
+            not all(isinstance(section, dict) for section in content.values()):
+        raise ValueError(f'params_file:={path}: not a ROS 2 parameter file (expected node '
+                         'names, or /**, each with ros__parameters)')
+    return str(file)
+
+
+def parameter_layers(setup: NodeSetup, own_file: str | None = None
+                     ) -> list[str | dict[str, object]]:
+    """A node's parameters in the order they are handed to it, later ones winning where
+    they set the same name (rcl applies ``--params-file`` and ``-p`` in order): the bundled
+    file (its name under config/), the user's ``params_file:=`` where given, then the
+    setup's overrides (the launch arguments' values and what the setup fixes, e.g. the
+    simulator's ``switch.method: sim``), where it has any. Without ``own_file`` the launch
+    files' nodes get what they got before ``params_file`` existed."""
+    layers: list[str | dict[str, object]] = [setup.params_file]
+    if own_file:
+        layers.append(own_file)
+    if setup.overrides:
+        layers.append(dict(setup.overrides))
+    return layers
 
 
 def running(setups: Sequence[NodeSetup], control: bool) -> list[NodeSetup]:

@@ -14,21 +14,14 @@ import re
 import numpy as np
 import pytest
 import torch
-from robots import serial_chain, two_arm_torso
-from test_dynamics import assert_close, random_states
+from test_dynamics import ROBOTS, assert_close, random_states
 
 from plag_ros.core.dynamics.arrays import FIELDS, ArrayLagrangian, arrays_of
 from plag_ros.core.dynamics.engine import PartialLagrangian
-from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
-
-ROBOTS = {
-    'crane_x7': lambda: default_urdf_path().read_text(),
-    'serial10': lambda: serial_chain(seed=3, n=10),
-    'two_arm_torso': lambda: two_arm_torso(seed=5),
-}
+from plag_ros.core.dynamics.model import RobotModel
 
 
-@pytest.fixture(scope='module', params=list(ROBOTS))
+@pytest.fixture(scope='module', params=list(ROBOTS))    # the engine tests' robots
 def engines(request):
     model = RobotModel.from_urdf(ROBOTS[request.param]())
     return model, ArrayLagrangian(model), PartialLagrangian(model)

@@ -19,7 +19,7 @@ import threading
 import time
 
 import numpy as np
-from ros_helpers import REPO, RosClient, publish_at_rate, ros_env
+from ros_helpers import REPO, RosClient, domain, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
@@ -42,7 +42,7 @@ def _summary_lines(stdout: str) -> list[re.Match]:
 def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
     result = subprocess.run(
         [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '5', '--domain',
-         str(DOMAIN_ID), '--log-dir', str(tmp_path), '--report', str(tmp_path / 'report')],
+         str(domain(DOMAIN_ID)), '--log-dir', str(tmp_path), '--report', str(tmp_path / 'report')],
         cwd=REPO, env=ros_env(DOMAIN_ID), capture_output=True, text=True, timeout=240)
     logs = '\n'.join(p.read_text(errors='replace')[-2000:] for p in tmp_path.glob('*.log'))
     report = f'stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nlogs:\n{logs}'
@@ -197,7 +197,7 @@ def test_plag_ros_sim_serves_the_torques_to_foxglove(tmp_path):
 
     process = subprocess.Popen(
         [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '20', '--domain',
-         str(DOMAIN_ID), '--log-dir', str(tmp_path), '--foxglove', '--foxglove-port', '0'],
+         str(domain(DOMAIN_ID)), '--log-dir', str(tmp_path), '--foxglove', '--foxglove-port', '0'],
         cwd=REPO, env=ros_env(DOMAIN_ID), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     topic = '/plag_dynamics/joint_states'

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import inspect
 import re
 from pathlib import Path
 
@@ -38,9 +39,10 @@ import yaml
 from launch_syntax import LAUNCH_FILES, launch_arguments, parse_launch
 from ros_helpers import REPO
 
-from plag_ros.ros import node_setups
+from plag_ros.ros import launch_actions, node_setups
 from plag_ros.ros.node_setups import (
     NO_TF,
+    check_params_file,
     own_params_file,
     parameter_layers,
     replay_player,
@@ -319,3 +321,68 @@ def test_params_file_is_checked_before_any_node_starts(tmp_path):
     # the bundled files pass the check (a user's copy of one is a good start)
     for bundled in ('crane_x7.yaml', 'impedance.yaml', 'sim.yaml', 'torque_mode.yaml'):
         assert own_params_file(str(REPO / 'config' / bundled))
+
+
+# ------------------------------------------------- what a params_file may not decide
+def _file(tmp_path, text: str) -> str:
+    path = tmp_path / 'mine.yaml'
+    path.write_text(text)
+    return own_params_file(str(path))
+
+
+def _setup(setups, name):
+    found, = [s for s in setups if s.name == name]
+    return found
+
+
+def test_a_params_file_cannot_silently_lose_to_a_launch_argument(tmp_path):
+    """The launch's settings come after the file and win: a value there that differs is
+    refused by name, not dropped (a port in the file while port:= opens /dev/ttyUSB0)."""
+    torque = node_setups.torque_setup('/dev/ttyUSB0', 'file')
+    driver = _setup(torque, 'plag_driver')
+    at_launch = {'port': '/dev/ttyUSB0', 'robot_description_source': 'file'}
+    mine = _file(tmp_path, 'plag_driver:\n  ros__parameters:\n    port: /dev/ttyACM0\n'
+                           '    torque_limit: [1.0]\n')
+    with pytest.raises(ValueError, match=r"plag_driver: port is '/dev/ttyACM0' there, but "
+                                         r"this launch sets it to '/dev/ttyUSB0'"):
+        check_params_file(mine, driver, at_launch)
+    check_params_file(mine, driver, {**at_launch, 'port': '/dev/ttyACM0'})    # port:= agrees
+    # a /** section reaches every node, and counts as theirs
+    mine = _file(tmp_path, '/**:\n  ros__parameters:\n    robot_description_source: topic\n')
+    for setup in torque:
+        with pytest.raises(ValueError, match='robot_description_source'):
+            check_params_file(mine, setup, at_launch)
+    # launch text read as YAML, as the node gets it: 0 in the file is the sim's '0.0'
+    dynamics = _setup(node_setups.sim_setup(), 'plag_dynamics')
+    mine = _file(tmp_path, '/plag_dynamics:\n  ros__parameters:\n'
+                           '    robot_description_timeout: 0\n    output_rate_hz: 50.0\n')
+    check_params_file(mine, dynamics, {'robot_description_source': 'topic',
+                                       'robot_description_timeout': '0.0'})
+
+
+def test_torque_modes_effort_path_and_fault_policy_are_not_a_params_file_knob(tmp_path):
+    impedance = _setup(node_setups.torque_setup(), 'plag_impedance')
+    assert set(impedance.fixed) == set(node_setups.TORQUE_MODE_FIXED)
+    # each is torque_mode.yaml's to say (its values are written there once)
+    bundled = yaml.safe_load((REPO / 'config' / 'torque_mode.yaml').read_text())
+    section = bundled['plag_impedance']['ros__parameters']
+    flat = {**section, **{f'switch.{k}': v for k, v in section['switch'].items()}}
+    assert all(key in flat for key in node_setups.TORQUE_MODE_FIXED), flat.keys()
+    # a file written for crane_x7.launch.py: the position path through controller_manager
+    mine = _file(tmp_path, 'plag_impedance:\n  ros__parameters:\n'
+                           '    command_interface: position\n    switch:\n'
+                           '      method: controller_manager\n    stiffness: [5.0]\n')
+    with pytest.raises(ValueError, match=r"command_interface \('position'\) is fixed by "
+                                         r'torque_mode.yaml.*switch.method'):
+        check_params_file(mine, impedance, {'robot_description_source': 'file'})
+    # the same file is a good one for the robot's own bring-up, and gains alone pass here
+    robot = _setup(node_setups.robot_setup(), 'plag_impedance')
+    check_params_file(mine, robot, {'robot_description_source': 'topic'})
+    gains = _file(tmp_path, 'plag_impedance:\n  ros__parameters:\n    stiffness: [5.0]\n')
+    check_params_file(gains, impedance, {'robot_description_source': 'file'})
+
+
+def test_plag_node_checks_the_file_against_what_the_launch_sets():
+    source = inspect.getsource(launch_actions.plag_node)
+    assert 'check_params_file(own, setup, {' in source
+    assert "value.perform(context) if hasattr(value, 'perform') else value" in source

@@ -19,6 +19,7 @@ from plag_ros.ros.node_setups import (
     PACKAGE,
     LaunchArgument,
     NodeSetup,
+    check_params_file,
     own_params_file,
     parameter_layers,
 )
@@ -47,6 +48,10 @@ def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any) -> A
 
     def node(context: Any) -> list:
         own = own_params_file(params_file.perform(context))
+        if own:    # what the launch sets wins silently over the file: refuse a clash
+            check_params_file(own, setup, {
+                key: value.perform(context) if hasattr(value, 'perform') else value
+                for key, value in setup.overrides.items()})
         bundled, *rest = parameter_layers(setup, own)
         parameters = [PathJoinSubstitution([share, 'config', bundled]), *rest]
         return [Node(package=PACKAGE, executable=setup.executable, name=setup.name,

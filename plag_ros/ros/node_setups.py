@@ -24,7 +24,7 @@ in plag_ros/ros/launch_actions.py. Nothing here imports launch or launch_ros.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -32,7 +32,8 @@ import yaml
 from plag_ros.ros.controller_file import CONTROLLER
 
 __all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'VIEW_INPUTS',
-           'LaunchArgument', 'NodeSetup', 'ReplayTf', 'is_true', 'own_params_file',
+           'TORQUE_MODE_FIXED', 'LaunchArgument', 'NodeSetup', 'ReplayTf',
+           'check_params_file', 'is_true', 'own_params_file',
            'parameter_layers', 'replay_arguments',
            'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
            'running', 'sim_arguments', 'sim_setup', 'torque_arguments', 'torque_setup',
@@ -222,6 +223,9 @@ class NodeSetup:
 
     ``overrides`` values are plain YAML values (str, float, bool, lists of them); in a
     launch file a value may also be a launch substitution (a launch argument's value).
+    ``fixed`` names parameters of the bundled file that make the setup what it is (torque
+    mode's effort path through the driver, its fault policy): a user's ``params_file`` may
+    not set them (:func:`check_params_file`).
     """
 
     executable: str
@@ -230,6 +234,7 @@ class NodeSetup:
     overrides: Mapping[str, object] = field(default_factory=dict)
     remappings: Sequence[tuple[str, str]] = ()
     control_only: bool = False
+    fixed: Sequence[str] = ()
 
     def runs(self, control: bool) -> bool:
         """Whether this node is started when the controller is (not) asked for."""
@@ -248,6 +253,15 @@ def _impedance(params_file: str, description_source: object, **overrides: object
     return NodeSetup('impedance_node', 'plag_impedance', params_file,
                      {'robot_description_source': description_source, **overrides},
                      control_only=True)
+
+
+TORQUE_MODE_FIXED = ('command_interface', 'switch.method', 'switch.driver_node',
+                     'fault_action', 'resume_after_fault', 'gain_check')
+"""The controller's parameters of config/torque_mode.yaml that a ``params_file:=`` may not
+change in torque mode: the effort path enabled and disabled through plag_driver, a fault
+held with gravity and never resumed on its own, gains outside the checked region refused. A
+file written for crane_x7.launch.py (position path, controller_manager) would otherwise
+retune current mode without a word."""
 
 
 def sim_setup() -> list[NodeSetup]:
@@ -292,7 +306,7 @@ def torque_setup(port: object = '/dev/ttyUSB0', description_source: object = 'fi
         NodeSetup('driver_node', 'plag_driver', 'torque_mode.yaml',
                   {'port': port, 'robot_description_source': description_source}),
         _dynamics(description_source),
-        _impedance('torque_mode.yaml', description_source),
+        replace(_impedance('torque_mode.yaml', description_source), fixed=TORQUE_MODE_FIXED),
     ]
 
 
@@ -334,6 +348,61 @@ def own_params_file(path: str) -> str | None:
         raise ValueError(f'params_file:={path}: not a ROS 2 parameter file (expected node '
                          'names, or /**, each with ros__parameters)')
     return str(file)
+
+
+def check_params_file(own_file: str, setup: NodeSetup, overrides: Mapping[str, object]
+                      ) -> None:
+    """Refuse a user's parameter file that sets what the launch decides for ``setup``.
+
+    The launch's own settings come after the user's file and win (:func:`parameter_layers`),
+    so a value there would be dropped without a word: a ``port`` in the file while the
+    ``port:=`` argument (default /dev/ttyUSB0) opens another arm's bus, or a model source
+    other than the one every node of the setup shares. And ``setup.fixed`` may not be set
+    at all. The node's sections are its name, ``/name``, ``/**`` and ``/**/name``; nested
+    keys count dotted (``switch: {method: x}`` is ``switch.method``).
+
+    Args:
+        own_file: the checked ``params_file`` (:func:`own_params_file`).
+        setup: the node.
+        overrides: ``setup.overrides`` with their values at launch time (a launch
+            argument's text is read as YAML, as launch_ros hands it to the node).
+
+    Raises:
+        ValueError: naming each such parameter, its value in the file and the launch's.
+    """
+    content = yaml.safe_load(Path(own_file).read_text())
+    given: dict[str, object] = {}
+    for section in (setup.name, f'/{setup.name}', '/**', f'/**/{setup.name}'):
+        parameters = (content.get(section) or {}).get('ros__parameters')
+        if isinstance(parameters, dict):
+            given.update(_dotted(parameters))
+    problems = []
+    for key, value in given.items():
+        if key in setup.fixed:
+            problems.append(f'{key} ({value!r}) is fixed by {setup.params_file} in this '
+                            'launch file')
+        elif key in overrides:
+            launch = overrides[key]
+            launch = yaml.safe_load(launch) if isinstance(launch, str) else launch
+            if launch != value:
+                problems.append(f'{key} is {value!r} there, but this launch sets it to '
+                                f'{launch!r} (a launch argument, or what the setup needs)')
+    if problems:
+        raise ValueError(f'params_file:={own_file} for {setup.name}: '
+                         + '; '.join(problems) + '; leave it out of the file (give a '
+                         'launch argument where there is one)')
+
+
+def _dotted(parameters: Mapping[str, object], prefix: str = '') -> dict[str, object]:
+    """Nested parameter mappings flattened to dotted names, as ROS reads them."""
+    flat: dict[str, object] = {}
+    for key, value in parameters.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f'{name}.'))
+        else:
+            flat[name] = value
+    return flat
 
 
 def parameter_layers(setup: NodeSetup, own_file: str | None = None

@@ -257,4 +257,3 @@ def arrays_of(engine: object) -> ArrayLagrangian:
     :class:`~plag_ros.core.dynamics.engine.PartialLagrangian`'s ``arrays`` (float64 on the
     CPU whatever the torch engine's dtype and device)."""
     return cast(ArrayLagrangian, getattr(engine, 'arrays', engine))
-

@@ -145,7 +145,6 @@ class PartialLagrangian:
         if not dtype.is_floating_point:
             raise ValueError(f'dtype must be floating point, got {dtype}')
         self.arrays = ArrayLagrangian(model, threads=threads)
-        self.threads = self.arrays.threads
         self.model = model
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device('cpu')
@@ -157,6 +156,11 @@ class PartialLagrangian:
         self._link_joint = torch.as_tensor(model.link_joint, device=self.device)
         self._T_joint_link = torch.as_tensor(model.T_joint_link, dtype=dtype,
                                              device=self.device)
+
+    @property
+    def threads(self) -> int | None:
+        """The compiled loop's thread setting (``arrays``'; None: measured per batch)."""
+        return self.arrays.threads
 
     # ------------------------------------------------------------------ inputs
     def _prepare_tensors(self, **arrays: JointValues) -> tuple[list[Tensor], tuple[int, ...]]:

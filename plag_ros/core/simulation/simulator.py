@@ -309,11 +309,10 @@ class Simulator:
         self._kd = self._gain(cfg.kd if cfg.kd is not None else kd0, 'kd')
         self._armature = np.diag(self._gain(cfg.armature, 'armature'))
         self._p_gain = float(cfg.p_gain)
-        # What the compiled step takes: the engine model's constants (for M and the bias),
-        # the per-coordinate constants (stepping.COORD_ROWS) and the option bits.
-        emodel = self.engine.model
-        self._kernel = kernel.KernelModel.build(emodel, np.arange(emodel.n_bodies),
-                                                emodel.gravity)
+        # What the compiled step takes: the engine model's constants (for M and the bias;
+        # the engine's own, built once), the per-coordinate constants (stepping.COORD_ROWS)
+        # and the option bits.
+        self._kernel = self.engine.kernel
         self._options = ((stepping.FRICTION if cfg.friction else 0)
                          | (stepping.JOINT_LIMITS if cfg.joint_limits else 0)
                          | (stepping.SATURATION if cfg.effort_saturation else 0))

@@ -47,7 +47,7 @@ DAMPING = np.geomspace(1e-4, 10.0, 21)
 
 def shipped_gains() -> tuple[np.ndarray, np.ndarray]:
     text = (HERE.parent / 'config' / 'impedance.yaml').read_text()
-    params = yaml.safe_load(text)['plag_impedance']['ros__parameters']
+    params = yaml.safe_load(text)['/**/plag_impedance']['ros__parameters']
     return np.array(params['stiffness']), np.array(params['damping'])
 
 

@@ -91,6 +91,7 @@ HOMES: dict[str, str] = {
     'test_model.py': CORE,
     'test_model_parameters.py': ROS,
     'test_motors.py': CORE,
+    'test_namespace.py': ROS,
     'test_no_torch.py': ROS,
     'test_node_settings.py': CORE,
     'test_npz.py': CORE,

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import yaml
 
+from plag_ros.ros.controller_file import node_section
+
 CONFIG = Path(__file__).resolve().parents[1] / 'config'
 
 
@@ -19,11 +21,14 @@ def flatten(params: dict, prefix: str = '') -> dict[str, object]:
     return flat
 
 
-def node_parameters(file: str | Path, node: str) -> dict[str, object]:
-    """The dotted parameters a YAML file gives ``node`` (its own section, else ``/**``).
+def node_parameters(file: str | Path, node: str, namespace: str = '/') -> dict[str, object]:
+    """The dotted parameters a YAML file gives ``node`` in ``namespace``: every section
+    that reaches it as rclpy matches them (``node``, ``/**``, ``/**/node``...,
+    plag_ros.ros.controller_file.node_section).
 
     ``file`` is a name under ``config/`` or a path.
     """
     path = Path(file) if Path(file).is_absolute() else CONFIG / file
-    content = yaml.safe_load(path.read_text())
-    return flatten(content.get(node, content.get('/**'))['ros__parameters'])
+    section = node_section(yaml.safe_load(path.read_text()), node, namespace)
+    assert section is not None, f'{path.name} has no section for {namespace} {node}'
+    return flatten(section)

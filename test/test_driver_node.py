@@ -414,7 +414,7 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
             # a parameters file is keyed by node name: the standby's under its own
             config = yaml.safe_load((ROOT / 'config' / 'torque_mode.yaml').read_text())
             params_file = tmp_path / 'standby' / 'torque_mode.yaml'
-            params_file.write_text(yaml.safe_dump({standby: config['plag_impedance']}))
+            params_file.write_text(yaml.safe_dump({standby: config['/**/plag_impedance']}))
             waiting = client.collect(String, f'/{standby}/state', LATCHED)
             nodes.insert(1, start_node(      # after the driver: stopped before it
                 'impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path / 'standby',

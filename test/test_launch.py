@@ -46,7 +46,7 @@ from plag_ros.apps.bringup import (
     sim_specs,
     torque_specs,
 )
-from plag_ros.ros.controller_file import CONTROLLER, read_controller_file
+from plag_ros.ros.controller_file import CONTROLLER, node_section, read_controller_file
 
 DOMAIN_ID = 13
 OWN_LAUNCH_FILES = [REPO / 'launch' / 'crane_x7.launch.py', REPO / 'launch' / 'sim.launch.py']
@@ -119,7 +119,7 @@ def test_launch_files_exist_and_parse():
     controller = yaml.safe_load((REPO / 'config' / 'crane_x7_controllers.yaml').read_text())
     assert 'CONTROLLER' in ast.unparse(spawner_call)    # plag_ros.ros.controller_file's
     assert read_controller_file(REPO / 'config' / 'crane_x7_controllers.yaml').joints == \
-        tuple(controller[CONTROLLER]['ros__parameters']['joints'])
+        tuple(node_section(controller, CONTROLLER)['joints'])
 
 
 def test_executables_are_console_scripts_with_modules():
@@ -197,10 +197,11 @@ def test_parameter_and_rviz_files_exist_and_address_the_node():
             file = REPO / ('urdf' if name.endswith('.urdf') else 'config') / name
             assert file.is_file(), f'{path.name}: {file} missing'
             if name.endswith('.yaml'):
+                # in the root and in a namespace (namespace:=arm1) alike
                 content = yaml.safe_load(file.read_text())
-                assert node.name in content or '/**' in content, (
-                    f'{name} has no section for {node.name}')
-                assert 'ros__parameters' in content.get(node.name, content.get('/**'))
+                for namespace in ('/', '/arm1'):
+                    assert node_section(content, node.name, namespace), (
+                        f'{name} has no section for {node.name} in {namespace}')
 
 
 @pytest.fixture(scope='module')
@@ -249,8 +250,8 @@ def test_every_parameter_set_is_declared_by_the_node(running):
         assert not set(node.params) - declared, (
             f'{path.name}: {node.executable} does not declare {set(node.params) - declared}')
         for name in (f for f in node.files if f.endswith('.yaml')):
-            content = yaml.safe_load((REPO / 'config' / name).read_text())
-            section = content.get(node.name, content.get('/**'))['ros__parameters']
+            section = node_section(yaml.safe_load((REPO / 'config' / name).read_text()),
+                                   node.name)
             unknown = set(flatten(section)) - declared
             assert not unknown, f'config/{name}: {node.name} does not declare {unknown}'
     # `plag-ros sim --control`'s overlay on the shared setup, too.

@@ -365,7 +365,7 @@ def test_torque_modes_effort_path_and_fault_policy_are_not_a_params_file_knob(tm
     assert set(impedance.fixed) == set(node_setups.TORQUE_MODE_FIXED)
     # each is torque_mode.yaml's to say (its values are written there once)
     bundled = yaml.safe_load((REPO / 'config' / 'torque_mode.yaml').read_text())
-    section = bundled['plag_impedance']['ros__parameters']
+    section = bundled['/**/plag_impedance']['ros__parameters']
     flat = {**section, **{f'switch.{k}': v for k, v in section['switch'].items()}}
     assert all(key in flat for key in node_setups.TORQUE_MODE_FIXED), flat.keys()
     # a file written for crane_x7.launch.py: the position path through controller_manager

@@ -53,7 +53,7 @@ from ament_index_python.packages import (  # noqa: E402
 )
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from launch_runs import START_TIMEOUT_S, LaunchRun, child_env, installed_share  # noqa: E402
-from parameter_files import flatten  # noqa: E402
+from parameter_files import flatten, node_parameters  # noqa: E402
 from rcl_interfaces.srv import GetParameters  # noqa: E402
 from ros_helpers import LATCHED, RELIABLE, RosClient, start_node, wait_until  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
@@ -84,9 +84,7 @@ def share() -> Path:
 
 def expected_parameters(share: Path, yaml_name: str, node: str,
                         overrides: dict[str, object] | None = None) -> dict[str, object]:
-    content = yaml.safe_load((share / 'config' / yaml_name).read_text())
-    section = content.get(node, content.get('/**'))['ros__parameters']
-    return {**flatten(section), **(overrides or {})}
+    return {**node_parameters(share / 'config' / yaml_name, node), **(overrides or {})}
 
 
 def node_command(argv: list[str]) -> tuple:
@@ -200,8 +198,8 @@ def test_sim_launch_control_live_rates_parameters_and_clean_ctrl_c(share, tmp_pa
         impedance = client.collect(String, '/plag_impedance/state', LATCHED)
         _wait_count(client, outputs, 50, 'plag_dynamics output', run)
         _wait_count(client, impedance, 1, 'plag_impedance state', run)
-        nominal = yaml.safe_load((share / 'config' / 'sim.yaml').read_text())[
-            'plag_sim']['ros__parameters']['publish_rate_hz']
+        nominal = node_parameters(share / 'config' / 'sim.yaml', 'plag_sim')[
+            'publish_rate_hz']
         assert_rates(states, outputs, nominal)
         assert 'disabled' in impedance[-1][1].data, impedance[-1][1].data
         assert_parameters(client, 'plag_sim', expected_parameters(share, 'sim.yaml',
@@ -319,7 +317,8 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
         assert argv_file.read_text().split('\n')[:6] == [
             CONTROLLER, '--controller-manager', '/controller_manager', '--param-file',
             str(controllers), '--inactive']
-        section = yaml.safe_load(controllers.read_text())[CONTROLLER]['ros__parameters']
+        section = yaml.safe_load(controllers.read_text())[f'/**/{CONTROLLER}'][
+            'ros__parameters']
         assert section['joints'] == ARM_JOINTS
         run.end_cleanly()
         assert {re.sub(r'-\d+$', '', n) for n in run.started()} == {
@@ -370,8 +369,9 @@ def test_spawner_names_the_controller_type_on_humble_only(share):
     controllers = yaml.safe_load((share / 'config' / 'crane_x7_controllers.yaml').read_text())
     # The type sits in the controller's own section, where the spawner reads it; the file
     # has no controller_manager section (the robot's controller manager never reads it).
-    assert CONTROLLER_TYPE == controllers[CONTROLLER]['ros__parameters']['type']
-    assert set(controllers) == {CONTROLLER}
+    # (keyed /**/: the spawner refuses a bare name in a namespace)
+    assert CONTROLLER_TYPE == controllers[f'/**/{CONTROLLER}']['ros__parameters']['type']
+    assert set(controllers) == {f'/**/{CONTROLLER}'}
     assert launch_file.spawner_type_arguments('humble') == [
         '--controller-type', CONTROLLER_TYPE]
     for distro in ('jazzy', 'kilted', 'rolling', ''):

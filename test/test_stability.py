@@ -61,7 +61,7 @@ def engine(model) -> PartialLagrangian:
 def shipped() -> dict:
     """config/impedance.yaml's parameters."""
     text = (REPO / 'config' / 'impedance.yaml').read_text()
-    return yaml.safe_load(text)['plag_impedance']['ros__parameters']
+    return yaml.safe_load(text)['/**/plag_impedance']['ros__parameters']
 
 
 def shipped_estimator(rate_hz: float) -> EstimatorConfig:

@@ -17,6 +17,7 @@ No rclpy here: plain YAML.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +25,48 @@ from pathlib import Path
 import yaml
 
 __all__ = ['CONTROLLER', 'CONTROLLER_TYPE', 'ControllerFile', 'ControllerFileError',
-           'differences', 'read_controller_file', 'spawner_type_arguments']
+           'differences', 'node_section', 'read_controller_file', 'section_reaches',
+           'spawner_type_arguments']
 
 # The name core.impedance_settings.FORWARD_CONTROLLER gives too (a test holds them equal);
 # not imported from there: that module pulls in torch, and launch files import this one.
 CONTROLLER = 'plag_arm_position_controller'
 CONTROLLER_TYPE = 'forward_command_controller/ForwardCommandController'
 INTERFACE = 'position'     # the only command interface the CRANE-X7's hardware exports
+
+
+def section_reaches(key: str, full_name: str) -> bool:
+    """Whether a parameter file's section ``key`` (``plag_impedance``, ``/**``,
+    ``/**/plag_impedance``) reaches the node ``full_name`` (``/arm1/plag_impedance``).
+
+    rclpy's rule (ros2/rclpy humble b488272 node.cpp:280-288, jazzy 85415f7 :306-314): a
+    ``/`` is put in front of a key without one, every ``/*`` becomes ``(/\\w+)`` (so
+    ``/**`` is ``(/\\w+)*``) and the result must match the whole full name as a regex.
+    So ``plag_impedance:`` reaches ``/plag_impedance`` only, ``/**/plag_impedance:`` that
+    node in any namespace.
+    """
+    key = key if key.startswith('/') else f'/{key}'
+    try:
+        return re.fullmatch(key.replace('/*', r'(/\w+)'), full_name) is not None
+    except re.error:
+        return False
+
+
+def node_section(content: object, node: str, namespace: str = '/'
+                 ) -> dict[str, object] | None:
+    """The ``ros__parameters`` a parameter file's ``content`` (its YAML, loaded) gives
+    the node ``node`` in ``namespace``: every section that reaches its full name
+    (:func:`section_reaches`), merged in the file's order; None where none does."""
+    if not isinstance(content, Mapping):
+        return None
+    full = f'{namespace.rstrip("/")}/{node}'
+    found: dict[str, object] | None = None
+    for key, section in content.items():
+        parameters = section.get('ros__parameters') if isinstance(section, Mapping) else None
+        if isinstance(key, str) and isinstance(parameters, Mapping) and \
+                section_reaches(key, full):
+            found = {**(found or {}), **parameters}
+    return found
 
 
 class ControllerFileError(ValueError):
@@ -73,12 +109,16 @@ def read_controller_file(path: str | os.PathLike, controller: str = CONTROLLER
         content = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ControllerFileError(f'controller file {path} is not valid YAML: {err}') from None
-    section = content.get(controller) if isinstance(content, Mapping) else None
+    # the sections the spawner takes for it in any namespace: `name`, `/name` (the root
+    # only) and `/**/name` (ros2_control humble 0941f73 controller_manager_services.py:331-336)
+    keys = (controller, f'/{controller}', f'/**/{controller}')
+    key = next((k for k in keys if isinstance(content, Mapping) and k in content), controller)
+    section = content.get(key) if isinstance(content, Mapping) else None
     parameters = section.get('ros__parameters') if isinstance(section, Mapping) else None
     if not isinstance(parameters, Mapping):
-        raise ControllerFileError(f'controller file {path} has no {controller}: '
+        raise ControllerFileError(f'controller file {path} has no /**/{controller}: '
                                   'ros__parameters: section')
-    where = f'{path}: {controller}.ros__parameters'
+    where = f'{path}: {key}.ros__parameters'
     kind, joints, interface = (parameters.get(k) for k in ('type', 'joints', 'interface_name'))
     if not isinstance(kind, str) or not kind:
         raise ControllerFileError(f'{where}.type is missing (the spawner reads the type '

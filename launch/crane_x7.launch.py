@@ -114,11 +114,13 @@ def generate_launch_description():
         # -c/--controller-manager, -p/--param-file (loaded into the controller before
         # configure), --inactive (configure, do not activate; added on humble in #755,
         # 2022, replacing the deprecated --stopped, which jazzy no longer has); on humble
-        # also -t/--controller-type (spawner_type_arguments).
+        # also -t/--controller-type (spawner_type_arguments). The controller manager's name is
+        # relative: the spawner puts its own namespace in front (humble 0941f73
+        # spawner.py:183-192), which is the root's /controller_manager here.
         Node(
             package='controller_manager',
             executable='spawner',
-            arguments=[CONTROLLER, '--controller-manager', '/controller_manager',
+            arguments=[CONTROLLER, '--controller-manager', 'controller_manager',
                        '--param-file', controllers_file,
                        '--inactive', *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
             output='screen',

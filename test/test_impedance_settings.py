@@ -196,11 +196,12 @@ def test_reference_trajectory():
 
 def test_command_path_defaults():
     s = ImpedanceSettings()
+    # relative: in the node's namespace (/plag_arm_position_controller/commands in the root)
     assert (s.command_kind, s.command_topic, s.target_controller) == (
-        'forward', '/plag_arm_position_controller/commands', 'plag_arm_position_controller')
+        'forward', 'plag_arm_position_controller/commands', 'plag_arm_position_controller')
     t = ImpedanceSettings.from_values({'command.type': 'trajectory'})
     assert (t.command_kind, t.command_topic, t.target_controller) == (
-        'trajectory', '/crane_x7_arm_controller/joint_trajectory', 'crane_x7_arm_controller')
+        'trajectory', 'crane_x7_arm_controller/joint_trajectory', 'crane_x7_arm_controller')
     e = ImpedanceSettings.from_values({'command_interface': 'effort'})
     assert (e.command_kind, e.command_topic) == ('effort', 'effort_controller/commands')
     assert s.command.joints == list(motors.ARM_JOINTS)

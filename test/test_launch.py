@@ -37,6 +37,7 @@ from launch_syntax import (
 )
 from parameter_files import flatten
 from rcl_interfaces.srv import ListParameters
+from rclpy.expand_topic_name import expand_topic_name
 from ros_helpers import REPO, RosClient, start_node
 
 from plag_ros.apps.bringup import (
@@ -114,8 +115,9 @@ def test_launch_files_exist_and_parse():
     assert argument.in_share and argument.default == 'config/crane_x7_controllers.yaml'
     assert (REPO / 'config' / 'crane_x7_controllers.yaml').is_file()
     strings = set(string_constants(tree))
-    assert {'--inactive', '--param-file', '--controller-manager', '/controller_manager'} <= \
-        strings
+    # (relative: the spawner puts its namespace in front, the root's /controller_manager here)
+    assert {'--inactive', '--param-file', '--controller-manager', 'controller_manager'} <= \
+        strings and '/controller_manager' not in strings
     controller = yaml.safe_load((REPO / 'config' / 'crane_x7_controllers.yaml').read_text())
     assert 'CONTROLLER' in ast.unparse(spawner_call)    # plag_ros.ros.controller_file's
     assert read_controller_file(REPO / 'config' / 'crane_x7_controllers.yaml').joints == \
@@ -271,7 +273,8 @@ def test_rviz_config_names_published_topics(running):
         cls = display['Class']
         if cls in RVIZ_TYPES:
             topic = display['Description Topic' if 'RobotModel' in cls else 'Topic']['Value']
-            wanted[topic] = RVIZ_TYPES[cls]
+            # relative, in rviz2's namespace: the root's here
+            wanted[expand_topic_name(topic, 'plag_rviz', '/')] = RVIZ_TYPES[cls]
     assert set(RVIZ_TYPES.values()) == set(wanted.values()), 'a display kind is missing'
     assert wanted['/plag_dynamics/joint_states'] == 'sensor_msgs/msg/JointState'
 

@@ -315,7 +315,7 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
         run.wait_for_output(r'^\[INFO\] \[spawner-\d+\]: process has finished cleanly',
                             START_TIMEOUT_S)
         assert argv_file.read_text().split('\n')[:6] == [
-            CONTROLLER, '--controller-manager', '/controller_manager', '--param-file',
+            CONTROLLER, '--controller-manager', 'controller_manager', '--param-file',
             str(controllers), '--inactive']
         section = yaml.safe_load(controllers.read_text())[f'/**/{CONTROLLER}'][
             'ros__parameters']

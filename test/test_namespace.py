@@ -1,26 +1,41 @@
-"""plag_ros in a namespace (``/arm1``): its parameter files reach its nodes there.
+"""plag_ros in a namespace (``/arm1``): its names and parameter files are the arm's own.
 
-Two arms on one graph run one bring-up each in its own namespace (issue 51). A parameter
-file's section reaches a node when its key, as rclpy matches it, matches the node's full
-name: a bare ``plag_impedance:`` reaches ``/plag_impedance`` only, so every bundled
-section is keyed ``/**/<node>:``; controller_manager's spawner takes its controller's
-section by the keys it knows and refuses a bare name in a namespace. Those rules are
-upstream's, recorded with their commits in test/data/namespace_upstream.yaml; the
-expansion cases there are checked against the installed rcl (rclpy.expand_topic_name, no
-graph needed).
+Two arms on one graph run one bring-up each in its own namespace (issue 51). So every name
+a node talks to by default is relative and rcl expands it in the node's namespace: in the
+root each is exactly the name it was when they were absolute, under ``-r __ns:=/arm1`` it
+is the arm's own; ``/diagnostics`` and ``/clock`` stay absolute. The names are expanded by
+the installed rcl (rclpy.expand_topic_name, no graph needed). A parameter file's section
+reaches a node when its key, as rclpy matches it, matches the node's full name: a bare
+``plag_impedance:`` reaches ``/plag_impedance`` only, so every bundled section is keyed
+``/**/<node>:``. Those rules, and how the spawner reads its ``-c`` and its
+``--param-file``, are upstream's, recorded with their commits in
+test/data/namespace_upstream.yaml.
+
+The impedance node refuses a name that leaves its namespace (a copied file's
+``/controller_manager`` would switch another arm's controllers): ``foreign_names``.
 """
 from __future__ import annotations
+
+import ast
+import inspect
 
 import pytest
 import yaml
 from rclpy.expand_topic_name import expand_topic_name
 from ros_helpers import REPO
 
+from plag_ros.core.control import settings as control_settings
+from plag_ros.core.control.settings import ImpedanceSettings, SwitchSettings
+from plag_ros.ros import interfaces
+
 FACTS = yaml.safe_load((REPO / 'test' / 'data' / 'namespace_upstream.yaml').read_text())
 CONFIG = REPO / 'config'
 PARAMETER_FILES = ('crane_x7.yaml', 'impedance.yaml', 'sim.yaml', 'torque_mode.yaml',
                    'crane_x7_controllers.yaml')
 ARM = '/arm1'
+# torque mode's effort path (its fault policy is the only one ImpedanceSettings admits there)
+TORQUE_MODE = {'command_interface': 'effort', 'switch.method': 'driver',
+               'resume_after_fault': False}
 
 
 def resolve(name: str, namespace: str, node: str = 'plag_impedance') -> str:
@@ -28,9 +43,130 @@ def resolve(name: str, namespace: str, node: str = 'plag_impedance') -> str:
     return expand_topic_name(name, node, namespace)
 
 
+def _section(file: str, node: str) -> dict:
+    """The one section of a bundled file for ``node``, whatever its key."""
+    content = yaml.safe_load((CONFIG / file).read_text())
+    found = [section['ros__parameters'] for key, section in content.items()
+             if key.rsplit('/', 1)[-1] == node]
+    assert len(found) == 1, (file, node, list(content))
+    return found[0]
+
+
+def _shipped_switch(file: str) -> dict:
+    return _section(file, 'plag_impedance').get('switch', {})
+
+
+def _names() -> dict[str, tuple[str, str]]:
+    """what -> (the name as the package gives it, today's name in the root)."""
+    switch = SwitchSettings()
+    from plag_ros.ros.controller_switch import ControllerSwitch
+    defaults = {k: p.default for k, p in
+                inspect.signature(ControllerSwitch.__init__).parameters.items()}
+    names = {
+        'FORWARD_COMMAND_TOPIC': (control_settings.FORWARD_COMMAND_TOPIC,
+                                  '/plag_arm_position_controller/commands'),
+        'TRAJECTORY_COMMAND_TOPIC': (control_settings.TRAJECTORY_COMMAND_TOPIC,
+                                     '/crane_x7_arm_controller/joint_trajectory'),
+        'EFFORT_COMMAND_TOPIC': (control_settings.EFFORT_COMMAND_TOPIC,
+                                 '/plag_arm_effort_controller/commands'),
+        'switch.controller_manager': (switch.controller_manager, '/controller_manager'),
+        'switch.sim_node': (switch.sim_node, '/plag_sim'),
+        'switch.driver_node': (switch.driver_node, '/plag_driver'),
+        'impedance.yaml switch.controller_manager': (
+            _shipped_switch('impedance.yaml')['controller_manager'], '/controller_manager'),
+        'impedance.yaml switch.sim_node': (_shipped_switch('impedance.yaml')['sim_node'],
+                                           '/plag_sim'),
+        'impedance.yaml switch.driver_node': (
+            _shipped_switch('impedance.yaml')['driver_node'], '/plag_driver'),
+        'torque_mode.yaml switch.driver_node': (
+            _shipped_switch('torque_mode.yaml')['driver_node'], '/plag_driver'),
+        'ControllerSwitch manager': (defaults['manager'], '/controller_manager'),
+        'ControllerSwitch sim_node': (defaults['sim_node'], '/plag_sim'),
+        'ControllerSwitch driver_node': (defaults['driver_node'], '/plag_driver'),
+    }
+    for display, topic in _rviz_topics().items():
+        names[f'plag_ros.rviz {display}'] = (topic, {
+            'RobotModel': '/robot_description'}.get(display, f'/plag_dynamics/{display}'))
+    return names
+
+
+def _rviz_topics() -> dict[str, str]:
+    """Display -> its topic in config/plag_ros.rviz (RobotModel: the description's)."""
+    config = yaml.safe_load((CONFIG / 'plag_ros.rviz').read_text())
+    topics = {}
+    for display in config['Visualization Manager']['Displays']:
+        kind = display['Class'].rsplit('/', 1)[-1]
+        if kind == 'RobotModel':
+            topics[kind] = display['Description Topic']['Value']
+        elif 'Topic' in display:
+            topics[{'Effort': 'joint_states', 'MarkerArray': 'markers',
+                    'Image': 'partial_image'}[kind]] = display['Topic']['Value']
+    assert len(topics) == 4, topics
+    return topics
+
+
+@pytest.mark.parametrize('what', list(_names()))
+def test_every_default_name_is_todays_in_the_root_and_the_arms_own_in_a_namespace(what):
+    name, today = _names()[what]
+    assert resolve(name, '/') == today, what
+    assert resolve(name, ARM) == f'{ARM}{today}', what
+
+
+@pytest.mark.parametrize('node', list(interfaces.NODE_INTERFACES))
+def test_every_endpoint_of_the_table_is_in_the_nodes_namespace_but_diagnostics(node):
+    """The interfaces table (test_interfaces holds it to the running nodes) under /arm1:
+    every topic and service but /diagnostics is the arm's own, for every command path."""
+    cases = [ImpedanceSettings.from_values(values) for values in (
+        {}, {'switch.method': 'sim'}, {'command.type': 'trajectory'},
+        {'command_interface': 'effort'}, TORQUE_MODE)] if node == 'plag_impedance' else [None]
+    for settings in cases:
+        for endpoint in interfaces.NODE_INTERFACES[node]:
+            name = endpoint.name if settings is None else endpoint.resolved_name(settings)
+            if '{' in name:     # another node's setting (the simulator's pace_topic)
+                continue
+            full = resolve(name.replace('<body>', 'world'), ARM, node)
+            if endpoint.name == '/diagnostics':      # kept: the aggregator listens there
+                assert full == '/diagnostics'
+            else:
+                assert full.startswith(f'{ARM}/'), (node, endpoint.name, full)
+
+
+def test_the_kept_absolute_names_are_the_plans():
+    """/clock is rclpy's own (two replays on one graph need two domains)."""
+    from rclpy.time_source import CLOCK_TOPIC
+    assert CLOCK_TOPIC == '/clock'
+    kept = {e.name for endpoints in interfaces.NODE_INTERFACES.values() for e in endpoints
+            if e.name.startswith('/')}
+    assert kept == {'/diagnostics'}, kept
+
+
 def test_recorded_expansions_are_what_rcl_does():
     for name, node, namespace, full in FACTS['expansion']:
         assert resolve(name, namespace, node) == full, (name, namespace)
+
+
+# --------------------------------------------------------------------- the spawner
+def _spawner_controller_manager(value: str, namespace: str) -> str:
+    """The controller manager the spawner asks, by its rule (namespace_upstream.yaml)."""
+    if value.startswith('/'):
+        return value
+    return f'{namespace}/{value}' if namespace != '/' else f'/{value}'
+
+
+def test_the_spawner_asks_the_controller_manager_of_its_own_namespace():
+    for value, namespace, asked in FACTS['spawner_controller_manager']['cases']:
+        assert _spawner_controller_manager(value, namespace) == asked
+    tree = ast.parse((REPO / 'launch' / 'crane_x7.launch.py').read_text())
+    spawner, = [c for c in ast.walk(tree) if isinstance(c, ast.Call)
+                and any(k.arg == 'executable' and getattr(k.value, 'value', None) == 'spawner'
+                        for k in c.keywords)]
+    arguments, = [k.value for k in spawner.keywords if k.arg == 'arguments']
+    texts = [getattr(e, 'value', None) for e in arguments.elts]
+    assert '-n' not in texts and '--namespace' not in texts     # refused with __ns
+    flag = next(i for i, t in enumerate(texts) if t in ('-c', '--controller-manager'))
+    value = texts[flag + 1]
+    assert _spawner_controller_manager(value, '/') == '/controller_manager'
+    assert _spawner_controller_manager(value, ARM) == f'{ARM}/controller_manager'
 
 
 # --------------------------------------------------------- the parameter files' sections
@@ -67,3 +203,109 @@ def test_the_spawner_takes_the_controllers_section_in_a_namespace(tmp_path):
         path = tmp_path / 'controllers.yaml'
         path.write_text(yaml.safe_dump({other: content[key]}))
         assert read_controller_file(path).joints == shipped.joints, other
+
+
+# ------------------------------------------------------- a name outside the namespace
+def test_foreign_names_are_those_outside_the_nodes_namespace():
+    from plag_ros.core.control.settings import check_own_namespace, foreign_names
+    names = {'switch.controller_manager': '/controller_manager/switch_controller',
+             'command.topic': '/arm1/plag_arm_position_controller/commands',
+             'command.controller': '/arm10/plag_arm_position_controller/get_parameters'}
+    assert foreign_names('/', names) == []
+    assert foreign_names('/arm1', names) == [
+        'switch.controller_manager (/controller_manager/switch_controller)',
+        'command.controller (/arm10/plag_arm_position_controller/get_parameters)']
+    with pytest.raises(ValueError, match=r"switch.controller_manager \(/controller_manager/"
+                                         r"switch_controller\).*outside this node's namespace"
+                                         r' /arm1'):
+        check_own_namespace('/arm1', names)
+    check_own_namespace('/', names)
+
+
+SWITCH_CASES = {
+    'forward, controller manager': ({}, 'switch.controller_manager'),
+    'forward, simulator': ({'switch.method': 'sim'}, 'switch.sim_node'),
+    'trajectory': ({'command.type': 'trajectory'}, None),
+    'effort to plag_driver': (TORQUE_MODE, 'switch.driver_node'),
+}
+
+
+@pytest.mark.parametrize('case', list(SWITCH_CASES))
+def test_the_impedance_node_refuses_an_old_absolute_switch_target_in_a_namespace(case):
+    """The names the node checks at start: its defaults stay in /arm1; an absolute one of
+    a copied root file (today's /controller_manager ...) is refused by parameter."""
+    from plag_ros.core.control.settings import foreign_names
+    values, switch_key = SWITCH_CASES[case]
+    settings = ImpedanceSettings.from_values(values)
+    names = settings.ros_names()
+    assert ('command.topic' in names) and (switch_key is None or switch_key in names), names
+
+    def resolved(s: ImpedanceSettings, namespace: str) -> dict[str, str]:
+        return {k: resolve(n, namespace) for k, (n, _) in s.ros_names().items()}
+
+    assert foreign_names(ARM, resolved(settings, ARM)) == []
+    assert foreign_names('/', resolved(settings, '/')) == []
+    old = {'command.topic': '/' + settings.command_topic.lstrip('/')}
+    if switch_key is not None:
+        old[switch_key] = '/' + getattr(settings.switch, switch_key.split('.')[1])
+    rooted = ImpedanceSettings.from_values({**values, **old})
+    assert sorted(k.split(' ')[0] for k in foreign_names(ARM, resolved(rooted, ARM))) == \
+        sorted(old), case
+
+
+# ----------------------------------------------------------------- the hand-back hints
+class _Client:
+    srv_name = 'unresolved'
+    callback_group = None
+
+    def service_is_ready(self) -> bool:
+        return False
+
+
+class _Node:
+    """What ControllerSwitch asks of its node, for a node in ``namespace``."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def resolve_service_name(self, name: str) -> str:
+        return resolve(name, self.namespace)
+
+    def create_client(self, *args, **kwargs) -> _Client:
+        return _Client()
+
+
+@pytest.mark.parametrize(('namespace', 'option'), [
+    ('/', ''), (ARM, f' -c {ARM}/controller_manager')])
+def test_the_switch_hints_name_the_namespaced_controller_manager(namespace, option):
+    """A ``ros2 control`` line copied from /arm1's log must switch /arm1's arm (without
+    -c it switches the root's /controller_manager)."""
+    import asyncio
+
+    from plag_ros.ros.controller_switch import ControllerSwitch, switch_command
+    switch = ControllerSwitch(_Node(namespace), 'controller_manager',
+                              controller='plag_arm_position_controller',
+                              fallback='crane_x7_arm_controller')
+    assert switch.manager == resolve('controller_manager', namespace)
+    assert switch_command('a', 'b', switch.manager).endswith(f'--strict{option}')
+    # without controller_manager_msgs (CI): the hint names the manager too
+    ok, message = asyncio.run(switch.activate())
+    assert not ok
+    if switch.error:
+        assert f'--strict{option}`' in message, message
+    else:
+        assert f'{resolve("controller_manager", namespace)}/switch_controller not ' \
+            'discovered' in message, message
+
+
+def test_every_switch_hint_passes_the_controller_manager():
+    """switch_command's default is the root's controller manager: every call in plag_ros
+    names the one in use."""
+    calls = []
+    for path in (REPO / 'plag_ros').rglob('*.py'):
+        for call in ast.walk(ast.parse(path.read_text())):
+            if isinstance(call, ast.Call) and getattr(call.func, 'id', '') == 'switch_command':
+                calls.append((path.name, ast.unparse(call)))
+    assert calls
+    for where, call in calls:
+        assert call.count(',') >= 2, (where, call)

@@ -27,7 +27,12 @@ from plag_ros.core.control.arm_ownership import ArmOwnership, driver_joint_check
 from plag_ros.core.control.impedance import PartialImpedanceController
 from plag_ros.core.control.settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
 from plag_ros.ros.controller_file import ControllerFileError, differences, read_controller_file
-from plag_ros.ros.controller_switch import ControllerSwitch, read_parameters, switch_command
+from plag_ros.ros.controller_switch import (
+    ControllerSwitch,
+    manager_option,
+    read_parameters,
+    switch_command,
+)
 from plag_ros.ros.qos import LATCHED
 
 __all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover']
@@ -94,13 +99,19 @@ class ArmHandover:
                 self.joint_check = f'{err} (command.controller_file)'
                 node.get_logger().error(self.joint_check)
         self._tries = 0
+        # relative: the controller's node is in its controller manager's namespace, ours
+        # (controller_manager.cpp humble:1427); its full name for messages
+        joints_service = f'{self.controller}/get_parameters'
+        self.controller_node = node.resolve_service_name(self.controller)
         self._joints_client: Client | None = None if self.kind == 'effort' else node.create_client(
-            GetParameters, f'/{self.controller}/get_parameters', callback_group=callback_group)
+            GetParameters, joints_service, callback_group=callback_group)
         # rclpy's annotation (Kilted's) admits only plain callbacks, but every executor
         # awaits coroutine timer callbacks (rclpy/executors.py, await_or_execute).
         self._timer = node.create_timer(1.0, cast('Callable[[], None]', self._check_joints),
                                         callback_group=callback_group)
-        self.driver_node = sw.driver_node if self.own.switch_method == 'driver' else None
+        # (its full name, for messages)
+        self.driver_node = node.resolve_topic_name(sw.driver_node.rstrip('/')) \
+            if self.own.switch_method == 'driver' else None
         self.driver_heard = False
         self.driver_state_fault = ''    # the driver's fault as it reports it now
         self.driver_model: dict = {}    # the driver's model entry as it reports it now
@@ -111,7 +122,7 @@ class ArmHandover:
         self._taking = False
         self._checked_joints: list[str] | None = None   # the driver's joints last checked
         if self.driver_node is not None:
-            node.create_subscription(String, f'{self.driver_node}/state',
+            node.create_subscription(String, f'{sw.driver_node.rstrip("/")}/state',
                                      self._on_driver_state, LATCHED)
 
     @property
@@ -126,7 +137,7 @@ class ArmHandover:
         if done or self._tries > JOINT_CHECK_TRIES:
             self._timer.cancel()
             if not done:
-                self.log.warning(f'could not read /{self.controller} joints parameter in '
+                self.log.warning(f'could not read {self.controller_node} joints parameter in '
                                  f'{JOINT_CHECK_TRIES} s; joint list not checked')
             return
         # (one request: a node that lacks any of the names answers none of them; the JTC
@@ -144,20 +155,28 @@ class ArmHandover:
             # The spawner skips a controller that is already loaded: the file never reached
             # the running one (ros2_control spawner.py, "Controller already loaded").
             self.joint_check = (
-                f'/{self.controller} runs with other parameters than {file.path}: '
+                f'{self.controller_node} runs with other parameters than {file.path}: '
                 f'{"; ".join(stale)}. It was loaded before, and the spawner does not load an '
                 f'already loaded controller again: switch it off, `ros2 control '
-                f'unload_controller {self.controller}`, then launch again')
+                f'unload_controller {self.controller}{self._manager_option()}`, then launch '
+                'again')
             self.log.error(self.joint_check)
         elif joints == wanted if forward else sorted(joints) == sorted(wanted):
             self.joint_check = 'ok'
-            self.log.info(f'/{self.controller} joints match command.joints' +
+            self.log.info(f'{self.controller_node} joints match command.joints' +
                           (f' and {file.path}' if file is not None else ''))
         else:
-            self.joint_check = (f'command.joints {wanted} do not match /{self.controller} '
+            self.joint_check = (f'command.joints {wanted} do not match {self.controller_node} '
                                 f'joints {joints}' + (' (forward commands go index by index: '
                                                       'same order)' if forward else ''))
             self.log.error(self.joint_check)
+
+    def _manager_option(self) -> str:
+        """`` -c <controller manager>`` for a hint's ``ros2 control`` line where the
+        controller manager is not the root one."""
+        switch = self.switch
+        return manager_option(switch.manager) if switch is not None and \
+            switch.method == 'controller_manager' else ''
 
     def _on_driver_state(self, msg: String) -> None:
         """The bus driver's ``~/state``: its joints against ``command.joints`` (effort path,
@@ -338,6 +357,7 @@ class ArmHandover:
         if self.own.switched and self.node.context.ok():
             return False
         if self.own.switched and self.switch is not None:
-            back = switch_command(self.switch.fallback, self.switch.controller)
+            back = switch_command(self.switch.fallback, self.switch.controller,
+                                  self.switch.manager)
             self.log.error(f'context gone before switching back: run `{back}`')
         return True

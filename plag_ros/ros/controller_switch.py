@@ -43,7 +43,7 @@ from plag_ros.core.control.settings import SWITCH_METHODS
 from plag_ros.ros.emulated_controller_manager import STRICT
 
 __all__ = ['METHODS', 'STRICT', 'ControllerSwitch', 'call', 'read_parameters', 'sleep',
-           'switch_command', 'switch_request_fields']
+           'manager_option', 'switch_command', 'switch_request_fields']
 
 METHODS = SWITCH_METHODS     # the switch.method values, defined with the parameter
 
@@ -54,12 +54,18 @@ def switch_command(activate: str, deactivate: str, manager: str = '/controller_m
 
     ``switch_controllers`` takes ``--activate`` / ``--deactivate`` (and ``--strict``) on
     Humble and later (ros2controlcli; Humble also still accepts the deprecated
-    ``--start`` / ``--stop``).
+    ``--start`` / ``--stop``). ``manager`` is the controller manager's full name (a
+    namespaced node's ``/arm1/controller_manager``): given with ``-c`` unless it is the
+    root one, so that a hint copied from a namespaced arm's log switches that arm only.
     """
-    manager_arg = '' if manager in ('/controller_manager', 'controller_manager') \
-        else f' -c {manager}'
     return (f'ros2 control switch_controllers --deactivate {deactivate} --activate {activate} '
-            f'--strict{manager_arg}')
+            f'--strict{manager_option(manager)}')
+
+
+def manager_option(manager: str) -> str:
+    """`` -c <manager>`` for a ``ros2 control`` command line, '' for the root
+    ``/controller_manager`` (ros2controlcli's default)."""
+    return '' if manager == '/controller_manager' else f' -c {manager}'
 
 
 def switch_request_fields(activate: str, deactivate: str, timeout_s: float) -> dict[str, object]:
@@ -120,7 +126,8 @@ class ControllerSwitch:
         method: one of :data:`METHODS`.
         controller: our controller's name.
         fallback: the controller it replaces (the driver's JTC).
-        manager: controller manager node (``controller_manager`` method).
+        manager: controller manager node (``controller_manager`` method); a relative name
+            is in ``node``'s namespace.
         sim_node: simulator node (``sim`` method).
         driver_node: bus driver node (``driver`` method).
         timeout_s: deadline of one switch [s].
@@ -128,14 +135,17 @@ class ControllerSwitch:
     """
 
     def __init__(self, node: Node, method: str, *, controller: str, fallback: str,
-                 manager: str = '/controller_manager', sim_node: str = '/plag_sim',
-                 driver_node: str = '/plag_driver', timeout_s: float = 5.0,
+                 manager: str = 'controller_manager', sim_node: str = 'plag_sim',
+                 driver_node: str = 'plag_driver', timeout_s: float = 5.0,
                  callback_group=None) -> None:
         if method not in METHODS:
             raise ValueError(f'switch.method must be one of {METHODS}, got {method!r}')
         self.node, self.method = node, method
         self.controller, self.fallback = controller, fallback
-        self.manager, self.timeout_s = manager, timeout_s
+        # the full name, as a user must type it in a command line (-c): relative in the
+        # node's namespace (rcl expands every client's name so)
+        self.manager = node.resolve_service_name(manager.rstrip('/') or '/')
+        self.timeout_s = timeout_s
         self.error = ''
         # The last switch's request went out and got no answer in time: it may have been
         # carried out all the same (the caller switches back to be sure).
@@ -143,6 +153,9 @@ class ControllerSwitch:
         # SwitchController or SetParameters, after the method; None for 'none' and when
         # the controller_manager messages cannot be imported (self.error says so).
         self._client: Client | None = None
+        # the service's full name, for messages (Humble's Client.srv_name is the text
+        # given, relative or not: rclpy humble client.py:59)
+        self.target = ''
         if method == 'controller_manager':
             try:
                 from controller_manager_msgs.srv import SwitchController
@@ -150,18 +163,20 @@ class ControllerSwitch:
                 self.error = (
                     f'controller_manager_msgs cannot be imported ({err}): source your ROS 2 '
                     'install (ros-<distro>-controller-manager-msgs) or switch by hand: '
-                    f'`{switch_command(controller, fallback, manager)}` (and back with '
-                    f'`{switch_command(fallback, controller, manager)}`), then set '
+                    f'`{switch_command(controller, fallback, self.manager)}` (and back '
+                    f'with `{switch_command(fallback, controller, self.manager)}`), then set '
                     'switch.method none')
             else:
                 self._srv = SwitchController
-                self._client = node.create_client(
-                    SwitchController, f'{manager.rstrip("/")}/switch_controller',
-                    callback_group=callback_group)
+                name = f'{manager.rstrip("/")}/switch_controller'
+                self.target = node.resolve_service_name(name)
+                self._client = node.create_client(SwitchController, name,
+                                                  callback_group=callback_group)
         elif method in ('sim', 'driver'):
             target = sim_node if method == 'sim' else driver_node
-            self._client = node.create_client(SetParameters,
-                                              f'{target.rstrip("/")}/set_parameters',
+            name = f'{target.rstrip("/")}/set_parameters'
+            self.target = node.resolve_service_name(name)
+            self._client = node.create_client(SetParameters, name,
                                               callback_group=callback_group)
 
     async def activate(self) -> tuple[bool, str]:
@@ -183,7 +198,7 @@ class ControllerSwitch:
         if client is None:
             return False, f'switch {what}: no service client for switch.method {self.method}'
         if not client.service_is_ready():
-            return False, f'switch {what}: {client.srv_name} not discovered (yet)'
+            return False, f'switch {what}: {self.target} not discovered (yet)'
         if self.method == 'controller_manager':
             request = self._srv.Request()
             fields = switch_request_fields(on, off, self.timeout_s)
@@ -193,8 +208,9 @@ class ControllerSwitch:
             response = await call(self.node, client, request, self.timeout_s)
             self.unanswered = response is None
             if response is None:
-                return False, (f'switch {what}: no answer from {client.srv_name} within '
-                               f'{self.timeout_s:g} s; by hand: `{switch_command(on, off)}`')
+                return False, (f'switch {what}: no answer from {self.target} within '
+                               f'{self.timeout_s:g} s; by hand: '
+                               f'`{switch_command(on, off, self.manager)}`')
             if not response.ok:
                 detail = getattr(response, 'message', '')
                 return False, f'switch {what} refused by the controller manager {detail}'
@@ -205,7 +221,7 @@ class ControllerSwitch:
         response = await call(self.node, client, request, self.timeout_s)
         self.unanswered = response is None
         if response is None:
-            return False, f'switch {what}: no answer from {client.srv_name}'
+            return False, f'switch {what}: no answer from {self.target}'
         if not response.results or not response.results[0].successful:
             return False, f'switch {what} refused: {response.results[0].reason}'
         return True, f'switched {what} ({"simulator" if self.method == "sim" else "bus driver"})'

@@ -363,7 +363,7 @@ class EmulatedControllerManager:
 def controller_manager_node(manager: EmulatedControllerManager, *, context: Context,
                             active: Callable[[], Iterable[str]],
                             apply: Callable[[SwitchOutcome], None],
-                            update_rate_hz: int = 0) -> Node | None:
+                            update_rate_hz: int = 0, namespace: str = '') -> Node | None:
     """A node named ``controller_manager`` serving ``~/switch_controller`` and
     ``~/list_controllers`` (controller_manager_msgs) with ``manager``'s rules.
 
@@ -373,6 +373,8 @@ def controller_manager_node(manager: EmulatedControllerManager, *, context: Cont
         active: returns the controllers active now (asked at every request).
         apply: makes a switch happen (called whenever the outcome ``changed``).
         update_rate_hz: reported as each controller's ``update_rate``.
+        namespace: the node's namespace: the simulator's, as a controller manager shares
+            its robot's ('' = the root).
 
     Returns:
         The node, or None when ``controller_manager_msgs`` cannot be imported.
@@ -385,8 +387,8 @@ def controller_manager_node(manager: EmulatedControllerManager, *, context: Cont
     from rclpy.node import Node
 
     # Not the process's global arguments: a launch file's `-r __node:=plag_sim` would rename
-    # this node too.
-    node = Node(NODE_NAME, context=context, use_global_arguments=False)
+    # this node too (and so its `__ns` does not reach it: the namespace is passed).
+    node = Node(NODE_NAME, context=context, namespace=namespace, use_global_arguments=False)
     log = node.get_logger()
 
     def on_switch(request, response):

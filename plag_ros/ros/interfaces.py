@@ -178,7 +178,7 @@ IMPEDANCE = (
              'rcl_interfaces/srv/SetParameters', '',
              "sets plag_driver's active_arm_controller (current mode and back)",
              (('switch.method', 'driver'),)),
-    Endpoint('client', '/{target_controller}/get_parameters',
+    Endpoint('client', '{target_controller}/get_parameters',
              'rcl_interfaces/srv/GetParameters', '',
              "reads the controller's joints to check command.joints",
              (('command_interface', 'position'),)),

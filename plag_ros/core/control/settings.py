@@ -18,7 +18,11 @@ Per-joint lists hold one value for every joint or one per actuated joint in URDF
 (the 7 arm joints, then finger a).
 
 No ROS here: the controller names below are those of the ros2_control configuration the
-node talks to, plain strings.
+node talks to, plain strings. Every name the node talks to by default is relative (the
+command topics, ``switch.*``, ``{controller}/get_parameters``): rcl expands ``x`` to
+``<namespace>/x`` (ros2/rcl humble 6d0fd90 expand_topic_name.c:99-116), so in the root
+namespace each is today's ``/x`` and under ``-r __ns:=/arm1`` the arm's own
+(:func:`foreign_names` refuses a name that leaves it).
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ from plag_ros.core.estimation.plausibility import PlausibilityConfig
 
 __all__ = ['CRANE_X7_CONTROL', 'EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER',
            'FORWARD_COMMAND_TOPIC', 'FORWARD_CONTROLLER', 'IMPEDANCE_OPTIONS', 'SWITCH_METHODS',
+           'check_own_namespace', 'foreign_names',
            'TRAJECTORY_COMMAND_TOPIC', 'TRAJECTORY_CONTROLLER', 'CommandKind',
            'CommandSettings', 'CommandType', 'CompensateSettings', 'ImpedanceSettings',
            'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings',
@@ -58,16 +63,16 @@ FORWARD_CONTROLLER = 'plag_arm_position_controller'
 EFFORT_CONTROLLER = 'plag_arm_effort_controller'
 """The effort path on the bus driver ``plag_driver``: its current mode (``switch.method
 driver``)."""
-EFFORT_COMMAND_TOPIC = f'/{EFFORT_CONTROLLER}/commands'
+EFFORT_COMMAND_TOPIC = f'{EFFORT_CONTROLLER}/commands'
 """``plag_driver``'s effort command: ``sensor_msgs/JointState`` with the arm joints' names,
 ``effort`` [N*m] (motor torque) and ``header.stamp`` = the stamp of the joint state it was
 computed from (the driver refuses one older than its ``stale_s``)."""
 TRAJECTORY_CONTROLLER = 'crane_x7_arm_controller'
 """The driver's joint trajectory controller: the trajectory path's target, the fallback."""
-FORWARD_COMMAND_TOPIC = f'/{FORWARD_CONTROLLER}/commands'
+FORWARD_COMMAND_TOPIC = f'{FORWARD_CONTROLLER}/commands'
 """The forward controller's goal positions (``std_msgs/Float64MultiArray``, its joints'
 order)."""
-TRAJECTORY_COMMAND_TOPIC = f'/{TRAJECTORY_CONTROLLER}/joint_trajectory'
+TRAJECTORY_COMMAND_TOPIC = f'{TRAJECTORY_CONTROLLER}/joint_trajectory'
 """The trajectory controller's command (``trajectory_msgs/JointTrajectory``)."""
 
 TUNABLE_WHILE_ENABLED = ('stiffness', 'damping', 'state_rate_hz')
@@ -124,8 +129,9 @@ class CommandSettings:
         "in); 'trajectory': one-point JointTrajectory to crane_x7_arm_controller",
         read_only=True)
     topic: str = option(
-        '', "command topic; '' = /plag_arm_position_controller/commands (forward), "
-        '/crane_x7_arm_controller/joint_trajectory (trajectory), effort_controller/commands '
+        '', "command topic (a relative one is in the node's namespace); '' = "
+        'plag_arm_position_controller/commands (forward), '
+        'crane_x7_arm_controller/joint_trajectory (trajectory), effort_controller/commands '
         '(effort interface)', read_only=True)
     joints: list[str] = option(
         list(motors.ARM_JOINTS), "joints commanded, in the controller's order (default: the "
@@ -151,10 +157,11 @@ class SwitchSettings:
         "'controller_manager' (controller_manager/switch_controller), the simulator ('sim'), "
         "the bus driver plag_driver ('driver', also the effort interface's current mode) or "
         "not at all ('none')", read_only=True)
-    controller_manager: str = option('/controller_manager', 'controller manager node',
+    controller_manager: str = option('controller_manager', "controller manager node (a "
+                                     "relative name is in this node's namespace)",
                                      read_only=True)
-    sim_node: str = option('/plag_sim', 'simulator node (switch.method sim)', read_only=True)
-    driver_node: str = option('/plag_driver', 'bus driver node (switch.method driver)',
+    sim_node: str = option('plag_sim', 'simulator node (switch.method sim)', read_only=True)
+    driver_node: str = option('plag_driver', 'bus driver node (switch.method driver)',
                               read_only=True)
     fallback: str = option(TRAJECTORY_CONTROLLER, 'the controller ours replaces, switched '
                            'back after a hold', read_only=True)
@@ -314,6 +321,26 @@ class ImpedanceSettings:
             TRAJECTORY_CONTROLLER if kind == 'trajectory' else
             EFFORT_CONTROLLER if kind == 'effort' else FORWARD_CONTROLLER)
 
+    def ros_names(self) -> dict[str, tuple[str, bool]]:
+        """The names the node talks to with these settings, by the parameter that sets
+        each: parameter -> (the name as given, whether it is a service's). The command
+        topic; the target controller's ``get_parameters`` (not on the effort path); the
+        node that switches the arm for ``switch.method`` (where the path switches)."""
+        kind, sw = self.command_kind, self.switch
+        names = {'command.topic': (self.command_topic, False)}
+        if kind != 'effort':
+            names['command.controller'] = (f'{self.target_controller}/get_parameters', True)
+        if kind == 'forward' or (kind == 'effort' and sw.method == 'driver'):
+            target = {'controller_manager': ('switch.controller_manager',
+                                             sw.controller_manager, 'switch_controller'),
+                      'sim': ('switch.sim_node', sw.sim_node, 'set_parameters'),
+                      'driver': ('switch.driver_node', sw.driver_node, 'set_parameters')
+                      }.get(sw.method)
+            if target is not None:
+                key, node, service = target
+                names[key] = (f'{node.rstrip("/")}/{service}', True)
+        return names
+
     def command_joints(self, model: RobotModel) -> list[str]:
         """The validated ``command.joints``: distinct actuated joints of ``model``.
 
@@ -378,6 +405,36 @@ class ImpedanceSettings:
             raise ValueError('reference.amplitude and reference.frequency_hz must be finite, '
                              'frequencies >= 0')
         return SineReference(amplitude.copy(), frequency.copy())
+
+
+def foreign_names(namespace: str, names: Mapping[str, str]) -> list[str]:
+    """Those of ``names`` (parameter -> the full name it resolves to, e.g.
+    ``/controller_manager/switch_controller``) outside ``namespace`` (the node's, e.g.
+    ``/arm1``), each as ``'parameter (name)'``. Nothing is outside the root namespace.
+
+    A node under ``/arm1`` given an absolute ``/controller_manager`` (a copied parameter
+    file of a root bring-up) would switch the root arm's controllers while it commands its
+    own: the impedance node refuses to start instead (:func:`check_own_namespace`).
+    """
+    inside = namespace.rstrip('/') + '/'
+    if inside == '/':
+        return []
+    return [f'{key} ({name})' for key, name in names.items() if not name.startswith(inside)]
+
+
+def check_own_namespace(namespace: str, names: Mapping[str, str]) -> None:
+    """Refuse settings whose names (parameter -> full name) leave ``namespace``.
+
+    Raises:
+        ValueError: naming each such parameter and where it resolves to.
+    """
+    foreign = foreign_names(namespace, names)
+    if foreign:
+        raise ValueError(
+            f'{", ".join(foreign)}: outside this node\'s namespace {namespace}, so it would '
+            'command or switch another arm; give a relative name (controller_manager, '
+            'plag_sim, plag_driver, plag_arm_position_controller/commands ...), which '
+            'resolves in the namespace')
 
 
 IMPEDANCE_OPTIONS: list[Option] = options(ImpedanceSettings())

@@ -7,10 +7,11 @@ does the bus; this node is its ROS face). What it offers, with the robot driver'
 * ``joint_states`` (sensor_msgs/JointState, reliable) at ``rate_hz``: the 8 servos' joints
   in chain order, position [rad], velocity [rad/s], effort = current x current_to_effort
   (2.20 or 3.60 N*m/A: crane_x7_control's convention, which every reader here undoes);
-* ``/crane_x7_arm_controller/joint_trajectory`` (trajectory_msgs/JointTrajectory, linear
-  between points) and ``/plag_arm_position_controller/commands`` (std_msgs/Float64MultiArray,
-  the 7 arm joints) in position mode;
-* ``/plag_arm_effort_controller/commands`` (sensor_msgs/JointState) in current mode: the
+* ``crane_x7_arm_controller/joint_trajectory`` (trajectory_msgs/JointTrajectory, linear
+  between points) and ``plag_arm_position_controller/commands`` (std_msgs/Float64MultiArray,
+  the 7 arm joints) in position mode (relative names: ``/crane_x7_arm_controller/...`` in
+  the root namespace);
+* ``plag_arm_effort_controller/commands`` (sensor_msgs/JointState) in current mode: the
   arm joints by ``name`` in any order, ``effort`` [N*m] (motor torque), and
   ``header.stamp`` = the stamp of the ``joint_states`` sample the torque was computed
   from. A command with a joint the chain lacks, a name twice, an arm joint missing, not
@@ -123,6 +124,9 @@ class DriverNode(Node):
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
         self._pub_diag = quiet_publisher(self, DiagnosticArray, '/diagnostics', _RELIABLE)
+        # the command topics are relative (in this node's namespace): full names for messages
+        self._topic = {name: self.resolve_topic_name(name) for name in (
+            TRAJECTORY_COMMAND_TOPIC, FORWARD_COMMAND_TOPIC, EFFORT_COMMAND_TOPIC)}
         self.create_subscription(JointTrajectory, TRAJECTORY_COMMAND_TOPIC, self._on_trajectory,
                                  _RELIABLE)
         self.create_subscription(Float64MultiArray, FORWARD_COMMAND_TOPIC, self._on_forward,
@@ -241,26 +245,27 @@ class DriverNode(Node):
 
     # ------------------------------------------------------------------ commands
     def _on_trajectory(self, msg: JointTrajectory) -> None:
-        if not self._accepting(TRAJECTORY_CONTROLLER, TRAJECTORY_COMMAND_TOPIC):
+        if not self._accepting(TRAJECTORY_CONTROLLER, self._topic[TRAJECTORY_COMMAND_TOPIC]):
             return
         times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
         if not self.driver.command_trajectory(times, [list(p.positions) for p in msg.points],
                                               list(msg.joint_names)):
-            self._reject(f'{TRAJECTORY_COMMAND_TOPIC}: unknown joints, not finite or '
-                         'unordered points')
+            self._reject(f'{self._topic[TRAJECTORY_COMMAND_TOPIC]}: unknown joints, not '
+                         'finite or unordered points')
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
-        if self._accepting(FORWARD_CONTROLLER, FORWARD_COMMAND_TOPIC) and \
+        if self._accepting(FORWARD_CONTROLLER, self._topic[FORWARD_COMMAND_TOPIC]) and \
                 not self.driver.command_positions(list(msg.data), ARM_JOINTS):
-            self._reject(f'{FORWARD_COMMAND_TOPIC}: need {len(ARM_JOINTS)} finite positions')
+            self._reject(f'{self._topic[FORWARD_COMMAND_TOPIC]}: need {len(ARM_JOINTS)} '
+                         'finite positions')
 
     def _on_effort(self, msg: JointState) -> None:
-        if not self._accepting(EFFORT_CONTROLLER, EFFORT_COMMAND_TOPIC):
+        if not self._accepting(EFFORT_CONTROLLER, self._topic[EFFORT_COMMAND_TOPIC]):
             return
         stamp = msgs.stamp_to_ns(msg.header.stamp)
         if stamp <= 0 or stamp < self._newest_source_ns:
-            self._reject(f'{EFFORT_COMMAND_TOPIC}: stamp {stamp} ns is not the stamp of a '
-                         'joint state newer than the command in force '
+            self._reject(f'{self._topic[EFFORT_COMMAND_TOPIC]}: stamp {stamp} ns is not the '
+                         'stamp of a joint state newer than the command in force '
                          f'({self._newest_source_ns} ns)')
             return
         # The source sample's age on the node's clock (the one that stamps joint_states),
@@ -272,7 +277,7 @@ class DriverNode(Node):
             self._newest_source_ns = stamp
         else:
             self.get_logger().warning(   # the driver counts it (rejected_commands)
-                f'command rejected: {EFFORT_COMMAND_TOPIC}: names {list(msg.name)}, '
+                f'command rejected: {self._topic[EFFORT_COMMAND_TOPIC]}: names {list(msg.name)}, '
                 f'{len(msg.effort)} efforts, source sample {age * 1e3:.1f} ms old (every arm '
                 f'joint once by name, one effort each, stamped by the joint_states sample, at '
                 f'most stale_s {self.settings.bus.stale_s:g} s old)',

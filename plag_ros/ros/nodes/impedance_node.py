@@ -44,7 +44,12 @@ from trajectory_msgs.msg import JointTrajectory
 from plag_ros.core.common.rejections import RejectionLog
 from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
-from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings, safety_parameters
+from plag_ros.core.control.settings import (
+    IMPEDANCE_OPTIONS,
+    ImpedanceSettings,
+    check_own_namespace,
+    safety_parameters,
+)
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.arrays import ArrayLagrangian
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
@@ -78,6 +83,10 @@ class ImpedanceNode(Node):
         values = declare_options(self, IMPEDANCE_OPTIONS)
         try:
             self.settings = s = ImpedanceSettings.from_values(values)
+            # an absolute name of another namespace would switch or command another arm
+            check_own_namespace(self.get_namespace(), {
+                key: self.resolve_service_name(name) if service else
+                self.resolve_topic_name(name) for key, (name, service) in s.ros_names().items()})
             self.urdf = StartModel(self, s.description)    # first: it spins the node
             self.model, identified = model_with_parameters(self.urdf.model, s.model.parameters)
             self._model_parameters = identified       # over the settings at every change

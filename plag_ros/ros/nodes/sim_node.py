@@ -335,9 +335,11 @@ def controller_stand_ins(sim: SimNode) -> list[Node]:
     nodes = []
     for name in (JTC, FORWARD):
         # Not the process's global arguments: a launch file's `-r __node:=plag_sim` would
-        # rename these too, and two nodes would answer /plag_sim/get_parameters.
-        node = Node(name, context=sim.context, use_global_arguments=False,
-                    allow_undeclared_parameters=True)
+        # rename these too, and two nodes would answer /plag_sim/get_parameters. So the
+        # simulator's namespace (`-r __ns:=/arm1`) is passed on: a controller's node is in
+        # its controller manager's (ros2_control controller_manager.cpp humble:1427).
+        node = Node(name, context=sim.context, namespace=sim.get_namespace(),
+                    use_global_arguments=False, allow_undeclared_parameters=True)
         node.declare_parameter('joints', list(sim.arm_joints))
         for parameter, value in extra[name].items():
             node.declare_parameter(parameter, value)
@@ -350,14 +352,16 @@ def controller_manager_stand_in(sim: SimNode) -> Node | None:
     ``sim``, or None (logged once, at info) without controller_manager_msgs."""
     node = controller_manager_node(
         sim.controller_manager, context=sim.context, active=sim.active_controllers,
-        apply=sim.apply_switch, update_rate_hz=round(sim.settings.publish_rate_hz))
+        apply=sim.apply_switch, update_rate_hz=round(sim.settings.publish_rate_hz),
+        namespace=sim.get_namespace())
     if node is None:
         sim.get_logger().info(
-            'controller_manager_msgs cannot be imported: no /controller_manager services; '
-            'the active_arm_controller parameter switches the arm controllers')
+            f'controller_manager_msgs cannot be imported: no '
+            f'{sim.resolve_service_name("controller_manager")} services; the '
+            'active_arm_controller parameter switches the arm controllers')
     else:
-        sim.get_logger().info(f'/controller_manager: switching by the rules of ros2_control '
-                              f'on {sim.controller_manager.release}')
+        sim.get_logger().info(f'{node.get_fully_qualified_name()}: switching by the rules of '
+                              f'ros2_control on {sim.controller_manager.release}')
     return node
 
 

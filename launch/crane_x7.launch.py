@@ -30,9 +30,17 @@ description ``plag-ros run`` (the dynamics node without ``ros2 launch``) reads t
 ``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
 one (docs/tutorials/live.md, "Launch arguments").
 
+``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
+services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
+(docs/tutorials/live.md, "Two arms: namespace:=").
+The robot's own bring-up must then run in the same namespace, with ``/tf`` and
+``/tf_static`` remapped to ``tf`` and ``tf_static``: the spawner loads the controller into
+``/NS/controller_manager`` and plag_impedance commands ``/NS/...``.
+
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [spawn_controller:=false]
 [rviz:=true] [robot_description_source:=topic|file] [controllers_file:=PATH]
-[robot_state_publisher:=true] [params_file:=PATH]``. The arguments, their defaults and the
+[robot_state_publisher:=true] [params_file:=PATH] [namespace:=NS]``. The arguments, their
+defaults and the
 values each accepts are ``robot_arguments()`` of plag_ros/ros/node_setups.py.
 """
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
@@ -48,19 +56,19 @@ from launch_ros.substitutions import FindPackageShare
 from plag_ros.ros.controller_file import CONTROLLER, read_controller_file, spawner_type_arguments
 from plag_ros.ros.launch_actions import (
     launch_argument,
+    namespaced,
     plag_node,
     rviz_node,
     state_publisher_node,
 )
 from plag_ros.ros.node_setups import (
     PACKAGE,
-    VIEW_INPUTS,
+    namespace_of,
     robot_arguments,
     robot_setup,
+    view_inputs,
     view_inputs_line,
 )
-
-
 
 
 def check_controller_file(context) -> list:
@@ -84,10 +92,12 @@ def start_graph_view(context) -> list:
 
 def check_view_inputs(context) -> list:
     """With rviz:=true, a few seconds in: say so when nothing publishes /tf or the robot
-    description (rviz2 would show no arm and no Effort arrows, without a word)."""
+    description in the launch's namespace (rviz2 would show no arm and no Effort arrows,
+    without a word)."""
     node = get_ros_node(context)
+    inputs = view_inputs(namespace_of(LaunchConfiguration('namespace').perform(context)))
     return [LogInfo(msg=view_inputs_line({topic: node.count_publishers(topic)
-                                          for topic in VIEW_INPUTS}))]
+                                          for topic in inputs}, inputs))]
 
 
 def generate_launch_description():
@@ -99,6 +109,7 @@ def generate_launch_description():
     description_source = LaunchConfiguration('robot_description_source')
     controllers_file = LaunchConfiguration('controllers_file')
     state_publisher = LaunchConfiguration('robot_state_publisher')
+    namespace = LaunchConfiguration('namespace')
     # control:=true and spawn_controller:=true. (PythonExpression, not AndSubstitution:
     # Humble's launch has no AndSubstitution)
     spawning = IfCondition(PythonExpression(
@@ -107,27 +118,30 @@ def generate_launch_description():
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in robot_arguments()),
         OpaqueFunction(function=check_controller_file, condition=spawning),
-        *(plag_node(setup, share, control, params_file)
-          for setup in robot_setup(description_source, controllers_file)),
-        # Flags of ros-controls/ros2_control controller_manager/controller_manager/spawner.py,
-        # present on the humble and jazzy branches alike: positional controller name,
-        # -c/--controller-manager, -p/--param-file (loaded into the controller before
-        # configure), --inactive (configure, do not activate; added on humble in #755,
-        # 2022, replacing the deprecated --stopped, which jazzy no longer has); on humble
-        # also -t/--controller-type (spawner_type_arguments). The controller manager's name is
-        # relative: the spawner puts its own namespace in front (humble 0941f73
-        # spawner.py:183-192), which is the root's /controller_manager here.
-        Node(
-            package='controller_manager',
-            executable='spawner',
-            arguments=[CONTROLLER, '--controller-manager', 'controller_manager',
-                       '--param-file', controllers_file,
-                       '--inactive', *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
-            output='screen',
-            condition=spawning,
-        ),
-        state_publisher_node(share, state_publisher),
-        rviz_node(share, rviz),
+        namespaced(namespace, [
+            *(plag_node(setup, share, control, params_file, namespace)
+              for setup in robot_setup(description_source, controllers_file)),
+            # Flags of ros-controls/ros2_control controller_manager/controller_manager/
+            # spawner.py, present on the humble and jazzy branches alike: positional
+            # controller name, -c/--controller-manager, -p/--param-file (loaded into the
+            # controller before configure), --inactive (configure, do not activate; added on
+            # humble in #755, 2022, replacing the deprecated --stopped, which jazzy no longer
+            # has); on humble also -t/--controller-type (spawner_type_arguments). The
+            # controller manager's name is relative: the spawner puts its own namespace in
+            # front (humble 0941f73 spawner.py:183-192), /controller_manager in the root. No
+            # -n/--namespace: with the group's __ns it raises (177-181).
+            Node(
+                package='controller_manager',
+                executable='spawner',
+                arguments=[CONTROLLER, '--controller-manager', 'controller_manager',
+                           '--param-file', controllers_file, '--inactive',
+                           *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
+                output='screen',
+                condition=spawning,
+            ),
+            state_publisher_node(share, state_publisher),
+            rviz_node(share, rviz),
+        ]),
         OpaqueFunction(function=start_graph_view, condition=IfCondition(rviz)),
         TimerAction(period=5.0, actions=[OpaqueFunction(function=check_view_inputs)],
                     condition=IfCondition(rviz)),

@@ -27,10 +27,16 @@ replay).
 ``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
 one (docs/tutorials/live.md, "Launch arguments").
 
+``namespace:=`` takes '' only, for now: the players publish the bag's topics and ``/clock``
+in the root namespace, so a namespaced replay would hear nothing; the launch stops at once
+with that reason. Two replays on one graph need two ``ROS_DOMAIN_ID`` s (``/clock`` is
+rclpy's own, absolute).
+
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 [loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
 [robot_description_source:=file|topic] [robot_state_publisher:=auto|true|false]
-[params_file:=PATH]`` (``replay_arguments()`` of plag_ros/ros/node_setups.py). Without
+[params_file:=PATH] [namespace:=NS]`` (``replay_arguments()`` of
+plag_ros/ros/node_setups.py). Without
 ``ros2 launch``, ``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p
 use_sim_time:=true`` do the same.
 """
@@ -45,20 +51,29 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
 from plag_ros.io.bag import BagError, bag_robot_description
-from plag_ros.ros.launch_actions import launch_argument, plag_node, rviz_node
+from plag_ros.ros.launch_actions import (
+    TF_REMAPS,
+    launch_argument,
+    namespaced,
+    plag_node,
+    rviz_node,
+)
 from plag_ros.ros.node_setups import (
     PACKAGE,
     is_true,
     replay_arguments,
+    replay_namespace,
     replay_player,
     replay_setup,
     replay_tf,
 )
 
 
-def _player(context, bag, rate, loop, player, state_publisher, control):
+def _player(context, bag, rate, loop, player, state_publisher, control, namespace):
     """The bag player's process (plag_ros.ros.node_setups.replay_player raises, with the
-    reason, where the player named cannot run here)."""
+    reason, where the player named cannot run here; replay_namespace, before anything
+    starts, where a namespace is asked for)."""
+    replay_namespace(namespace.perform(context))
     name = replay_player(player.perform(context), ros2_on_path=shutil.which('ros2') is not None)
     if name == 'ros2':
         cmd = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate]
@@ -96,7 +111,7 @@ def _state_publisher(context, bag, mode, player, share):
         description = bag_robot_description(bag.perform(context))
     except BagError:
         description = None          # the player reports a bad bag with its own error
-    remappings = []
+    remappings = list(TF_REMAPS)
     if description is None:
         origin = 'the bundled URDF (the bag holds no /robot_description)'
         urdf = Path(share.perform(context)) / 'urdf' / 'crane_x7.urdf'
@@ -105,7 +120,7 @@ def _state_publisher(context, bag, mode, player, share):
         origin = "the bag's /robot_description"
         if player.perform(context) == 'ros2':
             # ros2 bag play republishes the bag's own: one publisher of the latched topic
-            remappings = [('robot_description', 'robot_state_publisher/robot_description')]
+            remappings.append(('robot_description', 'robot_state_publisher/robot_description'))
     return [LogInfo(msg=f'robot_state_publisher: description from {origin}'),
             Node(package='robot_state_publisher', executable='robot_state_publisher',
                  name='robot_state_publisher', output='screen', remappings=remappings,
@@ -125,13 +140,17 @@ def generate_launch_description():
     description_source = LaunchConfiguration('robot_description_source')
     player = LaunchConfiguration('player')
     state_publisher = LaunchConfiguration('robot_state_publisher')
+    namespace = LaunchConfiguration('namespace')
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in replay_arguments()),
         OpaqueFunction(function=_player,
-                       args=[bag, rate, loop, player, state_publisher, control]),
-        OpaqueFunction(function=_state_publisher,
-                       args=[bag, state_publisher, player, share]),
-        *(plag_node(setup, share, control, params_file)
-          for setup in replay_setup(description_source)),
-        rviz_node(share, rviz, sim_time=True),
+                       args=[bag, rate, loop, player, state_publisher, control, namespace]),
+        # (the namespace is refused above for now; the nodes are where the others' are)
+        namespaced(namespace, [
+            OpaqueFunction(function=_state_publisher,
+                           args=[bag, state_publisher, player, share]),
+            *(plag_node(setup, share, control, params_file, namespace)
+              for setup in replay_setup(description_source)),
+            rviz_node(share, rviz, sim_time=True),
+        ]),
     ])

@@ -22,8 +22,12 @@ description ``plag-ros sim [--control]`` (the same nodes without ``ros2 launch``
 ``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
 one (docs/tutorials/live.md, "Launch arguments").
 
+``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
+services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
+(docs/tutorials/live.md, "Two arms: namespace:=").
+
 Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]
-[params_file:=PATH]`` (``sim_arguments()`` of plag_ros/ros/node_setups.py).
+[params_file:=PATH] [namespace:=NS]`` (``sim_arguments()`` of plag_ros/ros/node_setups.py).
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.substitutions import LaunchConfiguration
@@ -31,6 +35,7 @@ from launch_ros.substitutions import FindPackageShare
 
 from plag_ros.ros.launch_actions import (
     launch_argument,
+    namespaced,
     plag_node,
     rviz_node,
     state_publisher_node,
@@ -38,18 +43,20 @@ from plag_ros.ros.launch_actions import (
 from plag_ros.ros.node_setups import PACKAGE, sim_arguments, sim_setup
 
 
-
-
 def generate_launch_description():
     share = FindPackageShare(PACKAGE)
     control = LaunchConfiguration('control')
     params_file = LaunchConfiguration('params_file')
     rviz = LaunchConfiguration('rviz')
+    namespace = LaunchConfiguration('namespace')
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in sim_arguments()),
-        *(plag_node(setup, share, control, params_file) for setup in sim_setup()),
-        # robot_description stays the simulator's alone
-        state_publisher_node(
-            share, rviz, [('robot_description', 'robot_state_publisher/robot_description')]),
-        rviz_node(share, rviz),
+        namespaced(namespace, [
+            *(plag_node(setup, share, control, params_file, namespace)
+              for setup in sim_setup()),
+            # robot_description stays the simulator's alone
+            state_publisher_node(
+                share, rviz, [('robot_description', 'robot_state_publisher/robot_description')]),
+            rviz_node(share, rviz),
+        ]),
     ])

@@ -21,8 +21,13 @@ runs (``topic``).
 ``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
 one (docs/tutorials/live.md, "Launch arguments").
 
+``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
+services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
+(docs/tutorials/live.md, "Two arms: namespace:=").
+
 Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=true]
-[rviz:=true] [robot_description_source:=file|topic] [params_file:=PATH]``. The arguments,
+[rviz:=true] [robot_description_source:=file|topic] [params_file:=PATH]
+[namespace:=NS]``. The arguments,
 their defaults and the values each accepts are ``torque_arguments()`` of
 plag_ros/ros/node_setups.py.
 """
@@ -32,6 +37,7 @@ from launch_ros.substitutions import FindPackageShare
 
 from plag_ros.ros.launch_actions import (
     launch_argument,
+    namespaced,
     plag_node,
     rviz_node,
     state_publisher_node,
@@ -44,11 +50,14 @@ def generate_launch_description():
     control = LaunchConfiguration('control')
     params_file = LaunchConfiguration('params_file')
     rviz = LaunchConfiguration('rviz')
+    namespace = LaunchConfiguration('namespace')
     return LaunchDescription([
         *(launch_argument(argument, share) for argument in torque_arguments()),
-        *(plag_node(setup, share, control, params_file)
-          for setup in torque_setup(LaunchConfiguration('port'),
-                                    LaunchConfiguration('robot_description_source'))),
-        state_publisher_node(share, rviz),
-        rviz_node(share, rviz),
+        namespaced(namespace, [
+            *(plag_node(setup, share, control, params_file, namespace)
+              for setup in torque_setup(LaunchConfiguration('port'),
+                                        LaunchConfiguration('robot_description_source'))),
+            state_publisher_node(share, rviz),
+            rviz_node(share, rviz),
+        ]),
     ])

@@ -7,7 +7,9 @@ description of plag_ros/ros/node_setups.py (``sim_setup()``, ``robot_setup(...)`
 into ``Node`` actions by ``plag_node`` of plag_ros/ros/launch_actions.py, whose syntax tree
 shows which field of a setup goes where); its arguments likewise come from
 ``node_setups.*_arguments()`` through ``launch_argument``, which hands each field to
-``DeclareLaunchArgument``. Used by
+``DeclareLaunchArgument``. A node is ``namespaced`` when the launch file puts it (its call,
+its generator, or the ``OpaqueFunction(function=f)`` whose ``f`` writes it out) in the list
+of ``namespaced(namespace, [...])`` (plag_ros/ros/launch_actions.py). Used by
 test_launch.py and test_launch_arguments.py, which run in every suite: launch/launch_ros
 are on no package registry.
 """
@@ -42,6 +44,7 @@ class LaunchNode:
     condition: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)   # literal values (else source)
     remappings: list[tuple[str, str]] = field(default_factory=list)
+    namespaced: bool = False      # in the list of namespaced(namespace, [...])
 
 
 def constant(node: ast.AST | None):
@@ -58,7 +61,17 @@ def call_name(call: ast.Call) -> str:
 
 
 def literal_value(node: ast.AST):
-    """A literal's value, else its source text (a launch substitution, say)."""
+    """A literal's value (a list's starred literal lists spliced in), else its source
+    text (a launch substitution, say)."""
+    if isinstance(node, ast.List) and any(isinstance(e, ast.Starred) for e in node.elts):
+        values = []
+        for element in node.elts:
+            value = literal_value(element.value if isinstance(element, ast.Starred)
+                                  else element)
+            if isinstance(element, ast.Starred) and not isinstance(value, (list, tuple)):
+                return ast.unparse(node)
+            values += list(value) if isinstance(element, ast.Starred) else [value]
+        return values
     try:
         return ast.literal_eval(node)
     except ValueError:
@@ -235,11 +248,36 @@ def _shared_node(call: ast.Call, helper: ast.FunctionDef) -> ast.Call | None:
                         helper.args.defaults, strict=True))
     names = {name: given.get(name, defaults.get(name)) for name in params}
     assert None not in names.values(), f'{helper.name}: {ast.unparse(call)} misses an argument'
+    names = {**_module_constants(), **names}
     resolved = ast.parse(_resolved(made[0], names), mode='eval').body
     assert isinstance(resolved, ast.Call)
     for keyword in resolved.keywords:
         keyword.value = _picked(keyword.value)
     return resolved
+
+
+def _module_constants() -> dict[str, ast.expr]:
+    """launch_actions' module-level literals (``TF_REMAPS``), for its helpers' Nodes."""
+    tree = ast.parse(LAUNCH_ACTIONS.read_text(), filename=str(LAUNCH_ACTIONS))
+    return {t.id: a.value for a in tree.body if isinstance(a, ast.Assign)
+            for t in a.targets if isinstance(t, ast.Name) and t.id.isupper()}
+
+
+def _namespaced(tree: ast.Module) -> tuple[set[int], set[str]]:
+    """What the launch file puts in ``namespaced(namespace, [...])``: the ids of the
+    syntax nodes in that list, and the functions its ``OpaqueFunction(function=f)`` run."""
+    inside: set[int] = set()
+    functions: set[str] = set()
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and call_name(call) == 'namespaced':
+            assert len(call.args) == 2 and isinstance(call.args[1], ast.List), \
+                ast.unparse(call)
+            for node in ast.walk(call.args[1]):
+                inside.add(id(node))
+                if isinstance(node, ast.Call) and call_name(node) == 'OpaqueFunction':
+                    functions |= {k.value.id for k in node.keywords
+                                  if k.arg == 'function' and isinstance(k.value, ast.Name)}
+    return inside, functions
 
 
 def default_source(argument: node_setups.LaunchArgument) -> object:
@@ -259,24 +297,33 @@ def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
     local = {t.id: a.value for a in ast.walk(generate[0]) if isinstance(a, ast.Assign)
              for t in a.targets if isinstance(t, ast.Name)}
     nodes, declared, used = [], set(), set()
+    inside, functions = _namespaced(tree)
+    # the function each syntax node is written in (a Node an OpaqueFunction's f returns)
+    owner = {id(n): f.name for f in tree.body if isinstance(f, ast.FunctionDef)
+             for n in ast.walk(f)}
     for starred in (n for n in ast.walk(generate[0]) if isinstance(n, ast.Starred)):
         if not isinstance(starred.value, ast.GeneratorExp):
             continue
         if _made_by(tree, starred.value) == 'DeclareLaunchArgument':
             declared |= {a.name for a in launch_arguments(path)}
         else:
-            nodes += _setup_nodes(tree, starred.value, local, path)
+            made = _setup_nodes(tree, starred.value, local, path)
+            for node in made:
+                node.namespaced = id(starred.value) in inside
+            nodes += made
     shared = {alias.asname or alias.name: alias.name for n in tree.body
               if isinstance(n, ast.ImportFrom) and n.module == 'plag_ros.ros.launch_actions'
               for alias in n.names}
     actions = ast.parse(LAUNCH_ACTIONS.read_text(), filename=str(LAUNCH_ACTIONS))
     helpers = {f.name: f for f in actions.body if isinstance(f, ast.FunctionDef)}
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    written = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     # a node a launch_actions helper writes out (rviz2, robot_state_publisher) is read as
-    # if the launch file wrote it, with the launch file's arguments in place
-    calls += [made for call in calls if call_name(call) in shared
+    # if the launch file wrote it, with the launch file's arguments in place; each with the
+    # call the launch file makes
+    calls = [(call, call) for call in written]
+    calls += [(made, call) for call in written if call_name(call) in shared
               for made in [_shared_node(call, helpers[shared[call_name(call)]])] if made]
-    for call in calls:
+    for call, origin in calls:
         name = call_name(call)
         if name == 'DeclareLaunchArgument' and call.args and constant(call.args[0]):
             # (written out; a helper's, from node_setups, is read by launch_arguments)
@@ -302,6 +349,7 @@ def parse_launch(path: Path) -> tuple[list[LaunchNode], set[str], set[str]]:
                 node.remappings = [tuple(pair) for pair in literal_value(kw['remappings'])]
             if 'condition' in kw:
                 node.condition = ast.unparse(kw['condition'])
+            node.namespaced = id(origin) in inside or owner.get(id(origin)) in functions
             nodes.append(node)
     return nodes, declared, used
 

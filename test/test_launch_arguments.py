@@ -23,6 +23,12 @@ checked here without them:
   node after its bundled one and before the launch's own settings, and with the default
   each node gets exactly what it got before the argument existed; a path that is no
   parameter file ends the launch with the reason;
+* ``namespace:=`` (every launch file, default ''): every node the launch starts is in the
+  list of ``launch_actions.namespaced`` (the 5 s view check is not), a text that is no ROS
+  namespace ends the launch with the reason (rmw's rules, checked against the installed
+  rclpy), the view check looks in the namespace, a params_file section that would miss
+  the namespaced node or an absolute name of another arm is refused, and a replay
+  refuses any namespace but '' with the reason;
 * the console scripts' shebang is ``/usr/bin/env python3`` (setup.cfg), so a node runs the
   python3 first on PATH, whichever python ran colcon.
 """
@@ -57,17 +63,19 @@ TABLES = {'sim.launch.py': node_setups.sim_arguments,
 # What the launch files' docstrings and the README promise a user: name -> default
 # (None: must be given).
 PROMISED_DEFAULTS = {
-    'sim.launch.py': {'control': 'false', 'rviz': 'false', 'params_file': ''},
+    'sim.launch.py': {'control': 'false', 'rviz': 'false', 'params_file': '', 'namespace': ''},
     'crane_x7.launch.py': {'control': 'false', 'spawn_controller': 'true', 'rviz': 'false',
                            'robot_description_source': 'topic',
                            'controllers_file': 'config/crane_x7_controllers.yaml',
-                           'robot_state_publisher': 'false', 'params_file': ''},
+                           'robot_state_publisher': 'false', 'params_file': '',
+                           'namespace': ''},
     'replay.launch.py': {'bag': None, 'rate': '1.0', 'loop': 'false', 'player': 'plag',
                          'rviz': 'false', 'control': 'false',
                          'robot_description_source': 'file', 'robot_state_publisher': 'auto',
-                         'params_file': ''},
+                         'params_file': '', 'namespace': ''},
     'torque.launch.py': {'port': '/dev/ttyUSB0', 'control': 'false', 'rviz': 'false',
-                         'robot_description_source': 'file', 'params_file': ''},
+                         'robot_description_source': 'file', 'params_file': '',
+                         'namespace': ''},
 }
 
 
@@ -221,26 +229,45 @@ def test_crane_x7_launch_says_what_rviz2_will_lack(tf, description, missing):
         assert line.startswith('rviz2 will show no arm and no Effort arrows: nothing '
                                f'publishes {missing}.'), line
         assert 'robot_state_publisher:=true' in line     # and how to get it
-    # the launch file counts the publishers of exactly these topics and logs the line
+    # the launch file counts the publishers of exactly these topics, in its namespace, and
+    # logs the line
     source = ast.unparse(_function(ast.parse((REPO / 'launch' / 'crane_x7.launch.py')
                                              .read_text()), 'check_view_inputs'))
-    assert 'view_inputs_line({topic: node.count_publishers(topic) for topic in VIEW_INPUTS})' \
-        in source and 'LogInfo(msg=view_inputs_line(' in source
-    assert node_setups.VIEW_INPUTS == ('/tf', '/robot_description')
+    assert "inputs = view_inputs(namespace_of(LaunchConfiguration('namespace')." \
+        'perform(context)))' in source
+    assert 'view_inputs_line({topic: node.count_publishers(topic) for topic in inputs}, ' \
+        'inputs)' in source and 'LogInfo(msg=view_inputs_line(' in source
+    assert node_setups.VIEW_INPUTS == node_setups.view_inputs(None) == \
+        ('/tf', '/robot_description')
+
+
+def test_the_view_check_looks_in_the_launchs_namespace():
+    """The launch's own node sits in the root: the names it counts are full ones."""
+    inputs = node_setups.view_inputs('/arm1')
+    assert inputs == ('/arm1/tf', '/arm1/robot_description')
+    assert node_setups.view_inputs_line(dict.fromkeys(inputs, 1), inputs) == \
+        'rviz2 inputs: /arm1/tf and /arm1/robot_description are published'
+    line = node_setups.view_inputs_line({'/tf': 1, '/robot_description': 1}, inputs)
+    assert 'nothing publishes /arm1/tf or /arm1/robot_description' in line
+    assert '/tf remapped to tf' in line, line
 
 
 # ------------------------------------------------- the nodes started beside plag_ros's
 # What each launch file starts beside the plag_ros nodes: rviz2 and robot_state_publisher
 # on the bundled URDF, under these launch configurations, with these remappings.
+# /tf and /tf_static always remapped to the relative names: the same in the root, the
+# namespace's own TF tree in one (launch_actions.TF_REMAPS).
+_TF = [('/tf', 'tf'), ('/tf_static', 'tf_static')]
 VIEWERS = {
-    'crane_x7.launch.py': {'robot_state_publisher': ('IfCondition(state_publisher)', []),
-                           'rviz2': ('IfCondition(rviz)', [])},
+    'crane_x7.launch.py': {'robot_state_publisher': ('IfCondition(state_publisher)', _TF),
+                           'rviz2': ('IfCondition(rviz)', _TF)},
     'sim.launch.py': {'robot_state_publisher': (
-        'IfCondition(rviz)', [('robot_description', 'robot_state_publisher/robot_description')]),
-        'rviz2': ('IfCondition(rviz)', [])},
-    'torque.launch.py': {'robot_state_publisher': ('IfCondition(rviz)', []),
-                         'rviz2': ('IfCondition(rviz)', [])},
-    'replay.launch.py': {'rviz2': ('IfCondition(rviz)', [])},
+        'IfCondition(rviz)',
+        [*_TF, ('robot_description', 'robot_state_publisher/robot_description')]),
+        'rviz2': ('IfCondition(rviz)', _TF)},
+    'torque.launch.py': {'robot_state_publisher': ('IfCondition(rviz)', _TF),
+                         'rviz2': ('IfCondition(rviz)', _TF)},
+    'replay.launch.py': {'rviz2': ('IfCondition(rviz)', _TF)},
 }
 
 
@@ -293,7 +320,7 @@ def test_params_file_comes_after_the_bundled_file_and_before_the_launch_settings
     assert 'params_file' in {a.name for a in launch_arguments(path)}
     calls = [ast.unparse(c) for c in ast.walk(ast.parse(path.read_text()))
              if isinstance(c, ast.Call) and getattr(c.func, 'id', '') == 'plag_node']
-    assert calls == ['plag_node(setup, share, control, params_file)'], calls
+    assert calls == ['plag_node(setup, share, control, params_file, namespace)'], calls
     assert "params_file = LaunchConfiguration('params_file')" in path.read_text()
 
 
@@ -386,3 +413,111 @@ def test_plag_node_checks_the_file_against_what_the_launch_sets():
     source = inspect.getsource(launch_actions.plag_node)
     assert 'check_params_file(own, setup, {' in source
     assert "value.perform(context) if hasattr(value, 'perform') else value" in source
+
+
+# ------------------------------------------------------------------------- namespace:=
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
+def test_every_node_the_launch_starts_is_in_its_namespace(path):
+    """One ``namespaced(namespace, [...])`` holds every node, those an OpaqueFunction
+    writes out too (replay's robot_state_publisher); the 5 s view check, whose node is
+    launch_ros's own, and the argument checks stay outside."""
+    nodes = parse_launch(path)[0]
+    assert nodes and all(node.namespaced for node in nodes), \
+        [(n.executable, n.namespaced) for n in nodes]
+    tree = ast.parse(path.read_text())
+    groups = [c for c in ast.walk(tree) if isinstance(c, ast.Call)
+              and getattr(c.func, 'id', '') == 'namespaced']
+    assert len(groups) == 1 and ast.unparse(groups[0].args[0]) == 'namespace', path.name
+    assert "namespace = LaunchConfiguration('namespace')" in path.read_text()
+    inside = {id(n) for n in ast.walk(groups[0])}
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, 'id', '') in (
+                'TimerAction', 'DeclareLaunchArgument') or \
+                ast.unparse(call).startswith('OpaqueFunction(function=check_controller_file'):
+            assert id(call) not in inside, ast.unparse(call)
+
+
+def test_namespaced_pushes_a_namespace_only_when_one_is_given():
+    """'' (the default) leaves every node as it was: no PushRosNamespace, so no
+    ``-r __ns:=/``; a namespace is pushed first in a scoped group."""
+    source = inspect.getsource(launch_actions.namespaced)
+    assert 'full = namespace_of(namespace.perform(context))' in source
+    assert 'return [PushRosNamespace(full)] if full else []' in source
+    assert 'return GroupAction([OpaqueFunction(function=push), *actions])' in source
+    assert 'scoped=False' not in source
+
+
+@pytest.mark.parametrize(('text', 'full'), [
+    ('', None), ('  ', None), ('/', None), ('arm1', '/arm1'), ('/arm1', '/arm1'),
+    ('/arm1/', '/arm1'), ('lab/arm_1', '/lab/arm_1'), ('_a', '/_a'),
+    ('1arm', ValueError), ('/arm-1', ValueError), ('/a//b', ValueError), ('~/a', ValueError),
+    ('arm1//', ValueError), ('//arm1', ValueError), ('/lab/2', ValueError),
+    ('arm 1', ValueError)])
+def test_namespace_of_follows_rmws_rules(text, full):
+    """Checked against the installed rclpy (rmw_validate_namespace) where it gives one."""
+    from rclpy.exceptions import InvalidNamespaceException
+    from rclpy.validate_namespace import validate_namespace
+    if full is ValueError:
+        with pytest.raises(ValueError, match=r'namespace:=.* is not a ROS namespace'):
+            node_setups.namespace_of(text)
+        # and rmw refuses it too, made absolute
+        with pytest.raises(InvalidNamespaceException):
+            validate_namespace(text if text.startswith('/') else f'/{text}')
+    else:
+        assert node_setups.namespace_of(text) == full
+        assert validate_namespace(full or '/')
+
+
+def test_a_replay_refuses_a_namespace_with_the_reason():
+    node_setups.replay_namespace('')
+    node_setups.replay_namespace('/')
+    with pytest.raises(ValueError, match=r'namespace:=arm1 is not supported yet: .*/clock.*'
+                                         r'ROS_DOMAIN_ID'):
+        node_setups.replay_namespace('arm1')
+    source = ast.unparse(_function(ast.parse((REPO / 'launch' / 'replay.launch.py')
+                                             .read_text()), '_player'))
+    assert source.index('replay_namespace(namespace.perform(context))') < \
+        source.index('replay_player(')
+
+
+def test_a_params_file_must_reach_the_namespaced_node(tmp_path):
+    """Under namespace:=arm1 a bare ``plag_impedance:`` section reaches /plag_impedance
+    only: the node would start without the file's values. ``/**/`` reaches it."""
+    robot = _setup(node_setups.robot_setup(), 'plag_impedance')
+    at_launch = {'robot_description_source': 'topic'}
+    for key in ('plag_impedance', '/plag_impedance'):
+        mine = _file(tmp_path, f'{key}:\n  ros__parameters:\n    stiffness: [5.0]\n')
+        check_params_file(mine, robot, at_launch)                  # the root: fine
+        with pytest.raises(ValueError, match=rf"in namespace /arm1: its section '{key}' does "
+                                             r'not reach /arm1/plag_impedance \(key it '
+                                             r'/\*\*/plag_impedance\)'):
+            check_params_file(mine, robot, at_launch, '/arm1')
+    for key in ('/**/plag_impedance', '/arm1/plag_impedance', '/**'):
+        mine = _file(tmp_path, f'{key}:\n  ros__parameters:\n    stiffness: [5.0]\n')
+        check_params_file(mine, robot, at_launch, '/arm1')
+    # another arm's section in a shared file is that arm's business
+    mine = _file(tmp_path, '/arm2/plag_impedance:\n  ros__parameters:\n    stiffness: [5.0]\n')
+    check_params_file(mine, robot, at_launch, '/arm1')
+
+
+def test_a_params_file_cannot_switch_another_arm(tmp_path):
+    """A copy of a root file's absolute /controller_manager would switch the root arm while
+    /arm1 is commanded: refused at launch (the node refuses it at start too)."""
+    robot = _setup(node_setups.robot_setup(), 'plag_impedance')
+    at_launch = {'robot_description_source': 'topic'}
+    mine = _file(tmp_path, '/**/plag_impedance:\n  ros__parameters:\n    switch:\n'
+                           '      controller_manager: /controller_manager\n'
+                           '    command:\n      topic: /arm1/plag_arm_position_controller/'
+                           'commands\n')
+    check_params_file(mine, robot, at_launch)
+    with pytest.raises(ValueError, match=r"switch.controller_manager \('/controller_manager'\) "
+                                         r"is another arm's \(give a relative name\)"):
+        check_params_file(mine, robot, at_launch, '/arm1')
+    assert set(node_setups.NAMESPACED_NAMES) == {
+        'command.topic', 'command.controller', 'switch.controller_manager', 'switch.sim_node',
+        'switch.driver_node'}
+
+
+def test_plag_node_checks_the_file_in_the_launchs_namespace():
+    source = inspect.getsource(launch_actions.plag_node)
+    assert 'namespace_of(namespace.perform(context)))' in source

@@ -18,7 +18,7 @@ command lines) are those ``plag-ros sim``/``plag-ros run`` start for the same se
 Ctrl-C ends every process with exit code 0, no traceback, no ERROR line and nothing left
 running, 20 times in a row (``PLAG_LAUNCH_SHUTDOWN_REPEAT`` changes the count).
 
-ROS domains 40-46. Marked ``launch`` (``pytest -m launch`` runs only these). Needs
+ROS domains 40-46 and 48. Marked ``launch`` (``pytest -m launch`` runs only these). Needs
 ``launch`` and ``launch_ros`` importable and this package built with colcon: on a ROS 2
 install, the system launch_ros and ``source install/setup.bash`` after ``colcon build``
 (test/real_stack.py has the commands). Neither is on a package registry, so CI has them
@@ -332,12 +332,19 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
 def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
     """control:=false (default): the robot's controllers are left alone."""
     from launch import LaunchContext  # noqa: I001 - the ROS package, not launch/
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction
     from launch.launch_description_sources import PythonLaunchDescriptionSource
     from launch_ros.actions import Node
 
     source = PythonLaunchDescriptionSource(str(share / 'launch' / 'crane_x7.launch.py'))
     description = source.get_launch_description(LaunchContext())
+
+    def entities(within) -> list:
+        """Every entity, those of the namespace's group (launch_actions.namespaced) too."""
+        return [entity for e in within for entity in (
+            [e, *entities(e.get_sub_entities())] if isinstance(e, GroupAction) else [e])]
+
+    everything = entities(description.entities)
     for control, spawn, expected in (('false', 'true', False), ('true', 'true', True),
                                      ('true', 'false', False)):
         context = LaunchContext()
@@ -346,13 +353,13 @@ def test_crane_x7_launch_without_control_starts_no_spawner(share, tmp_path):
                 context.launch_configurations[entity.name] = ''.join(
                     part.perform(context) for part in entity.default_value)
         context.launch_configurations.update(control=control, spawn_controller=spawn)
-        spawners = [e for e in description.entities if isinstance(e, Node)
+        spawners = [e for e in everything if isinstance(e, Node)
                     and e.node_package == 'controller_manager']
         assert len(spawners) == 1
         assert spawners[0].condition.evaluate(context) is expected, (control, spawn)
         # the controller file is checked exactly when the spawner runs
         # (the one OpaqueFunction under the spawner's own condition object)
-        check, = [e for e in description.entities if isinstance(e, OpaqueFunction)
+        check, = [e for e in everything if isinstance(e, OpaqueFunction)
                   and e.condition is spawners[0].condition]
         assert check.condition.evaluate(context) is expected, (control, spawn)
 
@@ -533,3 +540,42 @@ def test_ctrl_c_during_start_up_is_clean(share, tmp_path, after_s):
         run.assert_clean_exit()
     finally:
         run.kill()
+
+
+# ------------------------------------------------------------------------- namespace:=
+def test_sim_launch_in_a_namespace_keeps_everything_in_it(share, tmp_path):
+    """sim.launch.py namespace:=arm1 control:=true: every node under /arm1 with its bundled
+    file's values (the /**/ sections reach it), the simulator's controller stand-ins and
+    controller manager beside it, and nothing of plag_ros's in the root but /diagnostics."""
+    client = RosClient(48, 'plag_test_launch_namespace')
+    run = LaunchRun(share / 'launch' / 'sim.launch.py', ['namespace:=arm1', 'control:=true'],
+                    48, tmp_path / 'launch.log')
+    try:
+        outputs = client.collect(JointState, '/arm1/plag_dynamics/joint_states')
+        impedance = client.collect(String, '/arm1/plag_impedance/state', LATCHED)
+        _wait_count(client, outputs, 50, '/arm1/plag_dynamics output', run)
+        _wait_count(client, impedance, 1, '/arm1/plag_impedance state', run)
+        assert_parameters(client, 'arm1/plag_sim', expected_parameters(share, 'sim.yaml',
+                                                                       'plag_sim'))
+        assert_parameters(client, 'arm1/plag_impedance', expected_parameters(
+            share, 'impedance.yaml', 'plag_impedance', {'switch.method': 'sim'}))
+        graph = client.node
+        ours = ('plag_sim', 'plag_dynamics', 'plag_impedance', 'controller_manager',
+                'plag_arm_position_controller', 'crane_x7_arm_controller')
+        placed = {name: namespace for name, namespace in graph.get_node_names_and_namespaces()
+                  if name in ours}
+        assert placed.get('plag_impedance') == '/arm1' and set(placed.values()) == {'/arm1'}, \
+            placed
+        names = [n for n, _ in graph.get_topic_names_and_types()] + \
+            [n for n, _ in graph.get_service_names_and_types()]
+        generic = ('/rosout', '/parameter_events', '/diagnostics', '/plag_test_launch',
+                   '/launch_ros')
+        outside = [n for n in names if not n.startswith('/arm1/') and not n.startswith(generic)]
+        assert not outside, outside
+        assert '/arm1/plag_impedance/enable' in names and '/arm1/joint_states' in names
+        run.assert_no_launch_warnings()
+        assert run.ctrl_c() == 0
+        run.assert_clean_exit()
+    finally:
+        run.kill()
+        client.close()

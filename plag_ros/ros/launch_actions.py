@@ -5,7 +5,8 @@
 launch_ros ``Node`` and each :class:`~plag_ros.ros.node_setups.LaunchArgument` into a
 ``DeclareLaunchArgument`` with these functions, and take the nodes they start beside ours,
 robot_state_publisher on the bundled URDF and rviz2 with config/plag_ros.rviz, from here
-too (:func:`state_publisher_node`, :func:`rviz_node`), written once. launch and launch_ros
+too (:func:`state_publisher_node`, :func:`rviz_node`), written once. :func:`namespaced`
+puts what a launch file starts into its ``namespace:=``. launch and launch_ros
 come with a ROS 2 install only (no package registry has them), so each function imports
 them when called: the rest of plag_ros, and CI, which checks these functions by their
 syntax trees (test/launch_syntax.py), never need them.
@@ -20,14 +21,46 @@ from plag_ros.ros.node_setups import (
     LaunchArgument,
     NodeSetup,
     check_params_file,
+    namespace_of,
     own_params_file,
     parameter_layers,
 )
 
-__all__ = ['launch_argument', 'plag_node', 'rviz_node', 'state_publisher_node']
+__all__ = ['TF_REMAPS', 'launch_argument', 'namespaced', 'plag_node', 'rviz_node',
+           'state_publisher_node']
+
+TF_REMAPS = [('/tf', 'tf'), ('/tf_static', 'tf_static')]
+"""tf2_ros's broadcasters and listeners use the absolute ``/tf`` and ``/tf_static``
+(geometry2 humble d0dbd51 transform_broadcaster.h:72, transform_listener.h:139-153): remapped
+to the relative names, rcl expands both sides of a rule in the node's namespace, so they
+stay ``/tf`` in the root and become ``/arm1/tf`` in ``/arm1``: one TF tree per arm, its
+frames unprefixed (ros2/rcl humble remap.c)."""
 
 
-def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any) -> Any:
+def namespaced(namespace: Any, actions: Sequence[Any]) -> Any:
+    """``actions`` in the namespace the ``namespace`` launch configuration names
+    (node_setups.namespace_of, which refuses one that is no ROS namespace): a scoped
+    ``GroupAction`` whose first action pushes it (launch_ros ``PushRosNamespace``) when one
+    is given, and pushes nothing for '' (no ``-r __ns:=/`` on any node: each starts as it
+    did before the argument existed).
+
+    launch visits the entities an action returns depth first, before the next action
+    (launch humble f31c1ff visit_all_entities_and_collect_futures_impl.py:32-45), so the
+    push comes before every node of the group, those an ``OpaqueFunction`` returns too; the
+    group's scope ends it (group_action.py:110-140).
+    """
+    from launch.actions import GroupAction, OpaqueFunction
+    from launch_ros.actions import PushRosNamespace
+
+    def push(context: Any) -> list:
+        full = namespace_of(namespace.perform(context))
+        return [PushRosNamespace(full)] if full else []
+
+    return GroupAction([OpaqueFunction(function=push), *actions])
+
+
+def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any,
+              namespace: Any) -> Any:
     """The launch_ros ``Node`` of one setup, made when the launch runs (an
     ``OpaqueFunction``): whether the user's ``params_file`` is given, and so whether the
     node gets it, is known only then (launch_ros would pass an empty path on as a file).
@@ -40,6 +73,8 @@ def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any) -> A
             ``control_only`` node).
         params_file: the ``params_file`` launch configuration: a file of the user's, handed
             over after the bundled one (``node_setups.parameter_layers``), or ''.
+        namespace: the ``namespace`` launch configuration (the node is put there by
+            :func:`namespaced`): the user's file must reach the node there.
     """
     from launch.actions import OpaqueFunction
     from launch.conditions import IfCondition
@@ -51,7 +86,8 @@ def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any) -> A
         if own:    # what the launch sets wins silently over the file: refuse a clash
             check_params_file(own, setup, {
                 key: value.perform(context) if hasattr(value, 'perform') else value
-                for key, value in setup.overrides.items()})
+                for key, value in setup.overrides.items()},
+                namespace_of(namespace.perform(context)))
         bundled, *rest = parameter_layers(setup, own)
         parameters = [PathJoinSubstitution([share, 'config', bundled]), *rest]
         return [Node(package=PACKAGE, executable=setup.executable, name=setup.name,
@@ -79,15 +115,15 @@ def launch_argument(argument: LaunchArgument, share: Any) -> Any:
 def state_publisher_node(share: Any, when: Any,
                          remappings: Sequence[tuple[str, str]] = ()) -> Any:
     """robot_state_publisher with the bundled URDF (urdf/crane_x7.urdf under ``share``), on
-    the graph's ``joint_states``: its ``/tf`` and, unless ``remappings`` move it,
-    ``robot_description``.
+    the graph's ``joint_states``: its ``tf`` (:data:`TF_REMAPS`: ``/tf`` in the root) and,
+    unless ``remappings`` move it, ``robot_description``.
 
     Args:
         share: the package's share directory (``FindPackageShare``).
         when: the boolean launch configuration it runs under (``rviz``,
             ``robot_state_publisher``).
-        remappings: where its topics go instead (sim.launch.py keeps ``robot_description``
-            the simulator's alone).
+        remappings: where its topics go instead, after :data:`TF_REMAPS` (sim.launch.py
+            keeps ``robot_description`` the simulator's alone).
     """
     from launch.conditions import IfCondition
     from launch.substitutions import Command, PathJoinSubstitution
@@ -99,14 +135,15 @@ def state_publisher_node(share: Any, when: Any,
                 parameters=[{'robot_description': ParameterValue(
                     Command(['cat ', PathJoinSubstitution([share, 'urdf', 'crane_x7.urdf'])]),
                     value_type=str)}],
-                remappings=list(remappings) if remappings else None, output='screen',
+                remappings=[*TF_REMAPS, *remappings], output='screen',
                 condition=IfCondition(when))
 
 
 def rviz_node(share: Any, when: Any, sim_time: bool = False) -> Any:
     """rviz2 with config/plag_ros.rviz, named ``plag_rviz`` (MoveIt's demo.launch.py already
     runs a node named rviz2), under the boolean launch configuration ``when``; on the bag's
-    clock with ``sim_time`` (replay.launch.py)."""
+    clock with ``sim_time`` (replay.launch.py). Its displays' topics are relative (they
+    resolve in its namespace) and its TF is :data:`TF_REMAPS`'."""
     from launch.conditions import IfCondition
     from launch.substitutions import PathJoinSubstitution
     from launch_ros.actions import Node
@@ -114,4 +151,4 @@ def rviz_node(share: Any, when: Any, sim_time: bool = False) -> Any:
     return Node(package='rviz2', executable='rviz2', name='plag_rviz',
                 arguments=['-d', PathJoinSubstitution([share, 'config', 'plag_ros.rviz'])],
                 parameters=[{'use_sim_time': True}] if sim_time else None,
-                condition=IfCondition(when))
+                remappings=list(TF_REMAPS), condition=IfCondition(when))

@@ -23,21 +23,22 @@ in plag_ros/ros/launch_actions.py. Nothing here imports launch or launch_ros.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
-from plag_ros.ros.controller_file import CONTROLLER
+from plag_ros.ros.controller_file import CONTROLLER, node_section, section_reaches
 
 __all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'VIEW_INPUTS',
-           'TORQUE_MODE_FIXED', 'LaunchArgument', 'NodeSetup', 'ReplayTf',
-           'check_params_file', 'is_true', 'own_params_file',
-           'parameter_layers', 'replay_arguments',
+           'NAMESPACED_NAMES', 'TORQUE_MODE_FIXED', 'LaunchArgument', 'NodeSetup', 'ReplayTf',
+           'check_params_file', 'is_true', 'namespace_of', 'node_section', 'own_params_file',
+           'parameter_layers', 'replay_arguments', 'replay_namespace',
            'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
            'running', 'sim_arguments', 'sim_setup', 'torque_arguments', 'torque_setup',
-           'view_inputs_line']
+           'view_inputs', 'view_inputs_line']
 
 PACKAGE = 'plag_ros'
 PLAYERS = ('plag', 'ros2')
@@ -77,11 +78,16 @@ _PARAMS_FILE = LaunchArgument(
     'after its bundled config/ file: its values win over the bundled ones, the launch '
     "arguments' and the launch file's own settings win over it; '' = the bundled files "
     'alone', '')
+_NAMESPACE = LaunchArgument(
+    'namespace', "the ROS namespace of every node this launch starts (arm1: /arm1/plag_dynamics, "
+    "/arm1/joint_states, /arm1/controller_manager ...), for one arm's bring-up beside "
+    "another's; /tf and /tf_static become <namespace>/tf and <namespace>/tf_static; '' = "
+    'the root namespace', '')
 
 
 def sim_arguments() -> list[LaunchArgument]:
     """The arguments of ``sim.launch.py``."""
-    return [_CONTROL, _RVIZ, _PARAMS_FILE]
+    return [_CONTROL, _RVIZ, _PARAMS_FILE, _NAMESPACE]
 
 
 def robot_arguments() -> list[LaunchArgument]:
@@ -89,8 +95,8 @@ def robot_arguments() -> list[LaunchArgument]:
     return [
         _CONTROL,
         LaunchArgument('spawn_controller', f'with control:=true, load {CONTROLLER} inactive '
-                       "into /controller_manager (controller_manager's spawner)", 'true',
-                       boolean=True),
+                       'into the controller_manager of the namespace (/controller_manager '
+                       "in the root; controller_manager's spawner)", 'true', boolean=True),
         _RVIZ,
         LaunchArgument('robot_description_source', "the nodes' model: 'topic' (the robot's "
                        "robot_description) or 'file' (bundled URDF)", 'topic',
@@ -102,6 +108,7 @@ def robot_arguments() -> list[LaunchArgument]:
                        "URDF on the robot's /joint_states (when its bring-up has none)",
                        'false', boolean=True),
         _PARAMS_FILE,
+        _NAMESPACE,
     ]
 
 
@@ -123,6 +130,9 @@ def replay_arguments() -> list[LaunchArgument]:
         LaunchArgument('robot_state_publisher', "/tf from the replayed joint states: 'auto' "
                        "(when installed), 'true' (required) or 'false'", 'auto', TF_MODES),
         _PARAMS_FILE,
+        LaunchArgument('namespace', "not supported by a replay yet: '' only (the bag's "
+                       'topics and /clock play in the root namespace; give a second replay '
+                       'its own ROS_DOMAIN_ID)', ''),
     ]
 
 
@@ -140,6 +150,7 @@ def torque_arguments() -> list[LaunchArgument]:
                        "or 'topic' (the robot_description a robot_state_publisher of the "
                        "lab's own publishes)", 'file', DESCRIPTION_SOURCES),
         _PARAMS_FILE,
+        _NAMESPACE,
     ]
 
 
@@ -186,20 +197,68 @@ def replay_tf(mode: str, installed: bool) -> ReplayTf:
     return ReplayTf(True)
 
 
-VIEW_INPUTS = ('/tf', '/robot_description')
-"""What rviz2's RobotModel and Effort displays need published (crane_x7.launch.py rviz:=true)."""
+_NAMESPACE_TOKENS = re.compile(r'(/[A-Za-z_][A-Za-z0-9_]*)+')
 
 
-def view_inputs_line(published: Mapping[str, int]) -> str:
+def namespace_of(text: str) -> str | None:
+    """The ``namespace:=`` argument as a full namespace: None for '' and ``/`` (the root:
+    the launch adds no namespace), ``/arm1`` for ``arm1``, ``/arm1`` and ``/arm1/``.
+
+    Raises:
+        ValueError: not a ROS namespace by rmw_validate_namespace's rules (tokens of
+            letters, digits and ``_``, none starting with a digit, no empty token).
+    """
+    name = text.strip()
+    if name in ('', '/'):
+        return None
+    full = name if name.startswith('/') else f'/{name}'
+    full = full[:-1] if full.endswith('/') else full
+    if not _NAMESPACE_TOKENS.fullmatch(full):
+        raise ValueError(f'namespace:={text!r} is not a ROS namespace: tokens of letters, '
+                         "digits and '_' separated by '/', none starting with a digit "
+                         '(arm1, /lab/arm1)')
+    return full
+
+
+def replay_namespace(text: str) -> None:
+    """replay.launch.py's ``namespace:=``: only the root namespace, for now.
+
+    Raises:
+        ValueError: any other namespace, with the reason and what to do instead.
+    """
+    namespace = namespace_of(text)
+    if namespace is not None:
+        raise ValueError(
+            f'replay.launch.py: namespace:={text} is not supported yet: the players publish '
+            "the bag's topics and /clock in the root namespace, where the nodes would not "
+            'hear them. Replay one arm per ROS_DOMAIN_ID instead')
+
+
+def view_inputs(namespace: str | None = None) -> tuple[str, str]:
+    """What rviz2's RobotModel and Effort displays need published (crane_x7.launch.py
+    rviz:=true) for a launch in ``namespace`` (:func:`namespace_of`; None: the root), as
+    full names: the launch's own node, which counts their publishers, sits in the root."""
+    prefix = namespace or ''
+    return f'{prefix}/tf', f'{prefix}/robot_description'
+
+
+VIEW_INPUTS = view_inputs()
+"""What rviz2's RobotModel and Effort displays need published in the root namespace."""
+
+
+def view_inputs_line(published: Mapping[str, int],
+                     inputs: Sequence[str] = VIEW_INPUTS) -> str:
     """crane_x7.launch.py's word, a few seconds after start with ``rviz:=true``, on what
-    rviz2 will have to draw: ``published`` counts the publishers of each of
-    :data:`VIEW_INPUTS` in the graph."""
-    missing = [topic for topic in VIEW_INPUTS if not published.get(topic)]
+    rviz2 will have to draw: ``published`` counts the publishers of each of ``inputs``
+    (:func:`view_inputs`) in the graph."""
+    missing = [topic for topic in inputs if not published.get(topic)]
     if not missing:
-        return 'rviz2 inputs: /tf and /robot_description are published'
+        return f'rviz2 inputs: {" and ".join(inputs)} are published'
+    hint = ('' if inputs == VIEW_INPUTS else ' in its namespace (its bring-up with the same '
+            'namespace and /tf remapped to tf)')
     return (f'rviz2 will show no arm and no Effort arrows: nothing publishes '
             f'{" or ".join(missing)}. Start the robot with crane_x7_examples demo.launch.py '
-            f'(MoveIt runs robot_state_publisher), or add robot_state_publisher:=true')
+            f'(MoveIt runs robot_state_publisher){hint}, or add robot_state_publisher:=true')
 
 
 def replay_player(player: str, *, ros2_on_path: bool) -> str:
@@ -350,32 +409,53 @@ def own_params_file(path: str) -> str | None:
     return str(file)
 
 
-def check_params_file(own_file: str, setup: NodeSetup, overrides: Mapping[str, object]
-                      ) -> None:
+NAMESPACED_NAMES = ('command.topic', 'command.controller', 'switch.controller_manager',
+                    'switch.sim_node', 'switch.driver_node')
+"""plag_impedance's parameters that name another node or topic: relative ones resolve in
+its namespace; an absolute one outside it would command or switch another arm (the node
+refuses to start then: plag_ros.core.control.settings.foreign_names)."""
+
+
+def check_params_file(own_file: str, setup: NodeSetup, overrides: Mapping[str, object],
+                      namespace: str | None = None) -> None:
     """Refuse a user's parameter file that sets what the launch decides for ``setup``.
 
     The launch's own settings come after the user's file and win (:func:`parameter_layers`),
     so a value there would be dropped without a word: a ``port`` in the file while the
     ``port:=`` argument (default /dev/ttyUSB0) opens another arm's bus, or a model source
     other than the one every node of the setup shares. And ``setup.fixed`` may not be set
-    at all. The node's sections are its name, ``/name``, ``/**`` and ``/**/name``; nested
-    keys count dotted (``switch: {method: x}`` is ``switch.method``).
+    at all. The node's sections are those that reach its full name as rclpy matches them
+    (:func:`node_section`: its name and ``/name`` in the root, ``/**``, ``/**/name`` ...);
+    nested keys count dotted (``switch: {method: x}`` is ``switch.method``).
+
+    In a ``namespace`` (:func:`namespace_of`) a section keyed by the bare name (``name:``,
+    ``/name:``) reaches the root's node only: the node would start without the file's
+    values, so it is refused (key it ``/**/name:``); and so is an absolute name of
+    :data:`NAMESPACED_NAMES` outside the namespace (``/controller_manager``: another arm's).
 
     Args:
         own_file: the checked ``params_file`` (:func:`own_params_file`).
         setup: the node.
         overrides: ``setup.overrides`` with their values at launch time (a launch
             argument's text is read as YAML, as launch_ros hands it to the node).
+        namespace: the launch's namespace; None: the root.
 
     Raises:
         ValueError: naming each such parameter, its value in the file and the launch's.
     """
     content = yaml.safe_load(Path(own_file).read_text())
-    given: dict[str, object] = {}
-    for section in (setup.name, f'/{setup.name}', '/**', f'/**/{setup.name}'):
-        parameters = (content.get(section) or {}).get('ros__parameters')
-        if isinstance(parameters, dict):
-            given.update(_dotted(parameters))
+    full = f'{namespace or ""}/{setup.name}'
+    given = _dotted(node_section(content, setup.name, namespace or '/') or {})
+    misplaced = [f'its section {key!r} does not reach {full} (key it /**/{setup.name})'
+                 for key in content if isinstance(key, str)
+                 and key.lstrip('/') == setup.name and not section_reaches(key, full)]
+    misplaced += [f"{key} ({value!r}) is another arm's (give a relative name)"
+                  for key, value in given.items()
+                  if namespace and key in NAMESPACED_NAMES and isinstance(value, str)
+                  and value.startswith('/') and not value.startswith(f'{namespace}/')]
+    if misplaced:
+        raise ValueError(f'params_file:={own_file} for {setup.name} in namespace '
+                         f'{namespace}: ' + '; '.join(misplaced))
     problems = []
     for key, value in given.items():
         if key in setup.fixed:

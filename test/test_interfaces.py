@@ -11,6 +11,11 @@ durability matters (the latched topics), from the publishers' own profiles.
 The parameters each node declares (its ``list_parameters`` service) are the options the
 docs' parameter reference is generated from (:func:`plag_ros.apps.reference.node_options`),
 rclpy's own ``use_sim_time`` (and Jazzy's ``start_type_description_service``) aside.
+
+The same holds under ``-r __ns:=/arm1`` (what ``namespace:=arm1`` gives a node): every
+endpoint but ``/diagnostics`` is then ``/arm1``'s, the simulator's controller stand-ins and
+emulated controller manager included, and an absolute switch target outside ``/arm1``
+stops the impedance node at start.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from plag_ros.ros.interfaces import LATCHED, NODE_INTERFACES, Endpoint
 
 pytest.importorskip('rclpy')
 from rcl_interfaces.srv import ListParameters  # noqa: E402
+from rclpy.expand_topic_name import expand_topic_name  # noqa: E402
 from rclpy.qos import DurabilityPolicy  # noqa: E402
 from ros_helpers import RosClient, start_node, wait_until  # noqa: E402
 
@@ -45,14 +51,13 @@ _RCLPY_PARAMETERS = {'use_sim_time', 'start_type_description_service'}
 HAS_CONTROLLER_MANAGER_MSGS = importlib.util.find_spec('controller_manager_msgs') is not None
 
 
-def absolute(name: str, node: str) -> str:
-    """A name as rclpy resolves it for a node in the root namespace."""
-    if name.startswith('~/'):
-        return f'/{node}/{name[2:]}'
-    return name if name.startswith('/') else f'/{name}'
+def absolute(name: str, node: str, namespace: str = '/') -> str:
+    """A name as rcl expands it for a node in ``namespace`` (the root by default)."""
+    return expand_topic_name(name, node, namespace)
 
 
-def expected(node: str, settings: object, bodies: list[str]) -> dict[str, set[tuple[str, str]]]:
+def expected(node: str, settings: object, bodies: list[str], namespace: str = '/'
+             ) -> dict[str, set[tuple[str, str]]]:
     """direction -> {(absolute name, type)} the table promises for ``settings``."""
     out: dict[str, set[tuple[str, str]]] = {d: set() for d in ('out', 'in', 'service', 'client')}
     for e in NODE_INTERFACES[node]:
@@ -63,26 +68,27 @@ def expected(node: str, settings: object, bodies: list[str]) -> dict[str, set[tu
         name = e.resolved_name(settings)
         for each in ([name.replace('<body>', b) for b in bodies] if '<body>' in name
                      else [name]):
-            out[e.direction].add((absolute(each, node), e.type))
+            out[e.direction].add((absolute(each, node, namespace), e.type))
     return out
 
 
-def seen(client: RosClient, node: str) -> dict[str, set[tuple[str, str]]]:
+def seen(client: RosClient, node: str, namespace: str = '/'
+         ) -> dict[str, set[tuple[str, str]]]:
     """direction -> {(name, type)} the graph shows for ``node``, the generic ones left out."""
     graph = client.node
 
     def pairs(found) -> set[tuple[str, str]]:
         return {(name, t) for name, types in found for t in types}
 
-    own = {f'/{node}/{s}' for s in _PARAMETER_SERVICES}
+    own = {absolute(f'~/{s}', node, namespace) for s in _PARAMETER_SERVICES}
     return {
-        'out': {p for p in pairs(graph.get_publisher_names_and_types_by_node(node, '/'))
+        'out': {p for p in pairs(graph.get_publisher_names_and_types_by_node(node, namespace))
                 if p[0] not in _EVERY_NODE_TOPICS},
-        'in': {p for p in pairs(graph.get_subscriber_names_and_types_by_node(node, '/'))
+        'in': {p for p in pairs(graph.get_subscriber_names_and_types_by_node(node, namespace))
                if p[0] not in _EVERY_NODE_TOPICS},
-        'service': {p for p in pairs(graph.get_service_names_and_types_by_node(node, '/'))
+        'service': {p for p in pairs(graph.get_service_names_and_types_by_node(node, namespace))
                     if p[0] not in own},
-        'client': pairs(graph.get_client_names_and_types_by_node(node, '/')),
+        'client': pairs(graph.get_client_names_and_types_by_node(node, namespace)),
     }
 
 
@@ -93,24 +99,26 @@ def client():
     c.close()
 
 
-def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict) -> None:
-    """Start ``module`` with ``params``; each node in ``nodes`` (name -> settings) must show
-    exactly the table's endpoints."""
+def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict,
+           namespace: str = '/') -> None:
+    """Start ``module`` with ``params`` in ``namespace`` (``-r __ns:=``); each node in
+    ``nodes`` (name -> settings) must show exactly the table's endpoints there."""
     bodies = list(RobotModel.from_urdf(default_urdf_path()).body_names)
-    process = start_node(module, domain_id=DOMAIN_ID, log_dir=tmp_path, params=params)
+    process = start_node(module, domain_id=DOMAIN_ID, log_dir=tmp_path, params=params,
+                         remaps={'__ns': namespace} if namespace != '/' else None)
     try:
         for node, settings in nodes.items():
-            want = expected(node, settings, bodies)
+            want = expected(node, settings, bodies, namespace)
             def joined(n: str = node) -> bool:
                 assert process.alive(), f'{module} ended:\n{process.tail(40)}'
-                return n in client.node.get_node_names()
+                return (n, namespace) in client.node.get_node_names_and_namespaces()
 
-            wait_until(joined, 60.0, f'{node} to join the graph')
+            wait_until(joined, 60.0, f'{node} to join the graph in {namespace}')
             try:
-                wait_until(lambda n=node, w=want: seen(client, n) == w, 60.0,
+                wait_until(lambda n=node, w=want: seen(client, n, namespace) == w, 60.0,
                            f'{node} to show the endpoints of the table')
             except AssertionError:
-                got = seen(client, node)
+                got = seen(client, node, namespace)
                 diff = {d: {'missing': sorted(want[d] - got[d]),
                             'not in the table': sorted(got[d] - want[d])}
                         for d in want if want[d] != got[d]}
@@ -118,14 +126,15 @@ def _check(client: RosClient, tmp_path, module: str, params: dict, nodes: dict) 
         for node in nodes:
             if node == 'controller_manager':
                 continue
-            declared = set(client.call(ListParameters, f'/{node}/list_parameters',
+            declared = set(client.call(ListParameters,
+                                       absolute('~/list_parameters', node, namespace),
                                        ListParameters.Request()).result.names)
             assert declared - _RCLPY_PARAMETERS == {o.name for o in node_options(node)}, node
         for node, settings in nodes.items():
             for e in NODE_INTERFACES[node]:
                 if e.direction == 'out' and e.qos == LATCHED and e.applies(settings):
                     infos = client.node.get_publishers_info_by_topic(
-                        absolute(e.resolved_name(settings), node))
+                        absolute(e.resolved_name(settings), node, namespace))
                     mine = [i for i in infos if i.node_name == node]
                     assert mine and all(i.qos_profile.durability ==
                                         DurabilityPolicy.TRANSIENT_LOCAL for i in mine), e
@@ -190,3 +199,67 @@ def test_the_comparison_can_fail():
     extra = Endpoint('out', '~/extra', 'std_msgs/msg/String', LATCHED, 'x')
     assert extra.applies(settings) and absolute(extra.name, 'n') == '/n/extra'
     assert not Endpoint('out', 'x', 't', '', '', (('command_kind', 'effort'),)).applies(settings)
+
+
+# ------------------------------------------------------------------ in a namespace
+ARM = '/arm1'
+NAMESPACED_IMPEDANCE_CASES = {
+    'forward, controller manager': {},
+    'forward, simulator switch': {'switch.method': 'sim'},
+    'effort to plag_driver': node_parameters('torque_mode.yaml', 'plag_impedance', ARM),
+}
+
+
+@pytest.mark.parametrize('case', list(NAMESPACED_IMPEDANCE_CASES))
+def test_the_impedance_node_in_a_namespace_has_the_tables_endpoints_there(client, tmp_path,
+                                                                          case):
+    """Its commands, switch and joint check go to /arm1's controllers, not the root's."""
+    params = NAMESPACED_IMPEDANCE_CASES[case]
+    _check(client, tmp_path, 'impedance_node', params,
+           {'plag_impedance': ImpedanceSettings.from_values(params)}, ARM)
+
+
+def test_the_sim_node_and_its_companions_in_a_namespace(client, tmp_path):
+    """The controller stand-ins and the emulated controller manager are made without the
+    global arguments: the simulator passes its namespace on, so two simulators never
+    answer one /controller_manager."""
+    nodes: dict[str, object] = {'plag_sim': build(SimSettings, {})}
+    if HAS_CONTROLLER_MANAGER_MSGS:
+        nodes['controller_manager'] = None
+    _check(client, tmp_path, 'sim_node', {}, nodes, ARM)
+
+
+def test_the_sim_nodes_controller_stand_ins_follow_its_namespace(client, tmp_path):
+    process = start_node('sim_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                         remaps={'__ns': ARM})
+    try:
+        wanted = {('plag_arm_position_controller', ARM), ('crane_x7_arm_controller', ARM)}
+
+        def there() -> bool:
+            assert process.alive(), process.tail(40)
+            return wanted <= set(client.node.get_node_names_and_namespaces())
+
+        wait_until(there, 60.0, 'the controller stand-ins in /arm1')
+        assert not {(n, ns) for n, ns in client.node.get_node_names_and_namespaces()
+                    if n in ('plag_arm_position_controller', 'crane_x7_arm_controller',
+                             'controller_manager') and ns != ARM}
+    finally:
+        process.stop()
+
+
+def test_the_driver_node_in_a_namespace_has_the_tables_endpoints_there(client, tmp_path):
+    _check(client, tmp_path, 'driver_node', {'port': str(tmp_path / 'no_bus_here')},
+           {'plag_driver': build(DriverNodeSettings, {})}, ARM)
+
+
+def test_the_impedance_node_refuses_another_arms_controller_manager(client, tmp_path):
+    """A copied root file's /controller_manager under /arm1: the node does not start."""
+    process = start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                         params={'switch.controller_manager': '/controller_manager'},
+                         remaps={'__ns': ARM})
+    try:
+        wait_until(lambda: not process.alive(), 120.0, 'the impedance node to refuse')
+        assert "switch.controller_manager (/controller_manager/switch_controller): outside " \
+            "this node's namespace /arm1" in process.output(), process.tail(40)
+    finally:
+        process.stop()

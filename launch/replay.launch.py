@@ -27,10 +27,10 @@ replay).
 ``params_file:=PATH`` hands every plag_ros node a parameter file of yours after its bundled
 one (docs/tutorials/live.md, "Launch arguments").
 
-``namespace:=`` takes '' only, for now: the players publish the bag's topics and ``/clock``
-in the root namespace, so a namespaced replay would hear nothing; the launch stops at once
-with that reason. Two replays on one graph need two ``ROS_DOMAIN_ID`` s (``/clock`` is
-rclpy's own, absolute).
+``namespace:=NS`` puts the nodes under ``/NS`` and plays the bag's topics there too
+(``plag-ros replay --namespace NS``; ``ros2 bag play --remap T:=/NS/T`` for each topic of
+the bag, node_setups.replay_remaps); ``/clock`` stays in the root, where rclpy's time
+source listens, so two replays on one graph still need two ``ROS_DOMAIN_ID`` s.
 
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 [loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
@@ -50,7 +50,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
-from plag_ros.io.bag import BagError, bag_robot_description
+from plag_ros.io.bag import BagError, bag_robot_description, open_bag
 from plag_ros.ros.launch_actions import (
     TF_REMAPS,
     launch_argument,
@@ -61,9 +61,10 @@ from plag_ros.ros.launch_actions import (
 from plag_ros.ros.node_setups import (
     PACKAGE,
     is_true,
+    namespace_of,
     replay_arguments,
-    replay_namespace,
     replay_player,
+    replay_remaps,
     replay_setup,
     replay_tf,
 )
@@ -71,20 +72,31 @@ from plag_ros.ros.node_setups import (
 
 def _player(context, bag, rate, loop, player, state_publisher, control, namespace):
     """The bag player's process (plag_ros.ros.node_setups.replay_player raises, with the
-    reason, where the player named cannot run here; replay_namespace, before anything
-    starts, where a namespace is asked for)."""
-    replay_namespace(namespace.perform(context))
+    reason, where the player named cannot run here), playing the bag's topics into the
+    namespace (/clock aside)."""
     name = replay_player(player.perform(context), ros2_on_path=shutil.which('ros2') is not None)
+    full = namespace_of(namespace.perform(context))
     if name == 'ros2':
-        cmd = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate]
+        cmd = ['ros2', 'bag', 'play', bag, '--clock', '--rate', rate,
+               *replay_remaps(_bag_topics(bag.perform(context)) if full else [], full)]
     else:
         # every joint_states subscriber this launch starts, so none misses the start
         subscribers = (1 + _tf(context, state_publisher).runs
                        + is_true(control.perform(context)))
         cmd = [ExecutableInPackage('plag-ros', 'plag_ros'), 'replay', bag, '--clock',
-               '--rate', rate, '--wait-subscribers', str(subscribers)]
+               '--rate', rate, '--wait-subscribers', str(subscribers),
+               *(['--namespace', full] if full else [])]
     return [ExecuteProcess(cmd=cmd + (['--loop'] if is_true(loop.perform(context)) else []),
                            output='screen', name='bag_player')]
+
+
+def _bag_topics(path):
+    """The bag's topics ([] for a bag that cannot be read: the player says why)."""
+    try:
+        with open_bag(path) as reader:
+            return list(reader.topics)
+    except BagError:
+        return []
 
 
 def _installed(package, executable):
@@ -145,7 +157,6 @@ def generate_launch_description():
         *(launch_argument(argument, share) for argument in replay_arguments()),
         OpaqueFunction(function=_player,
                        args=[bag, rate, loop, player, state_publisher, control, namespace]),
-        # (the namespace is refused above for now; the nodes are where the others' are)
         namespaced(namespace, [
             OpaqueFunction(function=_state_publisher,
                            args=[bag, state_publisher, player, share]),

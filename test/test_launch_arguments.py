@@ -27,13 +27,14 @@ checked here without them:
   list of ``launch_actions.namespaced`` (the 5 s view check is not), a text that is no ROS
   namespace ends the launch with the reason (rmw's rules, checked against the installed
   rclpy), the view check looks in the namespace, a params_file section that would miss
-  the namespaced node or an absolute name of another arm is refused, and a replay
-  refuses any namespace but '' with the reason;
+  the namespaced node or an absolute name of another arm is refused, and a replay plays
+  the bag's topics into the namespace, /clock aside;
 * the console scripts' shebang is ``/usr/bin/env python3`` (setup.cfg), so a node runs the
   python3 first on PATH, whichever python ran colcon.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import configparser
 import inspect
@@ -468,16 +469,31 @@ def test_namespace_of_follows_rmws_rules(text, full):
         assert validate_namespace(full or '/')
 
 
-def test_a_replay_refuses_a_namespace_with_the_reason():
-    node_setups.replay_namespace('')
-    node_setups.replay_namespace('/')
-    with pytest.raises(ValueError, match=r'namespace:=arm1 is not supported yet: .*/clock.*'
-                                         r'ROS_DOMAIN_ID'):
-        node_setups.replay_namespace('arm1')
+def test_a_replay_plays_the_bag_into_its_namespace_but_clock():
+    """The nodes of a namespaced replay listen in /arm1, rclpy's time source on the
+    absolute /clock (ros2/rclpy humble b488272 time_source.py:26)."""
+    from rclpy.time_source import CLOCK_TOPIC
+    assert node_setups.CLOCK == CLOCK_TOPIC == '/clock'
+    topics = ['/joint_states', '/clock', '/robot_description']
+    assert node_setups.replay_remaps(topics, None) == []
+    assert node_setups.replay_remaps(topics, '/arm1') == [
+        '--remap', '/joint_states:=/arm1/joint_states',
+        '/robot_description:=/arm1/robot_description']
+    assert node_setups.replay_remaps(['/clock'], '/arm1') == []
+    assert node_setups.namespaced_topic('/joint_states', '/arm1') == '/arm1/joint_states'
+    assert node_setups.namespaced_topic('/joint_states', None) == '/joint_states'
+    assert node_setups.namespaced_topic('/clock', '/arm1') == '/clock'
+    # the launch file hands the namespace to either player, checked by namespace_of
     source = ast.unparse(_function(ast.parse((REPO / 'launch' / 'replay.launch.py')
                                              .read_text()), '_player'))
-    assert source.index('replay_namespace(namespace.perform(context))') < \
-        source.index('replay_player(')
+    assert 'full = namespace_of(namespace.perform(context))' in source
+    assert '*replay_remaps(_bag_topics(bag.perform(context)) if full else [], full)' in source
+    assert "*(['--namespace', full] if full else [])" in source
+    # and plag-ros replay has the option
+    from plag_ros.apps import replay
+    parser = argparse.ArgumentParser(prog='plag-ros replay')
+    replay.configure(parser)
+    assert parser.parse_args(['bag', '--namespace', 'arm1']).namespace == 'arm1'
 
 
 def test_a_params_file_must_reach_the_namespaced_node(tmp_path):

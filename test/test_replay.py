@@ -218,6 +218,28 @@ def test_replay_rate_and_loop(tmp_path, client, model):
     assert spans.min() < 0.19 and spans.max() > 0.06, spans
 
 
+def test_replay_into_a_namespace_keeps_clock_in_the_root(tmp_path, client, model):
+    """--namespace arm1: the joint states go to /arm1/joint_states, /clock stays the
+    root's (rclpy's time source listens on the absolute /clock)."""
+    names, t, q = _motion(model, 10, 20_000_000)
+    path = tmp_path / 'bag'
+    write_joint_state_bag(path, t, names, q)
+    received = _raw_collector(client, '/arm1/joint_states', JointState)
+    root = _raw_collector(client, '/joint_states', JointState)
+    clocks = _raw_collector(client, '/clock', Clock, QoSProfile(depth=100))
+    proc = _cli('replay', path, '--namespace', 'arm1', '--clock', '--wait-subscribers', '1')
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    client.wait_for(lambda: len(received) == len(t) and clocks, 30.0, 'the namespaced replay')
+    assert not root
+    proc = _cli('replay', path, '--namespace', 'arm-1')
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and 'is not a ROS namespace' in out, out
+
+
 def test_replay_and_record_refuse_bad_paths(tmp_path):
     (tmp_path / 'notes.txt').write_text('x')
     proc = _cli('replay', tmp_path / 'notes.txt')

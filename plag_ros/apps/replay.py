@@ -40,6 +40,7 @@ from rosbags.interfaces import ConnectionExtRosbag2
 from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.io.bag import BagError, open_bag, pick_joint_state_topic, prepare_output, qos_profile
 from plag_ros.io.bag_writer import DEFAULT_BAG_FOR, BagWriter, add_bag_for_argument
+from plag_ros.ros.node_setups import CLOCK, namespace_of, namespaced_topic
 
 if TYPE_CHECKING:   # rclpy is imported where a node runs, not by the CLI parser
     from rclpy.subscription import Subscription
@@ -126,7 +127,7 @@ def load_schedule(path: str | Path, topics: list[str] | None = None) -> ReplaySc
 def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
            clock: bool = False, node=None, stop: threading.Event | None = None,
            start_delay: float = 0.0, wait_subscribers: int = 0,
-           wait_timeout: float = 60.0) -> int:
+           wait_timeout: float = 60.0, namespace: str | None = None) -> int:
     """Publish the schedule with its original timing; returns the number published.
 
     Args:
@@ -141,6 +142,8 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
         wait_subscribers: before that, wait until every replayed topic has this many
             matched subscriptions (at most ``wait_timeout`` seconds), so a volatile
             subscriber started just before misses nothing.
+        namespace: play every topic into it (``/joint_states`` -> ``/arm1/joint_states``);
+            ``/clock`` stays in the root, where rclpy's time source listens.
     """
     import rclpy
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -161,8 +164,9 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
                          else ReliabilityPolicy.BEST_EFFORT,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
                          else DurabilityPolicy.VOLATILE)
-        publishers.append(node.create_publisher(message_class(msgtype), topic, qos))
-    clock_pub = node.create_publisher(Clock, '/clock', QoSProfile(depth=1)) if clock else None
+        publishers.append(node.create_publisher(
+            message_class(msgtype), namespaced_topic(topic, namespace), qos))
+    clock_pub = node.create_publisher(Clock, CLOCK, QoSProfile(depth=1)) if clock else None
     published = 0
     try:
         deadline = time.monotonic() + wait_timeout
@@ -369,6 +373,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help='seconds to wait for discovery before the first message')
     parser.add_argument('--wait-subscribers', type=int, default=0, metavar='N',
                         help='first wait (up to 60 s) until each topic has N subscribers')
+    parser.add_argument('--namespace', default='', metavar='NS',
+                        help='play every topic into this ROS namespace (/joint_states -> '
+                             '/NS/joint_states); /clock stays in the root')
 
 
 def run(args: argparse.Namespace) -> int:
@@ -376,13 +383,15 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, 'command', 'replay') == 'record':
         return run_record(args)
     try:
+        namespace = namespace_of(getattr(args, 'namespace', ''))
         schedule = load_schedule(args.bag, args.topics)
-    except BagError as err:
+    except (BagError, ValueError) as err:
         print(f'plag-ros replay: error: {err}', file=sys.stderr)
         return 2
     count = _with_ros(lambda stop: replay(
         schedule, rate=args.rate, loop=args.loop, clock=args.clock, stop=stop,
-        start_delay=args.delay, wait_subscribers=args.wait_subscribers))
+        start_delay=args.delay, wait_subscribers=args.wait_subscribers,
+        namespace=namespace))
     print(f'replayed {count} messages from {args.bag}')
     return 0
 

@@ -32,10 +32,11 @@ import yaml
 
 from plag_ros.ros.controller_file import CONTROLLER, node_section, section_reaches
 
-__all__ = ['DESCRIPTION_SOURCES', 'NO_TF', 'PACKAGE', 'PLAYERS', 'TF_MODES', 'VIEW_INPUTS',
-           'NAMESPACED_NAMES', 'TORQUE_MODE_FIXED', 'LaunchArgument', 'NodeSetup', 'ReplayTf',
+__all__ = ['CLOCK', 'DESCRIPTION_SOURCES', 'NAMESPACED_NAMES', 'NO_TF', 'PACKAGE', 'PLAYERS',
+           'TF_MODES', 'TORQUE_MODE_FIXED', 'VIEW_INPUTS', 'LaunchArgument', 'NodeSetup',
+           'ReplayTf',
            'check_params_file', 'is_true', 'namespace_of', 'node_section', 'own_params_file',
-           'parameter_layers', 'replay_arguments', 'replay_namespace',
+           'namespaced_topic', 'parameter_layers', 'replay_arguments', 'replay_remaps',
            'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
            'running', 'sim_arguments', 'sim_setup', 'torque_arguments', 'torque_setup',
            'view_inputs', 'view_inputs_line']
@@ -130,9 +131,10 @@ def replay_arguments() -> list[LaunchArgument]:
         LaunchArgument('robot_state_publisher', "/tf from the replayed joint states: 'auto' "
                        "(when installed), 'true' (required) or 'false'", 'auto', TF_MODES),
         _PARAMS_FILE,
-        LaunchArgument('namespace', "not supported by a replay yet: '' only (the bag's "
-                       'topics and /clock play in the root namespace; give a second replay '
-                       'its own ROS_DOMAIN_ID)', ''),
+        LaunchArgument('namespace', "the ROS namespace of every node this launch starts "
+                       "and of the bag's topics (arm1: /arm1/joint_states ...); /clock stays "
+                       "in the root, so two replays need two ROS_DOMAIN_IDs; '' = the root "
+                       'namespace', ''),
     ]
 
 
@@ -220,18 +222,24 @@ def namespace_of(text: str) -> str | None:
     return full
 
 
-def replay_namespace(text: str) -> None:
-    """replay.launch.py's ``namespace:=``: only the root namespace, for now.
+CLOCK = '/clock'
+"""rclpy's clock topic (``CLOCK_TOPIC``, ros2/rclpy humble b488272 time_source.py:26):
+absolute, so a replay's ``/clock`` stays in the root whatever its namespace."""
 
-    Raises:
-        ValueError: any other namespace, with the reason and what to do instead.
-    """
-    namespace = namespace_of(text)
-    if namespace is not None:
-        raise ValueError(
-            f'replay.launch.py: namespace:={text} is not supported yet: the players publish '
-            "the bag's topics and /clock in the root namespace, where the nodes would not "
-            'hear them. Replay one arm per ROS_DOMAIN_ID instead')
+
+def namespaced_topic(topic: str, namespace: str | None) -> str:
+    """A bag's (absolute) ``topic`` played into ``namespace`` (:func:`namespace_of`):
+    ``/joint_states`` -> ``/arm1/joint_states``; ``/clock`` and the root keep it."""
+    topic = topic if topic.startswith('/') else f'/{topic}'
+    return topic if not namespace or topic == CLOCK else f'{namespace}{topic}'
+
+
+def replay_remaps(topics: Sequence[str], namespace: str | None) -> list[str]:
+    """``ros2 bag play``'s ``--remap`` arguments that play every bag topic but ``/clock``
+    into ``namespace`` (none in the root): what ``plag-ros replay --namespace`` does."""
+    pairs = [f'{topic}:={namespaced_topic(topic, namespace)}' for topic in sorted(topics)
+             if namespaced_topic(topic, namespace) != topic]
+    return ['--remap', *pairs] if pairs else []
 
 
 def view_inputs(namespace: str | None = None) -> tuple[str, str]:

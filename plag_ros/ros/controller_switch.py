@@ -143,8 +143,10 @@ class ControllerSwitch:
         self.node, self.method = node, method
         self.controller, self.fallback = controller, fallback
         # the full name, as a user must type it in a command line (-c): relative in the
-        # node's namespace (rcl expands every client's name so)
-        self.manager = node.resolve_service_name(manager.rstrip('/') or '/')
+        # node's namespace (rcl expands every client's name so); the other methods never
+        # call it
+        self.manager = node.resolve_service_name(manager.rstrip('/')) \
+            if method == 'controller_manager' else manager
         self.timeout_s = timeout_s
         self.error = ''
         # The last switch's request went out and got no answer in time: it may have been

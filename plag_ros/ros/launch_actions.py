@@ -34,7 +34,9 @@ TF_REMAPS = [('/tf', 'tf'), ('/tf_static', 'tf_static')]
 (geometry2 humble d0dbd51 transform_broadcaster.h:72, transform_listener.h:139-153): remapped
 to the relative names, rcl expands both sides of a rule in the node's namespace, so they
 stay ``/tf`` in the root and become ``/arm1/tf`` in ``/arm1``: one TF tree per arm, its
-frames unprefixed (ros2/rcl humble remap.c)."""
+frames unprefixed (ros2/rcl humble 6d0fd90 remap.c:127-131 and 214-217). rviz2's own TF
+listener node keeps the global arguments, these remaps with them (geometry2 humble
+transform_listener.cpp:49-54)."""
 
 
 def namespaced(namespace: Any, actions: Sequence[Any]) -> Any:

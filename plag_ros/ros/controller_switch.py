@@ -143,10 +143,15 @@ class ControllerSwitch:
         self.node, self.method = node, method
         self.controller, self.fallback = controller, fallback
         # the full name, as a user must type it in a command line (-c): relative in the
-        # node's namespace (rcl expands every client's name so); the other methods never
-        # call it
-        self.manager = node.resolve_service_name(manager.rstrip('/')) \
-            if method == 'controller_manager' else manager
+        # node's namespace (rcl expands every client's name so). Kept as given where rcl
+        # refuses it (RCLError, a RuntimeError) and the method never calls it: an empty or
+        # odd value left in a file must not stop a node switching through the simulator.
+        try:
+            self.manager = node.resolve_service_name(manager.rstrip('/'))
+        except RuntimeError:
+            if method == 'controller_manager':
+                raise
+            self.manager = manager
         self.timeout_s = timeout_s
         self.error = ''
         # The last switch's request went out and got no answer in time: it may have been

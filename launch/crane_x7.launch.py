@@ -32,7 +32,7 @@ one (docs/tutorials/live.md, "Launch arguments").
 
 ``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
 services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
-(docs/tutorials/live.md, "Two arms: namespace:=").
+(docs/tutorials/live.md, "Launch arguments").
 The robot's own bring-up must then run in the same namespace, with ``/tf`` and
 ``/tf_static`` remapped to ``tf`` and ``tf_static``: the spawner loads the controller into
 ``/NS/controller_manager`` and plag_impedance commands ``/NS/...``.
@@ -40,8 +40,8 @@ The robot's own bring-up must then run in the same namespace, with ``/tf`` and
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [spawn_controller:=false]
 [rviz:=true] [robot_description_source:=topic|file] [controllers_file:=PATH]
 [robot_state_publisher:=true] [params_file:=PATH] [namespace:=NS]``. The arguments, their
-defaults and the
-values each accepts are ``robot_arguments()`` of plag_ros/ros/node_setups.py.
+defaults and the values each accepts are ``robot_arguments()`` of
+plag_ros/ros/node_setups.py.
 """
 import os  # noqa: I001 - launch is the ROS package, not launch/: keep it apart
 

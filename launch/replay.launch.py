@@ -30,15 +30,14 @@ one (docs/tutorials/live.md, "Launch arguments").
 ``namespace:=NS`` puts the nodes under ``/NS`` and plays the bag's topics there too
 (``plag-ros replay --namespace NS``; ``ros2 bag play --remap T:=/NS/T`` for each topic of
 the bag, node_setups.replay_remaps); ``/clock`` stays in the root, where rclpy's time
-source listens, so two replays on one graph still need two ``ROS_DOMAIN_ID`` s.
+source listens, so two replays on one graph still need two ROS domains.
 
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 [loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
 [robot_description_source:=file|topic] [robot_state_publisher:=auto|true|false]
 [params_file:=PATH] [namespace:=NS]`` (``replay_arguments()`` of
-plag_ros/ros/node_setups.py). Without
-``ros2 launch``, ``plag-ros replay BAG --clock`` and ``dynamics_node --ros-args -p
-use_sim_time:=true`` do the same.
+plag_ros/ros/node_setups.py). Without ``ros2 launch``, ``plag-ros replay BAG --clock`` and
+``dynamics_node --ros-args -p use_sim_time:=true`` do the same.
 """
 import shutil  # noqa: I001 - launch (below) is the ROS package, not launch/
 from pathlib import Path

@@ -23,13 +23,12 @@ one (docs/tutorials/live.md, "Launch arguments").
 
 ``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
 services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
-(docs/tutorials/live.md, "Two arms: namespace:=").
+(docs/tutorials/live.md, "Launch arguments").
 
 Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=true]
 [rviz:=true] [robot_description_source:=file|topic] [params_file:=PATH]
-[namespace:=NS]``. The arguments,
-their defaults and the values each accepts are ``torque_arguments()`` of
-plag_ros/ros/node_setups.py.
+[namespace:=NS]``. The arguments, their defaults and the values each accepts are
+``torque_arguments()`` of plag_ros/ros/node_setups.py.
 """
 from launch import LaunchDescription  # noqa: I001 - launch is the ROS package, not launch/
 from launch.substitutions import LaunchConfiguration

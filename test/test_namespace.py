@@ -309,3 +309,20 @@ def test_every_switch_hint_passes_the_controller_manager():
     assert calls
     for where, call in calls:
         assert call.count(',') >= 2, (where, call)
+
+
+def test_node_section_merges_every_section_that_reaches_the_node_as_rcl_does():
+    """Parameter by parameter, nested groups too, in the file's order; a section for
+    another namespace or node is left out."""
+    from plag_ros.ros.controller_file import node_section
+    content = {'/**': {'ros__parameters': {'switch': {'timeout_s': 2.0, 'method': 'none'}}},
+               '/**/plag_impedance': {'ros__parameters': {'switch': {'method': 'sim'}}},
+               '/arm2/plag_impedance': {'ros__parameters': {'stiffness': [1.0]}},
+               'plag_impedance': {'ros__parameters': {'stiffness': [2.0]}}}
+    assert node_section(content, 'plag_impedance', ARM) == {
+        'switch': {'timeout_s': 2.0, 'method': 'sim'}}
+    assert node_section(content, 'plag_impedance') == {
+        'switch': {'timeout_s': 2.0, 'method': 'sim'}, 'stiffness': [2.0]}
+    assert node_section(content, 'plag_dynamics', ARM) == {
+        'switch': {'timeout_s': 2.0, 'method': 'none'}}
+    assert node_section({'plag_dynamics': {'ros__parameters': {}}}, 'plag_impedance') is None

@@ -56,7 +56,8 @@ def node_section(content: object, node: str, namespace: str = '/'
                  ) -> dict[str, object] | None:
     """The ``ros__parameters`` a parameter file's ``content`` (its YAML, loaded) gives
     the node ``node`` in ``namespace``: every section that reaches its full name
-    (:func:`section_reaches`), merged in the file's order; None where none does."""
+    (:func:`section_reaches`), merged parameter by parameter (nested groups too) in the
+    file's order; None where none does."""
     if not isinstance(content, Mapping):
         return None
     full = f'{namespace.rstrip("/")}/{node}'
@@ -65,8 +66,19 @@ def node_section(content: object, node: str, namespace: str = '/'
         parameters = section.get('ros__parameters') if isinstance(section, Mapping) else None
         if isinstance(key, str) and isinstance(parameters, Mapping) and \
                 section_reaches(key, full):
-            found = {**(found or {}), **parameters}
+            found = _merged(found or {}, parameters)
     return found
+
+
+def _merged(base: Mapping[str, object], more: Mapping[str, object]) -> dict[str, object]:
+    """``more`` over ``base``, nested mappings merged key by key (``switch: {method: x}``
+    in a later section leaves an earlier ``switch.timeout_s``)."""
+    merged = dict(base)
+    for key, value in more.items():
+        earlier = merged.get(key)
+        merged[key] = _merged(earlier, value) if isinstance(earlier, Mapping) and \
+            isinstance(value, Mapping) else value
+    return merged
 
 
 class ControllerFileError(ValueError):

@@ -58,6 +58,7 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from ros_helpers import LATCHED, RELIABLE, RosClient, start_node, wait_until  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
+from std_srvs.srv import SetBool  # noqa: E402
 
 from plag_ros.apps.bringup import robot_specs, sim_specs  # noqa: E402
 from plag_ros.ros.controller_file import CONTROLLER_TYPE  # noqa: E402
@@ -573,6 +574,18 @@ def test_sim_launch_in_a_namespace_keeps_everything_in_it(share, tmp_path):
         outside = [n for n in names if not n.startswith('/arm1/') and not n.startswith(generic)]
         assert not outside, outside
         assert '/arm1/plag_impedance/enable' in names and '/arm1/joint_states' in names
+        # enable switches /arm1's simulated arm (switch.method sim: /arm1/plag_sim)
+        client.wait_for(lambda: 'disabled' in impedance[-1][1].data, START_TIMEOUT_S,
+                        'a valid joint state')
+        response = client.call(SetBool, '/arm1/plag_impedance/enable',
+                               SetBool.Request(data=True), once=True)
+        assert response.success and 'switched crane_x7_arm_controller -> ' \
+            'plag_arm_position_controller' in response.message, response.message
+        active = client.call(GetParameters, '/arm1/plag_sim/get_parameters',
+                             GetParameters.Request(names=['active_arm_controller']))
+        assert active.values[0].string_value == 'plag_arm_position_controller'
+        assert client.call(SetBool, '/arm1/plag_impedance/enable',
+                           SetBool.Request(data=False), once=True).success
         run.assert_no_launch_warnings()
         assert run.ctrl_c() == 0
         run.assert_clean_exit()

@@ -263,3 +263,31 @@ def test_the_impedance_node_refuses_another_arms_controller_manager(client, tmp_
             "this node's namespace /arm1" in process.output(), process.tail(40)
     finally:
         process.stop()
+
+
+def _parameters(client: RosClient, node: str, names: list[str]) -> dict[str, str]:
+    """String parameters of the running ``node`` (full name), read over get_parameters."""
+    from rcl_interfaces.srv import GetParameters
+    response = client.call(GetParameters, f'{node}/get_parameters',
+                           GetParameters.Request(names=names))
+    return dict(zip(names, (v.string_value for v in response.values), strict=True))
+
+
+@pytest.mark.parametrize(('key', 'reaches'), [('/**/plag_impedance', True),
+                                              ('plag_impedance', False)])
+def test_a_parameter_file_section_reaches_a_namespaced_node_as_recorded(client, tmp_path,
+                                                                         key, reaches):
+    """The installed rcl, not test/data/namespace_upstream.yaml's account of it: under
+    __ns:=/arm1 a /**/ section reaches the node, a bare name does not (the node then runs
+    on its defaults). The bundled files are keyed /**/ for that reason."""
+    path = tmp_path / 'mine.yaml'
+    path.write_text(f'{key}:\n  ros__parameters:\n    command_interface: effort\n'
+                    '    gain_check: warn\n')
+    process = start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                         params_file=path, remaps={'__ns': ARM})
+    try:
+        got = _parameters(client, f'{ARM}/plag_impedance', ['command_interface'])
+        assert got['command_interface'] == ('effort' if reaches else 'position'), \
+            process.tail(40)
+    finally:
+        process.stop()

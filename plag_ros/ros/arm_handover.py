@@ -25,7 +25,11 @@ from std_msgs.msg import String
 
 from plag_ros.core.control.arm_ownership import ArmOwnership, driver_joint_check
 from plag_ros.core.control.impedance import PartialImpedanceController
-from plag_ros.core.control.settings import TRAJECTORY_CONTROLLER, ImpedanceSettings
+from plag_ros.core.control.settings import (
+    TRAJECTORY_CONTROLLER,
+    ImpedanceSettings,
+    check_own_namespace,
+)
 from plag_ros.ros.controller_file import ControllerFileError, differences, read_controller_file
 from plag_ros.ros.controller_switch import (
     ControllerSwitch,
@@ -35,7 +39,8 @@ from plag_ros.ros.controller_switch import (
 )
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover']
+__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover',
+           'check_names']
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
@@ -46,6 +51,19 @@ RELEASE_RETRY_S = 1.0
 CONFIRM_MIN_S = 1.0
 """The least time the bus driver's state has to show our controller after a take [s]
 (``switch.timeout_s`` where longer): it republishes once a second."""
+
+
+def check_names(node: Node, settings: ImpedanceSettings) -> None:
+    """Refuse settings whose switch target, command topic or target controller resolves
+    (remaps applied) outside ``node``'s namespace: under /arm1 an absolute
+    /controller_manager would switch another arm while /arm1 is commanded.
+
+    Raises:
+        ValueError: naming each such parameter (settings.check_own_namespace).
+    """
+    check_own_namespace(node.get_namespace(), {
+        key: node.resolve_service_name(name) if service else node.resolve_topic_name(name)
+        for key, (name, service) in settings.ros_names().items()})
 
 
 class ArmHandover:

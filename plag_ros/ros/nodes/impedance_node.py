@@ -44,18 +44,13 @@ from trajectory_msgs.msg import JointTrajectory
 from plag_ros.core.common.rejections import RejectionLog
 from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
-from plag_ros.core.control.settings import (
-    IMPEDANCE_OPTIONS,
-    ImpedanceSettings,
-    check_own_namespace,
-    safety_parameters,
-)
+from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings, safety_parameters
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.arrays import ArrayLagrangian
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
-from plag_ros.ros.arm_handover import ArmHandover
+from plag_ros.ros.arm_handover import ArmHandover, check_names
 from plag_ros.ros.controller_switch import sleep
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
@@ -83,10 +78,7 @@ class ImpedanceNode(Node):
         values = declare_options(self, IMPEDANCE_OPTIONS)
         try:
             self.settings = s = ImpedanceSettings.from_values(values)
-            # an absolute name of another namespace would switch or command another arm
-            check_own_namespace(self.get_namespace(), {
-                key: self.resolve_service_name(name) if service else
-                self.resolve_topic_name(name) for key, (name, service) in s.ros_names().items()})
+            check_names(self, s)     # another namespace's names: another arm's
             self.urdf = StartModel(self, s.description)    # first: it spins the node
             self.model, identified = model_with_parameters(self.urdf.model, s.model.parameters)
             self._model_parameters = identified       # over the settings at every change

@@ -1355,6 +1355,39 @@ def test_a_driver_that_opens_on_a_held_arm_keeps_it_held(bus, monkeypatch, first
     assert largest_move(record, begin, end) < 0.002
 
 
+def test_a_second_driver_on_the_port_is_refused_before_it_sends_a_byte(bus, monkeypatch):
+    """A second plag_driver opened on the bus a first one holds (a second launch left on
+    the same ``port:=``): its open is a BusError that says the port is another process's,
+    before it sends anything (every packet the SDK would write is counted); the first
+    goes on holding the bent pose, every servo's torque on, within 2 mrad. Once the first
+    has closed, the port opens again. Before, the second driver configured the servos
+    under the first one's hold."""
+    first = lockstep_driver(bus)
+    move_to(first, np.array(POSES['bent']), 1.0, 0.3)
+    second = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    sent: list[bytes] = []
+    real_write = sdk.PortHandler.writePort
+
+    def write(port, packet):
+        if port is second._port:
+            sent.append(bytes(packet))
+        return real_write(port, packet)
+
+    monkeypatch.setattr(sdk.PortHandler, 'writePort', write)
+    begin = time.monotonic()
+    with pytest.raises(BusError, match='is not ours: another process holds it'):
+        second.open()
+    assert sent == [] and second._port is None
+    loop(first, 0.5)
+    end = time.monotonic()
+    assert not first.fault and first.modes == ['position'] * 8
+    assert torque_enabled(first) == [1] * 8
+    first.close()
+    second.open()
+    second.close()
+    assert largest_move(bus.stop(), begin, end) < 0.002
+
+
 def test_open_refuses_a_joint_far_beyond_its_limit_and_writes_nothing(bus, monkeypatch):
     """The pan found 0.2 rad beyond its upper limit (a limit set tighter than the pose):
     the hold clipped into the limit would swing it back at the servo's full speed, so open

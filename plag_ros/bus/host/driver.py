@@ -51,6 +51,7 @@ reach into the others.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import math
 import os
@@ -78,7 +79,8 @@ if TYPE_CHECKING:
 
 __all__ = ['DRIVER_NODE_OPTIONS', 'DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES',
            'READ_ITEMS', 'WRITE_ITEMS', 'BusDriver', 'BusError', 'DriverNodeSettings',
-           'DriverSettings', 'Reading', 'gravity_in_chain_order', 'hardware_error_text']
+           'DriverSettings', 'Reading', 'claim_port', 'gravity_in_chain_order',
+           'hardware_error_text']
 
 MODES = {'current': 0, 'position': 3}
 """Operating Mode (11) values the driver uses."""
@@ -155,6 +157,28 @@ def hardware_error_text(bits: int) -> str:
 
 class BusError(RuntimeError):
     """The bus cannot be opened or a servo does not answer as it must at start-up."""
+
+
+def claim_port(port: Any) -> str:
+    """Take the exclusive lock on the serial device that ROBOTIS' ``PortHandler`` ``port``
+    has open: '' once it is held, else why not. The lock is ``flock(LOCK_EX | LOCK_NB)``
+    on the open file, the one pyserial's ``exclusive=True`` takes, so a second driver
+    (another launch left on ``port:=/dev/ttyUSB0``, a second namespace) or a tool opened
+    that way is told at once, before it writes anything; the kernel drops the lock with
+    the file, so a killed driver leaves none behind. A port with no serial device (a
+    test double) has nothing to lock."""
+    device = getattr(port, 'ser', None)
+    if device is None:
+        return ''
+    try:
+        fcntl.flock(device.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return ('another process holds it (a second plag_driver, or a program that opened '
+                'it with pyserial exclusive=True): two drivers on one bus would each '
+                'command the same servos')
+    except OSError as err:
+        return f'it cannot be locked for this driver alone ({err})'
+    return ''
 
 
 ArmController = Literal['crane_x7_arm_controller', 'plag_arm_position_controller',
@@ -530,12 +554,14 @@ class BusDriver:
     # ------------------------------------------------------------------ start and stop
     @_serialised
     def open(self) -> Reading:
-        """Open the port, find every servo, save what will be changed, configure, hold.
+        """Open the port, lock it (:func:`claim_port`), find every servo, save what will
+        be changed, configure, hold.
 
         The servos end in position mode holding their present pose with the torque on.
 
         Raises:
-            BusError: the port (one that raises too), a servo that does not answer, or
+            BusError: the port (one that raises too, one another process has locked,
+                refused before anything is sent), a servo that does not answer, or
                 any other exception on the way (chained); after the configuration burst,
                 once the servos were told to hold without the Bus Watchdog, before it
                 with nothing written.
@@ -553,6 +579,10 @@ class BusDriver:
         if not opened:
             self._port = None
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
+        taken = claim_port(self._port)
+        if taken:
+            self._close_port()
+            raise BusError(f'{self.port_name} is not ours: {taken}')
         self._unmapped = []                  # the configuration maps every servo
         self._map_due = {}
         try:

@@ -35,7 +35,6 @@ from plag_ros.ros.controller_switch import (
     ControllerSwitch,
     manager_option,
     read_parameters,
-    switch_command,
 )
 from plag_ros.ros.qos import LATCHED
 
@@ -191,10 +190,12 @@ class ArmHandover:
 
     def _manager_option(self) -> str:
         """`` -c <controller manager>`` for a hint's ``ros2 control`` line where the
-        controller manager is not the root one."""
+        controller manager is not the root one: ``switch.controller_manager``, also where
+        the user switches by hand (``none``: it is a real one all the same)."""
         switch = self.switch
         return manager_option(switch.manager) if switch is not None and \
-            switch.method == 'controller_manager' else ''
+            switch.method in ('controller_manager', 'none') and \
+            switch.manager.startswith('/') else ''
 
     def _on_driver_state(self, msg: String) -> None:
         """The bus driver's ``~/state``: its joints against ``command.joints`` (effort path,
@@ -375,7 +376,6 @@ class ArmHandover:
         if self.own.switched and self.node.context.ok():
             return False
         if self.own.switched and self.switch is not None:
-            back = switch_command(self.switch.fallback, self.switch.controller,
-                                  self.switch.manager)
+            back = self.switch.by_hand(self.switch.fallback, self.switch.controller)
             self.log.error(f'context gone before switching back: run `{back}`')
         return True

@@ -391,3 +391,26 @@ def test_the_unload_hint_names_the_namespaced_controller_manager(method, option)
     from plag_ros.ros.arm_handover import ArmHandover
     handover = SimpleNamespace(switch=_switch(method, ARM))
     assert ArmHandover._manager_option(handover) == option
+
+
+def _prose(path) -> list[tuple[int, str]]:
+    """The string literals of ``path`` that hold prose (white space) and are no docstring."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and any(c.isspace() for c in node.value)]
+
+
+def test_no_message_names_a_service_by_its_private_name():
+    """A log line or an answer telling an operator to call ``~/enable`` or
+    ``~/clear_fault`` gives him a name that, typed by hand, reaches no node (or the root's
+    under two arms): every message of the nodes and of the hand-over names the full one.
+    (The names given to create_service and the like have no white space.)"""
+    ros = REPO / 'plag_ros' / 'ros'
+    paths = [*sorted((ros / 'nodes').glob('*.py')), ros / 'arm_handover.py',
+             ros / 'controller_switch.py']
+    private = [(path.name, line, text) for path in paths for line, text in _prose(path)
+               if '~/' in text]
+    assert not private, private

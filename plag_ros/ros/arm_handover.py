@@ -86,6 +86,7 @@ class ArmHandover:
     def __init__(self, node: Node, settings: ImpedanceSettings, command_names: list[str],
                  callback_group, ctl: PartialImpedanceController, model: dict) -> None:
         self.node, self.kind, self.command_names = node, settings.command_kind, command_names
+        self.enable = node.resolve_service_name('~/enable')   # its full name, for hints
         self.model = model      # ~/state's model entry: the driver's must have its digest
         self.ctl = ctl
         self.controller = settings.target_controller
@@ -240,8 +241,8 @@ class ArmHandover:
             self.ctl.latch_fault(f'driver fault: {reason}')
             self.log.error(
                 f'{self.driver_node} holds the arm itself ({reason}); nothing more is '
-                f'commanded and the arm is handed back. To go on: ~/enable false, '
-                f'{self.driver_node}/clear_fault if it latched a fault, ~/enable true')
+                f'commanded and the arm is handed back. To go on: {self.enable} false, '
+                f'{self.driver_node}/clear_fault if it latched a fault, {self.enable} true')
         return reason
 
     def model_mismatch(self) -> str:
@@ -283,7 +284,7 @@ class ArmHandover:
             return 'no valid joint state yet'
         if fault:
             return (f'the controller is not ready ({fault}): fresh joint states clear it, a '
-                    'latched fault needs ~/enable false (refused)')
+                    f'latched fault needs {self.enable} false (refused)')
         return ''
 
     async def _call(self, release: bool) -> tuple[bool, str]:

@@ -640,16 +640,17 @@ class FakeBusDriver:
 
 
 @contextlib.contextmanager
-def torque_mode_node(*extra: Parameter):
-    """An impedance node with config/torque_mode.yaml (effort path, switch.method driver),
-    a stale limit of 5 s and the ``extra`` parameters, in a context of its own; yields
+def torque_mode_node(*extra: Parameter, namespace: str = '/'):
+    """An impedance node in ``namespace`` with config/torque_mode.yaml (effort path,
+    switch.method driver), a stale limit of 5 s and the ``extra`` parameters, in a context
+    of its own; yields
     (node, driver_state), where ``driver_state(joints)`` is a plag_driver ``~/state``
     message with the node's model."""
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain(34))
     torque_mode = node_parameters('torque_mode.yaml', 'plag_impedance')
     try:
-        node = ImpedanceNode(context=context, parameter_overrides=[
+        node = ImpedanceNode(context=context, namespace=namespace, parameter_overrides=[
             Parameter(name, value=value) for name, value in torque_mode.items()] + [
             Parameter('stale_periods', value=1000.0), *extra])
         try:
@@ -812,3 +813,27 @@ def test_a_refused_enable_then_a_failed_switch_are_both_answered():
         second = answered_at_once(node._on_enable(SetBool.Request(data=True),
                                                   SetBool.Response()))
         assert not second.success and 'not discovered' in second.message, second.message
+
+
+@pytest.mark.parametrize('namespace', ['/', '/arm1'])
+def test_the_hints_name_the_enable_service_of_this_arm(namespace, monkeypatch):
+    """An operator types the service a hint names: under /arm1 a bare ``~/enable`` reaches
+    no node, so the hints give the full ``/arm1/plag_impedance/enable`` (and the driver's
+    ``/arm1/plag_driver/clear_fault``)."""
+    from plag_ros.core.dynamics.motors import ARM_JOINTS
+
+    prefix = '' if namespace == '/' else namespace
+    enable = f'{prefix}/plag_impedance/enable'
+    with torque_mode_node(namespace=namespace) as (node, driver_state):
+        assert node.handover.enable == enable
+        node.handover._on_driver_state(driver_state(ARM_JOINTS))
+        blocker = node.handover.blocker(1, 'commands', fault='stale')
+        assert blocker.endswith(f'needs {enable} false (refused)'), blocker
+        node.own.switched = True                # held when the driver took the arm back
+        errors: list[str] = []
+        log = type('Log', (), {'error': lambda self, text: errors.append(text)})()
+        monkeypatch.setattr(type(node.handover), 'log', property(lambda self: log))
+        assert node.handover._judge('Bus Watchdog expired on IDs [4]', True, True)
+        assert errors and errors[0].endswith(
+            f'To go on: {enable} false, {prefix}/plag_driver/clear_fault if it latched a '
+            f'fault, {enable} true'), errors

@@ -326,3 +326,91 @@ def test_node_section_merges_every_section_that_reaches_the_node_as_rcl_does():
     assert node_section(content, 'plag_dynamics', ARM) == {
         'switch': {'timeout_s': 2.0, 'method': 'none'}}
     assert node_section({'plag_dynamics': {'ros__parameters': {}}}, 'plag_impedance') is None
+
+
+def _switch(method: str, namespace: str):
+    from plag_ros.ros.controller_switch import ControllerSwitch
+    return ControllerSwitch(_Node(namespace), method, controller='plag_arm_position_controller',
+                            fallback='crane_x7_arm_controller')
+
+
+@pytest.mark.parametrize('namespace', ['/', ARM])
+def test_the_by_hand_switch_names_what_switches_for_each_method(namespace):
+    """Only the controller_manager method has a controller manager to give ``ros2 control``;
+    the simulator and the bus driver switch by their ``active_arm_controller`` parameter,
+    set on the node's full name so that the line reaches this arm's node."""
+    from plag_ros.ros.controller_switch import switch_command
+    back = ('crane_x7_arm_controller', 'plag_arm_position_controller')
+    assert _switch('controller_manager', namespace).by_hand(*back) == switch_command(
+        *back, resolve('controller_manager', namespace))
+    for method, node in (('sim', 'plag_sim'), ('driver', 'plag_driver')):
+        assert _switch(method, namespace).by_hand(*back) == (
+            f'ros2 param set {resolve(node, namespace)} active_arm_controller '
+            'crane_x7_arm_controller')
+    assert resolve('plag_driver', namespace) == ('/plag_driver' if namespace == '/'
+                                                 else f'{ARM}/plag_driver')
+    assert _switch('none', namespace).by_hand(*back) == ''
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def error(self, text: str) -> None:
+        self.lines.append(text)
+
+
+@pytest.mark.parametrize(('method', 'hint'), [
+    ('driver', f'`ros2 param set {ARM}/plag_driver active_arm_controller '
+               'crane_x7_arm_controller`'),
+    ('sim', f'`ros2 param set {ARM}/plag_sim active_arm_controller crane_x7_arm_controller`'),
+    ('controller_manager', f'--activate crane_x7_arm_controller --strict -c {ARM}/'
+                           'controller_manager`')])
+def test_the_hand_back_logged_without_a_context_follows_the_switch_method(method, hint):
+    """In torque mode (switch.method driver) no controller manager runs: the hand-back
+    line logged when the context is gone sets the bus driver's parameter instead."""
+    from types import SimpleNamespace
+
+    from plag_ros.ros.arm_handover import ArmHandover
+    log = _Log()
+    handover = SimpleNamespace(
+        own=SimpleNamespace(switched=True), switch=_switch(method, ARM), log=log,
+        node=SimpleNamespace(context=SimpleNamespace(ok=lambda: False)))
+    assert ArmHandover.abandoned(handover)
+    assert len(log.lines) == 1 and log.lines[0].endswith(hint), log.lines
+
+
+@pytest.mark.parametrize(('method', 'option'), [
+    ('controller_manager', f' -c {ARM}/controller_manager'),
+    ('none', f' -c {ARM}/controller_manager'), ('sim', ''), ('driver', '')])
+def test_the_unload_hint_names_the_namespaced_controller_manager(method, option):
+    """switch.method none switches by hand on a real controller manager: the
+    ``unload_controller`` line must reach /arm1's too."""
+    from types import SimpleNamespace
+
+    from plag_ros.ros.arm_handover import ArmHandover
+    handover = SimpleNamespace(switch=_switch(method, ARM))
+    assert ArmHandover._manager_option(handover) == option
+
+
+def _prose(path) -> list[tuple[int, str]]:
+    """The string literals of ``path`` that hold prose (white space) and are no docstring."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and any(c.isspace() for c in node.value)]
+
+
+def test_no_message_names_a_service_by_its_private_name():
+    """A log line or an answer telling an operator to call ``~/enable`` or
+    ``~/clear_fault`` gives him a name that, typed by hand, reaches no node (or the root's
+    under two arms): every message of the nodes and of the hand-over names the full one.
+    (The names given to create_service and the like have no white space.)"""
+    ros = REPO / 'plag_ros' / 'ros'
+    paths = [*sorted((ros / 'nodes').glob('*.py')), ros / 'arm_handover.py',
+             ros / 'controller_switch.py']
+    private = [(path.name, line, text) for path in paths for line, text in _prose(path)
+               if '~/' in text]
+    assert not private, private

@@ -35,7 +35,6 @@ from plag_ros.ros.controller_switch import (
     ControllerSwitch,
     manager_option,
     read_parameters,
-    switch_command,
 )
 from plag_ros.ros.qos import LATCHED
 
@@ -87,6 +86,7 @@ class ArmHandover:
     def __init__(self, node: Node, settings: ImpedanceSettings, command_names: list[str],
                  callback_group, ctl: PartialImpedanceController, model: dict) -> None:
         self.node, self.kind, self.command_names = node, settings.command_kind, command_names
+        self.enable = node.resolve_service_name('~/enable')   # its full name, for hints
         self.model = model      # ~/state's model entry: the driver's must have its digest
         self.ctl = ctl
         self.controller = settings.target_controller
@@ -191,10 +191,12 @@ class ArmHandover:
 
     def _manager_option(self) -> str:
         """`` -c <controller manager>`` for a hint's ``ros2 control`` line where the
-        controller manager is not the root one."""
+        controller manager is not the root one: ``switch.controller_manager``, also where
+        the user switches by hand (``none``: it is a real one all the same)."""
         switch = self.switch
         return manager_option(switch.manager) if switch is not None and \
-            switch.method == 'controller_manager' else ''
+            switch.method in ('controller_manager', 'none') and \
+            switch.manager.startswith('/') else ''
 
     def _on_driver_state(self, msg: String) -> None:
         """The bus driver's ``~/state``: its joints against ``command.joints`` (effort path,
@@ -239,8 +241,8 @@ class ArmHandover:
             self.ctl.latch_fault(f'driver fault: {reason}')
             self.log.error(
                 f'{self.driver_node} holds the arm itself ({reason}); nothing more is '
-                f'commanded and the arm is handed back. To go on: ~/enable false, '
-                f'{self.driver_node}/clear_fault if it latched a fault, ~/enable true')
+                f'commanded and the arm is handed back. To go on: {self.enable} false, '
+                f'{self.driver_node}/clear_fault if it latched a fault, {self.enable} true')
         return reason
 
     def model_mismatch(self) -> str:
@@ -282,7 +284,7 @@ class ArmHandover:
             return 'no valid joint state yet'
         if fault:
             return (f'the controller is not ready ({fault}): fresh joint states clear it, a '
-                    'latched fault needs ~/enable false (refused)')
+                    f'latched fault needs {self.enable} false (refused)')
         return ''
 
     async def _call(self, release: bool) -> tuple[bool, str]:
@@ -375,7 +377,6 @@ class ArmHandover:
         if self.own.switched and self.node.context.ok():
             return False
         if self.own.switched and self.switch is not None:
-            back = switch_command(self.switch.fallback, self.switch.controller,
-                                  self.switch.manager)
+            back = self.switch.by_hand(self.switch.fallback, self.switch.controller)
             self.log.error(f'context gone before switching back: run `{back}`')
         return True

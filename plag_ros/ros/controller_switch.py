@@ -43,7 +43,7 @@ from plag_ros.core.control.settings import SWITCH_METHODS
 from plag_ros.ros.emulated_controller_manager import STRICT
 
 __all__ = ['METHODS', 'STRICT', 'ControllerSwitch', 'call', 'read_parameters', 'sleep',
-           'manager_option', 'switch_command', 'switch_request_fields']
+           'by_hand_command', 'manager_option', 'switch_command', 'switch_request_fields']
 
 METHODS = SWITCH_METHODS     # the switch.method values, defined with the parameter
 
@@ -60,6 +60,23 @@ def switch_command(activate: str, deactivate: str, manager: str = '/controller_m
     """
     return (f'ros2 control switch_controllers --deactivate {deactivate} --activate {activate} '
             f'--strict{manager_option(manager)}')
+
+
+def by_hand_command(method: str, activate: str, deactivate: str, switcher: str) -> str:
+    """The command line that makes the switch ``deactivate -> activate`` by hand, for
+    ``switch.method`` ``method``; '' for ``none`` (nothing of ours switches).
+
+    ``switcher`` is the full name of what switches, the one an operator in another
+    namespace must type: the controller manager (``controller_manager``:
+    :func:`switch_command`), else the node whose ``active_arm_controller`` parameter picks
+    the arm's controller (``sim``: the simulator, ``driver``: the bus driver; no controller
+    manager runs there, so ``ros2 control`` would reach none or another arm's).
+    """
+    if method == 'controller_manager':
+        return switch_command(activate, deactivate, switcher)
+    if method in ('sim', 'driver'):
+        return f'ros2 param set {switcher} active_arm_controller {activate}'
+    return ''
 
 
 def manager_option(manager: str) -> str:
@@ -163,6 +180,8 @@ class ControllerSwitch:
         # the service's full name, for messages (Humble's Client.srv_name is the text
         # given, relative or not: rclpy humble client.py:59)
         self.target = ''
+        # the full name of what switches, for by_hand_command
+        self.switcher = self.manager if method == 'controller_manager' else ''
         if method == 'controller_manager':
             try:
                 from controller_manager_msgs.srv import SwitchController
@@ -170,8 +189,8 @@ class ControllerSwitch:
                 self.error = (
                     f'controller_manager_msgs cannot be imported ({err}): source your ROS 2 '
                     'install (ros-<distro>-controller-manager-msgs) or switch by hand: '
-                    f'`{switch_command(controller, fallback, self.manager)}` (and back '
-                    f'with `{switch_command(fallback, controller, self.manager)}`), then set '
+                    f'`{self.by_hand(controller, fallback)}` (and back '
+                    f'with `{self.by_hand(fallback, controller)}`), then set '
                     'switch.method none')
             else:
                 self._srv = SwitchController
@@ -181,10 +200,16 @@ class ControllerSwitch:
                                                   callback_group=callback_group)
         elif method in ('sim', 'driver'):
             target = sim_node if method == 'sim' else driver_node
+            self.switcher = node.resolve_service_name(target.rstrip('/'))
             name = f'{target.rstrip("/")}/set_parameters'
             self.target = node.resolve_service_name(name)
             self._client = node.create_client(SetParameters, name,
                                               callback_group=callback_group)
+
+    def by_hand(self, on: str, off: str) -> str:
+        """The command line switching ``off -> on`` by hand through this switch's target
+        ('' for ``none``): :func:`by_hand_command`."""
+        return by_hand_command(self.method, on, off, self.switcher)
 
     async def activate(self) -> tuple[bool, str]:
         """Our controller on, the fallback off."""
@@ -217,7 +242,7 @@ class ControllerSwitch:
             if response is None:
                 return False, (f'switch {what}: no answer from {self.target} within '
                                f'{self.timeout_s:g} s; by hand: '
-                               f'`{switch_command(on, off, self.manager)}`')
+                               f'`{self.by_hand(on, off)}`')
             if not response.ok:
                 detail = getattr(response, 'message', '')
                 return False, f'switch {what} refused by the controller manager {detail}'

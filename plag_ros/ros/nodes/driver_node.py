@@ -133,6 +133,7 @@ class DriverNode(Node):
                                  _RELIABLE)
         self.create_subscription(JointState, EFFORT_COMMAND_TOPIC, self._on_effort, _RELIABLE)
         self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
+        self._clear_fault = self.resolve_service_name('~/clear_fault')   # for messages
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._thread: threading.Thread | None = None     # start_bus()
 
@@ -226,7 +227,8 @@ class DriverNode(Node):
             return
         if key != self._state_key and d.fault and (not self._state_key
                                                    or d.fault != self._state_key[1]):
-            self.get_logger().error(f'fault latched: {d.fault} (~/clear_fault to clear)')
+            self.get_logger().error(f'fault latched: {d.fault} (call {self._clear_fault} to '
+                                    'clear)')
         self._state_key, self._state_at = key, now
         try:
             text, diagnostics = msgs.node_state(
@@ -317,7 +319,7 @@ class DriverNode(Node):
         old = self.driver.clear_fault()
         response.success = True
         response.message = f'cleared: {old}' if old else 'no fault latched'
-        self.get_logger().info(f'~/clear_fault: {response.message}')
+        self.get_logger().info(f'{self._clear_fault}: {response.message}')
         return response
 
     def destroy_node(self) -> None:

@@ -139,7 +139,7 @@ class ImpedanceNode(Node):
             f'{self._command_names}; compensating acceleration {paths("acceleration")}, '
             f'velocity {paths("velocity")} ({s.control.motion_source} motion); '
             + ('enabled at the first joint state' if s.control.start_enabled else
-               'call ~/enable to start'))
+               f'call {self.handover.enable} to start'))
 
     # ------------------------------------------------------------------ parameters
     def _on_set_parameters(self, parameters: Sequence[Parameter]) -> SetParametersResult:
@@ -218,13 +218,13 @@ class ImpedanceNode(Node):
             self.controller.set_reference(q=q[self._act], qd=None if qd is None else qd[self._act])
         except ValueError as err:   # the controller counts its own refusals, not the reader's
             self.controller.references['rejected'] += isinstance(err, msgs.JointStateError)
-            self.get_logger().warning(f'~/reference rejected: {err}')
+            self.get_logger().warning(f'{self.resolve_topic_name("~/reference")} rejected: {err}')
 
     # ------------------------------------------------------------------ taking the arm
     async def _on_enable(self, request: SetBool.Request, response: SetBool.Response, *,
                          quiet: bool = False):
         """``~/enable``; ``quiet``: no log lines (a caller that retries)."""
-        log, prefix = self.get_logger(), ''
+        log, prefix, enable = self.get_logger(), '', self.handover.enable
         if request.data and not self.controller.enabled:
             waiting = self.controller.state == 'waiting'
             blocker = self.handover.blocker(self._pub_command.get_subscription_count(),
@@ -237,9 +237,9 @@ class ImpedanceNode(Node):
                 # a failed switch is an error, the rest not (one call site per severity:
                 # rclpy raises at a site that logged another one before)
                 if not quiet and not waiting and blocker:
-                    log.warning(f'~/enable true: {message}')
+                    log.warning(f'{enable} true: {message}')
                 elif not quiet and not waiting:
-                    log.error(f'~/enable true: {message}')
+                    log.error(f'{enable} true: {message}')
                 return response
             prefix = f'{message}; ' if message else ''
         response.success, message = self.controller.set_enabled(bool(request.data),
@@ -251,7 +251,7 @@ class ImpedanceNode(Node):
         if request.data and not response.success:
             self.own.schedule_release(time.monotonic())
         if not quiet:
-            log.info(f'~/enable {request.data}: {response.message}')
+            log.info(f'{enable} {request.data}: {response.message}')
         self._publish_state(None, self._now_ns(), force=True)
         return response
 
@@ -270,7 +270,7 @@ class ImpedanceNode(Node):
             self.get_logger().info(f'start_enabled: {response.message}')
         else:
             self.get_logger().error(f'start_enabled: {response.message} (gave up after '
-                                    f'{timeout_s:g} s; ~/enable to try again)')
+                                    f'{timeout_s:g} s; {self.handover.enable} to try again)')
 
     def _on_timer(self) -> None:
         now, ctl = self._now_ns(), self.controller
@@ -295,7 +295,7 @@ class ImpedanceNode(Node):
         await self.handover.reset_after_outage()
         self.get_logger().warning('joint_states is back: ' + (
             'switching in again, then re-ramping (resume_after_fault)' if resume else
-            'staying disabled (resume_after_fault false); ~/enable to resume'))
+            f'staying disabled (resume_after_fault false); {self.handover.enable} to resume'))
         if resume:
             await self._start_enabled()
 

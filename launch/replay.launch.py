@@ -90,12 +90,13 @@ def _player(context, bag, rate, loop, player, state_publisher, control, namespac
 
 
 def _bag_topics(path):
-    """The bag's topics ([] for a bag that cannot be read: the player says why)."""
+    """The bag's topics, or why they cannot be listed (a str: replay_remaps refuses it in
+    a namespace; in the root the player says what is wrong with the bag)."""
     try:
         with open_bag(path) as reader:
             return list(reader.topics)
-    except BagError:
-        return []
+    except BagError as err:
+        return f'{path}: {err}'
 
 
 def _installed(package, executable):

@@ -37,6 +37,11 @@ The robot's own bring-up must then run in the same namespace, with ``/tf`` and
 ``/tf_static`` remapped to ``tf`` and ``tf_static``: the spawner loads the controller into
 ``/NS/controller_manager`` and plag_impedance commands ``/NS/...``.
 
+The controller file is checked for the namespace's controller, and the spawner gets a
+temporary copy keyed ``/NS/plag_arm_position_controller`` (ros2_control >= 2.38.0 on
+Humble, >= 4.15.0 on Jazzy; the robot's controller manager must run on this machine).
+Under an outer ``PushRosNamespace`` of yours the checks still assume ``/NS`` or the root:
+give the whole namespace with ``namespace:=`` (docs/tutorials/live.md).
 Usage: ``ros2 launch plag_ros crane_x7.launch.py [control:=true] [spawn_controller:=false]
 [rviz:=true] [robot_description_source:=topic|file] [controllers_file:=PATH]
 [robot_state_publisher:=true] [params_file:=PATH] [namespace:=NS]``. The arguments, their
@@ -59,6 +64,7 @@ from plag_ros.ros.launch_actions import (
     namespaced,
     plag_node,
     rviz_node,
+    spawner_param_file,
     state_publisher_node,
 )
 from plag_ros.ros.node_setups import (
@@ -73,13 +79,18 @@ from plag_ros.ros.node_setups import (
 
 def check_controller_file(context) -> list:
     """Before the spawner runs (and under its condition): the controller file must be
-    there, readable and complete.
+    there, readable and complete, with a section that reaches the controller in the
+    launch's namespace (controller_file.read_controller_file; the spawner then gets the
+    file itself in the root, a copy keyed ``/NS/plag_arm_position_controller`` in a
+    namespace: launch_actions.spawner_param_file).
 
     The spawner passes only the path, and the controller manager reads the file in its own
     process when it creates the controller: a bad file would fail there, later, with a
     message in the robot's log. Raising here ends the launch with the reason instead.
     """
-    read_controller_file(LaunchConfiguration('controllers_file').perform(context))
+    read_controller_file(LaunchConfiguration('controllers_file').perform(context),
+                         namespace=namespace_of(LaunchConfiguration('namespace')
+                                                .perform(context)))
     return []
 
 
@@ -134,7 +145,8 @@ def generate_launch_description():
                 package='controller_manager',
                 executable='spawner',
                 arguments=[CONTROLLER, '--controller-manager', 'controller_manager',
-                           '--param-file', controllers_file, '--inactive',
+                           '--param-file', spawner_param_file(controllers_file, namespace),
+                           '--inactive',
                            *spawner_type_arguments(os.environ.get('ROS_DISTRO', ''))],
                 output='screen',
                 condition=spawning,

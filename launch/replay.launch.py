@@ -32,6 +32,10 @@ one (docs/tutorials/live.md, "Launch arguments").
 the bag, node_setups.replay_remaps); ``/clock`` stays in the root, where rclpy's time
 source listens, so two replays on one graph still need two ROS domains.
 
+With ``player:=ros2`` a bag whose topics cannot be listed ends the launch (unremapped,
+``ros2 bag play`` would publish them in the root). Under an outer ``PushRosNamespace`` of
+yours the checks and the bag's topics still assume ``/NS`` or the root: give the whole
+namespace with ``namespace:=`` (docs/tutorials/live.md).
 Usage: ``ros2 launch plag_ros replay.launch.py bag:=/path/to/bag [rate:=1.0]
 [loop:=true] [player:=plag|ros2] [rviz:=true] [control:=true]
 [robot_description_source:=file|topic] [robot_state_publisher:=auto|true|false]
@@ -90,12 +94,13 @@ def _player(context, bag, rate, loop, player, state_publisher, control, namespac
 
 
 def _bag_topics(path):
-    """The bag's topics ([] for a bag that cannot be read: the player says why)."""
+    """The bag's topics, or why they cannot be listed (a str: replay_remaps refuses it in
+    a namespace; in the root the player says what is wrong with the bag)."""
     try:
         with open_bag(path) as reader:
             return list(reader.topics)
-    except BagError:
-        return []
+    except BagError as err:
+        return f'{path}: {err}'
 
 
 def _installed(package, executable):

@@ -24,7 +24,9 @@ one (docs/tutorials/live.md, "Launch arguments").
 
 ``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
 services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
-(docs/tutorials/live.md, "Launch arguments").
+(docs/tutorials/live.md, "Launch arguments"). Under an outer ``PushRosNamespace`` of
+yours the launch-time checks still assume ``/NS`` or the root: give the whole namespace
+with ``namespace:=``.
 
 Usage: ``ros2 launch plag_ros sim.launch.py [control:=true] [rviz:=true]
 [params_file:=PATH] [namespace:=NS]`` (``sim_arguments()`` of plag_ros/ros/node_setups.py).

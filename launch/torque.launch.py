@@ -23,7 +23,9 @@ one (docs/tutorials/live.md, "Launch arguments").
 
 ``namespace:=NS`` (default '': the root) starts every node under ``/NS``: its topics,
 services and TF (``/NS/tf``) are that arm's own, beside another arm's bring-up
-(docs/tutorials/live.md, "Launch arguments").
+(docs/tutorials/live.md, "Launch arguments"). Under an outer ``PushRosNamespace`` of
+yours the launch-time checks still assume ``/NS`` or the root: give the whole namespace
+with ``namespace:=``.
 
 Usage: ``ros2 launch plag_ros torque.launch.py [port:=/dev/ttyUSB0] [control:=true]
 [rviz:=true] [robot_description_source:=file|topic] [params_file:=PATH]

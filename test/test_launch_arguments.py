@@ -496,6 +496,23 @@ def test_a_replay_plays_the_bag_into_its_namespace_but_clock():
     assert parser.parse_args(['bag', '--namespace', 'arm1']).namespace == 'arm1'
 
 
+def test_a_namespaced_ros2_replay_of_a_bag_without_listable_topics_does_not_play(tmp_path):
+    """Without its --remap arguments ros2 bag play would publish the bag's absolute topics
+    (/crane_x7_arm_controller/joint_trajectory among them) in the root namespace: in a
+    namespace an unreadable bag ends the launch with the reason; in the root nothing
+    changes (the player reports the bag)."""
+    with pytest.raises(ValueError, match=r'namespace:=arm1 player:=ros2.*b: no bag.*player:=plag'):
+        node_setups.replay_remaps('b: no bag', '/arm1')
+    assert node_setups.replay_remaps('b: no bag', None) == []
+    # the launch file's _bag_topics gives the reason, not [], for a bag it cannot open
+    tree = ast.parse((REPO / 'launch' / 'replay.launch.py').read_text())
+    handler, = [h for h in ast.walk(_function(tree, '_bag_topics'))
+                if isinstance(h, ast.ExceptHandler)]
+    assert ast.unparse(handler.type) == 'BagError' and handler.name == 'err'
+    returned, = [r for r in ast.walk(handler) if isinstance(r, ast.Return)]
+    assert ast.unparse(returned.value) == "f'{path}: {err}'"
+
+
 def test_a_params_file_must_reach_the_namespaced_node(tmp_path):
     """Under namespace:=arm1 a bare ``plag_impedance:`` section reaches /plag_impedance
     only: the node would start without the file's values. ``/**/`` reaches it."""

@@ -318,7 +318,7 @@ def test_crane_x7_launch_control_beside_a_stand_in_robot(share, tmp_path):
         assert argv_file.read_text().split('\n')[:6] == [
             CONTROLLER, '--controller-manager', 'controller_manager', '--param-file',
             str(controllers), '--inactive']
-        section = yaml.safe_load(controllers.read_text())[f'/**/{CONTROLLER}'][
+        section = yaml.safe_load(controllers.read_text())[CONTROLLER][
             'ros__parameters']
         assert section['joints'] == ARM_JOINTS
         run.end_cleanly()
@@ -377,9 +377,9 @@ def test_spawner_names_the_controller_type_on_humble_only(share):
     controllers = yaml.safe_load((share / 'config' / 'crane_x7_controllers.yaml').read_text())
     # The type sits in the controller's own section, where the spawner reads it; the file
     # has no controller_manager section (the robot's controller manager never reads it).
-    # (keyed /**/: the spawner refuses a bare name in a namespace)
-    assert CONTROLLER_TYPE == controllers[f'/**/{CONTROLLER}']['ros__parameters']['type']
-    assert set(controllers) == {f'/**/{CONTROLLER}'}
+    # (bare: the key every spawner release takes in the root; the launch re-keys it in a namespace)
+    assert CONTROLLER_TYPE == controllers[CONTROLLER]['ros__parameters']['type']
+    assert set(controllers) == {CONTROLLER}
     assert launch_file.spawner_type_arguments('humble') == [
         '--controller-type', CONTROLLER_TYPE]
     for distro in ('jazzy', 'kilted', 'rolling', ''):

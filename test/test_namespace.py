@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,8 +31,8 @@ from plag_ros.ros import interfaces
 
 FACTS = yaml.safe_load((REPO / 'test' / 'data' / 'namespace_upstream.yaml').read_text())
 CONFIG = REPO / 'config'
-PARAMETER_FILES = ('crane_x7.yaml', 'impedance.yaml', 'sim.yaml', 'torque_mode.yaml',
-                   'crane_x7_controllers.yaml')
+# (crane_x7_controllers.yaml is keyed for the root: the launch re-keys it in a namespace)
+PARAMETER_FILES = ('crane_x7.yaml', 'impedance.yaml', 'sim.yaml', 'torque_mode.yaml')
 ARM = '/arm1'
 # torque mode's effort path (its fault policy is the only one ImpedanceSettings admits there)
 TORQUE_MODE = {'command_interface': 'effort', 'switch.method': 'driver',
@@ -189,20 +190,97 @@ def test_every_bundled_section_reaches_its_node_in_the_root_and_in_a_namespace(f
             assert section_reaches(key, f'{namespace}/{node}'), (file, key, namespace)
 
 
-def test_the_spawner_takes_the_controllers_section_in_a_namespace(tmp_path):
-    """The spawner's keys for a controller in /arm1 (a bare name is refused there)."""
-    from plag_ros.ros.controller_file import CONTROLLER, read_controller_file
-    facts = FACTS['parameter_sections']['spawner']
+def _release_cases(namespace: str, key: str) -> list[tuple[str, bool]]:
+    """The recorded releases and whether each takes ``key`` for the controller spawned in
+    ``namespace``."""
+    from plag_ros.ros.controller_file import CONTROLLER
+    return [(release, works) for release, ns, template, works
+            in FACTS['controller_section_keys']['cases']
+            if ns.format(ns=ARM) == namespace and
+            template.format(controller=CONTROLLER, ns=ARM) == key]
+
+
+def test_the_spawner_gets_a_key_every_supported_release_takes():
+    """The root's file keeps its bare key (a /**/ key fails on Humble <= 2.37.0 and 2.43.x
+    and on Jazzy < 4.19.0); in a namespace the spawner gets the full name, which every
+    release from the recorded minimum takes, and rcl gives the controller's node."""
+    from plag_ros.ros.controller_file import CONTROLLER, section_reaches, spawner_key
+    facts = FACTS['controller_section_keys']
     content = yaml.safe_load((CONFIG / 'crane_x7_controllers.yaml').read_text())
-    key, = content
-    keys = [k.format(controller=CONTROLLER, namespace=ARM) for k in facts['keys']]
-    assert key in keys and key != CONTROLLER, key
-    # and plag_ros reads the file whichever key of the spawner's root ones it has
-    shipped = read_controller_file(CONFIG / 'crane_x7_controllers.yaml')
-    for other in (CONTROLLER, f'/{CONTROLLER}', f'/**/{CONTROLLER}'):
-        path = tmp_path / 'controllers.yaml'
-        path.write_text(yaml.safe_dump({other: content[key]}))
-        assert read_controller_file(path).joints == shipped.joints, other
+    assert set(content) == {spawner_key(None)} == {spawner_key('/')} == {CONTROLLER}
+    root = _release_cases('/', CONTROLLER)
+    assert root and all(works for _, works in root), root
+    assert not all(works for _, works in _release_cases('/', f'/**/{CONTROLLER}'))
+    key = spawner_key(ARM)
+    cases = _release_cases(ARM, key)
+    assert key == f'{ARM}/{CONTROLLER}' and cases
+    old = {'humble <= 2.37.0', 'jazzy 4.10.0-4.14.0'}     # below namespace_minimum
+    assert facts['namespace_minimum'] == {'humble': '2.38.0', 'jazzy': '4.15.0'}
+    assert {release for release, works in cases if not works} == old
+    spawner = FACTS['parameter_sections']['spawner']
+    assert key in [k.format(controller=CONTROLLER, namespace=ARM) for k in spawner['keys']]
+    assert key != CONTROLLER and section_reaches(key, f'{ARM}/{CONTROLLER}')
+
+
+def test_a_namespaced_spawner_gets_a_copy_of_the_section_keyed_by_its_full_name(tmp_path):
+    from plag_ros.ros.controller_file import (
+        CONTROLLER,
+        read_controller_file,
+        spawner_copy,
+        spawner_file,
+    )
+    shipped = CONFIG / 'crane_x7_controllers.yaml'
+    section = yaml.safe_load(shipped.read_text())[CONTROLLER]
+    copy = spawner_copy(shipped, ARM)
+    assert copy == {f'{ARM}/{CONTROLLER}': section}
+    # in the root the spawner gets the file itself, as before the namespace argument
+    assert spawner_file(str(shipped), None) == str(shipped)
+    written = Path(spawner_file(str(shipped), ARM))
+    try:
+        assert written != shipped and yaml.safe_load(written.read_text()) == copy
+        fields = ('type', 'joints', 'interface_name')
+        assert [getattr(read_controller_file(written, namespace=ARM), f) for f in fields] == \
+            [getattr(read_controller_file(shipped), f) for f in fields]
+    finally:
+        written.unlink()
+
+
+@pytest.mark.parametrize('key, namespace, usable', [
+    ('{c}', None, True),
+    ('/**/{c}', None, False),        # the root's check is the bare key's, as before
+    ('/{c}', None, False),
+    ('{c}', ARM, True),              # re-keyed for the spawner
+    ('/**/{c}', ARM, True),
+    ('/arm1/{c}', ARM, True),
+    ('/{c}', ARM, False),            # reaches the root's controller only
+    ('/arm2/{c}', ARM, False),
+    ('/arm1/{c}', None, False),
+])
+def test_the_launch_refuses_a_controllers_file_that_misses_the_namespaced_controller(
+        tmp_path, key, namespace, usable):
+    """Without the check the spawner fails well after start ("Missing namespace" or no
+    parameters for the controller); the refusal says how to key the section."""
+    from plag_ros.ros.controller_file import CONTROLLER, ControllerFileError, read_controller_file
+    section = yaml.safe_load((CONFIG / 'crane_x7_controllers.yaml').read_text())[CONTROLLER]
+    path = tmp_path / 'controllers.yaml'
+    path.write_text(yaml.safe_dump({key.format(c=CONTROLLER): section}))
+    if usable:
+        assert read_controller_file(path, namespace=namespace).joints == \
+            tuple(section['ros__parameters']['joints'])
+    elif namespace:
+        with pytest.raises(ControllerFileError, match=(
+                rf'no section for {ARM}/{CONTROLLER} \(namespace:=arm1\): key it '
+                rf'`{CONTROLLER}:` .* or `{ARM}/{CONTROLLER}:`')):
+            read_controller_file(path, namespace=namespace)
+    else:
+        with pytest.raises(ControllerFileError, match=rf'has no {CONTROLLER}: ros__parameters'):
+            read_controller_file(path, namespace=namespace)
+    # crane_x7.launch.py checks the file for its namespace
+    import ast
+    tree = ast.parse((REPO / 'launch' / 'crane_x7.launch.py').read_text())
+    check, = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+              and f.name == 'check_controller_file']
+    assert "namespace=namespace_of(LaunchConfiguration('namespace')" in ast.unparse(check)
 
 
 # ------------------------------------------------------- a name outside the namespace

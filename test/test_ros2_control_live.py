@@ -377,7 +377,7 @@ def test_a_relaunch_with_an_edited_file_is_detected(session):
     edited = s.tmp / 'crane_x7_controllers.yaml'
     content = yaml.safe_load((installed_share(ENABLE) / 'config' /
                               'crane_x7_controllers.yaml').read_text())
-    joints = content[f'/**/{CONTROLLER}']['ros__parameters']['joints']
+    joints = content[CONTROLLER]['ros__parameters']['joints']
     joints[5], joints[6] = joints[6], joints[5]
     edited.write_text(yaml.safe_dump(content))
     s.state.clear()

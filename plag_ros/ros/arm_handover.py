@@ -112,7 +112,7 @@ class ArmHandover:
         if self.kind == 'forward' and settings.command.controller_file:
             try:
                 self._file = read_controller_file(settings.command.controller_file,
-                                                  self.controller)
+                                                  self.controller, node.get_namespace())
             except ControllerFileError as err:
                 self.joint_check = f'{err} (command.controller_file)'
                 node.get_logger().error(self.joint_check)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ import yaml
 
 __all__ = ['CONTROLLER', 'CONTROLLER_TYPE', 'ControllerFile', 'ControllerFileError',
            'differences', 'node_section', 'read_controller_file', 'section_reaches',
-           'spawner_type_arguments']
+           'spawner_copy', 'spawner_file', 'spawner_key', 'spawner_type_arguments']
 
 # The name core.impedance_settings.FORWARD_CONTROLLER gives too (a test holds them equal);
 # not imported from there: that module pulls in torch, and launch files import this one.
@@ -102,34 +103,24 @@ class ControllerFile:
     interface_name: str
 
 
-def read_controller_file(path: str | os.PathLike, controller: str = CONTROLLER
-                         ) -> ControllerFile:
-    """Read ``controller``'s section of the ros2_control parameter file ``path``.
+def read_controller_file(path: str | os.PathLike, controller: str = CONTROLLER,
+                         namespace: str | None = None) -> ControllerFile:
+    """Read ``controller``'s section of the ros2_control parameter file ``path``, for the
+    controller in ``namespace`` (``/arm1``; None or ``/``: the root).
+
+    In the root the section is the bare ``controller:`` key, the one every spawner release
+    takes there (see :func:`spawner_key`). In a namespace it is every section that rcl
+    gives the controller's node (:func:`section_reaches`: ``/arm1/<controller>``,
+    ``/**/<controller>``, ``/**``) and the bare key, which crane_x7.launch.py re-keys
+    (:func:`spawner_copy`), merged in the file's order.
 
     Raises:
-        ControllerFileError: the file is missing, unreadable, not YAML, or lacks the
-            controller's ``type``, ``joints`` (unique names) or ``interface_name: position``.
+        ControllerFileError: the file is missing, unreadable, not YAML, has no such section
+            (in a namespace the message says how to key it), or lacks the controller's
+            ``type``, ``joints`` (unique names) or ``interface_name: position``.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ControllerFileError(f'controller file {path} does not exist') from None
-    except OSError as err:   # a directory, no permission
-        raise ControllerFileError(f'controller file {path} cannot be read: {err}') from None
-    try:
-        content = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ControllerFileError(f'controller file {path} is not valid YAML: {err}') from None
-    # the sections the spawner takes for it in any namespace: `name`, `/name` (the root
-    # only) and `/**/name` (ros2_control humble 0941f73 controller_manager_services.py:331-336)
-    keys = (controller, f'/{controller}', f'/**/{controller}')
-    key = next((k for k in keys if isinstance(content, Mapping) and k in content), controller)
-    section = content.get(key) if isinstance(content, Mapping) else None
-    parameters = section.get('ros__parameters') if isinstance(section, Mapping) else None
-    if not isinstance(parameters, Mapping):
-        raise ControllerFileError(f'controller file {path} has no /**/{controller}: '
-                                  'ros__parameters: section')
+    key, parameters = _section(path, controller, namespace)
     where = f'{path}: {key}.ros__parameters'
     kind, joints, interface = (parameters.get(k) for k in ('type', 'joints', 'interface_name'))
     if not isinstance(kind, str) or not kind:
@@ -144,6 +135,88 @@ def read_controller_file(path: str | os.PathLike, controller: str = CONTROLLER
         raise ControllerFileError(f'{where}.interface_name must be {INTERFACE!r} (the '
                                   f'CRANE-X7 exports position commands only), got {interface!r}')
     return ControllerFile(path, kind, tuple(joints), interface)
+
+
+def _content(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ControllerFileError(f'controller file {path} does not exist') from None
+    except OSError as err:   # a directory, no permission
+        raise ControllerFileError(f'controller file {path} cannot be read: {err}') from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ControllerFileError(f'controller file {path} is not valid YAML: {err}') from None
+
+
+def _section(path: Path, controller: str, namespace: str | None
+             ) -> tuple[str, Mapping[str, object]]:
+    """The key (or keys, joined) and the ``ros__parameters`` of ``controller``'s section
+    (:func:`read_controller_file`)."""
+    content = _content(path)
+    sections = content if isinstance(content, Mapping) else {}
+    if not namespace or namespace == '/':
+        section = sections.get(controller)
+        parameters = section.get('ros__parameters') if isinstance(section, Mapping) else None
+        if not isinstance(parameters, Mapping):
+            raise ControllerFileError(f'controller file {path} has no {controller}: '
+                                      'ros__parameters: section')
+        return controller, parameters
+    full = f'{namespace.rstrip("/")}/{controller}'
+    keys: list[str] = []
+    merged: dict[str, object] = {}
+    for key, section in sections.items():
+        found = section.get('ros__parameters') if isinstance(section, Mapping) else None
+        if isinstance(key, str) and isinstance(found, Mapping) and \
+                (key == controller or section_reaches(key, full)):
+            keys.append(key)
+            merged = _merged(merged, found)
+    if not keys:
+        raise ControllerFileError(
+            f'controller file {path} has no section for {full} (namespace:='
+            f'{namespace.strip("/")}): key it `{controller}:` (the launch hands the spawner '
+            f'a copy keyed {full}) or `{full}:`; a key like `/{controller}:` reaches the '
+            'controller in the root only')
+    return ', '.join(keys), merged
+
+
+def spawner_key(namespace: str | None, controller: str = CONTROLLER) -> str:
+    """The key of ``controller``'s section in the file crane_x7.launch.py hands the
+    spawner: the bare name in the root, the full name ``/arm1/<controller>`` in a namespace.
+
+    Those are the keys every supported ros2_control release takes (the versions, files and
+    lines are test/data/namespace_upstream.yaml's ``controller_section_keys``): Humble's
+    spawner up to 2.37.0 passes the bare name to ros2param, which takes that key or ``/**``
+    only, and Jazzy's before 4.19.0 looks the type up under the bare name (root) or
+    ``<namespace>/<controller>`` only, so ``/**/<controller>`` fails there.
+    """
+    return controller if not namespace or namespace == '/' else \
+        f'{namespace.rstrip("/")}/{controller}'
+
+
+def spawner_copy(path: str | os.PathLike, namespace: str,
+                 controller: str = CONTROLLER) -> dict[str, object]:
+    """The content of the file the spawner gets for ``controller`` in ``namespace``: the
+    section :func:`read_controller_file` reads there, keyed :func:`spawner_key`."""
+    read_controller_file(path, controller, namespace)      # refuses an unusable file
+    _, parameters = _section(Path(path), controller, namespace)
+    return {spawner_key(namespace, controller): {'ros__parameters': dict(parameters)}}
+
+
+def spawner_file(path: str, namespace: str | None, controller: str = CONTROLLER) -> str:
+    """The file to hand the spawner: ``path`` itself in the root; in a namespace a copy
+    (:func:`spawner_copy`) written to a new temporary file, whose path it returns. The
+    controller manager opens the path it is given, so it must run on this machine."""
+    if not namespace or namespace == '/':
+        read_controller_file(path, controller)
+        return path
+    content = spawner_copy(path, namespace, controller)
+    handle, copy = tempfile.mkstemp(prefix=f'{controller}_', suffix='.yaml')
+    with os.fdopen(handle, 'w') as out:
+        out.write(f'# {controller} of {path}, keyed for {namespace} by plag_ros\n')
+        yaml.safe_dump(content, out, default_flow_style=False, sort_keys=False)
+    return copy
 
 
 def differences(expected: ControllerFile, loaded: Mapping[str, object]) -> list[str]:

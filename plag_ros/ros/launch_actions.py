@@ -61,6 +61,24 @@ def namespaced(namespace: Any, actions: Sequence[Any]) -> Any:
     return GroupAction([OpaqueFunction(function=push), *actions])
 
 
+def spawner_param_file(controllers_file: Any, namespace: Any) -> Any:
+    """The spawner's ``--param-file``: a substitution that gives the ``controllers_file``
+    launch configuration's file itself in the root and, in the namespace the ``namespace``
+    one names, a temporary copy keyed by the controller's full name
+    (controller_file.spawner_file: no spawner release takes one key in both).
+    """
+    from launch.substitution import Substitution
+
+    from plag_ros.ros.controller_file import spawner_file
+
+    class SpawnerParamFile(Substitution):
+        def perform(self, context: Any) -> str:
+            return spawner_file(controllers_file.perform(context),
+                                namespace_of(namespace.perform(context)))
+
+    return SpawnerParamFile()
+
+
 def plag_node(setup: NodeSetup, share: Any, control: Any, params_file: Any,
               namespace: Any) -> Any:
     """The launch_ros ``Node`` of one setup, made when the launch runs (an

@@ -234,9 +234,23 @@ def namespaced_topic(topic: str, namespace: str | None) -> str:
     return topic if not namespace or topic == CLOCK else f'{namespace}{topic}'
 
 
-def replay_remaps(topics: Sequence[str], namespace: str | None) -> list[str]:
+def replay_remaps(topics: Sequence[str] | str, namespace: str | None) -> list[str]:
     """``ros2 bag play``'s ``--remap`` arguments that play every bag topic but ``/clock``
-    into ``namespace`` (none in the root): what ``plag-ros replay --namespace`` does."""
+    into ``namespace`` (none in the root): what ``plag-ros replay --namespace`` does.
+
+    ``topics`` is the bag's topics, or, for a bag whose topics cannot be listed, the reason
+    (a str). Without the remaps ``ros2 bag play`` would publish the bag's absolute topics,
+    ``/crane_x7_arm_controller/joint_trajectory`` among them, in the root namespace, where
+    another arm's controllers listen: so in a namespace that raises ``ValueError``.
+    """
+    if isinstance(topics, str):
+        if namespace:
+            raise ValueError(
+                f'namespace:={namespace.lstrip("/")} player:=ros2: the bag\'s topics cannot '
+                f'be listed ({topics}), and without a --remap for each ros2 bag play would '
+                'publish them in the root namespace, where the controllers of another arm may '
+                'listen. Not playing: fix the bag, or use player:=plag.')
+        return []
     pairs = [f'{topic}:={namespaced_topic(topic, namespace)}' for topic in sorted(topics)
              if namespaced_topic(topic, namespace) != topic]
     return ['--remap', *pairs] if pairs else []

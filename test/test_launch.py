@@ -42,10 +42,13 @@ from ros_helpers import REPO, RosClient, start_node
 
 from plag_ros.apps.bringup import (
     SIM_CONTROL_DEMO,
+    BusSpec,
     NodeSpec,
+    config_path,
     robot_specs,
     sim_specs,
     torque_specs,
+    with_params_file,
 )
 from plag_ros.ros.controller_file import CONTROLLER, node_section, read_controller_file
 
@@ -190,6 +193,37 @@ def test_plag_ros_sim_and_run_start_what_the_launch_files_start():
     robot_dynamics, = [n for n in parse_launch(robot)[0] if n.executable == 'dynamics_node']
     assert robot_dynamics.overrides['robot_description_source'] == \
         "LaunchConfiguration('robot_description_source')"
+
+
+def test_plag_ros_params_file_comes_where_the_launch_files_put_params_file(tmp_path):
+    """``plag-ros sim|run --params-file F``: F after each node's bundled file and before
+    the command's own settings (``-p``), the order of the launch files' ``params_file:=``
+    (node_setups.parameter_layers); the bus process takes none. A file that sets what the
+    command sets (the port) or torque mode fixes (the switch), or no file at all, is
+    refused with the reason, as the launch files refuse it."""
+    def written(name: str, section: str, parameters: dict) -> str:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump({section: {'ros__parameters': parameters}}))
+        return str(path)
+
+    own = written('own.yaml', '/**/plag_driver', {'stale_s': 2.0})
+    for spec in with_params_file(torque_specs('/dev/ttyUSB0', True), own):
+        command = spec.command()
+        files = [command[i + 1] for i, arg in enumerate(command) if arg == '--params-file']
+        assert files == [str(config_path(str(spec.params_file))), own], spec.module
+        assert command.index(own) < (command.index('-p') if '-p' in command
+                                     else len(command)), spec.module
+    bus = BusSpec('/tmp/dxl0')
+    assert with_params_file([bus], own) == [bus]
+    for name, section, parameters, reason in [
+            ('port.yaml', '/**/plag_driver', {'port': '/dev/ttyUSB1'}, 'port'),
+            ('switch.yaml', '/**/plag_impedance', {'switch': {'method': 'none'}},
+             'switch.method')]:
+        with pytest.raises(ValueError, match=reason):
+            with_params_file(torque_specs('/dev/ttyUSB0', True),
+                             written(name, section, parameters))
+    with pytest.raises(ValueError, match='no such file'):
+        with_params_file(sim_specs(False), str(tmp_path / 'missing.yaml'))
 
 
 def test_parameter_and_rviz_files_exist_and_address_the_node():

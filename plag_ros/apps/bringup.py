@@ -61,7 +61,15 @@ import numpy as np
 
 from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.ros.domains import isolate
-from plag_ros.ros.node_setups import NodeSetup, robot_setup, running, sim_setup, torque_setup
+from plag_ros.ros.node_setups import (
+    NodeSetup,
+    check_params_file,
+    own_params_file,
+    robot_setup,
+    running,
+    sim_setup,
+    torque_setup,
+)
 
 if TYPE_CHECKING:
     from trajectory_msgs.msg import JointTrajectory
@@ -94,7 +102,10 @@ class NodeSpec:
 
     ``params_file`` is a name under ``config/`` or an absolute path; ``params`` are
     ``-p name:=value`` overrides (YAML scalars or lists), ``remaps`` ``-r from:=to``;
-    ``name`` (``-r __node:=name``) replaces the node's own default name.
+    ``name`` (``-r __node:=name``) replaces the node's own default name. ``own_params_file``
+    (``--params-file``) comes between the bundled file and the overrides, in the launch
+    files' order (:func:`plag_ros.ros.node_setups.parameter_layers`); ``fixed`` names what
+    it may not set (the setup's).
     """
 
     module: str
@@ -102,12 +113,14 @@ class NodeSpec:
     params: dict[str, object] = field(default_factory=dict)
     remaps: dict[str, str] = field(default_factory=dict)
     name: str | None = None
+    own_params_file: str | None = None
+    fixed: tuple[str, ...] = ()
 
     @classmethod
     def from_setup(cls, setup: NodeSetup) -> NodeSpec:
         """The subprocess of one node of a shared setup (:mod:`plag_ros.ros.node_setups`)."""
         return cls(setup.executable, setup.params_file, dict(setup.overrides),
-                   dict(setup.remappings), setup.name)
+                   dict(setup.remappings), setup.name, fixed=tuple(setup.fixed))
 
     def command(self) -> list[str]:
         args = [sys.executable, '-m', f'plag_ros.ros.nodes.{self.module}', '--ros-args']
@@ -117,6 +130,8 @@ class NodeSpec:
             path = Path(self.params_file)
             args += ['--params-file',
                      str(path if path.is_absolute() else config_path(str(self.params_file)))]
+        if self.own_params_file:
+            args += ['--params-file', self.own_params_file]
         for name, value in self.params.items():
             text = ('true' if value else 'false') if isinstance(value, bool) else str(value)
             args += ['-p', f'{name}:={text}']
@@ -549,7 +564,35 @@ def _report_exits(children: list[NodeProcess], reported: set[NodeProcess]) -> bo
     return ended
 
 
+def with_params_file(specs: list, path: str | None) -> list:
+    """``specs`` with the user's parameter file ``path`` (``--params-file``) after each
+    node's bundled one, checked as the launch files check ``params_file:=``: a file that
+    is not a parameter file, or that sets what this command sets or the setup fixes, is a
+    ValueError that says which (it would be dropped, or retune torque mode, without a
+    word). The bus process takes no parameters."""
+    if not path:
+        return specs
+    own = own_params_file(path)
+    if own is None:
+        return specs
+    own = str(Path(own).expanduser().resolve())
+    out = []
+    for spec in specs:
+        if isinstance(spec, NodeSpec):
+            setup = NodeSetup(spec.module, spec.name or spec.module, str(spec.params_file),
+                              fixed=spec.fixed)
+            check_params_file(own, setup, spec.params)
+            spec = replace(spec, own_params_file=own)
+        out.append(spec)
+    return out
+
+
 def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) -> int:
+    try:
+        specs = with_params_file(specs, getattr(args, 'params_file', None))
+    except ValueError as err:
+        print(f'plag-ros: {err}', file=sys.stderr)
+        return 2
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix='plag_ros_'))
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f'plag-ros: starting {", ".join(s.module for s in specs)} '
@@ -777,6 +820,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--model', type=Path, default=None, metavar='YAML',
                         help='identified.yaml of plag-ros identify for every node '
                              '(model.parameters)')
+    parser.add_argument('--params-file', default=None, metavar='YAML',
+                        help="a ROS 2 parameter file for the nodes, after their bundled "
+                             "config (as the launch files' params_file:=; key a node's "
+                             'section /**/plag_driver, or /** for all)')
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -57,7 +57,6 @@ IMPORTS: dict[str, tuple[str, str, str]] = {
     'backports': (VIA, 'backports.zstd', 'rosbags'),
     'compression': (VIA, '', ''),       # the standard library's zstd from Python 3.14 on
     'rclpy': (ROS, 'rclpy', ''),
-    'ament_index_python': (ROS, 'ament_index_python', ''),
     'rcl_interfaces': (ROS, 'rcl_interfaces', ''),
     'builtin_interfaces': (ROS, 'builtin_interfaces', ''),
     'std_msgs': (ROS, 'std_msgs', ''),
@@ -72,7 +71,7 @@ IMPORTS: dict[str, tuple[str, str, str]] = {
     'launch': (ROS, 'launch', ''),
     'launch_ros': (ROS, 'launch_ros', ''),
 }
-PULLED_BY_RCLPY = {'ament_index_python', 'rcl_interfaces', 'builtin_interfaces'}
+PULLED_BY_RCLPY = {'rcl_interfaces', 'builtin_interfaces'}
 """ROS packages the code imports that come with the rclpy wheel, not listed beside it."""
 NO_WHEEL = {'controller_manager_msgs', 'launch', 'launch_ros'}
 """ROS packages without a ros-* wheel on PyPI: only a ROS install has them (their tests are

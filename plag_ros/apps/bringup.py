@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from plag_ros.apps.stop_signals import stop_on_signals
+from plag_ros.core.common.shipped import shipped_file
 from plag_ros.ros.domains import isolate
 from plag_ros.ros.node_setups import (
     NodeSetup,
@@ -82,18 +83,8 @@ DYNAMICS = '/plag_dynamics'
 
 
 def config_path(name: str) -> Path:
-    """Path of ``config/<name>``: installed share directory, else the source tree."""
-    candidates = [Path(__file__).resolve().parents[2] / 'config' / name]   # the checkout
-    try:
-        from ament_index_python.packages import get_package_share_directory
-        candidates.insert(0, Path(get_package_share_directory('plag_ros')) / 'config' / name)
-    except Exception:  # noqa: BLE001 - not installed with colcon
-        pass
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f'config file {name!r} not found in '
-                            + ', '.join(str(p) for p in candidates))
+    """Path of ``config/<name>``: the checkout's, else an install's (:func:`shipped_file`)."""
+    return shipped_file('config', name)
 
 
 @dataclass

@@ -28,12 +28,13 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from plag_ros.core.common.shipped import shipped_file
 
 __all__ = ['MOVING_JOINT_TYPES', 'ModelChanges', 'RobotModel', 'actuation_matrix',
            'broken_triangle', 'default_urdf_path', 'without_xml_declaration']
@@ -92,21 +93,9 @@ _REJECTED_JOINT_TYPES = ('floating', 'planar')
 
 
 def default_urdf_path() -> Path:
-    """Path of the bundled CRANE-X7 URDF: the source tree, or an installed share directory.
-
-    An install (colcon or pip) puts it in ``<prefix>/share/plag_ros/urdf``; the prefixes
-    are those of ``AMENT_PREFIX_PATH`` (what ``ament_index_python`` searches, read here
-    without importing ROS) and the interpreter's own.
-    """
-    name = Path('share') / 'plag_ros' / 'urdf' / 'crane_x7.urdf'
-    prefixes = [p for p in os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep) if p]
-    candidates = [Path(__file__).resolve().parents[3] / 'urdf' / 'crane_x7.urdf',
-                  *(Path(prefix) / name for prefix in [*prefixes, sys.prefix])]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError('bundled crane_x7.urdf not found in ' +
-                            ', '.join(str(p) for p in candidates))
+    """Path of the bundled CRANE-X7 URDF: the checkout's, else an install's (colcon or pip:
+    :func:`~plag_ros.core.common.shipped.shipped_file`)."""
+    return shipped_file('urdf', 'crane_x7.urdf')
 
 
 def _rpy_to_matrix(rpy: Sequence[float]) -> np.ndarray:

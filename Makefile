@@ -43,6 +43,13 @@ run_tests = ($(3) $(PYTEST_ONE) -n $(PYTEST_WORKERS) --dist loadfile --no-loadsc
 		-m '$(2)not alone' --junitxml=$(REPORTS)/$(1).xml test || [ $$? -eq 5 ]) && \
 	($(3) $(PYTEST_ONE) -m '$(2)alone' --junitxml=$(REPORTS)/$(1)-alone.xml test \
 		|| [ $$? -eq 5 ])
+# The lab's install and colcon (lab-venv), where test_lab_install.py finds them
+LAB_VENV ?= $(VENV)-lab
+COLCON_VENV ?= $(VENV)-colcon
+export PLAG_LAB_VENV := $(abspath $(LAB_VENV))
+export PLAG_COLCON_VENV := $(abspath $(COLCON_VENV))
+PACKAGE_FILES := setup.py setup.cfg package.xml $(shell find plag_ros -name '*.py' \
+	-o -name '*.yaml' -o -name 'py.typed')
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
@@ -52,7 +59,7 @@ find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bi
 	$(shell command -v python$(1) 2>/dev/null),$\
 	$(error no Python $(1): install it (e.g. pyenv install $(1)) or put python$(1) on PATH))
 
-.PHONY: venv test-venv docs-venv demo docs lint test test-venv-jazzy test-jazzy \
+.PHONY: venv test-venv lab-venv docs-venv demo docs lint test test-venv-jazzy test-jazzy \
 	test-venv-humble test-humble bench clean
 
 $(VENV)/.installed: requirements.txt requirements/libraries.txt requirements/ros-$(ROS).txt \
@@ -70,11 +77,37 @@ $(VENV)/.test-installed: $(VENV)/.installed $(TEST_REQUIREMENTS) requirements/te
 	$(PIP) install -q $(PIP_C) -r $(TEST_REQUIREMENTS)
 	touch $@
 
+# A lab's install beside the test venv (test/test_lab_install.py): what `pip install
+# '.[driver]'` declares, with the ROS wheels standing in for a ROS install, and no test tool;
+# this checkout's plag_ros put in again (not editable) whenever it changes. And colcon with
+# ament from the registries, in a virtualenv of their own.
+$(LAB_VENV)/.installed: setup.py requirements/libraries.txt requirements/ros-$(ROS).txt \
+		$(CONSTRAINTS)
+	rm -rf $(LAB_VENV)
+	$(PYTHON) -m venv $(LAB_VENV)
+	$(LAB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LAB_VENV)/bin/python -m pip install -q $(PIP_C) torch==2.13.0 '.[driver]' \
+		-r requirements/ros-$(ROS).txt
+	touch $@
+
+$(LAB_VENV)/.package: $(LAB_VENV)/.installed $(PACKAGE_FILES)
+	$(LAB_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	touch $@
+
+$(COLCON_VENV)/.installed: requirements/colcon.txt
+	rm -rf $(COLCON_VENV)
+	$(PYTHON) -m venv $(COLCON_VENV)
+	$(COLCON_VENV)/bin/python -m pip install -q --upgrade pip
+	$(COLCON_VENV)/bin/python -m pip install -q -r requirements/colcon.txt
+	touch $@
+
 $(VENV)/.docs-installed: $(VENV)/.installed requirements/docs.txt
 	$(PIP) install -q $(PIP_C) -r requirements/docs.txt
 	touch $@
 
 venv: $(VENV)/.installed
+
+lab-venv: $(LAB_VENV)/.package $(COLCON_VENV)/.installed
 
 test-venv: $(VENV)/.test-installed
 
@@ -94,7 +127,8 @@ lint: test-venv
 
 # The core home first, with ROS made unimportable (conftest.py), then the rest. With
 # PYTEST_MARKS (test-jazzy, test-humble) one run of those homes.
-test: lint
+# test_lab_install.py is `long`: where those run, the lab's install comes first
+test: lint $(if $(findstring not long,$(PYTEST_MARKS)),,lab-venv)
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
 ifeq ($(PYTEST_MARKS),)
 	$(call run_tests,core,,PLAG_TEST_HOME=core)
@@ -142,4 +176,4 @@ bench: test-venv
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv-jazzy .venv-humble build *.egg-info docs/_build docs/reference/generated
+	rm -rf $(VENV) $(LAB_VENV) $(COLCON_VENV) .venv-jazzy .venv-humble build *.egg-info docs/_build docs/reference/generated

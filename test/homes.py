@@ -29,7 +29,8 @@ CORE, ROS, FLOORS = 'core', 'ros', 'floors'
 # figures are real time on the emulated servo bus, a 200 Hz driver against the servos' 100 ms
 # Bus Watchdog, and a second pytest-xdist worker on the second core starves the bus process
 # ("3 consecutive failed reads" at load 2-3). Their home is still one of the three.
-ALONE = frozenset({'test_bus_driver.py', 'test_bus_sdk.py', 'test_driver_node.py'})
+ALONE = frozenset({'test_bus_driver.py', 'test_bus_sdk.py', 'test_driver_node.py',
+                   'test_lab_install.py'})
 
 # Which homes each suite runs (the Makefile's SUITE_MARKS say the same in pytest's words).
 SUITES = {'kilted': (CORE, ROS, FLOORS), 'jazzy': (ROS,), 'humble': (ROS, FLOORS)}
@@ -80,6 +81,7 @@ HOMES: dict[str, str] = {
     'test_impedance_settings.py': CORE,
     'test_input_thread.py': ROS,
     'test_interfaces.py': ROS,
+    'test_lab_install.py': ROS,
     'test_launch.py': ROS,
     'test_launch_arguments.py': ROS,
     'test_launch_live.py': ROS,
@@ -111,6 +113,7 @@ HOMES: dict[str, str] = {
     'test_ros2_control_live.py': ROS,
     'test_ros_domains.py': ROS,
     'test_rviz_config.py': CORE,
+    'test_shipped.py': CORE,
     'test_sim_node.py': ROS,
     'test_simulation.py': CORE,
     'test_robot_description.py': ROS,

@@ -154,6 +154,23 @@ def test_driver_node_publishes_switches_and_holds_on_sigterm(tmp_path):
             bus.process.kill()
 
 
+def bend(client: RosClient) -> None:
+    """The arm from its home pose (where current mode is refused: the shoulder tilt sits on
+    its limit) to a bent one through plag_driver's forward position path, then back on the
+    JTC."""
+    forward = client.publisher(Float64MultiArray, '/plag_arm_position_controller/commands')
+    client.set_parameters('/plag_driver',
+                          {'active_arm_controller': 'plag_arm_position_controller'})
+    client.wait_for_subscribers(forward)
+    for k in range(200):
+        s = min(1.0, k / 150)
+        forward.publish(Float64MultiArray(data=[0.0, 0.6 * s, 0.0, -1.2 * s, 0.0, 0.5 * s,
+                                                0.0]))
+        time.sleep(0.01)
+    client.set_parameters('/plag_driver', {'active_arm_controller': 'crane_x7_arm_controller'})
+    time.sleep(0.5)
+
+
 def bent_torque_stack(client: RosClient, bus: EmulatedBus, tmp_path, nodes: list, *,
                       remaps: dict | None = None) -> tuple[list, list]:
     """plag_driver on the emulated ``bus``, the arm bent through the forward position
@@ -166,17 +183,7 @@ def bent_torque_stack(client: RosClient, bus: EmulatedBus, tmp_path, nodes: list
     nodes.append(start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
                             params={'port': str(bus.link), **LOADED}))
     client.wait_for(lambda: reports, 60.0, 'the driver')
-    forward = client.publisher(Float64MultiArray, '/plag_arm_position_controller/commands')
-    client.set_parameters('/plag_driver',
-                          {'active_arm_controller': 'plag_arm_position_controller'})
-    client.wait_for_subscribers(forward)
-    for k in range(200):
-        s = min(1.0, k / 150)
-        forward.publish(Float64MultiArray(data=[0.0, 0.6 * s, 0.0, -1.2 * s, 0.0, 0.5 * s,
-                                                0.0]))
-        time.sleep(0.01)
-    client.set_parameters('/plag_driver', {'active_arm_controller': 'crane_x7_arm_controller'})
-    time.sleep(0.5)
+    bend(client)
     nodes.append(start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
                             params_file=ROOT / 'config' / 'torque_mode.yaml',
                             params={'stale_periods': 100.0, 'filter.gap_periods': 100.0},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -765,12 +766,19 @@ def no_current_unwatched(bus, what: str) -> None:
     assert all(m != 0 or not t or w != 0 for m, t, w in zip(modes, torque, watchdogs))
 
 
+def died(driver) -> None:
+    """``driver``'s process died: the kernel closed its descriptors, the port's and its
+    lock's (claim_port), and nothing else happened."""
+    driver._port.closePort()
+    driver._unclaim()
+
+
 def died_in_current_mode(bus):
     """The bent arm left in current mode by a driver whose process died (its port closed,
     nothing put back); a new lockstep driver, not opened."""
     first = lockstep_driver(bus)
     loop(first, 0.2, bent_in_current_mode(first))
-    first._port.closePort()
+    died(first)
     return new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
 
 
@@ -1336,7 +1344,7 @@ def test_a_driver_that_opens_on_a_held_arm_keeps_it_held(bus, monkeypatch, first
     if first_ends == 'closed':
         first.close()
     else:
-        first._port.closePort()                     # killed: no close()
+        died(first)                                 # killed: no close()
     begin = time.monotonic()
     driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
     sent = sync_writes(driver, monkeypatch)
@@ -1355,16 +1363,20 @@ def test_a_driver_that_opens_on_a_held_arm_keeps_it_held(bus, monkeypatch, first
     assert largest_move(record, begin, end) < 0.002
 
 
-def test_a_second_driver_on_the_port_is_refused_before_it_sends_a_byte(bus, monkeypatch):
+def test_a_second_driver_on_the_port_is_refused_before_it_touches_the_line(bus, monkeypatch):
     """A second plag_driver opened on the bus a first one holds (a second launch left on
-    the same ``port:=``): its open is a BusError that says the port is another process's,
-    before it sends anything (every packet the SDK would write is counted); the first
-    goes on holding the bent pose, every servo's torque on, within 2 mrad. Once the first
-    has closed, the port opens again. Before, the second driver configured the servos
-    under the first one's hold."""
+    the same ``port:=``, here at another baud rate): its open is a BusError that says the
+    port is another process's, before it sends anything (every packet the SDK would write
+    is counted) and before it sets the line (the first's termios, speeds included, as
+    they were: pyserial's open sets them and flushes); the first goes on holding the bent
+    pose, every servo's torque on, within 2 mrad. Once the first has closed, the port
+    opens again. Before, the second driver configured the servos under the first one's
+    hold, and then, locking after its open, still set the line."""
     first = lockstep_driver(bus)
     move_to(first, np.array(POSES['bent']), 1.0, 0.3)
-    second = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    line = termios.tcgetattr(first._port.ser.fileno())
+    second = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100,
+                        baud_rate=1_000_000)
     sent: list[bytes] = []
     real_write = sdk.PortHandler.writePort
 
@@ -1378,6 +1390,7 @@ def test_a_second_driver_on_the_port_is_refused_before_it_sends_a_byte(bus, monk
     with pytest.raises(BusError, match='is not ours: another process holds it'):
         second.open()
     assert sent == [] and second._port is None
+    assert termios.tcgetattr(first._port.ser.fileno()) == line
     loop(first, 0.5)
     end = time.monotonic()
     assert not first.fault and first.modes == ['position'] * 8

@@ -159,26 +159,37 @@ class BusError(RuntimeError):
     """The bus cannot be opened or a servo does not answer as it must at start-up."""
 
 
-def claim_port(port: Any) -> str:
-    """Take the exclusive lock on the serial device that ROBOTIS' ``PortHandler`` ``port``
-    has open: '' once it is held, else why not. The lock is ``flock(LOCK_EX | LOCK_NB)``
-    on the open file, the one pyserial's ``exclusive=True`` takes, so a second driver
-    (another launch left on ``port:=/dev/ttyUSB0``, a second namespace) or a tool opened
-    that way is told at once, before it writes anything; the kernel drops the lock with
-    the file, so a killed driver leaves none behind. A port with no serial device (a
-    test double) has nothing to lock."""
-    device = getattr(port, 'ser', None)
-    if device is None:
-        return ''
+def claim_port(port: str) -> int:
+    """Lock the serial device ``port`` for one driver before anything opens it for the
+    bus: a descriptor of its own that holds the lock until it is closed.
+
+    The lock is ``flock(LOCK_EX | LOCK_NB)``, the one pyserial's ``exclusive=True`` takes,
+    on a descriptor opened with no line setting changed (``O_NOCTTY | O_NONBLOCK``). It
+    comes first because every opening of ROBOTIS' ``PortHandler`` (pyserial) sets the
+    speed, DTR and RTS and flushes the buffers: done to the port another driver drives,
+    that alone would cut its replies off (or, at another ``baud_rate``, its bus). So a
+    second driver (another launch left on ``port:=/dev/ttyUSB0``, a second namespace) is
+    told before it touches the line; the kernel drops the lock with the descriptor, so a
+    killed driver leaves none behind. Programs that do not lock (crane_x7_control, a
+    terminal) are not kept out: the lock is advisory.
+
+    Raises:
+        BusError: the device cannot be opened, or another process holds its lock.
+    """
     try:
-        fcntl.flock(device.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return ('another process holds it (a second plag_driver, or a program that opened '
-                'it with pyserial exclusive=True): two drivers on one bus would each '
-                'command the same servos')
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
-        return f'it cannot be locked for this driver alone ({err})'
-    return ''
+        raise BusError(f'cannot open {port}: {err}') from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        why = ('another process holds it (a second plag_driver, or a program that opened '
+               'it with pyserial exclusive=True): two drivers on one bus would each command '
+               'the same servos') if isinstance(err, BlockingIOError) else \
+            f'it cannot be locked for this driver alone ({err})'
+        raise BusError(f'{port} is not ours: {why}') from None
+    return fd
 
 
 ArmController = Literal['crane_x7_arm_controller', 'plag_arm_position_controller',
@@ -461,6 +472,7 @@ class BusDriver:
         self.latency_timer_ms: int | None = None
         """[ms] the USB serial adapter's latency timer, read at :meth:`open` (None: none)."""
         self._port: Any = None
+        self._claim: int | None = None      # claim_port's descriptor while open
         self.log: Callable[[str], object] = lambda message: None
 
     @property
@@ -554,20 +566,21 @@ class BusDriver:
     # ------------------------------------------------------------------ start and stop
     @_serialised
     def open(self) -> Reading:
-        """Open the port, lock it (:func:`claim_port`), find every servo, save what will
+        """Lock the port (:func:`claim_port`), open it, find every servo, save what will
         be changed, configure, hold.
 
         The servos end in position mode holding their present pose with the torque on.
 
         Raises:
             BusError: the port (one that raises too, one another process has locked,
-                refused before anything is sent), a servo that does not answer, or
+                refused before it is opened for the bus), a servo that does not answer, or
                 any other exception on the way (chained); after the configuration burst,
                 once the servos were told to hold without the Bus Watchdog, before it
                 with nothing written.
         """
         sdk = self._sdk
         baud = self.settings.baud_rate or self.config.baud_rate
+        self._claim = claim_port(self.port_name)
         self._port = sdk.PortHandler(self.port_name)
         self._packets = sdk.PacketHandler(2.0)
         try:
@@ -578,11 +591,8 @@ class BusDriver:
             why = ''
         if not opened:
             self._port = None
+            self._unclaim()
             raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
-        taken = claim_port(self._port)
-        if taken:
-            self._close_port()
-            raise BusError(f'{self.port_name} is not ours: {taken}')
         self._unmapped = []                  # the configuration maps every servo
         self._map_due = {}
         try:
@@ -598,6 +608,14 @@ class BusDriver:
         with contextlib.suppress(Exception):
             self._port.closePort()
         self._port = None
+        self._unclaim()
+
+    def _unclaim(self) -> None:
+        """Let the port go (:func:`claim_port`'s descriptor closed)."""
+        if self._claim is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._claim)
+            self._claim = None
 
     def _release_port(self) -> None:
         """An exception out of the SDK's port (pyserial raising in a write or a read)
@@ -978,6 +996,7 @@ class BusDriver:
         finally:
             self._port.closePort()
             self._port = None
+            self._unclaim()
             self._saved = {}          # the next open saves what it finds then
 
     def _closing_hold(self, reading: Reading | None) -> list[int]:

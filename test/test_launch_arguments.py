@@ -396,6 +396,19 @@ def test_torque_modes_effort_path_and_fault_policy_are_not_a_params_file_knob(tm
     section = bundled['/**/plag_impedance']['ros__parameters']
     flat = {**section, **{f'switch.{k}': v for k, v in section['switch'].items()}}
     assert all(key in flat for key in node_setups.TORQUE_MODE_FIXED), flat.keys()
+    # the driver starts in position mode, and a disable or a fault hands back to its hold
+    driver = _setup(node_setups.torque_setup(), 'plag_driver')
+    assert set(driver.fixed) == set(node_setups.DRIVER_FIXED)
+    driver_section = bundled['/**/plag_driver']['ros__parameters']
+    assert driver_section['active_arm_controller'] == flat['switch.fallback'] == \
+        'crane_x7_arm_controller'
+    for setup, text in [(driver, '/**:\n  ros__parameters:\n    active_arm_controller: '
+                                 'plag_arm_effort_controller\n'),
+                        (impedance, '/**/plag_impedance:\n  ros__parameters:\n    switch:\n'
+                                    '      fallback: plag_arm_effort_controller\n')]:
+        with pytest.raises(ValueError, match='is fixed by torque_mode.yaml'):
+            check_params_file(_file(tmp_path, text), setup,
+                              {'robot_description_source': 'file', 'port': '/dev/ttyUSB0'})
     # a file written for crane_x7.launch.py: the position path through controller_manager
     mine = _file(tmp_path, 'plag_impedance:\n  ros__parameters:\n'
                            '    command_interface: position\n    switch:\n'

@@ -32,9 +32,9 @@ import yaml
 
 from plag_ros.ros.controller_file import CONTROLLER, node_section, section_reaches
 
-__all__ = ['CLOCK', 'DESCRIPTION_SOURCES', 'NAMESPACED_NAMES', 'NO_TF', 'PACKAGE', 'PLAYERS',
-           'TF_MODES', 'TORQUE_MODE_FIXED', 'VIEW_INPUTS', 'LaunchArgument', 'NodeSetup',
-           'ReplayTf',
+__all__ = ['CLOCK', 'DESCRIPTION_SOURCES', 'DRIVER_FIXED', 'NAMESPACED_NAMES', 'NO_TF',
+           'PACKAGE', 'PLAYERS', 'TF_MODES', 'TORQUE_MODE_FIXED', 'VIEW_INPUTS', 'LaunchArgument',
+           'NodeSetup', 'ReplayTf',
            'check_params_file', 'is_true', 'namespace_of', 'node_section', 'own_params_file',
            'namespaced_topic', 'parameter_layers', 'replay_arguments', 'replay_remaps',
            'replay_player', 'replay_setup', 'replay_tf', 'robot_arguments', 'robot_setup',
@@ -337,12 +337,16 @@ def _impedance(params_file: str, description_source: object, **overrides: object
 
 
 TORQUE_MODE_FIXED = ('command_interface', 'switch.method', 'switch.driver_node',
-                     'fault_action', 'resume_after_fault', 'gain_check')
+                     'switch.fallback', 'fault_action', 'resume_after_fault', 'gain_check')
 """The controller's parameters of config/torque_mode.yaml that a ``params_file:=`` may not
-change in torque mode: the effort path enabled and disabled through plag_driver, a fault
-held with gravity and never resumed on its own, gains outside the checked region refused. A
-file written for crane_x7.launch.py (position path, controller_manager) would otherwise
-retune current mode without a word."""
+change in torque mode: the effort path enabled and disabled through plag_driver and handed
+back to its position hold, a fault held with gravity and never resumed on its own, gains
+outside the checked region refused. A file written for crane_x7.launch.py (position path,
+controller_manager) would otherwise retune current mode without a word."""
+DRIVER_FIXED = ('active_arm_controller',)
+"""plag_driver's parameters of config/torque_mode.yaml that a ``params_file:=`` may not
+change: the arm starts in position mode (a file starting it on the effort controller would
+open the bus in current mode)."""
 
 
 def sim_setup() -> list[NodeSetup]:
@@ -385,7 +389,8 @@ def torque_setup(port: object = '/dev/ttyUSB0', description_source: object = 'fi
     no robot_description of its own) or 'topic'."""
     return [
         NodeSetup('driver_node', 'plag_driver', 'torque_mode.yaml',
-                  {'port': port, 'robot_description_source': description_source}),
+                  {'port': port, 'robot_description_source': description_source},
+                  fixed=DRIVER_FIXED),
         _dynamics(description_source),
         replace(_impedance('torque_mode.yaml', description_source), fixed=TORQUE_MODE_FIXED),
     ]

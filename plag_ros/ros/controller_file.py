@@ -213,6 +213,8 @@ def spawner_file(path: str, namespace: str | None, controller: str = CONTROLLER)
         return path
     content = spawner_copy(path, namespace, controller)
     handle, copy = tempfile.mkstemp(prefix=f'{controller}_', suffix='.yaml')
+    # readable by a controller manager running as another user (mkstemp gives 0600)
+    os.fchmod(handle, 0o644)
     with os.fdopen(handle, 'w') as out:
         out.write(f'# {controller} of {path}, keyed for {namespace} by plag_ros\n')
         yaml.safe_dump(content, out, default_flow_style=False, sort_keys=False)

@@ -480,6 +480,34 @@ def test_a_servo_of_unknown_mode_in_another_mode_is_brought_back_to_the_hold(bus
     assert largest_move(bus.stop(), begin, end) < HELD_RAD
 
 
+@pytest.mark.parametrize('error', [termios.error(5, 'Input/output error'),
+                                   RuntimeError('injected SDK failure')],
+                         ids=['termios.error', 'RuntimeError'])
+def test_an_sdk_open_that_raises_lets_the_port_go_and_the_next_open_holds(
+        bus, monkeypatch, error):
+    """The SDK's own open of the port raises (its tcflush on an adapter that dropped out
+    mid-open is a termios.error, no OSError; or anything else): the port and its lock
+    (claim_port) are let go, so the next open, plag_driver's bus thread's a second later,
+    holds the arm. Before, the lock stayed with the driver, which then refused every later
+    open of its own as another process's."""
+    driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
+    real, calls = sdk.PortHandler.setBaudRate, itertools.count()
+
+    def raising_once(port, baud):
+        if next(calls) == 0:
+            raise error
+        return real(port, baud)
+
+    monkeypatch.setattr(sdk.PortHandler, 'setBaudRate', raising_once)
+    with pytest.raises((BusError, RuntimeError), match='Input/output error|injected'):
+        driver.open()
+    assert not driver.is_open and driver._claim is None
+    driver.open()
+    loop(driver, 0.2)
+    assert not driver.fault and driver.modes == ['position'] * 8
+    driver.close()
+
+
 @pytest.mark.parametrize('error', [OSError(5, 'Input/output error'),
                                    RuntimeError('injected SDK failure')],
                          ids=['OSError', 'RuntimeError'])

@@ -585,14 +585,17 @@ class BusDriver:
         self._packets = sdk.PacketHandler(2.0)
         try:
             opened = self._port.setBaudRate(baud) and self._port.openPort()
-        except OSError as err:       # pyserial: no such device
-            opened, why = False, f': {err}'
-        else:
-            why = ''
+        except BaseException as err:
+            # the port and its lock let go whatever raised, or every later open would be
+            # refused by this driver's own lock: pyserial's no such device (an OSError), a
+            # tcflush on an adapter that dropped out mid-open (termios.error, no OSError)
+            self._close_port()
+            if not isinstance(err, PORT_ERRORS):
+                raise
+            raise BusError(f'cannot open {self.port_name} at {baud} bit/s: {err}') from None
         if not opened:
-            self._port = None
-            self._unclaim()
-            raise BusError(f'cannot open {self.port_name} at {baud} bit/s{why}')
+            self._close_port()
+            raise BusError(f'cannot open {self.port_name} at {baud} bit/s')
         self._unmapped = []                  # the configuration maps every servo
         self._map_due = {}
         try:
@@ -994,10 +997,12 @@ class BusDriver:
                     + ([f'closing: IDs {armed} may keep their Bus Watchdog armed (their '
                         'hold would lose its gravity offset)'] if armed else [])))
         finally:
-            self._port.closePort()
-            self._port = None
-            self._unclaim()
-            self._saved = {}          # the next open saves what it finds then
+            try:
+                self._port.closePort()
+            finally:
+                self._port = None
+                self._unclaim()
+                self._saved = {}          # the next open saves what it finds then
 
     def _closing_hold(self, reading: Reading | None) -> list[int]:
         """The servos not holding in position mode with the torque on (one sync read; all,

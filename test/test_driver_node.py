@@ -607,16 +607,23 @@ def test_plag_ros_run_driver_runs_the_torque_mode_nodes_on_the_bus(tmp_path):
         bus.stop()
 
 
-def test_the_driver_refuses_simulated_time(tmp_path):
+@pytest.mark.parametrize('given, why', [
+    ({'use_sim_time': True}, 'use_sim_time must be false'),
+    ({'active_arm_controller': 'plag_arm_effort_controller'},
+     'must not start as plag_arm_effort_controller')], ids=['sim_time', 'current_mode'])
+def test_the_driver_refuses_to_start_on_simulated_time_or_in_current_mode(tmp_path, given,
+                                                                          why):
     """The servos' Bus Watchdog and every command's age run on the wall clock: with
     use_sim_time (and no /clock, every stamp and every age 0) the node refuses to start,
-    before it touches a port, and says why."""
+    before it touches a port, and says why. So it does when told to start on the effort
+    controller (a parameter file's, however it was keyed): the bus would open in current
+    mode with nothing commanding it; current mode comes only through the switch."""
     node = start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
-                      params={'port': str(tmp_path / 'no_bus_here'), 'use_sim_time': True})
+                      params={'port': str(tmp_path / 'no_bus_here'), **given})
     try:
         node.process.wait(60)
         assert node.process.returncode == 1, node.tail()
-        assert 'use_sim_time must be false' in node.output()
+        assert why in node.output()
         assert 'AttributeError' not in node.output()     # no half-built node torn down
     finally:
         if node.alive():

@@ -18,7 +18,11 @@ from parameter_files import node_parameters
 from plag_ros.core.common.options import build, options
 from plag_ros.core.control.config import ImpedanceConfig
 from plag_ros.core.control.references import HoldReference, SineReference
-from plag_ros.core.control.settings import IMPEDANCE_OPTIONS, ImpedanceSettings
+from plag_ros.core.control.settings import (
+    EFFORT_CONTROLLER,
+    IMPEDANCE_OPTIONS,
+    ImpedanceSettings,
+)
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 
@@ -208,8 +212,9 @@ def test_command_path_defaults():
 
 
 def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
-    """Effort through plag_driver with resume_after_fault, start_enabled or a gain_check
-    other than 'refuse' is refused, naming the parameter; the shipped torque-mode file
+    """Effort through plag_driver with resume_after_fault, start_enabled, a gain_check
+    other than 'refuse' or the effort controller as switch.fallback is refused, naming the
+    parameter; the shipped torque-mode file
     sets them so, the other paths keep theirs."""
     torque = {'command_interface': 'effort', 'switch.method': 'driver',
               'resume_after_fault': False}
@@ -217,6 +222,9 @@ def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
                         ('gain_check', 'warn'), ('gain_check', 'off')):
         with pytest.raises(ValueError, match=f'{name}: torque mode'):
             ImpedanceSettings.from_values({**torque, name: value})
+    # nor hands the arm back to current mode
+    with pytest.raises(ValueError, match="switch.fallback: .*driver's position hold"):
+        ImpedanceSettings.from_values({**torque, 'switch.fallback': EFFORT_CONTROLLER})
     assert not ImpedanceSettings.from_values(torque).control.resume_after_fault
     shipped = node_parameters('torque_mode.yaml', 'plag_impedance')
     assert shipped['resume_after_fault'] is False

@@ -275,6 +275,10 @@ class ImpedanceSettings:
                                      'never takes the arm on its own nor runs gains the '
                                      "check refuses: resume_after_fault and start_enabled "
                                      "false, gain_check 'refuse'")
+            if self.switch.fallback == EFFORT_CONTROLLER:
+                raise ValueError('switch.fallback: a disable or a fault in torque mode hands '
+                                 "the arm back to the driver's position hold, not to "
+                                 f'{EFFORT_CONTROLLER}')
         for name in ('amplitude', 'frequency_hz', 'max_velocity', 'max_acceleration'):
             _per_joint(getattr(self.reference, name), f'reference.{name}')
 

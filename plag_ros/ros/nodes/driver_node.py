@@ -96,6 +96,11 @@ class DriverNode(Node):
         if self.get_parameter('use_sim_time').value:
             raise ValueError(f'{NODE_NAME}: use_sim_time must be false: the servos, their Bus '
                              'Watchdog and the age of every command run on the wall clock')
+        if s.bus.active_arm_controller == EFFORT_CONTROLLER:
+            # current mode comes through the impedance node's switch, never from a file
+            raise ValueError(f'{NODE_NAME}: active_arm_controller must not start as '
+                             f'{EFFORT_CONTROLLER}: the bus would open in current mode with '
+                             'nothing commanding it')
         config = BusConfig.load(s.bus.chain or CRANE_X7_BUS)
         self.urdf = StartModel(self, s.description)    # before the other entities: it spins
         self.model, parameters = model_with_parameters(self.urdf.model, s.model.parameters)

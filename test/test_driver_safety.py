@@ -80,6 +80,19 @@ def torque_enabled(driver) -> list[int]:
     return [driver._read(i, 64, 1) for i in driver.ids]
 
 
+def raises_at_call(monkeypatch, method: str, at: int, error: BaseException) -> None:
+    """ROBOTIS' ``PortHandler.<method>`` raises ``error`` at its call number ``at`` from
+    now (0: the next), once; every other call goes through."""
+    real, calls = getattr(sdk.PortHandler, method), itertools.count()
+
+    def raising_once(port, *args):
+        if next(calls) == at:
+            raise error
+        return real(port, *args)
+
+    monkeypatch.setattr(sdk.PortHandler, method, raising_once)
+
+
 def largest_move(record: dict, begin: float, end: float) -> float:
     """[rad] the largest distance of any joint from where it was at ``begin``, over the
     physics steps between the wall times ``begin`` and ``end``."""
@@ -292,14 +305,7 @@ def test_a_port_that_raises_in_a_cycle_ends_in_the_hold(bus, monkeypatch):
     the servos (no torque); the bus loop's answer frees it, latches the fault and holds."""
     driver = lockstep_driver(bus)
     feed = bent_in_current_mode(driver)
-    write, calls = type(driver._port).writePort, itertools.count()
-
-    def raising_once(port, packet):
-        if next(calls) == 10:
-            raise OSError(5, 'Input/output error')
-        return write(port, packet)
-
-    monkeypatch.setattr(type(driver._port), 'writePort', raising_once)
+    raises_at_call(monkeypatch, 'writePort', 10, OSError(5, 'Input/output error'))
     held_after_a_cycle_raised(bus, driver, feed, "OSError(5, 'Input/output error')")
 
 
@@ -491,14 +497,7 @@ def test_an_sdk_open_that_raises_lets_the_port_go_and_the_next_open_holds(
     holds the arm. Before, the lock stayed with the driver, which then refused every later
     open of its own as another process's."""
     driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
-    real, calls = sdk.PortHandler.setBaudRate, itertools.count()
-
-    def raising_once(port, baud):
-        if next(calls) == 0:
-            raise error
-        return real(port, baud)
-
-    monkeypatch.setattr(sdk.PortHandler, 'setBaudRate', raising_once)
+    raises_at_call(monkeypatch, 'setBaudRate', 0, error)
     with pytest.raises((BusError, RuntimeError), match='Input/output error|injected'):
         driver.open()
     assert not driver.is_open and driver._claim is None
@@ -519,14 +518,7 @@ def test_a_port_that_raises_while_opening_is_a_bus_error_and_the_next_open_holds
     OSError ended the thread, and with it the driver, without a word), having written
     nothing (its burst had not begun); the next open holds the arm."""
     driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
-    read, calls = sdk.PortHandler.readPort, itertools.count()
-
-    def raising_once(port, length):
-        if next(calls) == 5:
-            raise error
-        return read(port, length)
-
-    monkeypatch.setattr(sdk.PortHandler, 'readPort', raising_once)
+    raises_at_call(monkeypatch, 'readPort', 5, error)
     sent = sync_writes(driver, monkeypatch)
     with pytest.raises(BusError, match=str(error.args[-1])):
         driver.open()

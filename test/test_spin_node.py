@@ -1,8 +1,9 @@
 """plag_ros.ros.nodes.spin_node, the shutdown every console node goes through, in a real process
 with a real rclpy context (logical domain 35): SIGTERM alone ends it, a shutdown that hangs
-ends in SHUTDOWN_DEADLINE_S with every thread's stack instead of waiting for SIGKILL, and
-what a node starts after its build (the driver's bus loop) never starts in a node a Ctrl-C
-cut short.
+ends in SHUTDOWN_DEADLINE_S with every thread's stack instead of waiting for SIGKILL, what
+a node starts after its build (the driver's bus loop) never starts in a node a Ctrl-C cut
+short, a node's own shutdown hook (the controller's hand-back) runs however the spin ended,
+and every node ends on SIGTERM and on Ctrl-C twice.
 """
 from __future__ import annotations
 
@@ -47,7 +48,13 @@ print('returned', flush=True)
 
 
 def _start(mode: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, '-c', SCRIPT, mode], env=ros_env(35), cwd=REPO,
+    return _start_script(SCRIPT, mode)
+
+
+def _start_script(script: str, mode: str) -> subprocess.Popen:
+    """``script`` with argument ``mode`` in a process of its own, once it prints that its
+    node spins."""
+    proc = subprocess.Popen([sys.executable, '-c', script, mode], env=ros_env(35), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()     # the first tick: inside the spin loop
@@ -202,29 +209,130 @@ def test_companions_spin_beside_the_node_and_are_destroyed_before_it(when, lines
     assert 'Traceback' not in err, err
 
 
+# Every console node and what it logs once built and spinning (its 'ready' line); each
+# reads its model from the bundled URDF (no robot_description on this test's graph).
+NODES = {
+    'sim_node': ('sim.yaml', {}, '/controller_manager'),
+    'dynamics_node': ('crane_x7.yaml', {'robot_description_source': 'file'}, "model 'crane_x7'"),
+    'impedance_node': ('impedance.yaml', {'robot_description_source': 'file'}, 'to start'),
+}
+
+
 @pytest.mark.parametrize('signals', [(signal.SIGTERM,), (signal.SIGINT, signal.SIGINT)],
                          ids=['SIGTERM', 'Ctrl-C twice'])
-def test_the_simulator_and_its_stand_ins_end_on_a_signal(tmp_path, signals):
-    """sim_node (the simulated arm, its controller stand-ins, the emulated controller
-    manager) goes through spin_node as every node does: SIGTERM alone ends it, and so does
-    Ctrl-C from a terminal under ``ros2 launch`` (two SIGINTs, the second during the
-    teardown), with exit 0 and no traceback (before, it ran on rclpy's own handlers)."""
-    process = start_node('sim_node', domain_id=35, log_dir=tmp_path,
-                         params_file=REPO / 'config' / 'sim.yaml')
+@pytest.mark.parametrize('module', NODES)
+def test_every_node_ends_on_a_signal(tmp_path, module, signals):
+    """Every node goes through spin_node: SIGTERM alone (launch's second step) ends it, and
+    so does Ctrl-C from a terminal under ``ros2 launch`` (two SIGINTs, the second during
+    the teardown), with exit 0, no traceback and nothing after the deadline. (plag_driver,
+    which needs a bus, has its SIGTERM test in test_driver_node; the impedance node's
+    hand-back on a signal is in test_impedance_node.)"""
+    params_file, params, ready = NODES[module]
+    process = start_node(module, domain_id=35, log_dir=tmp_path,
+                         params_file=REPO / 'config' / params_file, params=params)
     try:
         deadline = time.monotonic() + 120.0
-        while '/controller_manager' not in process.output() and process.alive() \
+        while ready not in process.output() and process.alive() \
                 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert '/controller_manager' in process.output(), process.output()[-3000:]
+        assert ready in process.output(), process.output()[-3000:]
         time.sleep(1.0)                                   # spinning by now
+        sent = time.monotonic()
         for signum in signals:
             process.process.send_signal(signum)
             time.sleep(0.01)
         code = process.process.wait(SHUTDOWN_DEADLINE_S + 60)
+        took = time.monotonic() - sent
     finally:
         process.stop()
     output = process.output()
-    print(f'\nsim_node exited {code}; its last lines:\n{process.tail(5)}')
+    print(f'\n{module} exited {code} {took:.2f} s after the signal; its last lines:\n'
+          f'{process.tail(5)}')
     assert code == 0, output[-3000:]
     assert 'Traceback' not in output, output[-3000:]
+
+
+# A node with a 100 Hz timer and a shutdown hook that spins the node for HOOK_S and says how
+# many ticks it saw. Modes: 'clean'; 'crash' (the timer raises at its 5th tick: the hook
+# must still run, then the error propagates); 'raise' (the hook raises: logged, the
+# teardown goes on); 'hang' (the hook never returns: the deadline, grown by shutdown_s).
+HOOK_SCRIPT = """
+import sys, threading, time
+from rclpy.node import Node
+from plag_ros.ros.nodes import spin_node, spin_while
+
+MODE, HOOK_S = sys.argv[1], 0.5
+
+class Held(Node):
+    def __init__(self):
+        super().__init__('plag_test_held')
+        self.ticks = 0
+        self.create_timer(0.01, self.tick)
+
+    def tick(self):
+        self.ticks += 1
+        if self.ticks == 1:
+            print('spinning', flush=True)
+        if self.ticks == 5 and MODE == 'crash':
+            raise RuntimeError('a callback failed')
+
+    def shutdown(self, executor):
+        print('hook', flush=True)
+        if MODE == 'hang':
+            threading.Event().wait()   # never set
+        if MODE == 'raise':
+            raise OSError('the switch back failed')
+        before = self.ticks
+        spin_while(executor, lambda: True, time.monotonic() + HOOK_S)
+        print('ticked' if self.ticks - before > 10 else f'{self.ticks - before} ticks',
+              flush=True)
+
+    def destroy_node(self):
+        print('destroyed', flush=True)
+        super().destroy_node()
+
+spin_node(Held, shutdown=Held.shutdown, shutdown_s=lambda node: 1.0)
+print('returned', flush=True)
+"""
+
+
+@pytest.mark.parametrize('mode, signals, lines, code', [
+    ('clean', (signal.SIGTERM,), ['hook', 'ticked', 'destroyed', 'returned'], 0),
+    # the second Ctrl-C lands in the hook: it is not cut short
+    ('clean', (signal.SIGINT, signal.SIGINT), ['hook', 'ticked', 'destroyed', 'returned'], 0),
+    ('crash', (), ['hook', 'ticked', 'destroyed'], 1),
+    ('raise', (signal.SIGTERM,), ['hook', 'destroyed', 'returned'], 0),
+    ('hang', (signal.SIGINT,), ['hook'], 1),
+], ids=['SIGTERM', 'Ctrl-C twice', 'callback raises', 'hook raises', 'hook hangs'])
+def test_the_shutdown_hook_runs_with_the_node_spinning_however_the_spin_ended(
+        mode, signals, lines, code):
+    """spin_node's ``shutdown`` (the impedance node's hold and hand-back) runs once the spin
+    ends on SIGTERM, on Ctrl-C twice (the second inside the hook) or on a callback's
+    exception, before the node is destroyed and while its timers still fire. What it raises
+    is logged and the teardown goes on; one that never returns ends with exit 1 and the
+    stacks ``SHUTDOWN_DEADLINE_S + shutdown_s`` after the signal, not before."""
+    proc = _start_script(HOOK_SCRIPT, mode)
+    sent = time.monotonic()
+    for count, signum in enumerate(signals):
+        if count:          # the next one once the hook runs
+            assert proc.stdout is not None and proc.stdout.readline().strip() == 'hook'
+            lines = lines[1:]
+        proc.send_signal(signum)
+    try:
+        out, err = proc.communicate(timeout=SHUTDOWN_DEADLINE_S + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f'{mode}: the process did not end')
+    took = time.monotonic() - sent
+    print(f'\n{mode}: ended {took:.2f} s after the signal')
+    assert proc.returncode == code, err
+    assert out.split() == lines, (out, err)
+    if mode == 'crash':
+        assert 'RuntimeError: a callback failed' in err, err
+    elif mode == 'raise':
+        assert "shutdown failed: OSError('the switch back failed')" in err, err
+    elif mode == 'hang':
+        assert took > SHUTDOWN_DEADLINE_S + 1.0 - 0.5, f'{took:.1f} s'
+        assert 'in shutdown' in err, err
+    else:
+        assert 'Traceback' not in err, err

@@ -6,6 +6,7 @@ import importlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes sta
     from rclpy.node import Node
 
 __all__ = ['driver_main', 'dynamics_main', 'impedance_main', 'sim_main', 'spin_node',
-           'spin_with_shutdown']
+           'spin_while']
 
 N = TypeVar('N', bound='Node')
 
@@ -43,11 +44,14 @@ class _QuietInterrupts:
     def __init__(self) -> None:
         self.count = 0
         self.raise_once = False
+        self.deadline_s = SHUTDOWN_DEADLINE_S
+        """Seconds from the first signal to the stacks and exit 1: ``SHUTDOWN_DEADLINE_S``
+        plus the node's own bounded shutdown (:func:`spin_node`'s ``shutdown_s``)."""
 
     def __call__(self, signum, frame) -> None:
         self.count += 1
         if self.count == 1:
-            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
+            faulthandler.dump_traceback_later(self.deadline_s, exit=True)
         if self.raise_once:
             self.raise_once = False
             raise KeyboardInterrupt
@@ -110,7 +114,9 @@ def impedance_main() -> None:
 
 def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
               start: Callable[[N], None] | None = None,
-              companions: Callable[[N], Iterable[Node]] | None = None) -> None:
+              companions: Callable[[N], Iterable[Node]] | None = None,
+              shutdown: Callable[[N, Executor], None] | None = None,
+              shutdown_s: Callable[[N], float] | None = None) -> None:
     """Init rclpy, spin the node ``factory()`` builds, and always shut down cleanly.
 
     ``companions(node)``, where given, yields more nodes built beside it (the simulator's
@@ -124,6 +130,14 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     during ``start`` is seen by the spin loop, and the node is destroyed as usual; after a
     signal or a shutdown ``start`` is skipped.
 
+    ``shutdown(node, executor)``, where given, runs once the spin of a built node ends,
+    however it ended (a signal, an external shutdown, a callback's exception), while the
+    context is up and the node still on ``executor``, which it may spin: the controller
+    holds and switches the arm back there. It must end by itself within
+    ``shutdown_s(node)`` seconds (its own timeouts bound it; the node's settings say how
+    long), which the deadline below adds to ``SHUTDOWN_DEADLINE_S``. What it raises is
+    logged, not raised: the teardown goes on.
+
     The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
     external shutdown end the spin quietly, and the node is destroyed before the context.
 
@@ -132,18 +146,25 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     * In the main thread, :class:`_QuietInterrupts` handles SIGINT and SIGTERM and rclpy
       installs none of its own: a signal is counted, the spin loop (a wait of at most
       ``SPIN_POLL_S``, where ``rclpy.spin`` waits without end) sees it, and this thread
-      alone destroys the node and then shuts the context down. Nothing tears the context
-      down beside the teardown. A signal while the node is being built ends the build
-      with ``KeyboardInterrupt``; no later one can land in ``destroy_node()`` when
-      ``ros2 launch`` in a terminal delivers Ctrl-C twice. The process exits with 0.
-    * A shutdown still under way ``SHUTDOWN_DEADLINE_S`` after the first signal is a bug:
-      every thread's stack goes to stderr and the process exits with 1.
+      alone runs ``shutdown``, destroys the node and then shuts the context down. Nothing
+      tears the context down beside the teardown. A signal while the node is being built
+      ends the build with ``KeyboardInterrupt``; no later one can land in ``shutdown`` or
+      ``destroy_node()`` when ``ros2 launch`` in a terminal delivers Ctrl-C twice. The
+      process exits with 0.
+    * A shutdown still under way ``SHUTDOWN_DEADLINE_S + shutdown_s(node)`` after the
+      first signal is a bug: every thread's stack goes to stderr and the process exits with 1.
     * An external ``rclpy.shutdown`` ends the spin too; an exception from a callback while
-      the context is valid and no signal came is a bug and propagates. One after a signal
-      or a shutdown (a publish or an entity creation that raced it) ends the spin quietly.
+      the context is valid and no signal came is a bug and propagates (after
+      ``shutdown``). One after a signal or a shutdown (a publish or an entity creation
+      that raced it) ends the spin quietly.
+
+    The executor is the node's own, shut down before the nodes and the context, so that
+    its guard conditions and tasks are not torn down after the context at exit (a CI run
+    saw the impedance node die with -11 after a clean Ctrl-C hold and switch-back when
+    they were).
     """
     import rclpy
-    from rclpy.executors import ExternalShutdownException
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     from plag_ros.ros import rclpy_compat
@@ -155,8 +176,10 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
 
     rclpy.init(args=args, signal_handler_options=(
         SignalHandlerOptions.NO if interrupts is not None else SignalHandlerOptions.ALL))
-    node: Node | None = None
+    node: N | None = None
     others: list[Node] = []
+    executor = SingleThreadedExecutor()
+    spinning = False
     try:
         if not interrupted():       # a signal before init: do not start at all
             if interrupts is not None:
@@ -164,19 +187,17 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
             node = factory()
             others.extend(companions(node) if companions is not None else ())
             if interrupts is not None:
+                if shutdown_s is not None:      # armed at the first signal, from now on
+                    interrupts.deadline_s = SHUTDOWN_DEADLINE_S + shutdown_s(node)
                 interrupts.raise_once = False    # from here the loop below sees a signal
+            built: list[Node] = [node, *others]
+            for each in built:
+                executor.add_node(each)
+            spinning = True
             if start is not None and not interrupted() and rclpy.ok():
                 start(node)
-            executor = rclpy.get_global_executor()
-            spun: list[Node] = [node, *others]
-            for each in spun:
-                executor.add_node(each)
-            try:
-                while rclpy.ok() and not interrupted():
-                    executor.spin_once(timeout_sec=SPIN_POLL_S)
-            finally:
-                for each in spun:
-                    executor.remove_node(each)
+            while rclpy.ok() and not interrupted():
+                executor.spin_once(timeout_sec=SPIN_POLL_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -185,75 +206,34 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     finally:
         if interrupts is not None:
             interrupts.raise_once = False
-        for built in reversed([node, *others] if node is not None else []):
-            built.destroy_node()
-        rclpy_compat.try_shutdown()
-        if interrupts is not None:
-            # Interpreter finalization resets a Python-function handler to SIG_DFL, and a
-            # late second Ctrl-C would then kill the process (exit -2); SIG_IGN stays.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        faulthandler.cancel_dump_traceback_later()   # shut down in time: the caller goes on
+        try:
+            if shutdown is not None and spinning and node is not None:
+                _shut_down(node, shutdown, executor)
+        finally:
+            executor.shutdown(timeout_sec=1.0)     # takes the nodes off it, too
+            destroyed: list[Node] = [node, *others] if node is not None else []
+            for each in reversed(destroyed):
+                each.destroy_node()
+            rclpy_compat.try_shutdown()
+            if interrupts is not None:
+                # Interpreter finalization resets a Python-function handler to SIG_DFL,
+                # and a late second Ctrl-C would then kill the process (exit -2); SIG_IGN
+                # stays.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            faulthandler.cancel_dump_traceback_later()   # in time: the caller goes on
 
 
-def spin_with_shutdown(factory: Callable[[], N], shutdown: Callable[[N, Executor], None],
-                       args: list[str] | None = None) -> None:
-    """Init rclpy, spin the node ``factory()`` builds on an executor of its own until
-    SIGINT, SIGTERM or an external shutdown, then ``shutdown(node, executor)`` while the
-    context is still up (a controller holds and switches the arm back), and shut down.
-
-    Unlike :func:`spin_node`, a signal while the node runs only sets a flag that the spin
-    loop checks (a ``KeyboardInterrupt`` inside a binding call would surface as a
-    ``RuntimeError``), and no deadline cuts the shutdown short: its own timeouts bound it.
-    The first signal while the node is built (a wait for ``robot_description``) ends the
-    build with ``KeyboardInterrupt``: there is nothing to switch back yet; a second one
-    (``ros2 launch`` in a terminal delivers two) is only counted. Exits quietly.
-    """
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
-
-    from plag_ros.ros import rclpy_compat
-
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop: list[int] = []
-
-    def on_signal(signum, frame) -> None:
-        stop.append(signum)
-        if node is None and len(stop) == 1:     # once: never inside the clean-up below
-            raise KeyboardInterrupt
-
-    node: N | None = None
-    executor = SingleThreadedExecutor()
-    previous: dict = {}
+def _shut_down(node: N, shutdown: Callable[[N, Executor], None], executor: Executor) -> None:
+    """``shutdown(node, executor)``; what it raises logged on the node, never raised."""
     try:
-        previous.update({sig: signal.signal(sig, on_signal)
-                         for sig in (signal.SIGINT, signal.SIGTERM)})
-        node = factory()
-        executor.add_node(node)
-        while not stop and rclpy.ok():
-            executor.spin_once(timeout_sec=SPIN_POLL_S)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        if node is not None or not stop:    # else: a build cut short inside a binding call
-            raise
-    finally:
-        if node is not None:
-            try:
-                shutdown(node, executor)
-            except Exception as err:  # noqa: BLE001 - best effort on the way out
-                node.get_logger().error(f'shutdown failed: {err}')
-        # Our executor, not rclpy's global one: shut down before the node and the context,
-        # so its guard conditions and tasks are not torn down after the context at exit
-        # (a CI run saw the impedance node die with -11 after a clean Ctrl-C hold and
-        # switch-back).
-        executor.shutdown(timeout_sec=1.0)
-        if node is not None:
-            node.destroy_node()
-        rclpy_compat.try_shutdown()
-        # Ignored from here on, not restored: a second Ctrl-C (a terminal and ros2 launch
-        # each send one) arriving while the interpreter finalises would otherwise meet the
-        # default action and end the process with -SIGINT instead of 0.
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
+        shutdown(node, executor)
+    except Exception as err:  # noqa: BLE001 - best effort on the way out
+        node.get_logger().error(f'shutdown failed: {err!r}')
+
+
+def spin_while(executor: Executor, busy: Callable[[], object], until: float) -> None:
+    """Spin ``executor`` in steps of 10 ms while ``busy()``, up to ``time.monotonic()``
+    ``until`` and while its context is up: a shutdown hook's bounded wait for callbacks."""
+    while busy() and time.monotonic() < until and executor.context.ok():
+        executor.spin_once(timeout_sec=0.01)

@@ -33,6 +33,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import Executor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.task import Task
@@ -52,6 +53,7 @@ from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.arm_handover import ArmHandover, check_names
 from plag_ros.ros.controller_switch import sleep
+from plag_ros.ros.nodes import spin_node, spin_while
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
 from plag_ros.ros.rclpy_compat import quiet_publisher
@@ -60,6 +62,8 @@ from plag_ros.ros.robot_description import StartModel
 __all__ = ['NODE_NAME', 'ImpedanceNode', 'main']
 
 NODE_NAME = 'plag_impedance'
+SWITCH_BACK_S = 3.0
+"""The longest wait [s] on shutdown for the switch back to the fallback controller."""
 _RELIABLE = reliable()
 
 
@@ -365,34 +369,31 @@ class ImpedanceNode(Node):
             self._pub_diag.publish(diagnostics)
             self._diagnostics_ns = now
 
-    def shutdown(self, executor, timeout_s: float = 3.0) -> None:
-        """Hold, then switch the fallback controller back (shutdown path)."""
+    def shutdown_s(self) -> float:
+        """The longest :meth:`shutdown` takes [s]: the hold, the switch's wait, a margin."""
+        return self.own.hold_time + SWITCH_BACK_S + 0.5
+
+    def shutdown(self, executor: Executor) -> None:
+        """Hold ``switch.hold_s``, then switch the fallback controller back, waiting up to
+        ``SWITCH_BACK_S`` (the shutdown hook of :func:`~plag_ros.ros.nodes.spin_node`)."""
         if self.handover.abandoned():
             return
-        self.controller.set_enabled(False, self._now_ns())
-        now = self._now_ns()
+        self.controller.set_enabled(False, now := self._now_ns())
         self._publish(self.controller.hold(now), now)
-        deadline = time.monotonic() + self.own.hold_time
-        while time.monotonic() < deadline and self.context.ok():
-            executor.spin_once(timeout_sec=0.01)
-        # The timer schedules the same hand-back after the same hold; once it created that
-        # task, release() below would return at once, and the node must not exit before that
-        # switch is answered (and logged): wait for it, then for any switch (an enable's).
-        deadline = time.monotonic() + timeout_s
-        pending = self._release_task
-        if pending is not None and not pending.done() and self.context.ok():
-            executor.spin_until_future_complete(pending, timeout_sec=timeout_s)
-        while self.own.switching and time.monotonic() < deadline and self.context.ok():
-            executor.spin_once(timeout_sec=0.01)
+        spin_while(executor, lambda: True, time.monotonic() + self.own.hold_time)
+        # The timer may have made the same hand-back, which release() below then skips: the
+        # node must not exit before it is answered (and logged), nor before an enable's switch.
+        deadline, pending = time.monotonic() + SWITCH_BACK_S, self._release_task
+        spin_while(executor, lambda: (pending is not None and not pending.done()) or
+                   self.own.switching, deadline)
         executor.spin_until_future_complete(executor.create_task(self.handover.release),
                                             timeout_sec=max(deadline - time.monotonic(), 0.1))
 
 
 def main(args: list[str] | None = None) -> None:
-    """Console script ``impedance_node``: spin :class:`ImpedanceNode` until shutdown; on
-    Ctrl-C hold and switch the driver's controller back before exiting."""
-    from plag_ros.ros.nodes import spin_with_shutdown
-    spin_with_shutdown(ImpedanceNode, ImpedanceNode.shutdown, args)
+    """Console script ``impedance_node``: :class:`ImpedanceNode`, which hands back on exit."""
+    spin_node(ImpedanceNode, args, shutdown=ImpedanceNode.shutdown,
+              shutdown_s=ImpedanceNode.shutdown_s)
 
 
 if __name__ == '__main__':

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -96,8 +97,8 @@ class NodeUnderTest(NodeProcess):
     finish its interpreter, and a SIGKILL then reads as a shutdown bug (exit -9).
     """
 
-    def stop(self, timeout: float | None = None) -> int:
-        return super().stop(STOP_TIMEOUT_S if timeout is None else timeout)
+    def stop(self, timeout: float | None = None, signum: int = signal.SIGINT) -> int:
+        return super().stop(STOP_TIMEOUT_S if timeout is None else timeout, signum)
 
 
 STOP_TIMEOUT_S = 120.0

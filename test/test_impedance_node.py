@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import threading
 import time
 
@@ -309,7 +310,9 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
     """start_enabled tries to switch at the first joint state. A controller (here the
     simulator's emulated one) that is discovered only later still gets switched in: the
     node tries again within switch.timeout_s instead of giving up at the first refusal
-    ('nothing subscribes to the command topic', 'switch service not discovered')."""
+    ('nothing subscribes to the command topic', 'switch service not discovered').
+    Enabled, the node ends on SIGTERM (launch's second step, or a process manager's) as on
+    Ctrl-C: it holds, switches the arm back, and exits with 0."""
     names = [model.joint_names[j] for j in np.flatnonzero(model.actuated)]
     client = RosClient(34)
     states_pub = client.publisher(JointState, 'joint_states')
@@ -352,9 +355,11 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
             'plag_arm_position_controller (simulator)' in ctl.output()
     finally:
         stop.set()
-        codes = ctl.stop(), sim.stop() if sim is not None else 0
+        codes = ctl.stop(signum=signal.SIGTERM), sim.stop() if sim is not None else 0
         client.close()
     assert codes == (0, 0), ctl.log_path.read_text()
+    assert 'plag_arm_position_controller -> crane_x7_arm_controller' in ctl.output(), \
+        ctl.tail(30)
 
 
 def test_yaml_declares_every_parameter_with_its_default():

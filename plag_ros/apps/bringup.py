@@ -166,10 +166,11 @@ class NodeProcess:
         text = self.output().splitlines()
         return '\n'.join(f'  [{self.label}] {line}' for line in text[-lines:])
 
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGINT (the node's shutdown path), then SIGKILL after ``timeout``; exit code."""
+    def stop(self, timeout: float = 10.0, signum: int = signal.SIGINT) -> int:
+        """``signum`` (SIGINT: Ctrl-C, or launch's SIGTERM), then SIGKILL after ``timeout``;
+        the exit code."""
         if self.alive():
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(signum)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

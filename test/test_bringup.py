@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from ros_helpers import REPO, RosClient, domain, publish_at_rate, ros_env
@@ -27,6 +28,7 @@ from plag_ros.apps.bringup import Summary
 from plag_ros.apps.stop_signals import stop_on_signals
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.nodes import SHUTDOWN_DEADLINE_S
 
 DOMAIN_ID = 14
 # (a period with no output, as the last one of a run may be, says 'latency -')
@@ -79,6 +81,68 @@ def test_plag_ros_sim_runs_closed_loop_and_exits_cleanly(tmp_path):
     assert float(head.group(4)) < 1e-2, summary
     assert int(head.group(5)) >= int(head.group(1)), summary
     assert (tmp_path / 'report' / 'live_torques.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live processes whose parent is ``pid``, with their command lines (Linux /proc)."""
+    found = {}
+    for stat in Path('/proc').glob('[0-9]*/stat'):
+        try:
+            fields = stat.read_text().rsplit(')', 1)[1].split()
+            cmdline = (stat.parent / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
+        except OSError:
+            continue                                  # ended meanwhile
+        if int(fields[1]) == pid and fields[0] != 'Z':
+            found[int(stat.parent.name)] = cmdline
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie nobody reaped has ended)."""
+    try:
+        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
+def test_the_nodes_end_when_plag_ros_is_killed(tmp_path):
+    """``plag-ros sim`` killed with SIGKILL (no handler runs, nothing stops its nodes):
+    each node gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and shuts down as on Ctrl-C,
+    with no traceback, instead of running on into the next run's graph (an orphaned
+    driver on a lab's graph)."""
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '600', '--domain',
+         str(domain(DOMAIN_ID + 2)), '--log-dir', str(tmp_path)],
+        cwd=REPO, env=ros_env(DOMAIN_ID + 2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    nodes: dict[int, str] = {}
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 240.0
+        while time.monotonic() < deadline:                 # the first summary line: running
+            line = process.stdout.readline()
+            if LINE.match(line) or not line:
+                break
+        nodes = _children(process.pid)
+        modules = {m.group(1) for m in map(re.compile(r'plag_ros\.ros\.nodes\.(\w+)').search,
+                                           nodes.values()) if m}
+        assert modules == {'sim_node', 'dynamics_node'}, nodes
+        process.kill()
+        process.wait(30)
+        deadline = time.monotonic() + SHUTDOWN_DEADLINE_S + 60.0
+        while any(map(_running, nodes)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [nodes[pid] for pid in nodes if _running(pid)]
+    finally:
+        for pid in nodes:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+    logs = {log.name: log.read_text(errors='replace') for log in tmp_path.glob('*.log')}
+    assert not left, f'still running after the kill: {left}'
+    for name, text in logs.items():
+        assert 'Traceback' not in text, f'{name}:\n{text[-3000:]}'
 
 
 def test_plag_ros_run_joins_a_robot_graph(tmp_path):

@@ -71,6 +71,7 @@ from plag_ros.ros.node_setups import (
     sim_setup,
     torque_setup,
 )
+from plag_ros.ros.nodes import EXIT_WITH_PARENT
 
 if TYPE_CHECKING:
     from trajectory_msgs.msg import JointTrajectory
@@ -134,16 +135,21 @@ class NodeSpec:
 class NodeProcess:
     """A node in a subprocess, its output in a log file; stopped through its SIGINT path.
 
-    Used by the bring-up and by the tests that talk to real nodes.
+    Used by the bring-up and by the tests that talk to real nodes. With
+    ``exit_with_parent`` the node (one that spins through ``spin_node``) shuts down on its
+    own when this process dies, however it died (:data:`plag_ros.ros.nodes.EXIT_WITH_PARENT`;
+    made from the main thread, whose end the kernel watches).
     """
 
     def __init__(self, args: list[str], log_path: Path, *, label: str = '',
                  env: dict[str, str] | None = None, cwd: Path | None = None,
-                 essential: bool = True) -> None:
+                 essential: bool = True, exit_with_parent: bool = False) -> None:
         self.args, self.log_path, self.label = args, log_path, label
         self.essential = essential
         """Whether the bring-up ends when this node exits (torque mode: only the driver,
         which holds the arm whatever the others do)."""
+        if exit_with_parent:    # SIGTERM to the node when this thread's process dies
+            env = {**(os.environ if env is None else env), EXIT_WITH_PARENT: str(os.getpid())}
         self._log = open(log_path, 'wb')  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._log,
                                         stderr=subprocess.STDOUT)
@@ -603,7 +609,7 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
         # stop, and a run that took it down with them would leave the arm to its watchdog
         driver = any(spec.module == 'driver_node' for spec in nodes)
         children.extend(NodeProcess(spec.command(), log_dir / f'{spec.module}.log',
-                                     label=spec.module,
+                                     label=spec.module, exit_with_parent=True,
                                      essential=not driver or spec.module == 'driver_node')
                         for spec in nodes)
         bus_spec = next((spec for spec in specs if spec.module == 'dynamixel_bus'), None)

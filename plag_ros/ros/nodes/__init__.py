@@ -1,10 +1,12 @@
 """Thin rclpy nodes over the plag_ros library, and the shutdown idiom they share."""
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import importlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -14,8 +16,8 @@ if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes sta
     from rclpy.executors import Executor
     from rclpy.node import Node
 
-__all__ = ['driver_main', 'dynamics_main', 'impedance_main', 'sim_main', 'spin_node',
-           'spin_while']
+__all__ = ['EXIT_WITH_PARENT', 'driver_main', 'dynamics_main', 'impedance_main', 'sim_main',
+           'spin_node', 'spin_while']
 
 N = TypeVar('N', bound='Node')
 
@@ -25,6 +27,12 @@ SHUTDOWN_DEADLINE_S = 4.0
 """After the first Ctrl-C, a shutdown still under way this long [s] is a bug: every thread's
 stack goes to stderr and the process exits with 1 (``faulthandler``), inside launch's 5 s
 before it escalates to SIGTERM, instead of hanging until SIGKILL."""
+EXIT_WITH_PARENT = 'PLAG_EXIT_WITH_PARENT'
+"""Environment variable: the pid of the process that started the node (a ``plag-ros``
+command). The node then gets SIGTERM, its usual shutdown, when that process dies, however
+it died: a ``plag-ros`` killed with SIGKILL left its nodes running, an orphaned driver on
+the graph beside the next run's."""
+_PR_SET_PDEATHSIG = 1     # linux/prctl.h
 
 
 class _QuietInterrupts:
@@ -68,6 +76,22 @@ def _quiet_signals() -> _QuietInterrupts | None:
         signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return handler
+
+
+def _exit_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the process named by :data:`EXIT_WITH_PARENT` dies
+    (Linux: ``prctl(PR_SET_PDEATHSIG)``; nothing elsewhere or without the variable). The
+    signal follows the thread that started this process, so the starter must start its
+    nodes from its main thread. One that died before the request is SIGTERM at once."""
+    parent = os.environ.pop(EXIT_WITH_PARENT, '')
+    if not parent.isdigit() or not sys.platform.startswith('linux'):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        print(f'{EXIT_WITH_PARENT}: prctl failed: {os.strerror(ctypes.get_errno())}',
+              file=sys.stderr)
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _exit_at_once(signum, frame) -> None:
@@ -170,6 +194,7 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     from plag_ros.ros import rclpy_compat
 
     interrupts = _quiet_signals()
+    _exit_with_parent()      # after the handler: a SIGTERM from here on is a clean shutdown
 
     def interrupted() -> bool:
         return interrupts is not None and interrupts.count > 0

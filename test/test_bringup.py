@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from ros_helpers import REPO, RosClient, domain, publish_at_rate, ros_env
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -105,28 +106,33 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_the_nodes_end_when_plag_ros_is_killed(tmp_path):
+@pytest.mark.parametrize('bus, started, ready', [
+    ([], {'sim_node', 'dynamics_node'}, 't='),
+    (['--dynamixel'], {'dynamics_node', 'dynamixel_bus'}, 'Dynamixel bus on')],
+    ids=['sim', 'dynamixel'])
+def test_the_nodes_end_when_plag_ros_is_killed(tmp_path, bus, started, ready):
     """``plag-ros sim`` killed with SIGKILL (no handler runs, nothing stops its nodes):
-    each node gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and shuts down as on Ctrl-C,
-    with no traceback, instead of running on into the next run's graph (an orphaned
-    driver on a lab's graph)."""
-    process = subprocess.Popen(
-        [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', '--duration', '600', '--domain',
-         str(domain(DOMAIN_ID + 2)), '--log-dir', str(tmp_path)],
-        cwd=REPO, env=ros_env(DOMAIN_ID + 2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    each node, and the emulated servo bus, gets SIGTERM from the kernel (PR_SET_PDEATHSIG)
+    and shuts down as on Ctrl-C, with no traceback, instead of running on into the next
+    run's graph (an orphaned driver on a lab's graph)."""
+    printed = tmp_path / 'stdout.txt'
+    logs = tmp_path / 'logs'
+    with printed.open('w') as out:
+        process = subprocess.Popen(
+            [sys.executable, '-m', 'plag_ros.apps.cli', 'sim', *bus, '--duration', '600',
+             '--domain', str(domain(DOMAIN_ID + 2)), '--log-dir', str(logs)],
+            cwd=REPO, env=ros_env(DOMAIN_ID + 2), stdout=out, stderr=subprocess.STDOUT)
     nodes: dict[int, str] = {}
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 240.0
-        while time.monotonic() < deadline:                 # the first summary line: running
-            line = process.stdout.readline()
-            if LINE.match(line) or not line:
-                break
+        deadline = time.monotonic() + 240.0       # up and running: its line printed
+        while ready not in printed.read_text() and process.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ready in printed.read_text(), printed.read_text()
         nodes = _children(process.pid)
-        modules = {m.group(1) for m in map(re.compile(r'plag_ros\.ros\.nodes\.(\w+)').search,
+        modules = {m.group(1) for m in map(re.compile(r'plag_ros\.\w+\.(?:nodes\.)?(\w+)').search,
                                            nodes.values()) if m}
-        assert modules == {'sim_node', 'dynamics_node'}, nodes
+        assert modules == started, nodes
         process.kill()
         process.wait(30)
         deadline = time.monotonic() + SHUTDOWN_DEADLINE_S + 60.0
@@ -139,10 +145,10 @@ def test_the_nodes_end_when_plag_ros_is_killed(tmp_path):
                 os.kill(pid, signal.SIGKILL)
         if process.poll() is None:
             process.kill()
-    logs = {log.name: log.read_text(errors='replace') for log in tmp_path.glob('*.log')}
     assert not left, f'still running after the kill: {left}'
-    for name, text in logs.items():
-        assert 'Traceback' not in text, f'{name}:\n{text[-3000:]}'
+    for log in logs.glob('*.log'):
+        text = log.read_text(errors='replace')
+        assert 'Traceback' not in text, f'{log.name}:\n{text[-3000:]}'
 
 
 def test_plag_ros_run_joins_a_robot_graph(tmp_path):

@@ -136,9 +136,10 @@ class NodeProcess:
     """A node in a subprocess, its output in a log file; stopped through its SIGINT path.
 
     Used by the bring-up and by the tests that talk to real nodes. With
-    ``exit_with_parent`` the node (one that spins through ``spin_node``) shuts down on its
-    own when this process dies, however it died (:data:`plag_ros.ros.nodes.EXIT_WITH_PARENT`;
-    made from the main thread, whose end the kernel watches).
+    ``exit_with_parent`` the node (one that spins through ``spin_node``, or the emulated
+    bus) shuts down on its own when this process dies, however it died
+    (:data:`plag_ros.ros.nodes.EXIT_WITH_PARENT`; made from the main thread, whose end
+    the kernel watches).
     """
 
     def __init__(self, args: list[str], log_path: Path, *, label: str = '',
@@ -620,7 +621,7 @@ def _bring_up(specs: list[NodeSpec], args: argparse.Namespace, *, motion: bool) 
             dynamics = next(c for c in children if c.label == 'dynamics_node')
             _wait_for_line(dynamics, "model '", stop, timeout=180.0)
             bus = NodeProcess(bus_spec.command(), log_dir / 'dynamixel_bus.log',
-                              label='dynamixel_bus')
+                              label='dynamixel_bus', exit_with_parent=True)
             children.append(bus)
             line = _wait_for_line(bus, 'Dynamixel bus on', stop, timeout=120.0)
             if line is None:

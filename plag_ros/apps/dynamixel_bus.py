@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from plag_ros.ros.nodes import exit_with_parent
+
 __all__ = ['build_parser', 'main']
 
 
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    exit_with_parent()         # a plag-ros command that dies stops the bus too
 
     from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
     from plag_ros.bus.emulator.arm import BusArm, PlantError

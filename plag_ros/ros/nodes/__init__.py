@@ -16,8 +16,8 @@ if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes sta
     from rclpy.executors import Executor
     from rclpy.node import Node
 
-__all__ = ['EXIT_WITH_PARENT', 'driver_main', 'dynamics_main', 'impedance_main', 'sim_main',
-           'spin_node', 'spin_while']
+__all__ = ['EXIT_WITH_PARENT', 'driver_main', 'dynamics_main', 'exit_with_parent',
+           'impedance_main', 'sim_main', 'spin_node', 'spin_while']
 
 N = TypeVar('N', bound='Node')
 
@@ -78,11 +78,12 @@ def _quiet_signals() -> _QuietInterrupts | None:
     return handler
 
 
-def _exit_with_parent() -> None:
+def exit_with_parent() -> None:
     """Ask the kernel for SIGTERM when the process named by :data:`EXIT_WITH_PARENT` dies
     (Linux: ``prctl(PR_SET_PDEATHSIG)``; nothing elsewhere or without the variable). The
     signal follows the thread that started this process, so the starter must start its
-    nodes from its main thread. One that died before the request is SIGTERM at once."""
+    nodes from its main thread. One that died before the request is SIGTERM at once. Call
+    it once a SIGTERM handler is in (:func:`spin_node` does)."""
     parent = os.environ.pop(EXIT_WITH_PARENT, '')
     if not parent.isdigit() or not sys.platform.startswith('linux'):
         return
@@ -194,7 +195,7 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     from plag_ros.ros import rclpy_compat
 
     interrupts = _quiet_signals()
-    _exit_with_parent()      # after the handler: a SIGTERM from here on is a clean shutdown
+    exit_with_parent()       # after the handler: a SIGTERM from here on is a clean shutdown
 
     def interrupted() -> bool:
         return interrupts is not None and interrupts.count > 0

@@ -358,7 +358,8 @@ def test_start_enabled_waits_for_a_late_controller(model, tmp_path):
         codes = ctl.stop(signum=signal.SIGTERM), sim.stop() if sim is not None else 0
         client.close()
     assert codes == (0, 0), ctl.log_path.read_text()
-    assert 'plag_arm_position_controller -> crane_x7_arm_controller' in ctl.output(), \
+    assert 'switched plag_arm_position_controller -> crane_x7_arm_controller' in \
+        ctl.output(), \
         ctl.tail(30)
 
 
@@ -842,3 +843,22 @@ def test_the_hints_name_the_enable_service_of_this_arm(namespace, monkeypatch):
         assert errors and errors[0].endswith(
             f'To go on: {enable} false, {prefix}/plag_driver/clear_fault if it latched a '
             f'fault, {enable} true'), errors
+
+
+def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back():
+    """Ctrl-C (the node's shutdown hook) while ``~/enable``'s switch to current mode is
+    under way (the driver answers after 0.5 s). Before, the hook saw the arm not yet ours
+    and did nothing, and the switch, carried out a moment later, left plag_driver in
+    current mode with no node commanding it. Now the switch ends first, then the hold and
+    the hand-back, before the node goes."""
+    effort = 'plag_arm_effort_controller'
+    with against_fake_driver(
+            lambda active: {'fault': '', 'current': active == effort, 'active': active},
+            lambda active: 0.5 if active == effort else 0.0) as (node, driver, _,
+                                                                 spin_until):
+        executor = node.executor
+        executor.create_task(node._on_enable(SetBool.Request(data=True), SetBool.Response()))
+        spin_until(lambda: node.own.switching, 'the switch under way')
+        node.shutdown(executor)
+        assert driver.switches == [effort, 'crane_x7_arm_controller'], driver.switches
+        assert not node.own.switched and not node.controller.enabled

@@ -20,11 +20,13 @@ from typing import cast
 
 from rcl_interfaces.srv import GetParameters
 from rclpy.client import Client
+from rclpy.executors import Executor
 from rclpy.node import Node
+from rclpy.task import Task
 from std_msgs.msg import String
 
 from plag_ros.core.control.arm_ownership import ArmOwnership, driver_joint_check
-from plag_ros.core.control.impedance import PartialImpedanceController
+from plag_ros.core.control.impedance import Command, PartialImpedanceController
 from plag_ros.core.control.settings import (
     TRAJECTORY_CONTROLLER,
     ImpedanceSettings,
@@ -35,17 +37,26 @@ from plag_ros.ros.controller_switch import (
     ControllerSwitch,
     manager_option,
     read_parameters,
+    spin_while,
 )
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'ArmHandover',
-           'check_names']
+__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'SHUTDOWN_HOLD_MAX_S',
+           'SWITCH_BACK_S', 'ArmHandover', 'check_names']
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
 
 RELEASE_RETRY_S = 1.0
 """A hand-back that failed is tried again this much later [s]."""
+
+SWITCH_BACK_S = 3.0
+"""On shutdown, the longest wait [s] for an enable's switch under way, and again for the
+hand-back."""
+
+SHUTDOWN_HOLD_MAX_S = 1.0
+"""On shutdown the hold before the hand-back lasts ``switch.hold_s``, at most this long [s]:
+with the waits the whole shutdown ends before launch's SIGKILL, 10 s after Ctrl-C."""
 
 CONFIRM_MIN_S = 1.0
 """The least time the bus driver's state has to show our controller after a take [s]
@@ -372,11 +383,51 @@ class ArmHandover:
         return not own.switching and own.release_due(now) and (not ctl.enabled or ctl.latched)
 
     def abandoned(self) -> bool:
-        """At shutdown without a context: log the command that gives the arm back. True
-        when there is nothing more to do."""
-        if self.own.switched and self.node.context.ok():
+        """At shutdown: True when there is nothing to give back (the arm is not ours and no
+        switch is under way), or no context to do it with (the command that gives the arm
+        back by hand is then logged)."""
+        if not (self.own.switched or self.own.switching):
+            return True
+        if self.node.context.ok():
             return False
-        if self.own.switched and self.switch is not None:
-            back = self.switch.by_hand(self.switch.fallback, self.switch.controller)
-            self.log.error(f'context gone before switching back: run `{back}`')
+        self.not_handed_back('context gone before switching back')
         return True
+
+    def not_handed_back(self, why: str) -> None:
+        """While the arm may be ours: log ``why`` and the command that gives it back."""
+        if (self.own.switched or self.own.switching) and self.switch is not None:
+            back = self.switch.by_hand(self.switch.fallback, self.switch.controller)
+            self.log.error(f'{why}: run `{back}`')
+
+    def shutdown_s(self) -> float:
+        """The longest :meth:`shut_down` takes [s]."""
+        return SHUTDOWN_HOLD_MAX_S + SWITCH_BACK_S + 1.5
+
+    def shut_down(self, executor: Executor, publish: Callable[[Command | None, int], None],
+                  pending: Callable[[], Task | None]) -> None:
+        """The node's exit (a signal, an external shutdown, a callback's exception), with
+        ``executor`` spinning the node: an enable's switch under way ends first (else it
+        would enable after the hold), the controller is disabled and its hold sent with
+        ``publish(command, now_ns)`` for ``switch.hold_s`` (at most
+        ``SHUTDOWN_HOLD_MAX_S``), then the fallback controller is switched back, after
+        ``pending()`` (the timer's hand-back, which :meth:`release` would skip) is
+        answered and logged. The two waits share ``SWITCH_BACK_S`` (the hand-back has 1 s
+        at least): all of it within :meth:`shutdown_s`. A hand-back not done by then is
+        logged with the command that does it by hand."""
+        if self.abandoned():
+            return
+        own, start = self.own, time.monotonic()
+        spin_while(executor, lambda: own.switching, start + SWITCH_BACK_S)
+        now = self.node.get_clock().now().nanoseconds
+        self.ctl.set_enabled(False, now)
+        publish(self.ctl.hold(now), now)
+        hold_s = min(own.hold_time, SHUTDOWN_HOLD_MAX_S)
+        spin_while(executor, lambda: True, time.monotonic() + hold_s)
+        deadline = max(start + hold_s + SWITCH_BACK_S, time.monotonic() + 1.0)
+        timers = pending()      # made during the hold, maybe
+        spin_while(executor, lambda: (timers is not None and not timers.done()) or
+                   own.switching, deadline)
+        task = executor.create_task(self.release)
+        spin_while(executor, lambda: not task.done(), max(deadline, time.monotonic() + 0.1))
+        if own.switched:
+            self.not_handed_back(f'not switched back {SWITCH_BACK_S:g} s after the hold')

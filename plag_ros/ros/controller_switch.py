@@ -30,12 +30,14 @@ Three targets:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import cast
 
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import GetParameters, SetParameters
 from rclpy.client import Client
+from rclpy.executors import Executor
 from rclpy.node import Node
 from rclpy.task import Future
 
@@ -109,6 +111,22 @@ async def sleep(node: Node, seconds: float, callback_group=None) -> None:
         await done
     finally:
         node.destroy_timer(timer)
+
+
+def spin_while(executor: Executor, busy: Callable[[], object], until: float) -> None:
+    """Spin ``executor`` in steps of 10 ms while ``busy()``, up to ``time.monotonic()``
+    ``until`` and while its context is up: a shutdown's bounded wait for callbacks. A
+    callback that raises is logged (once) and the wait goes on: a failing joint-state
+    callback must not stop the hand-back."""
+    failed = False
+    while busy() and time.monotonic() < until and executor.context.ok():
+        try:
+            executor.spin_once(timeout_sec=0.01)
+        except Exception as err:  # noqa: BLE001 - the wait outlives a broken callback
+            if not failed:
+                failed = True
+                for node in executor.get_nodes()[:1]:
+                    node.get_logger().error(f'a callback failed during shutdown: {err!r}')
 
 
 async def call(node: Node, client, request, timeout_s: float):

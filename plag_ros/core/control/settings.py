@@ -165,9 +165,9 @@ class SwitchSettings:
                               read_only=True)
     fallback: str = option(TRAJECTORY_CONTROLLER, 'the controller ours replaces, switched '
                            'back after a hold', read_only=True)
-    hold_s: float = option(0.5, 'hold this long before switching back [s] (not in the '
-                           "bus driver's current mode: handed back at once)", low=0.0,
-                           high=60.0)
+    hold_s: float = option(0.5, 'hold this long before switching back [s] (at most 1 s '
+                           "at shutdown; not in the bus driver's current mode: handed back "
+                           'at once)', low=0.0, high=60.0)
     timeout_s: float = option(5.0, 'deadline of one switch [s]; on plag_driver also how long '
                               'after it its state may take to show our controller (in current '
                               'mode on the effort path), at least 1 s', low=0.1, high=60.0,

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -17,7 +16,7 @@ if TYPE_CHECKING:   # rclpy is imported lazily: importing plag_ros.ros.nodes sta
     from rclpy.node import Node
 
 __all__ = ['EXIT_WITH_PARENT', 'driver_main', 'dynamics_main', 'exit_with_parent',
-           'impedance_main', 'sim_main', 'spin_node', 'spin_while']
+           'impedance_main', 'sim_main', 'spin_node']
 
 N = TypeVar('N', bound='Node')
 
@@ -52,14 +51,17 @@ class _QuietInterrupts:
     def __init__(self) -> None:
         self.count = 0
         self.raise_once = False
-        self.deadline_s = SHUTDOWN_DEADLINE_S
-        """Seconds from the first signal to the stacks and exit 1: ``SHUTDOWN_DEADLINE_S``
-        plus the node's own bounded shutdown (:func:`spin_node`'s ``shutdown_s``)."""
+        self.armed = False
+
+    def arm(self, seconds: float) -> None:
+        """The stacks and exit 1 ``seconds`` from now, unless cancelled first."""
+        self.armed = True
+        faulthandler.dump_traceback_later(seconds, exit=True)
 
     def __call__(self, signum, frame) -> None:
         self.count += 1
-        if self.count == 1:
-            faulthandler.dump_traceback_later(self.deadline_s, exit=True)
+        if self.count == 1 and not self.armed:     # (a shutdown hook armed its own)
+            self.arm(SHUTDOWN_DEADLINE_S)
         if self.raise_once:
             self.raise_once = False
             raise KeyboardInterrupt
@@ -159,9 +161,9 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
     however it ended (a signal, an external shutdown, a callback's exception), while the
     context is up and the node still on ``executor``, which it may spin: the controller
     holds and switches the arm back there. It must end by itself within
-    ``shutdown_s(node)`` seconds (its own timeouts bound it; the node's settings say how
-    long), which the deadline below adds to ``SHUTDOWN_DEADLINE_S``. What it raises is
-    logged, not raised: the teardown goes on.
+    ``shutdown_s(node)`` seconds (its own timeouts bound it; read when it starts), which
+    the deadline below adds to ``SHUTDOWN_DEADLINE_S``, counted again from its start. What
+    it raises is logged, not raised: the teardown goes on.
 
     The try/except/finally shape works on Humble, Jazzy and Kilted alike: Ctrl-C and an
     external shutdown end the spin quietly, and the node is destroyed before the context.
@@ -176,8 +178,9 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
       ends the build with ``KeyboardInterrupt``; no later one can land in ``shutdown`` or
       ``destroy_node()`` when ``ros2 launch`` in a terminal delivers Ctrl-C twice. The
       process exits with 0.
-    * A shutdown still under way ``SHUTDOWN_DEADLINE_S + shutdown_s(node)`` after the
-      first signal is a bug: every thread's stack goes to stderr and the process exits with 1.
+    * A shutdown still under way ``SHUTDOWN_DEADLINE_S`` after the first signal (after
+      the start of ``shutdown``: that plus ``shutdown_s(node)``) is a bug: every thread's
+      stack goes to stderr and the process exits with 1.
     * An external ``rclpy.shutdown`` ends the spin too; an exception from a callback while
       the context is valid and no signal came is a bug and propagates (after
       ``shutdown``). One after a signal or a shutdown (a publish or an entity creation
@@ -213,8 +216,6 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
             node = factory()
             others.extend(companions(node) if companions is not None else ())
             if interrupts is not None:
-                if shutdown_s is not None:      # armed at the first signal, from now on
-                    interrupts.deadline_s = SHUTDOWN_DEADLINE_S + shutdown_s(node)
                 interrupts.raise_once = False    # from here the loop below sees a signal
             built: list[Node] = [node, *others]
             for each in built:
@@ -234,7 +235,7 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
             interrupts.raise_once = False
         try:
             if shutdown is not None and spinning and node is not None:
-                _shut_down(node, shutdown, executor)
+                _shut_down(node, shutdown, shutdown_s, executor, interrupts)
         finally:
             executor.shutdown(timeout_sec=1.0)     # takes the nodes off it, too
             destroyed: list[Node] = [node, *others] if node is not None else []
@@ -243,23 +244,25 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
             rclpy_compat.try_shutdown()
             if interrupts is not None:
                 # Interpreter finalization resets a Python-function handler to SIG_DFL,
-                # and a late second Ctrl-C would then kill the process (exit -2); SIG_IGN
-                # stays.
+                # and a late Ctrl-C or launch's SIGTERM 5 s after the first (a long
+                # hand-back) would then kill the process (exit -2, -15); SIG_IGN stays.
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
             faulthandler.cancel_dump_traceback_later()   # in time: the caller goes on
 
 
-def _shut_down(node: N, shutdown: Callable[[N, Executor], None], executor: Executor) -> None:
-    """``shutdown(node, executor)``; what it raises logged on the node, never raised."""
+def _shut_down(node: N, shutdown: Callable[[N, Executor], None],
+               shutdown_s: Callable[[N], float] | None, executor: Executor,
+               interrupts: _QuietInterrupts | None) -> None:
+    """``shutdown(node, executor)`` under a deadline of its own bound (how long the node's
+    settings say it takes, read now) plus ``SHUTDOWN_DEADLINE_S``, counted from now (a
+    signal during it does not shorten it); what it raises logged on the node, never
+    raised."""
+    seconds = SHUTDOWN_DEADLINE_S + (shutdown_s(node) if shutdown_s is not None else 0.0)
+    if interrupts is not None:
+        interrupts.arm(seconds)
     try:
         shutdown(node, executor)
     except Exception as err:  # noqa: BLE001 - best effort on the way out
         node.get_logger().error(f'shutdown failed: {err!r}')
 
-
-def spin_while(executor: Executor, busy: Callable[[], object], until: float) -> None:
-    """Spin ``executor`` in steps of 10 ms while ``busy()``, up to ``time.monotonic()``
-    ``until`` and while its context is up: a shutdown hook's bounded wait for callbacks."""
-    while busy() and time.monotonic() < until and executor.context.ok():
-        executor.spin_once(timeout_sec=0.01)

@@ -53,7 +53,7 @@ from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
 from plag_ros.ros.arm_handover import ArmHandover, check_names
 from plag_ros.ros.controller_switch import sleep
-from plag_ros.ros.nodes import spin_node, spin_while
+from plag_ros.ros.nodes import spin_node
 from plag_ros.ros.parameters import declare_options, option_values
 from plag_ros.ros.qos import LATCHED, reliable
 from plag_ros.ros.rclpy_compat import quiet_publisher
@@ -62,8 +62,6 @@ from plag_ros.ros.robot_description import StartModel
 __all__ = ['NODE_NAME', 'ImpedanceNode', 'main']
 
 NODE_NAME = 'plag_impedance'
-SWITCH_BACK_S = 3.0
-"""The longest wait [s] on shutdown for the switch back to the fallback controller."""
 _RELIABLE = reliable()
 
 
@@ -370,24 +368,13 @@ class ImpedanceNode(Node):
             self._diagnostics_ns = now
 
     def shutdown_s(self) -> float:
-        """The longest :meth:`shutdown` takes [s]: the hold, the switch's wait, a margin."""
-        return self.own.hold_time + SWITCH_BACK_S + 0.5
+        """The longest :meth:`shutdown` takes [s]."""
+        return self.handover.shutdown_s()
 
     def shutdown(self, executor: Executor) -> None:
-        """Hold ``switch.hold_s``, then switch the fallback controller back, waiting up to
-        ``SWITCH_BACK_S`` (the shutdown hook of :func:`~plag_ros.ros.nodes.spin_node`)."""
-        if self.handover.abandoned():
-            return
-        self.controller.set_enabled(False, now := self._now_ns())
-        self._publish(self.controller.hold(now), now)
-        spin_while(executor, lambda: True, time.monotonic() + self.own.hold_time)
-        # The timer may have made the same hand-back, which release() below then skips: the
-        # node must not exit before it is answered (and logged), nor before an enable's switch.
-        deadline, pending = time.monotonic() + SWITCH_BACK_S, self._release_task
-        spin_while(executor, lambda: (pending is not None and not pending.done()) or
-                   self.own.switching, deadline)
-        executor.spin_until_future_complete(executor.create_task(self.handover.release),
-                                            timeout_sec=max(deadline - time.monotonic(), 0.1))
+        """Hold, then switch the fallback controller back: :meth:`ArmHandover.shut_down`,
+        the shutdown hook of :func:`~plag_ros.ros.nodes.spin_node`."""
+        self.handover.shut_down(executor, self._publish, lambda: self._release_task)
 
 
 def main(args: list[str] | None = None) -> None:

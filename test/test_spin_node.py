@@ -18,9 +18,8 @@ from ros_helpers import REPO, ros_env, start_node
 from plag_ros.ros.nodes import SHUTDOWN_DEADLINE_S
 
 # A node with a 100 Hz timer, which says 'spinning' at its first tick (the spin loop is
-# then running); with HANG set, its destroy_node never returns (a stand-in for a shutdown
-# bug: a thread that cannot be joined, a lock never released).
-SCRIPT = """
+# then running).
+TICKER = """
 import sys, threading, time
 from rclpy.node import Node
 from plag_ros.ros.nodes import spin_node
@@ -35,17 +34,20 @@ class Ticker(Node):
         self.ticks += 1
         if self.ticks == 1:
             print('spinning', flush=True)
+"""
 
+# With 'hang', its destroy_node never returns (a stand-in for a shutdown bug: a thread that
+# cannot be joined, a lock never released).
+SCRIPT = TICKER + """
+class Hanging(Ticker):
     def destroy_node(self):
-        if HANG:
+        if sys.argv[1] == 'hang':
             threading.Event().wait()   # never set
         super().destroy_node()
 
-HANG = sys.argv[1] == 'hang'
-spin_node(Ticker)
+spin_node(Hanging)
 print('returned', flush=True)
 """
-
 
 def _start(mode: str) -> subprocess.Popen:
     return _start_script(SCRIPT, mode)
@@ -257,24 +259,14 @@ def test_every_node_ends_on_a_signal(tmp_path, module, signals):
 # must still run, then the error propagates); 'crashes' (it raises at every tick from the
 # 5th: the hook's spin goes on); 'raise' (the hook raises: logged, the teardown goes on);
 # 'hang' (the hook never returns: the deadline, grown by shutdown_s).
-HOOK_SCRIPT = """
-import sys, threading, time
-from rclpy.node import Node
+HOOK_SCRIPT = TICKER + """
 from plag_ros.ros.controller_switch import spin_while
-from plag_ros.ros.nodes import spin_node
 
 MODE, HOOK_S = sys.argv[1], 1.0
 
-class Held(Node):
-    def __init__(self):
-        super().__init__('plag_test_held')
-        self.ticks = 0
-        self.create_timer(0.01, self.tick)
-
+class Held(Ticker):
     def tick(self):
-        self.ticks += 1
-        if self.ticks == 1:
-            print('spinning', flush=True)
+        super().tick()
         if self.ticks == 5 and MODE == 'crash' or self.ticks >= 5 and MODE == 'crashes':
             raise RuntimeError('a callback failed')
 

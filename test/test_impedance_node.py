@@ -43,6 +43,7 @@ from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
 from plag_ros.ros import messages as msgs
+from plag_ros.ros.arm_handover import SWITCH_BACK_S
 from plag_ros.ros.nodes.impedance_node import ImpedanceNode
 
 NODE = '/plag_impedance'
@@ -683,13 +684,14 @@ def at_rest(node: ImpedanceNode) -> None:
 
 
 @contextlib.contextmanager
-def against_fake_driver(on_switch, answer_after):
-    """A torque-mode node (switch.timeout_s 1 s) at rest, against a :class:`FakeBusDriver`
-    it has discovered; yields (node, driver, enable, spin_until): ``enable()`` runs
-    ``~/enable true`` to its answer, ``spin_until(predicate, what)`` spins the node."""
+def against_fake_driver(on_switch, answer_after, timeout_s: float = 1.0):
+    """A torque-mode node (switch.timeout_s ``timeout_s``) at rest, against a
+    :class:`FakeBusDriver` it has discovered; yields (node, driver, enable, spin_until):
+    ``enable()`` runs ``~/enable true`` to its answer, ``spin_until(predicate, what)``
+    spins the node."""
     from rclpy.executors import SingleThreadedExecutor
 
-    with torque_mode_node(Parameter('switch.timeout_s', value=1.0)) as (node, _):
+    with torque_mode_node(Parameter('switch.timeout_s', value=timeout_s)) as (node, _):
         driver = FakeBusDriver(node.context, node.urdf.report(node.model), on_switch,
                                answer_after)
         executor = SingleThreadedExecutor(context=node.context)
@@ -845,20 +847,26 @@ def test_the_hints_name_the_enable_service_of_this_arm(namespace, monkeypatch):
             f'fault, {enable} true'), errors
 
 
-def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back():
+@pytest.mark.parametrize('answer_s', [0.5, SWITCH_BACK_S + 0.5], ids=['answered', 'late'])
+def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back(answer_s):
     """Ctrl-C (the node's shutdown hook) while ``~/enable``'s switch to current mode is
-    under way (the driver answers after 0.5 s). Before, the hook saw the arm not yet ours
-    and did nothing, and the switch, carried out a moment later, left plag_driver in
-    current mode with no node commanding it. Now the switch ends first, then the hold and
-    the hand-back, before the node goes."""
+    under way (plag_driver answers after ``answer_s``; switch.timeout_s 5 s). Before, the
+    hook saw the arm not yet ours and did nothing, and the switch, carried out a moment
+    later, left the driver in current mode with no node commanding it. Now a switch
+    answered in time ends first, then the hold and the hand-back; one still unanswered
+    after SWITCH_BACK_S gets the switch back all the same, queued behind it. Either way the
+    controller is never enabled and the driver ends on its position controller."""
     effort = 'plag_arm_effort_controller'
     with against_fake_driver(
             lambda active: {'fault': '', 'current': active == effort, 'active': active},
-            lambda active: 0.5 if active == effort else 0.0) as (node, driver, _,
-                                                                 spin_until):
+            lambda active: answer_s if active == effort else 0.0, timeout_s=5.0) as (
+                node, driver, _, spin_until):
         executor = node.executor
-        executor.create_task(node._on_enable(SetBool.Request(data=True), SetBool.Response()))
+        enabling = executor.create_task(node._on_enable(SetBool.Request(data=True),
+                                                        SetBool.Response()))
         spin_until(lambda: node.own.switching, 'the switch under way')
         node.shutdown(executor)
+        spin_until(enabling.done, 'the enable answered')
         assert driver.switches == [effort, 'crane_x7_arm_controller'], driver.switches
-        assert not node.own.switched and not node.controller.enabled
+        assert not node.controller.enabled
+        assert not enabling.result().success, enabling.result().message

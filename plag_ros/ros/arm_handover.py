@@ -42,7 +42,7 @@ from plag_ros.ros.controller_switch import (
 from plag_ros.ros.qos import LATCHED
 
 __all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'SHUTDOWN_HOLD_MAX_S',
-           'SWITCH_BACK_S', 'ArmHandover', 'check_names']
+           'SHUTTING_DOWN', 'SWITCH_BACK_S', 'ArmHandover', 'check_names']
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
@@ -53,6 +53,9 @@ RELEASE_RETRY_S = 1.0
 SWITCH_BACK_S = 3.0
 """On shutdown, the longest wait [s] for an enable's switch under way, and again for the
 hand-back."""
+
+SHUTTING_DOWN = 'the node is shutting down'
+"""Why an enable is refused once :meth:`ArmHandover.shut_down` began."""
 
 SHUTDOWN_HOLD_MAX_S = 1.0
 """On shutdown the hold before the hand-back lasts ``switch.hold_s``, at most this long [s]:
@@ -149,6 +152,8 @@ class ArmHandover:
         # enable is done: its (fault, current)
         self._heard_in_switch: tuple[str, bool | None] | None = None
         self._taking = False
+        self.closing = False
+        """The node is shutting down (:meth:`shut_down`): nothing takes the arm or enables."""
         self._checked_joints: list[str] | None = None   # the driver's joints last checked
         if self.driver_node is not None:
             node.create_subscription(String, f'{sw.driver_node.rstrip("/")}/state',
@@ -308,7 +313,11 @@ class ArmHandover:
             self.own.switching = False
 
     async def take(self) -> tuple[bool, str]:
-        """Take the arm for an enable: switch in where needed. Returns (ok, message)."""
+        """Take the arm for an enable: switch in where needed. Returns (ok, message);
+        refused once the node is :attr:`closing` (a switch it answers then makes the arm
+        ours for :meth:`shut_down` to give back)."""
+        if self.closing:
+            return False, SHUTTING_DOWN
         message = ''
         self._heard_in_switch = None
         if self.switch is not None and self.own.needs_switch():
@@ -326,7 +335,7 @@ class ArmHandover:
             if not ok:
                 return False, message
         self.own.taken(time.monotonic())
-        return True, message
+        return (False, SHUTTING_DOWN) if self.closing else (True, message)
 
     def taken_and_enabled(self) -> str:
         """After a take and the controller's enable: judge the driver's newest state
@@ -406,14 +415,18 @@ class ArmHandover:
     def shut_down(self, executor: Executor, publish: Callable[[Command | None, int], None],
                   pending: Callable[[], Task | None]) -> None:
         """The node's exit (a signal, an external shutdown, a callback's exception), with
-        ``executor`` spinning the node: an enable's switch under way ends first (else it
-        would enable after the hold), the controller is disabled and its hold sent with
-        ``publish(command, now_ns)`` for ``switch.hold_s`` (at most
-        ``SHUTDOWN_HOLD_MAX_S``), then the fallback controller is switched back, after
-        ``pending()`` (the timer's hand-back, which :meth:`release` would skip) is
-        answered and logged. The two waits share ``SWITCH_BACK_S`` (the hand-back has 1 s
-        at least): all of it within :meth:`shutdown_s`. A hand-back not done by then is
-        logged with the command that does it by hand."""
+        ``executor`` spinning the node. From here on nothing enables (:attr:`closing`: a
+        take is refused, and one under way that succeeds only makes the arm ours to give
+        back). An enable's switch under way may end first; the controller is disabled and
+        its hold sent with ``publish(command, now_ns)`` for ``switch.hold_s`` (at most
+        ``SHUTDOWN_HOLD_MAX_S``); then the fallback controller is switched back, after
+        ``pending()`` (the timer's hand-back, which :meth:`release` would skip) is answered
+        and logged. An enable's switch still unanswered then may yet be carried out: the
+        switch back is sent all the same, behind it on the same service. The waits share
+        ``SWITCH_BACK_S`` (the hand-back has 1 s at least): all of it within
+        :meth:`shutdown_s`. A hand-back not done by then is logged with the command that
+        does it by hand."""
+        self.closing = True
         if self.abandoned():
             return
         own, start = self.own, time.monotonic()
@@ -426,8 +439,21 @@ class ArmHandover:
         deadline = max(start + hold_s + SWITCH_BACK_S, time.monotonic() + 1.0)
         timers = pending()      # made during the hold, maybe
         spin_while(executor, lambda: (timers is not None and not timers.done()) or
-                   own.switching, deadline)
-        task = executor.create_task(self.release)
+                   (own.switching and not self._taking), deadline)
+        unanswered = own.switching and self._taking and self.switch is not None
+        task = executor.create_task(self._switch_back if unanswered else self.release)
         spin_while(executor, lambda: not task.done(), max(deadline, time.monotonic() + 0.1))
-        if own.switched:
+        if unanswered and task.done() and task.exception() is None and task.result():
+            return
+        if unanswered or own.switched:
             self.not_handed_back(f'not switched back {SWITCH_BACK_S:g} s after the hold')
+
+    async def _switch_back(self) -> bool:
+        """Switch the fallback back in without waiting for the switch under way (an
+        enable's, unanswered: it may yet be carried out, and this request comes after it).
+        Whether it was done."""
+        assert self.switch is not None
+        ok, message = await self.switch.release()
+        if ok:
+            self.log.warning(f'an enable switch went unanswered at shutdown; {message}')
+        return ok

@@ -265,7 +265,8 @@ class ImpedanceNode(Node):
         while True:
             response = await self._on_enable(SetBool.Request(data=True), SetBool.Response(),
                                              quiet=True)
-            if response.success or self.controller.enabled or time.monotonic() >= deadline:
+            if response.success or self.controller.enabled or time.monotonic() >= deadline \
+                    or self.handover.closing:
                 break
             await sleep(self, 0.1, self._async_group)
         if response.success:

@@ -452,8 +452,9 @@ def test_the_hand_back_logged_without_a_context_follows_the_switch_method(method
     from plag_ros.ros.arm_handover import ArmHandover
     log = _Log()
     handover = SimpleNamespace(
-        own=SimpleNamespace(switched=True), switch=_switch(method, ARM), log=log,
-        node=SimpleNamespace(context=SimpleNamespace(ok=lambda: False)))
+        own=SimpleNamespace(switched=True, switching=False), switch=_switch(method, ARM),
+        log=log, node=SimpleNamespace(context=SimpleNamespace(ok=lambda: False)))
+    handover.not_handed_back = lambda why: ArmHandover.not_handed_back(handover, why)
     assert ArmHandover.abandoned(handover)
     assert len(log.lines) == 1 and log.lines[0].endswith(hint), log.lines
 

@@ -171,6 +171,13 @@ def test_driver_killed_and_restarted(model, tmp_path, resume):
             sim.process.wait(timeout=10)
             wait_until(lambda: state().get('reason') == 'stale', 60.0,
                        'the impedance node holding on stale input')
+            # The node takes the driver as gone after input_loss_s (1 s) of silence on its
+            # own clock; a stall of its own longer than half of that (a loaded machine)
+            # starts the count again. A driver back before that is a driver that never
+            # left: its new pose is then a position jump, latched, and no re-take follows
+            # (one suite run saw exactly that). Wait for the node's verdict.
+            wait_until(lambda: 'taking the driver as gone' in impedance.output(), 60.0,
+                       'the impedance node taking the driver as gone')
             # The driver comes back in another pose (0.3 rad on every joint).
             restart_ns = time.time_ns()
             second = start_node('sim_node', domain_id=domain, log_dir=tmp_path / 'second',

@@ -445,7 +445,7 @@ class ArmHandover:
         spin_while(executor, lambda: not task.done(), max(deadline, time.monotonic() + 0.1))
         if unanswered and task.done() and task.exception() is None and task.result():
             return
-        if unanswered or own.switched or own.switching:    # (or take()'s own switch back)
+        if own.switched or own.switching:   # (unanswered, or take()'s own switch back)
             self.not_handed_back(f'not switched back {SWITCH_BACK_S:g} s after the hold')
 
     async def _switch_back(self) -> bool:

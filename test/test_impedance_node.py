@@ -847,6 +847,8 @@ def test_the_hints_name_the_enable_service_of_this_arm(namespace, monkeypatch):
             f'fault, {enable} true'), errors
 
 
+# late: answered 0.5 s after the hook's wait ended (no hold in the bus driver's current
+# mode), 0.5 s before the hand-back's deadline
 @pytest.mark.parametrize('answer_s', [0.5, SWITCH_BACK_S + 0.5], ids=['answered', 'late'])
 def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back(answer_s):
     """Ctrl-C (the node's shutdown hook) while ``~/enable``'s switch to current mode is
@@ -861,12 +863,25 @@ def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back(answer_s):
             lambda active: {'fault': '', 'current': active == effort, 'active': active},
             lambda active: answer_s if active == effort else 0.0, timeout_s=5.0) as (
                 node, driver, _, spin_until):
-        executor = node.executor
+        executor, handover = node.executor, node.handover
+        switched_back = handover._switch_back
+        unanswered: list[bool] = []
+
+        async def switch_back() -> bool:
+            unanswered.append(True)
+            return await switched_back()
+        handover._switch_back = switch_back
+        assert node.own.hold_time == 0.0
         enabling = executor.create_task(node._on_enable(SetBool.Request(data=True),
                                                         SetBool.Response()))
         spin_until(lambda: node.own.switching, 'the switch under way')
         node.shutdown(executor)
+        assert bool(unanswered) == (answer_s > SWITCH_BACK_S), unanswered
         spin_until(enabling.done, 'the enable answered')
+        # spun on: before, the switch back of an unanswered switch left the arm marked
+        # ours, and the timer's hand-back (due at once: no hold) switched back once more
+        settled = time.monotonic() + 0.5
+        spin_until(lambda: time.monotonic() > settled, 'the hold gone by')
         assert driver.switches == [effort, 'crane_x7_arm_controller'], driver.switches
-        assert not node.controller.enabled
+        assert not node.own.switched and not node.controller.enabled
         assert not enabling.result().success, enabling.result().message

@@ -377,7 +377,8 @@ class ArmHandover:
 
     def watch(self, ctl: PartialImpedanceController) -> bool:
         """The timer's part: notice a silent driver, schedule the hand-back after a
-        disable or a latched fault of ``ctl``. True when the hand-back is due now."""
+        disable or a latched fault of ``ctl`` (not once :attr:`closing`). True when the
+        hand-back is due now."""
         own, now = self.own, time.monotonic()
         if own.input_lost(now):
             # (A SIGKILLed driver keeps its DDS publisher for the lease duration: the
@@ -386,6 +387,8 @@ class ArmHandover:
                 f'no joint_states for {own.input_loss_s:g} s: taking the driver as gone; '
                 'holding. A restarted driver brings its controllers back without our '
                 'switch, so we switch again before any command when joint_states returns')
+        if self.closing:    # the shutdown hook gives the arm back itself, once
+            return False
         if own.switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
             own.schedule_release(now)
         # (not while a switch is under way: its task would find nothing to do)
@@ -455,5 +458,8 @@ class ArmHandover:
         assert self.switch is not None
         ok, message = await self.switch.release()
         if ok:
+            # (answered after the enable's switch, which the service carried out first:
+            # take() has marked the arm ours by now)
+            self.own.switched = False
             self.log.warning(f'an enable switch went unanswered at shutdown; {message}')
         return ok

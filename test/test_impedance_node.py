@@ -43,7 +43,7 @@ from plag_ros.core.control.settings import IMPEDANCE_OPTIONS
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
 from plag_ros.ros import messages as msgs
-from plag_ros.ros.arm_handover import SWITCH_BACK_S
+from plag_ros.ros.arm_handover import SHUTTING_DOWN, SWITCH_BACK_S
 from plag_ros.ros.nodes.impedance_node import ImpedanceNode
 
 NODE = '/plag_impedance'
@@ -494,21 +494,24 @@ def test_safety_parameters_change_only_while_disabled(model):
 
 def test_implausible_joint_state_makes_the_controller_hold(model):
     """A reading the arm cannot produce (1e300 rad, a jump) is counted and treated like a
-    NaN: the controller holds its set point and computes nothing from it."""
+    NaN: the controller holds its set point and computes nothing from it. Its fault names
+    the gate's reason (before, 'nan': two drivers' interleaved poses read as a NaN fault)."""
     with warm_node(model) as (node, names, q0, zero, t0):
-        assert node.controller.fault != 'nan'
+        assert node.controller.fault == ''
         hold = node.last_command.position.copy()     # disabled: the hold set point
         bad = q0.copy()
         bad[3] = 1e300
         node.on_joint_state(msgs.joint_state(names, bad, zero, t_ns=t0 + 8 * 5_000_000))
         assert node.rejected['position_out_of_range'] == 1
-        assert node.controller.fault == 'nan'
+        assert node.controller.fault == 'implausible: position_out_of_range'
+        assert node.last_command.reason == node.controller.fault
         assert np.isfinite(node.last_command.position).all()
         np.testing.assert_array_equal(node.last_command.position, hold)
         jump = q0.copy()
         jump[0] += 0.5                             # 0.5 rad in 5 ms: impossible
         node.on_joint_state(msgs.joint_state(names, jump, zero, t_ns=t0 + 9 * 5_000_000))
         assert node.rejected['position_jump'] == 1
+        assert node.controller.fault == 'implausible: position_jump'
         np.testing.assert_array_equal(node.last_command.position, hold)
         # the stamp a command to plag_driver would carry stays the last good sample's:
         # holds computed after garbage age out at the driver instead of looking fresh
@@ -885,3 +888,29 @@ def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back(answer_s):
         assert driver.switches == [effort, 'crane_x7_arm_controller'], driver.switches
         assert not node.own.switched and not node.controller.enabled
         assert not enabling.result().success, enabling.result().message
+
+
+def test_start_enabled_ends_quietly_at_shutdown(model, monkeypatch):
+    """``start_enabled``'s retries stop once the node shuts down, and the refusal is logged
+    as what it is, not as an error that it gave up after ``switch.timeout_s``."""
+    with warm_node(model) as (node, *_):
+        node._pub_command.get_subscription_count = lambda: 1    # a controller, it seems
+        lines: list[tuple[str, str]] = []
+
+        class Log:
+            def info(self, text: str, **_) -> None:
+                lines.append(('info', text))
+
+            def warning(self, text: str, **_) -> None:
+                lines.append(('warning', text))
+
+            def error(self, text: str, **_) -> None:
+                lines.append(('error', text))
+        log = Log()
+        monkeypatch.setattr(node, 'get_logger', lambda: log)
+        node.handover.closing = True
+        starting = node._start_enabled()
+        with pytest.raises(StopIteration):
+            starting.send(None)
+        assert lines == [('info', f'start_enabled: {SHUTTING_DOWN}')], lines
+        assert not node.controller.enabled

@@ -156,8 +156,9 @@ class Command(NamedTuple):
         t_ns: time it was computed for [ns] (controller clock).
         state: :data:`ControlState` after this cycle.
         reason: why the controller holds ('' when running): 'disabled', 'stale', 'nan',
-            'warming_up', or a latched fault starting 'tracking', 'effort',
-            'oscillation' or 'position_jump'.
+            'implausible: <the gate's reason>'
+            (:meth:`PartialImpedanceController.hold_on_invalid`), 'warming_up', or a
+            latched fault starting 'tracking', 'effort', 'oscillation' or 'position_jump'.
         effort: (n_act,) [N*m] for the effort interface, else None.
         position: (n_act,) [rad] for the position interface, else None.
         torque: (n_act,) [N*m] impedance torque after clipping (zeros when holding).
@@ -552,6 +553,17 @@ class PartialImpedanceController:
             self._set_fault(reason)
             self._latched = True
 
+    def hold_on_invalid(self, now_ns: int, reason: str) -> Command | None:
+        """A sample the caller found unusable at ``now_ns`` (``reason``: 'nan', or
+        'implausible: ...' for a reading the plausibility gate refused): nothing is computed
+        from it; the controller holds, its fault ``reason`` until a valid sample clears it
+        (the watchdog's stale limit runs on). None before the first valid state."""
+        self._now_ns = now_ns
+        if self._q is None:
+            return None
+        self._set_fault(reason)
+        return self._hold(now_ns)
+
     def set_reference(self, reference: Reference | None = None, *, q: ArrayLike | None = None,
                       qd: ArrayLike | None = None, qdd: ArrayLike | None = None) -> None:
         """Replace the desired trajectory, or set a constant point (q, qd, qdd) (n_act,).
@@ -735,10 +747,7 @@ class PartialImpedanceController:
             raise ValueError(f'q must have {na} entries ({list(self.joint_names)}), '
                              f'got shape {q.shape}')
         if not np.isfinite(q).all() or (qd is not None and not np.isfinite(qd).all()):
-            if self._q is None:
-                return None
-            self._set_fault('nan')
-            return self._hold(now_ns)
+            return self.hold_on_invalid(now_ns, 'nan')
         if stamp_ns is not None and abs(now_ns - int(stamp_ns)) > self._stale_ns:
             # Freshness by stamp, not by arrival: a backlog of queued samples read late, or
             # a publisher that stalled, says nothing of where the arm is now.

@@ -198,13 +198,15 @@ class ImpedanceNode(Node):
                 self.controller.latch_fault('position_jump: the readings stayed at a new pose')
             if garbage:
                 self._reject(garbage, f'sample stamped {t_ns} ns is beyond what the arm can do')
-        if garbage:   # NaN/inf or impossible: the controller must see it, to hold on it
-            t_ns, q, qd, effort = now, np.full(self.model.n_joints, np.nan), None, None
         ctl, stale = self.controller, self.controller.stale_samples
-        command = self.last_command = ctl.update(   # None for a stale sample while fresh
-            now, q[self._act], None if qd is None else qd[self._act],
-            stamp_ns=t_ns if self.settings.use_header_stamp else None,
-            effort=None if effort is None else effort[self._act] * self._effort_to_torque)
+        if garbage:   # NaN/inf or impossible: the controller holds, its reason the cause
+            command = self.last_command = ctl.hold_on_invalid(
+                now, 'nan' if garbage == 'nonfinite' else f'implausible: {garbage}')
+        else:         # (None for a stale sample while the command in force is fresh)
+            command = self.last_command = ctl.update(
+                now, q[self._act], None if qd is None else qd[self._act],
+                stamp_ns=t_ns if self.settings.use_header_stamp else None,
+                effort=None if effort is None else effort[self._act] * self._effort_to_torque)
         if ctl.stale_samples > stale:
             self._reject('stale_stamp', f'{(t_ns - now) * 1e-6:+.1f} ms from now: not used')
         if not self.own.commanding:
@@ -269,7 +271,7 @@ class ImpedanceNode(Node):
                     or self.handover.closing:
                 break
             await sleep(self, 0.1, self._async_group)
-        if response.success:
+        if response.success or self.handover.closing:   # (closing: the shutdown's refusal)
             self.get_logger().info(f'start_enabled: {response.message}')
         else:
             self.get_logger().error(f'start_enabled: {response.message} (gave up after '

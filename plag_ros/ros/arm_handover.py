@@ -28,6 +28,7 @@ from std_msgs.msg import String
 from plag_ros.core.control.arm_ownership import ArmOwnership, driver_joint_check
 from plag_ros.core.control.impedance import Command, PartialImpedanceController
 from plag_ros.core.control.settings import (
+    SHUTDOWN_HOLD_MAX_S,
     TRAJECTORY_CONTROLLER,
     ImpedanceSettings,
     check_own_namespace,
@@ -41,7 +42,7 @@ from plag_ros.ros.controller_switch import (
 )
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S', 'SHUTDOWN_HOLD_MAX_S',
+__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S',
            'SHUTTING_DOWN', 'SWITCH_BACK_S', 'ArmHandover', 'check_names']
 
 JOINT_CHECK_TRIES = 30
@@ -56,10 +57,6 @@ hand-back."""
 
 SHUTTING_DOWN = 'the node is shutting down'
 """Why an enable is refused once :meth:`ArmHandover.shut_down` began."""
-
-SHUTDOWN_HOLD_MAX_S = 1.0
-"""On shutdown the hold before the hand-back lasts ``switch.hold_s``, at most this long [s]:
-with the waits the whole shutdown ends before launch's SIGKILL, 10 s after Ctrl-C."""
 
 CONFIRM_MIN_S = 1.0
 """The least time the bus driver's state has to show our controller after a take [s]

@@ -55,8 +55,8 @@ __all__ = ['CRANE_X7_CONTROL', 'EFFORT_COMMAND_TOPIC', 'EFFORT_CONTROLLER',
            'check_own_namespace', 'foreign_names',
            'TRAJECTORY_COMMAND_TOPIC', 'TRAJECTORY_CONTROLLER', 'CommandKind',
            'CommandSettings', 'CommandType', 'CompensateSettings', 'ImpedanceSettings',
-           'ReferenceMode', 'ReferenceSettings', 'SwitchMethod', 'SwitchSettings',
-           'TUNABLE_WHILE_ENABLED', 'safety_parameters']
+           'ReferenceMode', 'ReferenceSettings', 'SHUTDOWN_HOLD_MAX_S', 'SwitchMethod',
+           'SwitchSettings', 'TUNABLE_WHILE_ENABLED', 'safety_parameters']
 
 FORWARD_CONTROLLER = 'plag_arm_position_controller'
 """Our forward position controller (config/crane_x7_controllers.yaml), switched in."""
@@ -74,6 +74,11 @@ FORWARD_COMMAND_TOPIC = f'{FORWARD_CONTROLLER}/commands'
 order)."""
 TRAJECTORY_COMMAND_TOPIC = f'{TRAJECTORY_CONTROLLER}/joint_trajectory'
 """The trajectory controller's command (``trajectory_msgs/JointTrajectory``)."""
+
+SHUTDOWN_HOLD_MAX_S = 1.0
+"""On shutdown the hold before the hand-back lasts ``switch.hold_s``, at most this long [s]:
+with the waits the whole shutdown ends before launch's SIGKILL, 10 s after Ctrl-C
+(:meth:`plag_ros.ros.arm_handover.ArmHandover.shut_down`)."""
 
 TUNABLE_WHILE_ENABLED = ('stiffness', 'damping', 'state_rate_hz')
 """The impedance node's writable parameters that may change while it holds the arm: the
@@ -165,9 +170,9 @@ class SwitchSettings:
                               read_only=True)
     fallback: str = option(TRAJECTORY_CONTROLLER, 'the controller ours replaces, switched '
                            'back after a hold', read_only=True)
-    hold_s: float = option(0.5, 'hold this long before switching back [s] (at most 1 s '
-                           "at shutdown; not in the bus driver's current mode: handed back "
-                           'at once)', low=0.0, high=60.0)
+    hold_s: float = option(0.5, 'hold this long before switching back [s] (at most '
+                           f"{SHUTDOWN_HOLD_MAX_S:g} s at shutdown; not in the bus driver's "
+                           'current mode: handed back at once)', low=0.0, high=60.0)
     timeout_s: float = option(5.0, 'deadline of one switch [s]; on plag_driver also how long '
                               'after it its state may take to show our controller (in current '
                               'mode on the effort path), at least 1 s', low=0.1, high=60.0,

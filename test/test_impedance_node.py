@@ -775,14 +775,18 @@ def test_a_switch_the_driver_carried_out_but_answered_too_late_is_switched_back(
     past switch.timeout_s (1 s), but carries it out. The enable answers false, and the node
     switches the driver back to the JTC: left on our controller, the driver would give
     current mode the model's gravity until its stale fault and then refuse the JTC's (and
-    MoveIt's) commands until someone switched it by hand."""
+    MoveIt's) commands until someone switched it by hand. The answer names the command
+    that switches the driver back by hand, as on the controller manager's path."""
     effort = 'plag_arm_effort_controller'
     with against_fake_driver(
             lambda active: {'fault': '', 'current': active == effort, 'active': active},
             lambda active: 1.5 if active == effort else 0.0) as (node, driver, enable,
                                                                  spin_until):
         answer = enable()
-        assert not answer.success and 'no answer' in answer.message, answer.message
+        assert not answer.success and answer.message.startswith(
+            f'switch crane_x7_arm_controller -> {effort}: no answer from '
+            '/plag_driver/set_parameters within 1 s; by hand: `ros2 param set /plag_driver '
+            f'active_arm_controller {effort}`'), answer.message
         spin_until(lambda: driver.switches == [effort, 'crane_x7_arm_controller'],
                    'the switch back')
         assert not node.own.switched and not node.controller.enabled

@@ -237,6 +237,12 @@ class ControllerSwitch:
         """The fallback on, our controller off."""
         return await self._switch(self.fallback, self.controller)
 
+    def _no_answer(self, on: str, off: str) -> str:
+        """Why the switch ``off -> on`` failed when its request went unanswered, with the
+        command that makes it by hand (it may yet be carried out, or never)."""
+        return (f'switch {off} -> {on}: no answer from {self.target} within '
+                f'{self.timeout_s:g} s; by hand: `{self.by_hand(on, off)}`')
+
     async def _switch(self, on: str, off: str) -> tuple[bool, str]:
         what = f'{off} -> {on}'
         self.unanswered = False
@@ -258,9 +264,7 @@ class ControllerSwitch:
             response = await call(self.node, client, request, self.timeout_s)
             self.unanswered = response is None
             if response is None:
-                return False, (f'switch {what}: no answer from {self.target} within '
-                               f'{self.timeout_s:g} s; by hand: '
-                               f'`{self.by_hand(on, off)}`')
+                return False, self._no_answer(on, off)
             if not response.ok:
                 detail = getattr(response, 'message', '')
                 return False, f'switch {what} refused by the controller manager {detail}'
@@ -271,7 +275,7 @@ class ControllerSwitch:
         response = await call(self.node, client, request, self.timeout_s)
         self.unanswered = response is None
         if response is None:
-            return False, f'switch {what}: no answer from {self.target}'
+            return False, self._no_answer(on, off)
         if not response.results or not response.results[0].successful:
             return False, f'switch {what} refused: {response.results[0].reason}'
         return True, f'switched {what} ({"simulator" if self.method == "sim" else "bus driver"})'

@@ -327,8 +327,10 @@ class ArmHandover:
                 # It may have switched all the same (the bus driver then gives current mode
                 # the model's gravity until its stale fault, and refuses the JTC's commands
                 # for good): switch back, which is harmless where nothing switched.
-                _, back = await self._call(release=True)
-                self.log.warning(f'{message}; switched back in case it had switched: {back}')
+                back_ok, back = await self._call(release=True)
+                self.log.warning(f'{message}; ' + (
+                    f'switched back in case it had switched: {back}' if back_ok else
+                    f'the switch back, in case it had switched, failed too: {back}'))
             if not ok:
                 return False, message
         self.own.taken(time.monotonic())
@@ -361,8 +363,8 @@ class ArmHandover:
             self.log.info(message)
         else:
             own.release_at = time.monotonic() + RELEASE_RETRY_S   # not every timer tick
-            self.log.error(f'{message}; our controller keeps holding the arm (again in '
-                           f'{RELEASE_RETRY_S:g} s)')
+            again = '' if self.closing else f' (again in {RELEASE_RETRY_S:g} s)'
+            self.log.error(f'{message}; our controller keeps holding the arm{again}')
 
     async def reset_after_outage(self) -> None:
         """Back to the fallback after a driver outage, whatever state it left: the release
@@ -376,6 +378,8 @@ class ArmHandover:
         """The timer's part: notice a silent driver, schedule the hand-back after a
         disable or a latched fault of ``ctl`` (not once :attr:`closing`). True when the
         hand-back is due now."""
+        if self.closing:    # the shutdown hook gives the arm back itself, once
+            return False
         own, now = self.own, time.monotonic()
         if own.input_lost(now):
             # (A SIGKILLed driver keeps its DDS publisher for the lease duration: the
@@ -384,8 +388,6 @@ class ArmHandover:
                 f'no joint_states for {own.input_loss_s:g} s: taking the driver as gone; '
                 'holding. A restarted driver brings its controllers back without our '
                 'switch, so we switch again before any command when joint_states returns')
-        if self.closing:    # the shutdown hook gives the arm back itself, once
-            return False
         if own.switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
             own.schedule_release(now)
         # (not while a switch is under way: its task would find nothing to do)
@@ -425,8 +427,17 @@ class ArmHandover:
         switch back is sent all the same, behind it on the same service. The waits share
         ``SWITCH_BACK_S`` (the hand-back has 1 s at least): all of it within
         :meth:`shutdown_s`. A hand-back not done by then is logged with the command that
-        does it by hand."""
+        does it by hand, as is a hand-back that an exception here cut short."""
         self.closing = True
+        try:
+            self._hand_back(executor, publish, pending)
+        except BaseException:
+            self.not_handed_back('the shutdown failed before it handed the arm back')
+            raise
+
+    def _hand_back(self, executor: Executor, publish: Callable[[Command | None, int], None],
+                   pending: Callable[[], Task | None]) -> None:
+        """:meth:`shut_down`'s waits, hold and hand-back."""
         if self.abandoned():
             return
         own, start = self.own, time.monotonic()

@@ -238,10 +238,13 @@ class ControllerSwitch:
         return await self._switch(self.fallback, self.controller)
 
     def _no_answer(self, on: str, off: str) -> str:
-        """Why the switch ``off -> on`` failed when its request went unanswered, with the
-        command that makes it by hand (it may yet be carried out, or never)."""
+        """Why the switch ``off -> on`` failed when its request went unanswered (it may yet
+        be carried out, or never); for a hand-back (``on`` the fallback), with the command
+        that makes it by hand. Not for a take: the caller switches back, and a take made
+        by hand would leave our controller with nothing commanding it."""
+        by_hand = f'; by hand: `{self.by_hand(on, off)}`' if on == self.fallback else ''
         return (f'switch {off} -> {on}: no answer from {self.target} within '
-                f'{self.timeout_s:g} s; by hand: `{self.by_hand(on, off)}`')
+                f'{self.timeout_s:g} s{by_hand}')
 
     async def _switch(self, on: str, off: str) -> tuple[bool, str]:
         what = f'{off} -> {on}'

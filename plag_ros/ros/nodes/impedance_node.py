@@ -51,7 +51,7 @@ from plag_ros.core.dynamics.arrays import ArrayLagrangian
 from plag_ros.core.dynamics.model_parameters import model_with_parameters
 from plag_ros.core.estimation.plausibility import PlausibilityGate
 from plag_ros.ros import messages as msgs
-from plag_ros.ros.arm_handover import ArmHandover, check_names
+from plag_ros.ros.arm_handover import SHUTTING_DOWN, ArmHandover, check_names
 from plag_ros.ros.controller_switch import sleep
 from plag_ros.ros.nodes import spin_node
 from plag_ros.ros.parameters import declare_options, option_values
@@ -207,8 +207,8 @@ class ImpedanceNode(Node):
                 now, q[self._act], None if qd is None else qd[self._act],
                 stamp_ns=t_ns if self.settings.use_header_stamp else None,
                 effort=None if effort is None else effort[self._act] * self._effort_to_torque)
-        if ctl.stale_samples > stale:
-            self._reject('stale_stamp', f'{(t_ns - now) * 1e-6:+.1f} ms from now: not used')
+            if ctl.stale_samples > stale:
+                self._reject('stale_stamp', f'{(t_ns - now) * 1e-6:+.1f} ms from now: not used')
         if not self.own.commanding:
             self.controller.relatch_hold()   # the driver's controller holds the arm now
         self._publish(command, now)
@@ -271,7 +271,7 @@ class ImpedanceNode(Node):
                     or self.handover.closing:
                 break
             await sleep(self, 0.1, self._async_group)
-        if response.success or self.handover.closing:   # (closing: the shutdown's refusal)
+        if response.success or response.message == SHUTTING_DOWN:   # (not a give-up)
             self.get_logger().info(f'start_enabled: {response.message}')
         else:
             self.get_logger().error(f'start_enabled: {response.message} (gave up after '

@@ -799,7 +799,8 @@ def test_a_switch_the_driver_carried_out_but_answered_too_late_is_switched_back(
     current mode the model's gravity until its stale fault and then refuse the JTC's (and
     MoveIt's) commands until someone switched it by hand. The answer names no command for
     the take (made by hand it would leave current mode with nothing commanding it); a
-    switch back that goes unanswered too is logged with the command that makes it."""
+    switch back that goes unanswered too is named in it with the command that makes it,
+    and so is the command again at shutdown: the arm may still be on our controller."""
     effort = 'plag_arm_effort_controller'
     log = LogLines()
     with against_fake_driver(
@@ -808,19 +809,23 @@ def test_a_switch_the_driver_carried_out_but_answered_too_late_is_switched_back(
                                                                     spin_until):
         monkeypatch.setattr(type(node.handover), 'log', property(lambda self: log))
         answer = enable()
-        assert not answer.success and answer.message == (
-            f'switch crane_x7_arm_controller -> {effort}: no answer from '
-            '/plag_driver/set_parameters within 1 s'), answer.message
-        warnings = [text for level, text in log.lines if level == 'warning']
         back = (f'switched back in case it had switched: switched {effort} -> '
                 'crane_x7_arm_controller (bus driver)') if back_s == 0.0 else (
             'the switch back, in case it had switched, failed too: switch '
             f'{effort} -> crane_x7_arm_controller: no answer from /plag_driver/set_parameters '
             f'within 1 s; by hand: {BY_HAND_BACK}')
-        assert warnings == [f'{answer.message}; {back}'], log.lines
+        assert not answer.success and answer.message == (
+            f'switch crane_x7_arm_controller -> {effort}: no answer from '
+            f'/plag_driver/set_parameters within 1 s; {back}'), answer.message
         spin_until(lambda: driver.switches == [effort, 'crane_x7_arm_controller'],
                    'the switch back')
         assert not node.own.switched and not node.controller.enabled
+        assert node.handover.maybe_ours == (back_s > 0.0)
+        log.lines.clear()
+        node.handover.shut_down(node.executor, lambda command, now_ns: None, lambda: None)
+        assert log.lines == ([] if back_s == 0.0 else [(
+            'error', 'an enable switch and its switch back went unanswered; the arm may '
+            f'still be on our controller: run {BY_HAND_BACK}')]), log.lines
 
 
 def test_a_shutdown_that_fails_before_the_hand_back_says_how_to_do_it(monkeypatch):

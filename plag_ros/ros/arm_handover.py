@@ -149,6 +149,9 @@ class ArmHandover:
         # enable is done: its (fault, current)
         self._heard_in_switch: tuple[str, bool | None] | None = None
         self._taking = False
+        self.maybe_ours = False
+        """A take and its switch back both went unanswered: the arm may be on our controller
+        though not taken (the shutdown then logs the command that gives it back)."""
         self.closing = False
         """The node is shutting down (:meth:`shut_down`): nothing takes the arm or enables."""
         self._checked_joints: list[str] | None = None   # the driver's joints last checked
@@ -305,9 +308,11 @@ class ArmHandover:
             raise RuntimeError('no controller switch on this command path')
         self.own.switching = True
         try:
-            return await (self.switch.release() if release else self.switch.activate())
+            ok, message = await (self.switch.release() if release else self.switch.activate())
         finally:
             self.own.switching = False
+        self.maybe_ours = self.maybe_ours and not (release and ok)
+        return ok, message
 
     async def take(self) -> tuple[bool, str]:
         """Take the arm for an enable: switch in where needed. Returns (ok, message);
@@ -328,12 +333,13 @@ class ArmHandover:
                 # the model's gravity until its stale fault, and refuses the JTC's commands
                 # for good): switch back, which is harmless where nothing switched.
                 back_ok, back = await self._call(release=True)
-                self.log.warning(f'{message}; ' + (
-                    f'switched back in case it had switched: {back}' if back_ok else
-                    f'the switch back, in case it had switched, failed too: {back}'))
+                self.maybe_ours = not back_ok
+                message += ('; switched back in case it had switched: ' if back_ok else
+                            '; the switch back, in case it had switched, failed too: ') + back
             if not ok:
                 return False, message
         self.own.taken(time.monotonic())
+        self.maybe_ours = False
         return (False, SHUTTING_DOWN) if self.closing else (True, message)
 
     def taken_and_enabled(self) -> str:
@@ -396,17 +402,22 @@ class ArmHandover:
     def abandoned(self) -> bool:
         """At shutdown: True when there is nothing to give back (the arm is not ours and no
         switch is under way), or no context to do it with (the command that gives the arm
-        back by hand is then logged)."""
+        back by hand is then logged, as it is after a take whose switch back went
+        unanswered: :attr:`maybe_ours`)."""
         if not (self.own.switched or self.own.switching):
+            if self.maybe_ours:
+                self.not_handed_back('an enable switch and its switch back went unanswered; '
+                                     'the arm may still be on our controller', anyway=True)
             return True
         if self.node.context.ok():
             return False
         self.not_handed_back('context gone before switching back')
         return True
 
-    def not_handed_back(self, why: str) -> None:
-        """While the arm may be ours: log ``why`` and the command that gives it back."""
-        if (self.own.switched or self.own.switching) and self.switch is not None:
+    def not_handed_back(self, why: str, *, anyway: bool = False) -> None:
+        """While the arm may be ours (or ``anyway``): log ``why`` and the command that gives
+        it back."""
+        if (self.own.switched or self.own.switching or anyway) and self.switch is not None:
             back = self.switch.by_hand(self.switch.fallback, self.switch.controller)
             self.log.error(f'{why}: run `{back}`')
 
@@ -468,6 +479,6 @@ class ArmHandover:
         if ok:
             # (answered after the enable's switch, which the service carried out first:
             # take() has marked the arm ours by now)
-            self.own.switched = False
+            self.own.switched = self.maybe_ours = False
             self.log.warning(f'an enable switch went unanswered at shutdown; {message}')
         return ok

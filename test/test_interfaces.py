@@ -92,8 +92,12 @@ def seen(client: RosClient, node: str, namespace: str = '/'
     }
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture
 def client():
+    """A probe of its own for each test: a graph cache is a participant's, and what one
+    gets wrong (a stopped node of the same name kept, a new one's endpoints missed) would
+    stay for the module's later tests. One suite run saw /arm1/plag_impedance, started
+    after a node of that name had stopped, with no endpoints at all for 60 s."""
     c = RosClient(DOMAIN_ID, 'plag_interfaces_probe')
     yield c
     c.close()

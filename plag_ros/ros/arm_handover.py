@@ -333,7 +333,7 @@ class ArmHandover:
                 # the model's gravity until its stale fault, and refuses the JTC's commands
                 # for good): switch back, which is harmless where nothing switched.
                 back_ok, back = await self._call(release=True)
-                self.maybe_ours = not back_ok
+                self.maybe_ours = not back_ok and self.switch.unanswered   # (refused: not ours)
                 message += ('; switched back in case it had switched: ' if back_ok else
                             '; the switch back, in case it had switched, failed too: ') + back
             if not ok:

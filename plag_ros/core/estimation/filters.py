@@ -61,7 +61,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import signal
+from scipy import ndimage, signal
 
 from plag_ros.core.common.options import option
 
@@ -344,9 +344,11 @@ GRID_WINDOW = 401
 def grid_nodes(t_ns: np.ndarray) -> np.ndarray:
     """Times of a gap-free recording's samples on their even sample grid [s], first at 0.
 
-    Each stamp step is counted in whole periods as the live estimator counts it (at least
-    one: a dropped sample is a step of two; see ``_SampleGrid``). The period at each step
-    is then measured over the
+    Each sample gets its tick, a whole number of periods from the first (a dropped sample
+    is a step of two), by its place against the grid's phase (:func:`_phase_locked_ticks`),
+    not step by step as the live estimator has to count (``_SampleGrid``): offline, steps
+    of 0.5-1.5 periods (a quarter period of jitter each way) are all counted right, where
+    step by step one in 65 was not. The period at each step is then measured over the
     :data:`GRID_WINDOW` steps around it, as their total time over their total count: the
     jitter of the stamps inside the window cancels, only that of its two ends remains
     (divided by about 400 periods), and a rate that changes along the recording is
@@ -361,17 +363,71 @@ def grid_nodes(t_ns: np.ndarray) -> np.ndarray:
         (N,) float64 node times [s].
     """
     t_ns = np.asarray(t_ns, dtype=np.int64)
+    step_s = np.diff(t_ns) * 1e-9
+    # The period to count in: the mean period over PERIOD_STEPS steps, each step counted
+    # first in medians of the steps around it (a dropped sample's double step, and jitter
+    # symmetric about the period, leave the median where it is), then against the grid's
+    # phase. Where that mean is more than RATE_STEP off the median, the rate itself
+    # changed there: the median, which follows the change sharply.
+    median = ndimage.median_filter(step_s, size=min(GRID_WINDOW, step_s.size), mode='reflect')
+    ticks = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(step_s / median), 1.0))])
+    for _ in range(PHASE_PASSES):
+        period = _step_periods(t_ns, ticks, PERIOD_STEPS)
+        ticks = _phase_locked_ticks(
+            t_ns, np.where(np.abs(period - median) > RATE_STEP * median, median, period))
+    return np.concatenate([[0.0], np.cumsum(np.diff(ticks) * _step_periods(t_ns, ticks))])
+
+
+def _step_periods(t_ns: np.ndarray, ticks: np.ndarray, steps: int = GRID_WINDOW
+                  ) -> np.ndarray:
+    """(N - 1,) period at each step [s]: the total time of the ``steps`` steps around it
+    over their total count of ``ticks`` (shifted inside at the ends)."""
     m = t_ns.size - 1
-    # The period to count with starts at the median step (no nominal rate here).
-    grid = _SampleGrid(float(np.median(np.diff(t_ns))) * 1e-9)
-    ticks = np.array([grid.push(t) for t in t_ns.tolist()], dtype=np.float64)
-    count = np.diff(ticks)
-    # Window of each step: GRID_WINDOW steps centred on it, shifted inside at the ends.
-    window = min(GRID_WINDOW, m)
+    window = min(steps, m)
     first = np.clip(np.arange(m) - window // 2, 0, m - window)
     span_s = (t_ns[first + window] - t_ns[first]) * 1e-9
-    period = span_s / (ticks[first + window] - ticks[first])
-    return np.concatenate([[0.0], np.cumsum(count * period)])
+    return span_s / (ticks[first + window] - ticks[first])
+
+
+PHASE_WINDOW = 31
+"""Samples over which :func:`_phase_locked_ticks` finds the grid's phase."""
+
+RATE_STEP = 0.05
+"""A period this far (relative) from the median step around it is across a change of rate."""
+
+PERIOD_STEPS = 101
+"""Steps over which :func:`grid_nodes` measures the period it counts the ticks in."""
+
+PHASE_PASSES = 2
+"""Passes of :func:`_phase_locked_ticks`, each in the periods of the last one's ticks."""
+
+
+def _phase_locked_ticks(t_ns: np.ndarray, periods: np.ndarray) -> np.ndarray:
+    """(N,) the samples' ticks, counted against the grid's phase instead of step by step,
+    given the (N - 1,) period at each step [s] (the live counter's slow mean).
+
+    Counted step by step, a step between two jittered stamps is off by the difference of
+    two jitters, and a jitter above a quarter period at each end rounds some steps to the
+    wrong count: every later node is then a period off, and the stencils across that step
+    see a sample that is not there. Against the grid, a sample is off by its own jitter
+    only, and rounds to its true tick while that stays under half a period: each stamp in
+    units of the period, less the grid's phase there (the circular mean of the units'
+    fractions over :data:`PHASE_WINDOW` samples, unwrapped along the recording so that a
+    drifting or changing period is followed), rounds to its tick; a step is at least one.
+    """
+    units = np.concatenate([[0.0], np.cumsum(np.diff(t_ns) * 1e-9 / periods)])
+    if units.size < PHASE_WINDOW:
+        return np.round(units)
+    turns = np.convolve(np.exp(2j * np.pi * units), np.ones(PHASE_WINDOW), mode='same')
+    phase = np.unwrap(np.angle(turns)) / (2 * np.pi)
+    step = np.diff(np.round(units - phase))
+    # Two samples in one slot next to an empty one (two jitters near half a period, or the
+    # phase a little off): one step each. Another step under one is one.
+    pair = ((step[:-1] == 0.0) & (step[1:] == 2.0)) | ((step[:-1] == 2.0) & (step[1:] == 0.0))
+    at = np.flatnonzero(pair)
+    at = at[np.diff(np.r_[-2, at]) > 1]     # (pairs that do not overlap)
+    step[at] = step[at + 1] = 1.0
+    return np.concatenate([[0.0], np.cumsum(np.maximum(step, 1.0))])
 
 
 class _SampleGrid:

@@ -211,6 +211,22 @@ def test_command_path_defaults():
     assert s.command.joints == list(motors.ARM_JOINTS)
 
 
+@pytest.mark.parametrize('values', [
+    {'switch.fallback': 'plag_arm_position_controller'},
+    {'command.controller': 'my_position_controller', 'switch.fallback': 'my_position_controller'},
+    {'command_interface': 'effort', 'switch.method': 'driver', 'resume_after_fault': False,
+     'command.controller': 'my_effort_controller', 'switch.fallback': 'my_effort_controller'}],
+    ids=['forward_default', 'forward_named', 'torque_mode_named'])
+def test_the_fallback_is_not_the_controller_the_commands_go_to(values):
+    """A switching path whose switch.fallback is its own target controller is refused: its
+    hand-back would switch that controller in again, and a message that tells the operator
+    how to hand back by hand would name it. The paths that do not switch keep theirs."""
+    with pytest.raises(ValueError, match='switch.fallback: .* is the controller the commands'):
+        ImpedanceSettings.from_values(values)
+    assert ImpedanceSettings.from_values({**values, 'switch.method': 'none',
+                                          'resume_after_fault': True})
+
+
 def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
     """Effort through plag_driver with resume_after_fault, start_enabled, a gain_check
     other than 'refuse' or the effort controller as switch.fallback is refused, naming the

@@ -284,6 +284,12 @@ class ImpedanceSettings:
                 raise ValueError('switch.fallback: a disable or a fault in torque mode hands '
                                  "the arm back to the driver's position hold, not to "
                                  f'{EFFORT_CONTROLLER}')
+        kind, method = self.command_kind, self.switch.method
+        if (kind == 'forward' and method != 'none' or kind == 'effort' and method == 'driver') \
+                and self.switch.fallback == self.target_controller:
+            raise ValueError(f'switch.fallback: {self.target_controller} is the controller the '
+                             'commands go to; the fallback is the one it replaces (a hand-back '
+                             'would switch it in again)')
         for name in ('amplitude', 'frequency_hz', 'max_velocity', 'max_acceleration'):
             _per_joint(getattr(self.reference, name), f'reference.{name}')
 

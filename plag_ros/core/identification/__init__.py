@@ -2,5 +2,6 @@
 
 * :mod:`.excitation`: trajectories that excite the parameters, within the servos' limits;
 * :mod:`.fit`: the physically consistent fit of inertial, friction, armature and drive
-  figures, with held-out error.
+  figures, with held-out error;
+* :mod:`.selection`: the prior's width and the offsets chosen by cross-validation.
 """

@@ -466,3 +466,48 @@ def test_a_clean_sensor_the_audit_takes_for_a_model_is_kept_when_declared_measur
         parse_declared(['sensor'], joints)
     with pytest.raises(ValueError, match="no actuated joint 'elbow'"):
         parse_declared(['elbow=measured'], joints)
+
+
+def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_joint(
+        nominal, true_arm, tmp_path, capsys):
+    """plag-ros identify --offset auto on one table whose torque carries a 0.4 N*m bias
+    and whose elbow only ever turns one way: the offsets are chosen (the report lists both
+    candidates' cross-validated errors), the elbow is named in the output and in the
+    report, and the held-out error is cut as without the bias. A width factor that is not
+    one is refused with exit 2."""
+    import yaml
+
+    from plag_ros.apps.cli import main
+
+    q, qd, qdd = _trajectory(nominal, 30.0, seed=41)
+    elbow = nominal.joint_names.index('crane_x7_upper_arm_revolute_part_rotate_joint')
+    low = nominal.joint_lower[elbow] + 0.1
+    q[:, elbow] = low + 0.04 * np.arange(len(q)) / RATE_HZ     # a slow one-way ramp
+    qd[:, elbow], qdd[:, elbow] = 0.04, 0.0
+    torque = _measured(true_arm, q, qd, qdd, seed=42) + 0.4
+    columns = {'t': np.arange(len(q)) / RATE_HZ}
+    for i, joint in enumerate(nominal.actuated_names):
+        columns[f'p{i + 1}'] = q[:, nominal.joint_names.index(joint)]
+        columns[f'e{i + 1}'] = torque[:, i]
+    path = tmp_path / 'arm.csv'
+    np.savetxt(path, np.column_stack(list(columns.values())), delimiter=',',
+               header=','.join(columns), comments='', fmt='%.12g')
+    mapping = tmp_path / 'columns.yaml'
+    mapping.write_text(yaml.safe_dump({'time': 't', 'position': 'p{index}',
+                                       'effort': 'e{index}'}))
+    out = tmp_path / 'out'
+    common = [str(path), '--columns', str(mapping), '--effort-is', 'measured', '-o', str(out)]
+    assert main(['identify', *common, '--prior-scale', 'x2']) == 2
+    assert '--prior-scale must be a positive factor or auto' in capsys.readouterr().err
+    assert main(['identify', *common, '--offset', 'auto']) == 0
+    printed = capsys.readouterr().out
+    report = yaml.safe_load((out / 'identified.yaml').read_text())
+    selection = report['selection']
+    assert selection['chosen'] == {'prior_scale': 1.0, 'offset': True}
+    assert [c['offset'] for c in selection['candidates']] == [False, True]
+    assert selection['left_out'] == '4 blocks'
+    assert report['fit']['terms'][-1] == 'offset'
+    assert [j['joint'] for j in report['one_way_joints']] == [nominal.joint_names[elbow]]
+    assert f'{nominal.joint_names[elbow]} moves one way in the fitted rows' in printed
+    assert report['held_out_rms']['over_moving_joints']['cut_against_nominal'][
+        'identified'] >= 0.8

@@ -39,6 +39,7 @@ Exit codes: 0, 2 on a recording or input error (no effort, nothing moving).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -71,6 +72,13 @@ from plag_ros.core.identification.fit import (
     rest_band_rows,
 )
 from plag_ros.core.identification.peer import fit_peer
+from plag_ros.core.identification.selection import (
+    CV_BLOCKS,
+    PRIOR_SCALES,
+    one_way_joints,
+    scaled_prior,
+    select_by_cross_validation,
+)
 from plag_ros.core.simulation.joint_trajectory import TrajectoryCommand
 from plag_ros.io.bag import BagError, read_trajectory_commands
 from plag_ros.io.table import ColumnMapping
@@ -187,8 +195,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "'measured' keeps a channel the audit takes for a model's "
                              "output (a clean torque sensor can look like one), 'model' "
                              'leaves it out; without JOINT= every channel; repeatable')
-    parser.add_argument('--offset', action='store_true',
-                        help='fit a constant torque offset per joint (a sensor bias)')
+    parser.add_argument('--offset', nargs='?', const='on', default='off',
+                        choices=('on', 'off', 'auto'),
+                        help="fit a constant torque offset per joint (a sensor bias); "
+                             "'auto': where cross-validation on the recordings says the "
+                             'data support it (one choice for all joints)')
+    parser.add_argument('--prior-scale', default='1', metavar='FACTOR|auto',
+                        help="every spread of the prior times FACTOR (how far the fit may "
+                             "leave the URDF); 'auto': chosen by cross-validation, leaving "
+                             'out one recording at a time (a single recording: each of '
+                             f'{CV_BLOCKS} blocks), from '
+                             f'{", ".join(f"{s:g}" for s in PRIOR_SCALES)}')
     parser.add_argument('--stribeck', type=float, default=0.0, metavar='V_S',
                         help='fit a Stribeck friction term with this velocity [rad/s]')
     parser.add_argument('--load-friction', action='store_true',
@@ -278,8 +295,49 @@ def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]
 
 
 def _terms(args: argparse.Namespace) -> MeasurementTerms:
-    return MeasurementTerms(offset=args.offset, stribeck_velocity=args.stribeck,
+    return MeasurementTerms(offset=args.offset == 'on', stribeck_velocity=args.stribeck,
                             load_friction=args.load_friction)
+
+
+def _prior_scale(value: str) -> str | float:
+    if value == 'auto':
+        return value
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = float('nan')
+    if not (factor > 0.0 and np.isfinite(factor)):
+        raise ValueError(f'--prior-scale must be a positive factor or auto, got {value!r}')
+    return factor
+
+
+def _selected(args: argparse.Namespace, model: RobotModel, fit: Recording,
+              prior: IdentificationPrior, terms: MeasurementTerms, extra: dict
+              ) -> tuple[IdentificationPrior, MeasurementTerms]:
+    """The prior and terms to fit with: as given, or chosen by cross-validation
+    (:mod:`plag_ros.core.identification.selection`) where ``auto`` asks, reported in
+    ``extra['selection']`` and printed."""
+    if 'auto' not in (args.prior_scale, args.offset):
+        extra['prior_scale'] = float(args.prior_scale)   # already in ``prior``
+        return prior, terms
+    choice = select_by_cross_validation(
+        model, list(zip(fit.q, fit.qd, fit.qdd, fit.torque, fit.band)), prior=prior,
+        terms=terms, scales=PRIOR_SCALES if args.prior_scale == 'auto' else (1.0,),
+        offsets=(False, True) if args.offset == 'auto' else (terms.offset,))
+    extra['prior_scale'] = choice.prior_scale
+    extra['selection'] = {
+        'rule': 'leave one out, lowest mean squared error over the moving, measured rows; '
+                'a tie to the narrower prior, then to no offset',
+        'left_out': f'{choice.folds} {choice.fold_kind}',
+        'candidates': [{'prior_scale': s, 'offset': o, 'cv_rms': r}
+                       for s, o, r in choice.scores],
+        'chosen': {'prior_scale': choice.prior_scale, 'offset': choice.offset}}
+    tried = ', '.join(f'x{s:g}{" + offsets" if o else ""} {r:.4f}' for s, o, r in choice.scores)
+    print(f'plag-ros identify: cross-validated over {choice.folds} {choice.fold_kind} '
+          f'left out one at a time (RMS [N*m]: {tried}): prior x{choice.prior_scale:g}, '
+          f'{"with" if choice.offset else "without"} offsets')
+    return (scaled_prior(prior, choice.prior_scale),
+            dataclasses.replace(terms, offset=choice.offset))
 
 
 def _delay(value: str) -> str | float:
@@ -380,9 +438,17 @@ def run(args: argparse.Namespace) -> int:
         print('plag-ros identify: --payload fits an unknown payload, --effort-scale needs a '
               'known one: give one of them', file=sys.stderr)
         return 2
+    if (args.payload or args.effort_scale) and 'auto' in (args.offset, args.prior_scale):
+        print('plag-ros identify: --payload and --effort-scale fit with the prior and the '
+              'terms as given: --offset and --prior-scale take no auto there', file=sys.stderr)
+        return 2
     try:
         terms = _terms(args)
-        prior = IdentificationPrior(mass=args.mass_prior, com=args.com_prior)
+        # the URDF's plausible spread: how far the bodies moved is reported against it,
+        # whatever width the fit used
+        plausible = IdentificationPrior(mass=args.mass_prior, com=args.com_prior)
+        width = _prior_scale(args.prior_scale)
+        prior = plausible if isinstance(width, str) else scaled_prior(plausible, width)
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
         start = load_model_parameters(args.model) if args.model else None
         if start is not None:
@@ -414,6 +480,7 @@ def run(args: argparse.Namespace) -> int:
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), body_priors=priors,
                               hold_joints=True, prior=prior, terms=terms)
         else:
+            prior, terms = _selected(args, model, fit, prior, terms, extra)
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), prior=prior,
                               terms=terms)
         if loaded is not None:
@@ -446,11 +513,18 @@ def run(args: argparse.Namespace) -> int:
         extra['least_squares'] = {'skipped': 'a payload fit holds the arm at its figures: '
                                              'no least-squares fit of the same rows'}
     extra['recordings'] = _recordings_section(recordings)
+    _, fit_qd, _, fit_torque = fit.arrays()
+    extra['one_way_joints'] = one_way_joints(model, fit_qd, fit_torque, fit.bands())
+    for joint in extra['one_way_joints']:
+        print(f'plag-ros identify: {joint["joint"]} moves one way in the fitted rows '
+              f'({joint["positive_share"]:.1%} of {joint["moving_rows"]} at qd > 0): its '
+              'Coulomb friction and an offset cannot be told apart; record it moving both '
+              'ways')
     args.output.mkdir(parents=True, exist_ok=True)
     content = write_report(args.output, model, result, held.arrays(),
                            [str(p) for p in args.bag], [str(p) for p in args.holdout],
                            held.bands(),
-                           prior=prior, extra=extra, payload=payload, peer=peer,
+                           prior=plausible, extra=extra, payload=payload, peer=peer,
                            findings=findings)
     write_urdf(model, result, args.output / 'identified.urdf', payload)
     _print_summary(args, model, result, content, findings)

@@ -14,7 +14,9 @@ peer, and the total mass.
 ``--folds`` adds leave-one-recording-out: each of the five recordings scored by a fit on
 the other four, per joint that moves in it, for the nominal model, ours and the peer;
 a fold passes when ours cuts the nominal error by 50 % or more over the moving joints and
-is within 1.1x the peer on each of them.
+is within 1.1x the peer on each of them. ``--select`` has each fold choose its prior width
+and offsets as ``plag-ros identify --prior-scale auto --offset auto`` does, by
+leave-one-recording-out on its own four (nested: the held-out recording plays no part).
 
 ``--spectrum`` prints where each recording's motion and torque have their power (the
 reason for the 5 Hz cut-off); ``--channels`` the two signs that tell a model's output from
@@ -24,7 +26,7 @@ model-computed torque columns of every recording, and for a simulated torque sen
 The recordings are found under ``$PLAG_SHARED_DATA/real_arms/kinova_gen3`` or
 ``../shared/data/real_arms/kinova_gen3`` beside the repository.
 
-Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--folds]
+Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--folds [--select]]
 [--spectrum] [--channels]``.
 """
 from __future__ import annotations
@@ -45,8 +47,14 @@ from plag_ros.apps.identify_report import held_out_errors
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
 from plag_ros.core.identification.channels import explained_fraction, noise_floor
-from plag_ros.core.identification.fit import identify, predict
+from plag_ros.core.identification.fit import (
+    IdentificationPrior,
+    MeasurementTerms,
+    identify,
+    predict,
+)
 from plag_ros.core.identification.peer import fit_peer
+from plag_ros.core.identification.selection import scaled_prior, select_by_cross_validation
 from plag_ros.io.table import ColumnMapping, read_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,16 +143,28 @@ def channels(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
           f'{noise_floor(sensor[:, joints]):7.3%}')
 
 
-def folds(model: RobotModel, recordings: dict) -> None:
+def folds(model: RobotModel, recordings: dict, select: bool) -> None:
     """Leave-one-recording-out (module docstring): a line per fold, then per joint."""
     act = list(model.actuated_names)
     print(f'leave-one-recording-out ({len(recordings)} folds), held-out RMS [N*m] over the '
-          'rows where each joint moves: nominal / identified / least squares')
+          'rows where each joint moves: nominal / identified / least squares'
+          + ('; prior width and offsets chosen on the other four' if select else ''))
     passed = 0
     for name, held in recordings.items():
         fitted = joined(r for other, r in recordings.items() if other != name)
         q, qd, qdd, torque = fitted.arrays()
-        ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands())
+        prior, terms = IdentificationPrior(), MeasurementTerms()
+        if select:
+            # plag-ros identify --prior-scale auto --offset auto on the four, nested
+            choice = select_by_cross_validation(
+                model, list(zip(fitted.q, fitted.qd, fitted.qdd, fitted.torque,
+                                fitted.band)), prior=prior, terms=terms)
+            prior = scaled_prior(prior, choice.prior_scale)
+            terms = MeasurementTerms(offset=choice.offset)
+            print(f'  {name}: chose prior x{choice.prior_scale:g}, '
+                  f'{"with" if choice.offset else "without"} offsets')
+        ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands(), prior=prior,
+                        terms=terms)
         peer = fit_peer(model, q, qd, qdd, torque, rest_band=fitted.bands())
         errors = held_out(model, ours, peer, joined([held]))
         overall = errors['over_moving_joints']
@@ -166,6 +186,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repeat', type=int, default=3)
     parser.add_argument('--folds', action='store_true')
+    parser.add_argument('--select', action='store_true',
+                        help='--folds: each fold chooses its prior width and offsets by '
+                             'cross-validation on its four recordings')
     parser.add_argument('--spectrum', action='store_true')
     parser.add_argument('--channels', action='store_true')
     args = parser.parse_args()
@@ -214,7 +237,7 @@ def main() -> int:
           f'mass {model.body_mass.sum():.3f} -> {mass:.3f} kg '
           f'({mass / model.body_mass.sum() - 1:+.0%})')
     if args.folds:
-        folds(model, dict(zip(FITTED + HELD_OUT, fitted + held)))
+        folds(model, dict(zip(FITTED + HELD_OUT, fitted + held)), args.select)
     print(f'finished {time.strftime("%Y-%m-%d %H:%M:%S")}')
     return 0
 

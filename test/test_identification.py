@@ -332,6 +332,18 @@ def test_the_effort_scale_fit_against_a_known_slope():
         identify_effort_scale(payload, payload, blocks=1)
 
 
+def _four_sines(model: RobotModel, t: np.ndarray, first_hz: float, step_hz: float):
+    """(N, n) q, qd, qdd at times ``t`` [s]: the first four joints each a 0.4 rad sine
+    about the middle of its range, at first_hz + j step_hz; the rest still."""
+    q, qd, qdd = (np.zeros((len(t), model.n_joints)) for _ in range(3))
+    for j in range(4):
+        mid = 0.5 * (model.joint_lower[j] + model.joint_upper[j])
+        w, a = 2 * np.pi * (first_hz + step_hz * j), 0.4
+        q[:, j] = mid + a * np.sin(w * t + j)
+        qd[:, j], qdd[:, j] = a * w * np.cos(w * t + j), -a * w * w * np.sin(w * t + j)
+    return q, qd, qdd
+
+
 def test_a_recording_cut_mid_motion_leaves_the_filters_start_up_out(nominal, tmp_path):
     """Issue 53, segment edges: a file that starts and ends mid-motion, with a 20-period
     stamp gap in the middle (the estimator restarts there), encoder-quantised positions and
@@ -341,12 +353,7 @@ def test_a_recording_cut_mid_motion_leaves_the_filters_start_up_out(nominal, tmp
     get a NaN effort (neither fitted nor scored); every row kept is at the noise level."""
     k = np.r_[np.arange(1000), np.arange(1020, 2000)]
     t = k / RATE_HZ
-    q, qd, qdd = (np.zeros((len(t), nominal.n_joints)) for _ in range(3))
-    for j in range(4):
-        mid = 0.5 * (nominal.joint_lower[j] + nominal.joint_upper[j])
-        w, a = 2 * np.pi * (0.2 + 0.1 * j), 0.4
-        q[:, j] = mid + a * np.sin(w * t + j)
-        qd[:, j], qdd[:, j] = a * w * np.cos(w * t + j), -a * w * w * np.sin(w * t + j)
+    q, qd, qdd = _four_sines(nominal, t, 0.2, 0.1)
     tau = predict(nominal, q, qd, qdd) + np.random.default_rng(5).normal(
         0.0, 0.005, (len(t), int(nominal.actuated.sum())))
     step = 2 * math.pi / 4096
@@ -396,12 +403,7 @@ def test_jittered_stamps_and_short_gaps_cost_the_model_no_more_than_10_percent(n
     k = k[(k < 6000) | (k >= 6006)]              # 7
     k = k[(k < 9000) | (k >= 9008)]              # 9
     t = k / rate
-    q, qd, qdd = (np.zeros((len(t), nominal.n_joints)) for _ in range(3))
-    for j in range(4):
-        mid = 0.5 * (nominal.joint_lower[j] + nominal.joint_upper[j])
-        w, a = 2 * np.pi * (0.3 + 0.2 * j), 0.4
-        q[:, j] = mid + a * np.sin(w * t + j)
-        qd[:, j], qdd[:, j] = a * w * np.cos(w * t + j), -a * w * w * np.sin(w * t + j)
+    q, qd, qdd = _four_sines(nominal, t, 0.3, 0.2)
     tau = predict(nominal, q, qd, qdd) + rng.normal(
         0.0, 0.005, (len(t), int(nominal.actuated.sum())))
     step = 2 * math.pi / 4096

@@ -98,15 +98,20 @@ class MeasurementTerms:
         offset: a constant torque per joint [N*m]. A recording that moves a joint one way
             only cannot tell it from Coulomb friction (both are constant there): the result
             says so through their standard errors.
+        offset_joints: with ``offset``, (m,) per actuated joint whether its offset is
+            fitted; the others are zero (left out of the problem). None: every joint's.
         stribeck_velocity: v_s [rad/s] of the Stribeck term; 0 leaves it out.
         load_friction: the load-dependent friction term.
     """
 
     offset: bool = False
+    offset_joints: tuple[bool, ...] | None = None
     stribeck_velocity: float = 0.0
     load_friction: bool = False
 
     def __post_init__(self) -> None:
+        if self.offset_joints is not None and not (self.offset and any(self.offset_joints)):
+            raise ValueError('offset_joints needs offset=True and at least one joint')
         if not (self.stribeck_velocity >= 0.0 and np.isfinite(self.stribeck_velocity)):
             raise ValueError(f'stribeck_velocity must be >= 0 [rad/s], got '
                              f'{self.stribeck_velocity}')
@@ -291,31 +296,48 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
     scale = np.concatenate([spreads.ravel(),
                             np.repeat([getattr(held, name) for name in names], m_act)])
     x0 = np.concatenate([pi0.ravel(), joint0])
+    # the parameters solved for: all but the offsets of joints that are not to have one
+    # (zero, their columns out of the problem)
+    keep = np.ones(len(x0), dtype=bool)
+    if terms.offset_joints is not None:
+        if len(terms.offset_joints) != m_act:
+            raise ValueError(f'offset_joints must name {m_act} joints, got '
+                             f'{len(terms.offset_joints)}')
+        at = 10 * B + m_act * names.index('offset')
+        keep[at:at + m_act] = terms.offset_joints
+    Rk, x0k, scalek = R[:, keep], x0[keep], scale[keep]
 
     def rss(x: np.ndarray) -> float:
         return float(np.sum((R @ x - c) ** 2) + rest)
 
+    def full(xk: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(x0), dtype=xk.dtype)
+        out[keep] = xk
+        return out
+
     # every per-joint term opposes motion (>= 0) but the offset, which has either sign
     lower = np.concatenate([np.full(m_act, -np.inf if name == 'offset' else 0.0)
-                            for name in names])
+                            for name in names])[keep[10 * B:]]
     correlation = 1.0
     if noise_std is None:
         # the data's own noise level, first from the fit without the constraints (a linear
         # solve: no noise level is known yet to weigh the data against the prior), counted
         # in independent samples: the residual of a filtered torque against a model that
         # lacks slow effects is far from white, and N correlated rows hold N / tau
-        x = np.linalg.solve(R.T @ R + np.diag(scale ** -2.0), R.T @ c + x0 / scale ** 2)
+        x = full(np.linalg.solve(Rk.T @ Rk + np.diag(scalek ** -2.0),
+                                 Rk.T @ c + x0k / scalek ** 2))
         for _ in range(2):      # then once more from the constrained fit's residual
             correlation = _correlation_samples(model, q, qd, qdd, torque, moving, terms, x)
             sigma = max(float(np.sqrt(rss(x) / rows * correlation)), 1e-6)
-            x = consistent_map(R, c, x0, scale, lower, B, sigma)
+            x = full(consistent_map(Rk, c, x0k, scalek, lower, B, sigma))
     else:
         sigma = noise_std
-        x = consistent_map(R, c, x0, scale, lower, B, sigma)
+        x = full(consistent_map(Rk, c, x0k, scalek, lower, B, sigma))
     # posterior covariance of the linear parameters (the constraints left aside)
-    std = np.sqrt(np.diag(np.linalg.pinv(R.T @ R / sigma ** 2 + np.diag(scale ** -2.0))))
-    excited = std < 0.5 * scale
-    singular = np.linalg.svd(R / np.maximum(np.linalg.norm(R, axis=0), 1e-300),
+    std = full(np.sqrt(np.diag(np.linalg.pinv(Rk.T @ Rk / sigma ** 2
+                                              + np.diag(scalek ** -2.0)))))
+    excited = full(std[keep] < 0.5 * scalek)
+    singular = np.linalg.svd(Rk / np.maximum(np.linalg.norm(Rk, axis=0), 1e-300),
                              compute_uv=False)          # R's columns have Phi's norms
     rank = int((singular > 1e-10 * singular[0]).sum())
     split = 10 * B + m_act * np.arange(len(names))

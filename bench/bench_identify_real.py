@@ -160,9 +160,10 @@ def folds(model: RobotModel, recordings: dict, select: bool) -> None:
                 model, list(zip(fitted.q, fitted.qd, fitted.qdd, fitted.torque,
                                 fitted.band)), prior=prior, terms=terms)
             prior = scaled_prior(prior, choice.prior_scale)
-            terms = MeasurementTerms(offset=choice.offset)
-            print(f'  {name}: chose prior x{choice.prior_scale:g}, '
-                  f'{"with" if choice.offset else "without"} offsets')
+            terms = MeasurementTerms(**choice.terms_offset)
+            offsets = [a for a, on in zip(act, choice.offset_joints) if on]
+            print(f'  {name}: chose prior x{choice.prior_scale:g}, offsets on '
+                  f'{", ".join(offsets) if offsets else "no joint"}')
         ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands(), prior=prior,
                         terms=terms)
         peer = fit_peer(model, q, qd, qdd, torque, rest_band=fitted.bands())

@@ -473,10 +473,11 @@ def test_a_clean_sensor_the_audit_takes_for_a_model_is_kept_when_declared_measur
 def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_joint(
         nominal, true_arm, tmp_path, capsys):
     """plag-ros identify --offset auto on one table whose torque carries a 0.4 N*m bias
-    and whose elbow only ever turns one way: the offsets are chosen (the report lists both
-    candidates' cross-validated errors), the elbow is named in the output and in the
-    report, and the held-out error is cut as without the bias. A width factor that is not
-    one is refused with exit 2."""
+    and whose elbow only ever turns one way: every joint that moves both ways gets its
+    offset (the report lists the candidates' cross-validated errors), the elbow does not
+    (there its offset and its Coulomb friction are one column) and is named in the output
+    and in the report, and the held-out error is cut as without the bias. A width factor
+    that is not a number is refused with exit 2."""
     import yaml
 
     from plag_ros.apps.cli import main
@@ -505,8 +506,13 @@ def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_jo
     printed = capsys.readouterr().out
     report = yaml.safe_load((out / 'identified.yaml').read_text())
     selection = report['selection']
-    assert selection['chosen'] == {'prior_scale': 1.0, 'offset': True}
+    # every joint that moves both ways; the elbow's offset is its Coulomb friction (one
+    # column when it turns one way), the wrist never moves
+    both_ways = [name for name in nominal.actuated_names
+                 if name not in (nominal.joint_names[elbow], nominal.joint_names[WRIST])]
+    assert selection['chosen'] == {'prior_scale': 1.0, 'offset_joints': both_ways}
     assert [c['offset'] for c in selection['candidates']] == [False, True]
+    assert len(selection['joint_cv_rms']) == 2
     assert selection['left_out'] == '4 blocks'
     assert report['fit']['terms'][-1] == 'offset'
     assert [j['joint'] for j in report['one_way_joints']] == [nominal.joint_names[elbow]]

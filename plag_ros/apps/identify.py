@@ -198,8 +198,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--offset', nargs='?', const='on', default='off',
                         choices=('on', 'off', 'auto'),
                         help="fit a constant torque offset per joint (a sensor bias); "
-                             "'auto': where cross-validation on the recordings says the "
-                             'data support it (one choice for all joints)')
+                             "'auto': on each joint where cross-validation on the "
+                             "recordings says the data support it")
     parser.add_argument('--prior-scale', default='1', metavar='FACTOR|auto',
                         help="every spread of the prior times FACTOR (how far the fit may "
                              "leave the URDF); 'auto': chosen by cross-validation, leaving "
@@ -331,13 +331,17 @@ def _selected(args: argparse.Namespace, model: RobotModel, fit: Recording,
         'left_out': f'{choice.folds} {choice.fold_kind}',
         'candidates': [{'prior_scale': s, 'offset': o, 'cv_rms': r}
                        for s, o, r in choice.scores],
-        'chosen': {'prior_scale': choice.prior_scale, 'offset': choice.offset}}
+        'joint_cv_rms': [list(row) for row in choice.joint_scores],
+        'chosen': {'prior_scale': choice.prior_scale,
+                   'offset_joints': [name for name, on in zip(model.actuated_names,
+                                                              choice.offset_joints) if on]}}
     tried = ', '.join(f'x{s:g}{" + offsets" if o else ""} {r:.4f}' for s, o, r in choice.scores)
+    offsets = [name for name, on in zip(model.actuated_names, choice.offset_joints) if on]
     print(f'plag-ros identify: cross-validated over {choice.folds} {choice.fold_kind} '
           f'left out one at a time (RMS [N*m]: {tried}): prior x{choice.prior_scale:g}, '
-          f'{"with" if choice.offset else "without"} offsets')
+          f'offsets on {", ".join(offsets) if offsets else "no joint"}')
     return (scaled_prior(prior, choice.prior_scale),
-            dataclasses.replace(terms, offset=choice.offset))
+            dataclasses.replace(terms, **choice.terms_offset))
 
 
 def _delay(value: str) -> str | float:

@@ -27,10 +27,9 @@ from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.regressor import inertial_parameters
 from plag_ros.core.identification.channels import audit_effort, parse_declared
+from plag_ros.core.identification.drive import EFFORT_SCALE_PRIOR, identify_effort_scale
 from plag_ros.core.identification.fit import (
-    EFFORT_SCALE_PRIOR,
     identify,
-    identify_effort_scale,
     physically_consistent,
     predict,
     pseudo_inertia,

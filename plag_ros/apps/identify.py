@@ -18,7 +18,7 @@ peer on Pinocchio's regressor are compared per joint that moves
 plays one of the fitted excitations again with a known payload on the gripper
 (``--payload-mass``, ``--payload-com``, ``--payload-inertia``); the payload's torque against
 what it added to the measured torque (the run without it subtracted at the same trajectory
-time) gives each joint's scale (:func:`~plag_ros.core.identification.fit.identify_effort_scale`),
+time) gives each joint's scale (:func:`~plag_ros.core.identification.drive.identify_effort_scale`),
 and the arm is fitted again in true torque. The factors go into ``identified.yaml``
 (``effort_scale``) and from there into every reader of the driver's effort; the report
 also says which of the servo's two published torque constants the result is closer to.
@@ -62,13 +62,12 @@ from plag_ros.core.dynamics.model_parameters import (
     load_model_parameters,
 )
 from plag_ros.core.identification.channels import parse_declared
+from plag_ros.core.identification.drive import identify_effort_scale, identify_servo
 from plag_ros.core.identification.fit import (
     IdentificationPrior,
     Identified,
     MeasurementTerms,
     identify,
-    identify_effort_scale,
-    identify_servo,
     rest_band_rows,
 )
 from plag_ros.core.identification.peer import fit_peer
@@ -261,7 +260,7 @@ def carried_sections(start: ModelParameters | None) -> dict:
 
 def servo_section(model: RobotModel, result: Identified, recordings: list[tuple]) -> dict:
     """The ``servo`` section of identified.yaml: K_s per commanded joint (see
-    :func:`~plag_ros.core.identification.fit.identify_servo`), from the rows where the joint
+    :func:`~plag_ros.core.identification.drive.identify_servo`), from the rows where the joint
     moves (at rest its friction, the stick reaction, is part of the deflection and no
     model predicts it)."""
     names = recordings[0][0]

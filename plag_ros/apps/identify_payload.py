@@ -13,10 +13,9 @@ import numpy as np
 
 from plag_ros.core.dynamics import motors
 from plag_ros.core.dynamics.model import RobotModel
+from plag_ros.core.identification.drive import EFFORT_SCALE_PRIOR, EffortScaleFit
 from plag_ros.core.identification.fit import (
-    EFFORT_SCALE_PRIOR,
     HELD,
-    EffortScaleFit,
     IdentificationPrior,
     Identified,
     predict,
@@ -79,7 +78,7 @@ def _excitation_commands(bag: Path) -> list[tuple[np.ndarray, float]]:
 def payload_difference(model: RobotModel, loaded: RobotModel, arm: Identified,
                        with_payload: tuple, bag: Path, references: dict[Path, tuple],
                        band: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The inputs of :func:`~plag_ros.core.identification.fit.identify_effort_scale` from a
+    """The inputs of :func:`~plag_ros.core.identification.drive.identify_effort_scale` from a
     recording with the payload on.
 
     The recording's trajectory command must also have been played without the payload in

@@ -346,6 +346,16 @@ def test_grid_nodes_follow_a_rate_change():
     assert np.allclose(step[999 + window + 8:], 4 * PERIOD_NS // 3 * 1e-9, rtol=1e-12)
 
 
+def test_grid_nodes_of_short_segments_step_forward():
+    """Fewer samples than the phase window (a segment between two gaps): each step counts
+    at least one period, as live, so no two nodes coincide (the five-point weights divide
+    by node differences). A 1 ms step at 200 Hz is one period; one sample is one node at 0."""
+    nodes = grid_nodes(np.array([0, 1, 10, 15, 20]) * 1_000_000)
+    np.testing.assert_allclose(np.diff(nodes) / np.diff(nodes).min(), [1, 2, 1, 1])
+    assert grid_nodes(np.array([7])).tolist() == [0.0]
+    np.testing.assert_allclose(grid_nodes(np.array([0, PERIOD_NS])), [0.0, PERIOD_NS * 1e-9])
+
+
 def _a_kilohertz_recording(rng: np.random.Generator, n_samples: int, jitter: float,
                            dropped: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Readings of a 1 kHz arm on its even grid (12-bit encoders), each stamp displaced

@@ -363,6 +363,8 @@ def grid_nodes(t_ns: np.ndarray) -> np.ndarray:
         (N,) float64 node times [s].
     """
     t_ns = np.asarray(t_ns, dtype=np.int64)
+    if t_ns.size < 2:
+        return np.zeros(t_ns.size)
     step_s = np.diff(t_ns) * 1e-9
     # The period to count in: the mean period over PERIOD_STEPS steps, each step counted
     # first in medians of the steps around it (a dropped sample's double step, and jitter
@@ -416,8 +418,8 @@ def _phase_locked_ticks(t_ns: np.ndarray, periods: np.ndarray) -> np.ndarray:
     drifting or changing period is followed), rounds to its tick; a step is at least one.
     """
     units = np.concatenate([[0.0], np.cumsum(np.diff(t_ns) * 1e-9 / periods)])
-    if units.size < PHASE_WINDOW:
-        return np.round(units)
+    if units.size < PHASE_WINDOW:       # too few for a phase: step by step, each >= 1
+        return np.concatenate([[0.0], np.cumsum(np.maximum(np.round(np.diff(units)), 1.0))])
     turns = np.convolve(np.exp(2j * np.pi * units), np.ones(PHASE_WINDOW), mode='same')
     phase = np.unwrap(np.angle(turns)) / (2 * np.pi)
     step = np.diff(np.round(units - phase))

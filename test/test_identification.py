@@ -475,8 +475,9 @@ def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_jo
     and whose elbow only ever turns one way: every joint that moves both ways gets its
     offset (the report lists the candidates' cross-validated errors), the elbow does not
     (there its offset and its Coulomb friction are one column) and is named in the output
-    and in the report, and the held-out error is cut as without the bias. A width factor
-    that is not a number is refused with exit 2."""
+    and in the report, and the held-out error is cut as without the bias. The width given
+    (x3) is the width fitted and reported; one that is not a number is refused with
+    exit 2."""
     import yaml
 
     from plag_ros.apps.cli import main
@@ -501,15 +502,17 @@ def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_jo
     common = [str(path), '--columns', str(mapping), '--effort-is', 'measured', '-o', str(out)]
     assert main(['identify', *common, '--prior-scale', 'x2']) == 2
     assert '--prior-scale must be a positive factor or auto' in capsys.readouterr().err
-    assert main(['identify', *common, '--offset', 'auto']) == 0
+    assert main(['identify', *common, '--offset', 'auto', '--prior-scale', '3']) == 0
     printed = capsys.readouterr().out
     report = yaml.safe_load((out / 'identified.yaml').read_text())
     selection = report['selection']
+    assert report['prior_scale'] == selection['chosen']['prior_scale'] == 3.0
+    assert 'prior x3, offsets on' in printed
     # every joint that moves both ways; the elbow's offset is its Coulomb friction (one
     # column when it turns one way), the wrist never moves
     both_ways = [name for name in nominal.actuated_names
                  if name not in (nominal.joint_names[elbow], nominal.joint_names[WRIST])]
-    assert selection['chosen'] == {'prior_scale': 1.0, 'offset_joints': both_ways}
+    assert selection['chosen'] == {'prior_scale': 3.0, 'offset_joints': both_ways}
     assert [c['offset'] for c in selection['candidates']] == [False, True]
     assert len(selection['joint_cv_rms']) == 2
     assert selection['left_out'] == '4 blocks'

@@ -311,17 +311,18 @@ def _prior_scale(value: str) -> str | float:
 
 
 def _selected(args: argparse.Namespace, model: RobotModel, fit: Recording,
-              prior: IdentificationPrior, terms: MeasurementTerms, extra: dict
+              plausible: IdentificationPrior, terms: MeasurementTerms, extra: dict
               ) -> tuple[IdentificationPrior, MeasurementTerms]:
-    """The prior and terms to fit with: as given, or chosen by cross-validation
-    (:mod:`plag_ros.core.identification.selection`) where ``auto`` asks, reported in
-    ``extra['selection']`` and printed."""
-    if 'auto' not in (args.prior_scale, args.offset):
-        extra['prior_scale'] = float(args.prior_scale)   # already in ``prior``
-        return prior, terms
+    """The prior (``plausible`` times the width factor) and terms to fit with: as given,
+    or chosen by cross-validation (:mod:`plag_ros.core.identification.selection`) where
+    ``auto`` asks, reported in ``extra['selection']`` and printed."""
+    width = _prior_scale(args.prior_scale)
+    if 'auto' not in (width, args.offset):
+        extra['prior_scale'] = width
+        return scaled_prior(plausible, float(width)), terms
     choice = select_by_cross_validation(
-        model, list(zip(fit.q, fit.qd, fit.qdd, fit.torque, fit.band)), prior=prior,
-        terms=terms, scales=PRIOR_SCALES if args.prior_scale == 'auto' else (1.0,),
+        model, list(zip(fit.q, fit.qd, fit.qdd, fit.torque, fit.band)), prior=plausible,
+        terms=terms, scales=PRIOR_SCALES if width == 'auto' else (float(width),),
         offsets=(False, True) if args.offset == 'auto' else (terms.offset,))
     extra['prior_scale'] = choice.prior_scale
     extra['selection'] = {
@@ -339,7 +340,7 @@ def _selected(args: argparse.Namespace, model: RobotModel, fit: Recording,
     print(f'plag-ros identify: cross-validated over {choice.folds} {choice.fold_kind} '
           f'left out one at a time (RMS [N*m]: {tried}): prior x{choice.prior_scale:g}, '
           f'offsets on {", ".join(offsets) if offsets else "no joint"}')
-    return (scaled_prior(prior, choice.prior_scale),
+    return (scaled_prior(plausible, choice.prior_scale),
             dataclasses.replace(terms, **choice.terms_offset))
 
 
@@ -483,7 +484,7 @@ def run(args: argparse.Namespace) -> int:
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), body_priors=priors,
                               hold_joints=True, prior=prior, terms=terms)
         else:
-            prior, terms = _selected(args, model, fit, prior, terms, extra)
+            prior, terms = _selected(args, model, fit, plausible, terms, extra)
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), prior=prior,
                               terms=terms)
         if loaded is not None:

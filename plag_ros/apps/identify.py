@@ -68,7 +68,7 @@ from plag_ros.core.identification.fit import (
     Identified,
     MeasurementTerms,
     identify,
-    rest_band_rows,
+    measured_moving,
 )
 from plag_ros.core.identification.peer import fit_peer
 from plag_ros.core.identification.selection import (
@@ -120,8 +120,7 @@ class Recording:
         """(m,) bool per actuated joint: some row has it moving (outside its recording's
         rest band) with a measured torque, so it can be fitted or scored there."""
         _, qd, _, torque = self.arrays()
-        moving = np.abs(qd[:, model.actuated]) > rest_band_rows(model, self.bands(), len(qd))
-        return (moving & np.isfinite(torque)).any(axis=0)
+        return np.asarray(measured_moving(model, qd, torque, self.bands()).any(axis=0))
 
 
 def commanded_positions(model: RobotModel, bag: Path, t: np.ndarray, q: np.ndarray

@@ -54,7 +54,7 @@ from plag_ros.core.dynamics.regressor import (
 from plag_ros.core.identification.consistent_map import consistent_map
 
 __all__ = ['HELD', 'JOINT_TERMS', 'Identified', 'IdentificationPrior', 'MeasurementTerms',
-           'actuated_regressor', 'identify', 'joint_friction', 'parameter_rows',
+           'actuated_regressor', 'identify', 'joint_friction', 'measured_moving', 'parameter_rows',
            'physically_consistent', 'predict', 'pseudo_inertia', 'rest_band_rows']
 
 
@@ -233,6 +233,16 @@ def rest_band_rows(model: RobotModel, rest_band: np.ndarray | float, rows: int) 
     return band[:, model.actuated]
 
 
+def measured_moving(model: RobotModel, qd: np.ndarray, torque: np.ndarray,
+                    rest_band: np.ndarray | float) -> np.ndarray:
+    """(N, m) the (sample, actuated joint) rows a fit or a score can use: the joint moves
+    outside its rest band (scalar, (n,) or (N, n) [rad/s]) at (N, n) ``qd`` [rad/s], and
+    its (N, m) ``torque`` [N*m] was measured (finite)."""
+    qd = np.asarray(qd)
+    return np.asarray((np.abs(qd[:, model.actuated])
+                       > rest_band_rows(model, rest_band, len(qd))) & np.isfinite(torque))
+
+
 def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
              torque: np.ndarray, *, rest_band: np.ndarray | float = 0.0,
              prior: IdentificationPrior = IdentificationPrior(),
@@ -269,8 +279,7 @@ def identify(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
         raise ValueError(f'torque must be (N, {m_act}) for the actuated joints, got '
                          f'{torque.shape}')
     # (N, m) rows fitted: joints that move, channels that measured something
-    moving = (np.abs(qd[:, act]) > rest_band_rows(model, rest_band, len(q))
-              ) & np.isfinite(torque)
+    moving = measured_moving(model, qd, torque, rest_band)
     # ||Phi x - target||^2 = ||R x - c||^2 + rest: the fit sees (p, p) instead of
     # (rows, p), exactly; built block by block, so ten minutes at 200 Hz stay small
     R, c, rest, rows = None, None, 0.0, 0

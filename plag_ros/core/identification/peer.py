@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plag_ros.core.dynamics.model import RobotModel, actuation_matrix
-from plag_ros.core.identification.fit import MeasurementTerms, parameter_rows, rest_band_rows
+from plag_ros.core.identification.fit import MeasurementTerms, measured_moving, parameter_rows
 
 __all__ = ['LeastSquaresPeer', 'fit_peer', 'pinocchio_regressor']
 
@@ -101,10 +101,8 @@ def fit_peer(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
     where a joint moves outside ``rest_band`` (scalar, (n,) or (N, n) [rad/s]) and the torque is
     finite, as :func:`~plag_ros.core.identification.fit.identify` chooses them."""
     terms = terms or MeasurementTerms()
-    act = np.flatnonzero(model.actuated)
     torque = np.asarray(torque, dtype=np.float64)
-    use = ((np.abs(np.asarray(qd)[:, act]) > rest_band_rows(model, rest_band, len(qd)))
-           & np.isfinite(torque))
+    use = measured_moving(model, qd, torque, rest_band)
     Phi = _rows(model, q, qd, qdd, terms)[use]
     coefficients, _, rank, _ = np.linalg.lstsq(Phi, torque[use], rcond=None)
     return LeastSquaresPeer(coefficients=coefficients, rank=int(rank), rows=int(use.sum()),

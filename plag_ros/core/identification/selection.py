@@ -37,7 +37,7 @@ from plag_ros.core.identification.fit import (
     IdentificationPrior,
     MeasurementTerms,
     identify,
-    rest_band_rows,
+    measured_moving,
 )
 
 __all__ = ['CV_BLOCKS', 'OFFSET_GAIN', 'ONE_WAY_SHARE', 'PRIOR_SCALES', 'Part', 'Selection',
@@ -127,8 +127,7 @@ def _cv_squares(model: RobotModel, folds: Sequence[Part], prior: IdentificationP
     squares, rows = np.zeros(m), np.zeros(m, dtype=np.int64)
     for k, left in enumerate(folds):
         hq, hqd, hqdd, htorque, hband = left
-        scored = (np.abs(hqd[:, model.actuated]) > rest_band_rows(model, hband, len(hqd))) \
-            & np.isfinite(htorque)
+        scored = measured_moving(model, hqd, htorque, hband)
         if not scored.any():
             continue
         q, qd, qdd, torque, band = _stacked([f for i, f in enumerate(folds) if i != k])
@@ -205,10 +204,8 @@ def one_way_joints(model: RobotModel, qd: np.ndarray, torque: np.ndarray, band: 
         Per such joint {'joint', 'moving_rows', 'positive_share'}: the rows where it moves
         with a measured effort and the share of them at qd > 0.
     """
-    act = np.flatnonzero(model.actuated)
-    velocity = np.asarray(qd)[:, act]
-    moving = (np.abs(velocity) > rest_band_rows(model, band, len(velocity))) \
-        & np.isfinite(torque)
+    velocity = np.asarray(qd)[:, model.actuated]
+    moving = measured_moving(model, qd, torque, band)
     out = []
     for k, name in enumerate(model.actuated_names):
         rows = int(moving[:, k].sum())

@@ -300,7 +300,20 @@ def test_replay_node_record_analyze_round_trip(tmp_path, client, model):
                     and msgs.stamp_to_ns(deserialize_message(
                         states[-1][1], JointState).header.stamp) == t[-1])
 
-        wait_until(last_output_seen, 60.0, f'{m} outputs of the node on every topic')
+        try:
+            wait_until(last_output_seen, 60.0, f'{m} outputs of the node on every topic')
+        except AssertionError as err:
+            # Which messages went missing says where: the first ones (a reader matched
+            # late), the last ones (a writer gone before its acknowledgements), the node.
+            stamps = [msgs.stamp_to_ns(deserialize_message(data, JointState).header.stamp)
+                      for _, data in seen['joint_states']]
+            index = [int(np.searchsorted(t, s)) for s in stamps]
+            missing = sorted(set(range(4, len(t))) - set(index))
+            counts = {name: len(v) for name, v in seen.items()}
+            raise AssertionError(f'{err}: seen {counts}; input samples without an output '
+                                 f'state: {missing[:20]} ({len(missing)}); replay said: '
+                                 f'{out!r}; node log: {node.log_path.read_text()[-3000:]}'
+                                 ) from err
     finally:
         recorder.send_signal(signal.SIGINT)
         rec_out, _ = recorder.communicate(timeout=30)

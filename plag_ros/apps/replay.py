@@ -58,6 +58,9 @@ controller's commands are what ``plag-ros identify --servo`` compares the arm wi
 DEFAULT_RECORD_PREFIXES = ('/plag_dynamics/',)
 """Topic prefixes whose topics ``plag-ros record`` picks up as they appear."""
 
+# How long the replay waits at its end for reliable subscribers to acknowledge everything
+# (a publisher destroyed before that takes the unacknowledged messages with it).
+ACK_TIMEOUT_S = 5.0
 _CLOCK_PERIOD_NS = 25_000_000   # 40 Hz, ``ros2 bag play --clock``'s default rate
 
 
@@ -182,7 +185,10 @@ def replay(schedule: ReplaySchedule, *, rate: float = 1.0, loop: bool = False,
         # Reliable subscribers get everything before the publishers go away.
         from rclpy.duration import Duration
         for publisher in publishers:
-            publisher.wait_for_all_acked(Duration(seconds=5.0))
+            if not publisher.wait_for_all_acked(Duration(seconds=ACK_TIMEOUT_S)):
+                print(f'plag-ros replay: warning: a subscriber of {publisher.topic_name} did '
+                      f'not acknowledge every message within {ACK_TIMEOUT_S:g} s',
+                      file=sys.stderr)
     finally:
         if own:
             node.destroy_node()

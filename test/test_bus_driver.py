@@ -178,6 +178,36 @@ def test_enable_and_disable_move_no_joint_more_than_2_mrad(lockstep_bus):
 
 
 
+def test_command_delay_is_the_source_readings_age_when_its_current_is_written(lockstep_bus):
+    """The delay the gain check assumes, as the driver measures it: from the reading an
+    effort command was computed from to the cycle that writes it. On the lockstep clock a
+    command computed at once from each reading is written one period (5 ms) later; one
+    computed from the reading two cycles back, three periods (15 ms)."""
+    driver = lockstep_driver(lockstep_bus)
+    move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
+    assert driver.command_delay() == {}          # position mode: no effort written
+    assert driver.request_mode('current')[0]
+    loop(driver, 0.5, gravity_feed(driver))
+    delay = driver.command_delay()
+    assert delay['count'] >= 95, delay
+    assert delay['p50_ms'] == pytest.approx(5.0, abs=1e-6), delay
+    assert delay['max_ms'] == pytest.approx(5.0, abs=1e-6), delay
+    readings: list = []
+
+    def late_feed(reading) -> None:
+        readings.append(reading)
+        source = readings[-3] if len(readings) >= 3 else reading
+        driver.command_effort(driver.gravity_torque(source.position)[:7], ARM_JOINTS,
+                              source.t)
+
+    loop(driver, 0.5, late_feed)
+    assert not driver.fault, driver.fault
+    delay = driver.command_delay()
+    assert delay['p99_ms'] == pytest.approx(15.0, abs=1e-6), delay
+    assert delay['max_ms'] == pytest.approx(15.0, abs=1e-6), delay
+    driver.close()
+
+
 def test_a_switch_reaches_the_servos_whole_however_late_its_thread_runs(bus, monkeypatch):
     """In real time, with the driver's thread held up 30 ms after each sync write it makes
     (an operating system that runs something else between two writes): the switches into

@@ -310,6 +310,13 @@ def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_pat
             report = last(reports)
             assert report['fault'] == '' and report['counts']['rejected_commands'] == 0
             assert last(states)['joint_check'] == 'ok'     # the driver's joints, by name
+            # the delay the gain check assumes, as the driver measured it through DDS: a
+            # command is written at a cycle after its reading's, within the stale limit
+            delay = report['command_delay']
+            print(f'command delay through DDS: {delay}')
+            assert delay['count'] > 0
+            assert 0.0 < delay['p50_ms'] <= delay['p99_ms'] <= delay['max_ms']
+            assert delay['max_ms'] <= LOADED['stale_s'] * 1e3
             response = enable(client, False)
             assert response.success, response.message
             client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,

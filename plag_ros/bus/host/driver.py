@@ -50,6 +50,7 @@ reach into the others.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import functools
@@ -83,6 +84,8 @@ __all__ = ['DRIVER_NODE_OPTIONS', 'DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES'
            'hardware_error_text']
 
 MODES = {'current': 0, 'position': 3}
+COMMAND_DELAY_WINDOW = 1000
+"""Effort commands whose delay :meth:`BusDriver.command_delay` summarises (5 s at 200 Hz)."""
 """Operating Mode (11) values the driver uses."""
 READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
               ('Bus Watchdog', 98, 1), ('Present Current', 126, 2),
@@ -453,6 +456,9 @@ class BusDriver:
         self._last_effort_at = 0.0                     # when it was written [s, clock]
         self._hold = np.zeros(n, dtype=np.int64)       # position goals [counts]
         self._effort = _Command()
+        # [s] per effort command written: from its source reading to the cycle writing it
+        self._command_delays: collections.deque[float] = collections.deque(
+            maxlen=COMMAND_DELAY_WINDOW)
         self._forward = _Command()
         self._trajectory: _Trajectory | None = None
         self._pending: str | None = None
@@ -1360,7 +1366,22 @@ class BusDriver:
         if jump:
             self._fail(jump, reading)
             return None
+        self._command_delays.append(now - command.at)
         return values
+
+    def command_delay(self) -> dict[str, float]:
+        """The delay of the last :data:`COMMAND_DELAY_WINDOW` effort commands written, from
+        the reading each was computed from to the cycle that wrote it: ``p50_ms``,
+        ``p99_ms``, ``max_ms`` and ``count`` (empty before the first). This is the delay
+        the controller's gain check assumes (``delay_periods`` periods); it includes the
+        wait for the next cycle, which a command arriving between cycles adds."""
+        with self._lock:
+            delays = np.array(self._command_delays)
+        if not len(delays):
+            return {}
+        p50, p99 = np.percentile(delays, [50.0, 99.0]) * 1e3
+        return {'p50_ms': round(float(p50), 3), 'p99_ms': round(float(p99), 3),
+                'max_ms': round(float(delays.max()) * 1e3, 3), 'count': len(delays)}
 
     def _position_goals(self, reading: Reading, in_current: np.ndarray) -> np.ndarray:
         """(8,) Goal Position counts: the command for the arm's position joints, the hold

@@ -241,6 +241,7 @@ class DriverNode(Node):
                     'modes': dict(zip(self._names, d.modes)), 'fault': fault,
                     'active_arm_controller': self._active, 'counts': d.counts,
                     'rejected': self.rejected, 'cycle_errors': self.cycle_errors,
+                    'command_delay': d.command_delay(),
                     'model': self.urdf.report(self.model)},
                 msgs.DiagnosticLevel.ERROR if fault else msgs.DiagnosticLevel.OK,
                 f'fault: {fault}' if fault else f'{self._active} drives the arm',

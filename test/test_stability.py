@@ -245,7 +245,7 @@ def test_the_reported_bound_is_the_edge_of_the_region(engine, model):
                           gain_check='warn')
     (warning,) = PartialImpedanceController(engine, cfg).warnings
     bound = float(warning.split('D up to ')[1].split(' ')[0])
-    loop = stability.joint_loops(model, 'position', 200.0)[3]
+    loop = stability.joint_loops(model, 'position', 200.0, delay_periods=cfg.delay_periods)[3]
     assert stability.gain_margin(loop, 10.0, 0.95 * bound, CONTROL_ESTIMATOR) > 1.0
     assert stability.spectral_radius(loop, 10.0, 1.05 * bound, CONTROL_ESTIMATOR) > 1.0
 

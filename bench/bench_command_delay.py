@@ -11,8 +11,8 @@ next cycle); this bench collects its windows of 1000 commands, once a second.
 
 Printed: p50, p99 and max of the delay [ms] (the median over the windows, and the worst
 window's p99), the same in periods of 200 Hz, and the smallest gain margin of the shipped
-torque-mode gains at the configured ``delay_periods`` and at the measured p99 (the check
-requires 2.0).
+torque-mode gains at 1-3 periods, at the configured ``delay_periods`` and at the measured
+p99 (the check requires 2.0).
 
 What it cannot show: a real USB adapter's latency timer (1 ms set by the driver's
 install notes) and the servos' own reply delay, which the emulator answers at once.
@@ -114,6 +114,8 @@ def main() -> None:
     _, config = shipped_config()
     configured = config.delay_periods
     measured = max(worst) / period_ms
+    margins = [f'{d:g}: {smallest_margin(d)[0]:.2f}' for d in (1.0, 1.5, 2.0, 2.5, 3.0)]
+    print(f'smallest margin of the shipped gains by delay [periods]: {", ".join(margins)}')
     for what, delay in (('configured', configured), ('measured worst p99', measured)):
         margin, joint = smallest_margin(delay)
         print(f'shipped torque-mode gains at the {what} delay ({delay:.2f} periods): '

@@ -16,6 +16,7 @@ import json
 import signal
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -864,6 +865,39 @@ def test_the_joint_check_follows_a_driver_restarted_with_other_joints():
         assert blocker.endswith('(refused)') and 'not its arm joints' in blocker, blocker
         node.handover._on_driver_state(driver_state(ARM_JOINTS))
         assert node.handover.joint_check == 'ok'
+
+
+def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set():
+    """The bus driver reports the delay from a reading to the current written from it
+    (``command_delay``); when its 99th percentile is longer than the ``delay_periods`` the
+    gain check verified the gains at (2.5 periods of 200 Hz: 12.5 ms), the node says so on
+    ``~/state`` and names the delay to set (14.2 ms: 2.84 periods, so 2.9). Within it, or
+    before the driver has measured one, nothing is said."""
+    from plag_ros.core.dynamics.motors import ARM_JOINTS
+
+    def with_delay(message: String, delay: dict) -> String:
+        state = json.loads(message.data)
+        state['command_delay'] = delay
+        return String(data=json.dumps(state))
+
+    with torque_mode_node() as (node, driver_state):
+        assert node.controller.config.delay_periods == 2.5
+        node.handover._on_driver_state(driver_state(ARM_JOINTS))
+        assert node.handover.delay_beyond_check() == ''          # nothing measured yet
+        measured = {'p50_ms': 5.1, 'p99_ms': 12.4, 'max_ms': 13.0, 'count': 1000}
+        node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), measured))
+        assert node.handover.delay_beyond_check() == ''
+        measured = {'p50_ms': 5.1, 'p99_ms': 14.2, 'max_ms': 20.0, 'count': 1000}
+        node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), measured))
+        beyond = node.handover.delay_beyond_check()
+        assert '14.2 ms at p99' in beyond and '12.5 ms' in beyond, beyond
+        assert 'set delay_periods to 2.9' in beyond, beyond
+        sent: list = []
+        node._pub_state = types.SimpleNamespace(publish=sent.append)
+        node._publish_state(None, node._now_ns(), force=True)
+        state = json.loads(sent[-1].data)
+        assert state['driver_command_delay'] == measured
+        assert state['delay_beyond_check'] == beyond
 
 
 def test_a_refused_enable_then_a_failed_switch_are_both_answered():

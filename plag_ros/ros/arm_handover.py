@@ -14,6 +14,7 @@ the arm, when to give it back, a driver taken as gone) is the ROS-free
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import cast
@@ -144,6 +145,8 @@ class ArmHandover:
         self.driver_heard = False
         self.driver_state_fault = ''    # the driver's fault as it reports it now
         self.driver_model: dict = {}    # the driver's model entry as it reports it now
+        # the driver's measured delay from a reading to the current written from it
+        self.driver_command_delay: dict = {}
         # the newest driver state heard during the switch of a take that shows our
         # controller (as a rule sent after the switch reached the driver): judged once the
         # enable is done: its (fault, current)
@@ -228,6 +231,11 @@ class ArmHandover:
                              throttle_duration_sec=1.0)
             return
         self.driver_heard, self.driver_state_fault, self.driver_model = True, fault, model
+        delay = state.get('command_delay')
+        self.driver_command_delay = dict(delay) if isinstance(delay, dict) else {}
+        beyond = self.delay_beyond_check()
+        if beyond:
+            self.log.warning(beyond, throttle_duration_sec=10.0)
         effort = self.kind == 'effort'
         joints = list(modes)
         if effort and joints != self._checked_joints:
@@ -260,6 +268,21 @@ class ArmHandover:
                 f'commanded and the arm is handed back. To go on: {self.enable} false, '
                 f'{self.driver_node}/clear_fault if it latched a fault, {self.enable} true')
         return reason
+
+    def delay_beyond_check(self) -> str:
+        """Why the delay the driver measures is longer than the one the gain check verified
+        the gains at ('' when it is not, or before the driver has measured one): the 99th
+        percentile of its ``command_delay`` against ``delay_periods`` periods."""
+        p99 = self.driver_command_delay.get('p99_ms')
+        config = self.ctl.config
+        assumed_ms = config.delay_periods / config.rate_hz * 1e3
+        if not isinstance(p99, (int, float)) or not p99 > assumed_ms:
+            return ''
+        return (f'{self.driver_node} measures a command delay of {p99:.1f} ms at p99, over the '
+                f'{assumed_ms:.1f} ms the gain check verified the gains at (delay_periods '
+                f'{config.delay_periods:g} at {config.rate_hz:g} Hz): set delay_periods to '
+                f'{math.ceil(p99 * config.rate_hz / 1e2) / 10:g} or more while disabled (the '
+                'check then says whether the gains still pass)')
 
     def model_mismatch(self) -> str:
         """How the bus driver's model, as its last ``~/state`` reports it, differs from

@@ -356,6 +356,8 @@ class ImpedanceNode(Node):
             'command': self._kind, 'topic': self._pub_command.topic_name,
             'switched': self.own.switched, 'joint_check': self.handover.joint_check,
             'driver_fault': self.handover.driver_state_fault,
+            'driver_command_delay': self.handover.driver_command_delay,
+            'delay_beyond_check': self.handover.delay_beyond_check(),
             'model': self.urdf.report(self.model),
             'alpha': None if command is None else command.alpha,
             'saturated': [] if command is None else

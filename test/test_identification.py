@@ -470,14 +470,15 @@ def test_a_clean_sensor_the_audit_takes_for_a_model_is_kept_when_declared_measur
 
 
 def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_joint(
-        nominal, true_arm, tmp_path, capsys):
+        nominal, true_arm, tmp_path, capsys, monkeypatch):
     """plag-ros identify --offset auto on one table whose torque carries a 0.4 N*m bias
     and whose elbow only ever turns one way: every joint that moves both ways gets its
     offset (the report lists the candidates' cross-validated errors), the elbow does not
     (there its offset and its Coulomb friction are one column) and is named in the output
     and in the report, and the held-out error is cut as without the bias. The width given
     (x3) is the width fitted and reported; one that is not a number is refused with
-    exit 2."""
+    exit 2, and so is a consistent fit whose solver stops without a solution (it was a
+    traceback)."""
     import yaml
 
     from plag_ros.apps.cli import main
@@ -521,3 +522,13 @@ def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_jo
     assert f'{nominal.joint_names[elbow]} moves one way in the fitted rows' in printed
     assert report['held_out_rms']['over_moving_joints']['cut_against_nominal'][
         'identified'] >= 0.8
+    from plag_ros.core.identification import fit as fit_module
+    from plag_ros.core.identification.consistent_map import FitNotSolved
+
+    def not_solved(*args, **kwargs):
+        raise FitNotSolved('the consistent fit did not converge: Clarabel says '
+                           'MaxIterations')
+
+    monkeypatch.setattr(fit_module, 'consistent_map', not_solved)
+    assert main(['identify', *common, '--offset', 'auto', '--prior-scale', '3']) == 2
+    assert 'Clarabel says MaxIterations' in capsys.readouterr().err

@@ -62,6 +62,7 @@ from plag_ros.core.dynamics.model_parameters import (
     load_model_parameters,
 )
 from plag_ros.core.identification.channels import parse_declared
+from plag_ros.core.identification.consistent_map import FitNotSolved
 from plag_ros.core.identification.drive import identify_effort_scale, identify_servo
 from plag_ros.core.identification.fit import (
     IdentificationPrior,
@@ -309,13 +310,13 @@ def _prior_scale(value: str) -> str | float:
     return factor
 
 
-def _selected(args: argparse.Namespace, model: RobotModel, fit: Recording,
-              plausible: IdentificationPrior, terms: MeasurementTerms, extra: dict
-              ) -> tuple[IdentificationPrior, MeasurementTerms]:
-    """The prior (``plausible`` times the width factor) and terms to fit with: as given,
-    or chosen by cross-validation (:mod:`plag_ros.core.identification.selection`) where
-    ``auto`` asks, reported in ``extra['selection']`` and printed."""
-    width = _prior_scale(args.prior_scale)
+def _selected(args: argparse.Namespace, width: str | float, model: RobotModel,
+              fit: Recording, plausible: IdentificationPrior, terms: MeasurementTerms,
+              extra: dict) -> tuple[IdentificationPrior, MeasurementTerms]:
+    """The prior (``plausible`` times the width factor ``width``, from ``--prior-scale``)
+    and terms to fit with: as given, or chosen by cross-validation
+    (:mod:`plag_ros.core.identification.selection`) where ``auto`` asks, reported in
+    ``extra['selection']`` and printed."""
     if 'auto' not in (width, args.offset):
         extra['prior_scale'] = width
         return scaled_prior(plausible, float(width)), terms
@@ -451,7 +452,6 @@ def run(args: argparse.Namespace) -> int:
         # whatever width the fit used
         plausible = IdentificationPrior(mass=args.mass_prior, com=args.com_prior)
         width = _prior_scale(args.prior_scale)
-        prior = plausible if isinstance(width, str) else scaled_prior(plausible, width)
         model = RobotModel.from_urdf(args.urdf or default_urdf_path())
         start = load_model_parameters(args.model) if args.model else None
         if start is not None:
@@ -480,10 +480,11 @@ def run(args: argparse.Namespace) -> int:
         if args.payload:
             model, payload, priors = with_payload_prior(model, args.payload_link,
                                                         args.payload_mass or 0.2)
+            prior = scaled_prior(plausible, float(width))   # no auto with a payload
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), body_priors=priors,
                               hold_joints=True, prior=prior, terms=terms)
         else:
-            prior, terms = _selected(args, model, fit, plausible, terms, extra)
+            prior, terms = _selected(args, width, model, fit, plausible, terms, extra)
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), prior=prior,
                               terms=terms)
         if loaded is not None:
@@ -500,7 +501,7 @@ def run(args: argparse.Namespace) -> int:
             held.rescale(scale.scale)
             result = identify(model, *fit.arrays(), rest_band=fit.bands(), prior=prior,
                               terms=terms)
-    except (BagError, ValueError) as err:
+    except (BagError, ValueError, FitNotSolved) as err:
         print(f'plag-ros identify: {err}', file=sys.stderr)
         return 2
     if args.servo:

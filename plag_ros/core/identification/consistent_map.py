@@ -19,7 +19,7 @@ from scipy import optimize, sparse
 
 from plag_ros.core.dynamics.consistency import pseudo_inertia
 
-__all__ = ['MARGIN', 'consistent_map']
+__all__ = ['MARGIN', 'FitNotSolved', 'consistent_map']
 
 MARGIN = 1e-6
 """Each scaled pseudo-inertia keeps its smallest eigenvalue at least this large (in units of
@@ -29,6 +29,11 @@ positive definite."""
 # Clarabel's PSD triangle: the upper triangle column by column, off-diagonals times sqrt 2
 _ROWS, _COLS = np.array([(i, j) for j in range(4) for i in range(j + 1)]).T
 _WEIGHTS = np.where(_ROWS == _COLS, 1.0, np.sqrt(2.0))
+
+
+class FitNotSolved(RuntimeError):
+    """The consistent fit's solver stopped without a solution (its status in the message):
+    an input error to report, not a crash."""
 
 
 def _svec(J: np.ndarray) -> np.ndarray:
@@ -57,7 +62,7 @@ def consistent_map(R: np.ndarray, c: np.ndarray, x0: np.ndarray, scale: np.ndarr
         (p,) the parameters.
 
     Raises:
-        RuntimeError: the solver did not reach a solution (with its status).
+        FitNotSolved: the solver did not reach a solution (with its status).
     """
     import clarabel
 
@@ -98,7 +103,7 @@ def consistent_map(R: np.ndarray, c: np.ndarray, x0: np.ndarray, scale: np.ndarr
                                     np.concatenate(rhs), cones, settings)
     solution = solver.solve()
     if str(solution.status) not in ('Solved', 'AlmostSolved'):
-        raise RuntimeError(f'the consistent fit did not converge: Clarabel says '
+        raise FitNotSolved(f'the consistent fit did not converge: Clarabel says '
                            f'{solution.status}')
     y = np.asarray(solution.x)[:p]
     # An interior-point answer sits a little inside every bound, by up to about 1e-4 prior

@@ -365,6 +365,27 @@ def test_cross_validation_takes_the_offsets_where_the_torque_has_a_bias(nominal)
     assert (fit.offset[3:] == 0.0).all() and not fit.excited['offset'][3:].any()
 
 
+def test_cross_validation_leaves_a_recording_at_rest_out_of_its_folds(nominal):
+    """A moving recording and one of the arm at rest: the one at rest has nothing to fit
+    or to score, so the moving one's four blocks are the folds (the fit of the recording
+    at rest alone, with the moving one left out, raised 'nothing to fit')."""
+    q, qd, qdd = _trajectory(nominal, 12.0, seed=27)
+    m = int(nominal.actuated.sum())
+    arm = (nominal, np.full(m, 0.05), np.full(m, 0.1), np.zeros(m))
+    moving = (q, qd, qdd, _measured(arm, q, qd, qdd, seed=28), np.full(q.shape, 0.01))
+    rest_q = np.repeat(q[:1], 400, axis=0)
+    zero = np.zeros_like(rest_q)
+    at_rest = (rest_q, zero, zero, _measured(arm, rest_q, zero, zero, seed=29),
+               np.full(rest_q.shape, 0.01))
+    choice = select_by_cross_validation(nominal, [moving, at_rest],
+                                        prior=IdentificationPrior(), terms=MeasurementTerms(),
+                                        scales=(1.0,), offsets=(False,))
+    assert (choice.folds, choice.fold_kind) == (4, 'blocks')
+    with pytest.raises(ValueError, match='no recording has a joint that moves'):
+        select_by_cross_validation(nominal, [at_rest], prior=IdentificationPrior(),
+                                   terms=MeasurementTerms(), scales=(1.0,))
+
+
 def test_a_joint_that_sweeps_one_way_is_named(nominal):
     """The elbow driven one way only (a ramp), the shoulder both ways: only the elbow is
     named, with its share of rows at qd > 0."""

@@ -10,8 +10,9 @@ and choosing by the other four, the choice cut the worst joint's error against t
 least-squares peer from 1.18-1.78x to 0.51-1.21x (``bench/bench_identify_real.py --folds``).
 
 The rule: each candidate (a width factor times every spread of the prior, with or without
-the offsets) is fitted leaving out one recording at a time (a single recording: each of
-:data:`CV_BLOCKS` contiguous blocks of it) and scored on the one left out, over the rows
+the offsets) is fitted leaving out one recording at a time (recordings of the arm at rest
+are no fold; a single moving recording: each of :data:`CV_BLOCKS` contiguous blocks of
+it) and scored on the one left out, over the rows
 where a joint moves with a measured effort. The width is the winning candidate's, by the
 mean squared error over all those rows (a tie to the narrower prior, then to no offset).
 If the winner has the offsets, each joint's is then judged at that width against the fit
@@ -106,10 +107,17 @@ def scaled_prior(prior: IdentificationPrior, factor: float) -> IdentificationPri
                                          for f in dataclasses.fields(prior)})
 
 
-def _folds(parts: Sequence[Part]) -> tuple[list[Part], str]:
-    if len(parts) >= 2:
-        return list(parts), 'recordings'
-    (whole,) = parts
+def _folds(model: RobotModel, parts: Sequence[Part]) -> tuple[list[Part], str]:
+    """The folds: the recordings with a moving, measured row (one at rest has nothing to
+    fit or to score: left out of every fold, it left a fit of it alone raising), or the
+    blocks of the only one."""
+    moving = [p for p in parts if measured_moving(model, p[1], p[3], p[4]).any()]
+    if not moving:
+        raise ValueError('cross-validation: no recording has a joint that moves with a '
+                         'measured effort')
+    if len(moving) >= 2:
+        return moving, 'recordings'
+    (whole,) = moving
     edges = np.linspace(0, len(whole[0]), CV_BLOCKS + 1).astype(int)
     return [tuple(x[a:b] for x in whole) for a, b in zip(edges[:-1], edges[1:])], 'blocks'
 
@@ -156,7 +164,7 @@ def select_by_cross_validation(model: RobotModel, parts: Sequence[Part], *,
     """
     if not parts or not scales or not offsets:
         raise ValueError('cross-validation needs recordings and candidates')
-    folds, kind = _folds(parts)
+    folds, kind = _folds(model, parts)
     candidates = [(float(s), bool(o)) for s in scales for o in offsets]
     scored = [_cv_squares(model, folds, scaled_prior(prior, s),
                           dataclasses.replace(terms, offset=o, offset_joints=None))

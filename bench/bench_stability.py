@@ -9,7 +9,7 @@ this bench maps the boundary as ``K_max(D)`` on a grid of D, for:
   period, about what the simulator node over DDS adds) and the real arm's position
   interface (servo spring K_s and back-EMF damping from the motor table, one period of
   delay: a command sent to the driver's controller manager acts in its next cycle) at the
-  driver's 200 Hz and at 100 Hz, and at 200 Hz with the 2.5 periods the gain check
+  driver's 200 Hz and at 100 Hz, and at 200 Hz with the 3.0 periods the gain check
   assumes (measured through DDS: ``bench/bench_command_delay.py``);
 * estimators: order 1-3 at 10 and 15 Hz, velocity from the positions or the measured
   velocity (the shipped one: order 2, 10 Hz, measured).
@@ -38,7 +38,7 @@ from plag_ros.core.estimation.filters import EstimatorConfig
 
 HERE = Path(__file__).resolve().parent
 PATHS = (('effort', 200.0, 0.0), ('effort', 200.0, 0.5), ('position', 200.0, 1.0),
-         ('position', 200.0, 2.5), ('position', 100.0, 1.0))
+         ('position', 200.0, 3.0), ('position', 100.0, 1.0))
 ESTIMATORS = ((2, 10.0, 'measured'), (3, 15.0, 'measured'), (2, 15.0, 'measured'),
               (1, 10.0, 'measured'), (3, 10.0, 'measured'), (2, 10.0, 'position'),
               (3, 15.0, 'position'))

@@ -102,7 +102,7 @@ def test_gravity_compensation_holds_three_poses_for_10_s(lockstep_bus):
 def test_the_scenarios_laws_are_the_shipped_files_with_a_gain_check_that_refuses():
     """The scenario's laws come from the shipped parameter files through the node's own
     settings; each is built under ``gain_check: refuse`` at the delay measured through DDS
-    (2.5 periods: a reading's command is written at the next cycle, at p99 the one after,
+    (3.0 periods: a reading's command is written at the next cycle, at p99 the one after,
     and acts until the one after that), so building them is the gain check accepting
     their gains."""
     laws = scenario_controllers()
@@ -113,8 +113,8 @@ def test_the_scenarios_laws_are_the_shipped_files_with_a_gain_check_that_refuses
         assert config.command_interface == ('position' if name == 'position path'
                                             else 'effort'), name
         assert (config.acceleration_mask is None) == (name == 'plain'), name
-    assert laws['compensated'].config.delay_periods == 2.5
-    assert laws['position path'].config.delay_periods == 2.5
+    assert laws['compensated'].config.delay_periods == 3.0
+    assert laws['position path'].config.delay_periods == 3.0
     np.testing.assert_array_equal(laws['plain'].config.stiffness,
                                   laws['compensated'].config.stiffness)
 
@@ -182,9 +182,10 @@ def test_enable_and_disable_move_no_joint_more_than_2_mrad(lockstep_bus):
 
 def test_command_delay_is_the_source_readings_age_when_its_current_is_written(lockstep_bus):
     """The delay the gain check assumes, as the driver measures it: from the reading an
-    effort command was computed from to the cycle that writes it. On the lockstep clock a
-    command computed at once from each reading is written one period (5 ms) later; one
-    computed from the reading two cycles back, three periods (15 ms)."""
+    effort command was computed from to its first write. On the lockstep clock (where a
+    read and a write take no time) a command computed at once from each reading is
+    written one period (5 ms) later; one computed from the reading two cycles back, three
+    periods (15 ms)."""
     driver = lockstep_driver(lockstep_bus)
     move_to(driver, np.array(POSES['bent']), 1.0, 0.3)
     assert driver.command_delay() == {}          # position mode: no effort written
@@ -207,6 +208,15 @@ def test_command_delay_is_the_source_readings_age_when_its_current_is_written(lo
     delay = driver.command_delay()
     assert delay['p99_ms'] == pytest.approx(15.0, abs=1e-6), delay
     assert delay['max_ms'] == pytest.approx(15.0, abs=1e-6), delay
+    # four cycles without a newer command: the last (sent after the last cycle) is written
+    # at the first and again at the three others, counted apart; its growing age is no
+    # delay of a command that came
+    assert driver.counts['repeated_commands'] == 0
+    loop(driver, 0.02)
+    assert not driver.fault, driver.fault
+    assert driver.counts['repeated_commands'] == 3
+    after = driver.command_delay()
+    assert after['count'] == delay['count'] + 1 and after['max_ms'] == delay['max_ms'], after
     driver.close()
 
 

@@ -870,9 +870,11 @@ def test_the_joint_check_follows_a_driver_restarted_with_other_joints():
 def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set():
     """The bus driver reports the delay from a reading to the current written from it
     (``command_delay``); when its 99th percentile is longer than the ``delay_periods`` the
-    gain check verified the gains at (2.5 periods of 200 Hz: 12.5 ms), the node says so on
-    ``~/state`` and names the delay to set (14.2 ms: 2.84 periods, so 2.9). Within it, or
-    before the driver has measured one, nothing is said."""
+    gain check verified the gains at (3.0 periods of 200 Hz: 15 ms), the node says so on
+    ``~/state`` and names the delay to set (17.2 ms: 3.44 periods, so 3.5); an enable is
+    refused only where the gains are unstable at the measured delay (40 ms: 8 periods).
+    Within it, before the driver has measured 200 writes, or from an entry that is not
+    finite numbers (a foreign publisher's), nothing is said."""
     from plag_ros.core.dynamics.motors import ARM_JOINTS
 
     def with_delay(message: String, delay: dict) -> String:
@@ -881,17 +883,31 @@ def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set
         return String(data=json.dumps(state))
 
     with torque_mode_node() as (node, driver_state):
-        assert node.controller.config.delay_periods == 2.5
+        assert node.controller.config.delay_periods == 3.0
         node.handover._on_driver_state(driver_state(ARM_JOINTS))
         assert node.handover.delay_beyond_check() == ''          # nothing measured yet
-        measured = {'p50_ms': 5.1, 'p99_ms': 12.4, 'max_ms': 13.0, 'count': 1000}
+        measured = {'p50_ms': 5.1, 'p99_ms': 14.9, 'max_ms': 16.0, 'count': 1000}
         node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), measured))
         assert node.handover.delay_beyond_check() == ''
-        measured = {'p50_ms': 5.1, 'p99_ms': 14.2, 'max_ms': 20.0, 'count': 1000}
+        measured = {'p50_ms': 5.1, 'p99_ms': 17.2, 'max_ms': 20.0, 'count': 1000}
         node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), measured))
         beyond = node.handover.delay_beyond_check()
-        assert '14.2 ms at p99' in beyond and '12.5 ms' in beyond, beyond
-        assert 'set delay_periods to 2.9' in beyond, beyond
+        assert '17.2 ms at p99' in beyond and '15.0 ms' in beyond, beyond
+        assert 'set delay_periods to 3.5' in beyond, beyond
+        assert node.handover.blocker(1, 'commands') == ''      # margin below 2, above 1
+        assert node.controller.smallest_margin(3.44) > 1.0
+        slow = {**measured, 'p99_ms': 40.0}
+        node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), slow))
+        assert node.controller.smallest_margin(8.0) < 1.0
+        refused = node.handover.blocker(1, 'commands')
+        assert refused.startswith(node.handover.delay_beyond_check()), refused
+        assert 'the gains are unstable' in refused and refused.endswith('(refused)'), refused
+        for bad in ({**measured, 'count': 150}, {**measured, 'p99_ms': float('inf')},
+                    {**measured, 'p99_ms': '17.2'}, {**measured, 'count': True}, [14.2]):
+            node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), bad))
+            assert node.handover.delay_beyond_check() == '', bad
+            assert node.handover.blocker(1, 'commands') == '', bad
+        node.handover._on_driver_state(with_delay(driver_state(ARM_JOINTS), measured))
         sent: list = []
         node._pub_state = types.SimpleNamespace(publish=sent.append)
         node._publish_state(None, node._now_ns(), force=True)

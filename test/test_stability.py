@@ -172,15 +172,18 @@ def test_gain_margin_is_where_the_loop_turns_unstable():
 
 
 # ------------------------------------------------------------------ the shipped defaults
-@pytest.mark.parametrize('rate', [200.0, 100.0])
-def test_shipped_gains_keep_a_margin_of_two_on_the_arms_position_path(model, rate):
-    """The real arm's path (servo spring from the motor table, one period of delay) with
-    config/impedance.yaml's gains and filter: every arm joint keeps a gain margin >= 2;
-    the order-3, 15 Hz filter shipped before does not (the issue's finding)."""
+def test_shipped_gains_keep_a_margin_of_two_on_the_arms_position_path(model):
+    """The real arm's path (servo spring from the motor table, 200 Hz, the delay the
+    file's check assumes: 3 periods) with config/impedance.yaml's gains and filter: every
+    arm joint keeps a gain margin >= 2; the order-3, 15 Hz filter shipped before does not
+    (the issue's finding). (At 100 Hz the same gains pass only up to 1.5 periods of delay,
+    which nobody has measured there: the real-arm tutorial says so.)"""
+    rate = 200.0
     params = shipped()
     assert params['command_interface'] == 'position'
     K, D = np.array(params['stiffness']), np.array(params['damping'])
-    loops = stability.joint_loops(model, 'position', rate, delay_periods=1.0)
+    loops = stability.joint_loops(model, 'position', rate,
+                                  delay_periods=params['delay_periods'])
     margins = [stability.gain_margin(loop, k, d, shipped_estimator(rate), upper=10.0)
                for loop, k, d in zip(loops, K, D)]
     print(f'\n[{rate:g} Hz] gain margins {np.round(margins, 2).tolist()}')

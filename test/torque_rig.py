@@ -273,7 +273,7 @@ def scenario_controllers(motion_source: str | None = None
     swinging 0.5 rad at 1 Hz about the pose at enable.
 
     * ``plain`` and ``compensated``: config/torque_mode.yaml (effort path, current-mode gains,
-      ``gain_check: refuse`` at ``delay_periods: 2.5``: a controller is only built if the gain
+      ``gain_check: refuse`` at ``delay_periods: 3.0``: a controller is only built if the gain
       check accepts its gains), with no compensation or with its elbow -> tilt paths.
     * ``position path``: config/impedance.yaml, its elbow -> tilt paths compensated.
 

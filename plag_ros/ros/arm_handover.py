@@ -43,8 +43,12 @@ from plag_ros.ros.controller_switch import (
 )
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['CONFIRM_MIN_S', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S',
+__all__ = ['CONFIRM_MIN_S', 'DELAY_MIN_COUNT', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S',
            'SHUTTING_DOWN', 'SWITCH_BACK_S', 'ArmHandover', 'check_names']
+
+DELAY_MIN_COUNT = 200
+"""Current-mode writes the driver's ``command_delay`` must span (1 s at 200 Hz) before the
+node judges it against the delay its gains were checked at."""
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
@@ -75,6 +79,18 @@ def check_names(node: Node, settings: ImpedanceSettings) -> None:
     check_own_namespace(node.get_namespace(), {
         key: node.resolve_service_name(name) if service else node.resolve_topic_name(name)
         for key, (name, service) in settings.ros_names().items()})
+
+
+def _delay_entry(value: object) -> dict:
+    """The driver's ``command_delay`` entry, kept only where every figure is a finite
+    number (a foreign publisher's anything else is dropped, not judged)."""
+    if not isinstance(value, dict):
+        return {}
+    figures = {key: value.get(key) for key in ('p50_ms', 'p99_ms', 'max_ms', 'count')}
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+               and math.isfinite(x) and 0 <= x < 1e9 for x in figures.values()):
+        return {}
+    return figures
 
 
 class ArmHandover:
@@ -231,11 +247,6 @@ class ArmHandover:
                              throttle_duration_sec=1.0)
             return
         self.driver_heard, self.driver_state_fault, self.driver_model = True, fault, model
-        delay = state.get('command_delay')
-        self.driver_command_delay = dict(delay) if isinstance(delay, dict) else {}
-        beyond = self.delay_beyond_check()
-        if beyond:
-            self.log.warning(beyond, throttle_duration_sec=10.0)
         effort = self.kind == 'effort'
         joints = list(modes)
         if effort and joints != self._checked_joints:
@@ -253,6 +264,10 @@ class ArmHandover:
         if self._taking and ours:
             self._heard_in_switch = (fault, current)
         self._judge(fault, ours, current)
+        self.driver_command_delay = _delay_entry(state.get('command_delay'))
+        beyond = self.delay_beyond_check()
+        if beyond:
+            self.log.warning(beyond, throttle_duration_sec=10.0)
 
     def _judge(self, fault: str, ours: bool, current: bool | None) -> str:
         """Latch the driver's hold as the controller's fault where the driver's state
@@ -271,12 +286,14 @@ class ArmHandover:
 
     def delay_beyond_check(self) -> str:
         """Why the delay the driver measures is longer than the one the gain check verified
-        the gains at ('' when it is not, or before the driver has measured one): the 99th
-        percentile of its ``command_delay`` against ``delay_periods`` periods."""
-        p99 = self.driver_command_delay.get('p99_ms')
+        the gains at ('' when it is not, on the position path, or before the driver has
+        measured :data:`DELAY_MIN_COUNT` writes): the 99th percentile of its
+        ``command_delay`` against ``delay_periods`` periods."""
+        p99 = self.driver_command_delay.get('p99_ms', math.nan)
         config = self.ctl.config
         assumed_ms = config.delay_periods / config.rate_hz * 1e3
-        if not isinstance(p99, (int, float)) or not p99 > assumed_ms:
+        if (self.kind != 'effort' or self.driver_command_delay.get('count', 0) < DELAY_MIN_COUNT
+                or not p99 > assumed_ms):
             return ''
         return (f'{self.driver_node} measures a command delay of {p99:.1f} ms at p99, over the '
                 f'{assumed_ms:.1f} ms the gain check verified the gains at (delay_periods '
@@ -315,6 +332,16 @@ class ArmHandover:
         mismatch = self.model_mismatch()
         if mismatch:
             return f'{mismatch} (refused)'
+        beyond = self.delay_beyond_check()
+        if beyond:
+            # beyond the checked delay the margin is below 2, not yet an unstable loop:
+            # refused only where it is (the gains' margin at the measured delay below 1)
+            config = self.ctl.config
+            margin = self.ctl.smallest_margin(
+                self.driver_command_delay['p99_ms'] * config.rate_hz / 1e3)
+            if margin < 1.0:
+                return (f'{beyond}; at that delay the gains are unstable (gain margin '
+                        f'{margin:.2f}) (refused)')
         if model:
             return f'{model} (refused)'
         if self.own.switching:

@@ -84,9 +84,9 @@ __all__ = ['DRIVER_NODE_OPTIONS', 'DRIVER_OPTIONS', 'EFFORT_CONTROLLER', 'MODES'
            'hardware_error_text']
 
 MODES = {'current': 0, 'position': 3}
+"""Operating Mode (11) values the driver uses."""
 COMMAND_DELAY_WINDOW = 1000
 """Effort commands whose delay :meth:`BusDriver.command_delay` summarises (5 s at 200 Hz)."""
-"""Operating Mode (11) values the driver uses."""
 READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
               ('Bus Watchdog', 98, 1), ('Present Current', 126, 2),
               ('Present Velocity', 128, 4), ('Present Position', 132, 4),
@@ -443,7 +443,8 @@ class BusDriver:
         self.fault = ''
         self.counts: dict[str, int] = {'cycles': 0, 'failed_reads': 0, 'faults': 0,
                                        'rejected_commands': 0, 'mode_switches': 0,
-                                       'writes': 0, 'failed_writes': 0, 'holds': 0}
+                                       'writes': 0, 'failed_writes': 0, 'holds': 0,
+                                       'repeated_commands': 0}
         self.reading: Reading | None = None
         # [s] the longest mode switch from its first packet built to its burst written
         # (the servos are without torque only while the burst is on the wire)
@@ -456,9 +457,11 @@ class BusDriver:
         self._last_effort_at = 0.0                     # when it was written [s, clock]
         self._hold = np.zeros(n, dtype=np.int64)       # position goals [counts]
         self._effort = _Command()
-        # [s] per effort command written: from its source reading to the cycle writing it
+        # [s] per current-mode write of a command: from its source reading to the write
         self._command_delays: collections.deque[float] = collections.deque(
             maxlen=COMMAND_DELAY_WINDOW)
+        self._delay_source: float | None = None    # [s, clock] the written command's reading
+        self._delay_taken = math.nan               # ... of the last command whose delay is kept
         self._forward = _Command()
         self._trajectory: _Trajectory | None = None
         self._pending: str | None = None
@@ -1142,6 +1145,7 @@ class BusDriver:
         """One read, the checks, a pending mode change, one write. None after a failed
         read (nothing is written then)."""
         self.counts['cycles'] += 1
+        read_from, self._delay_source = self.clock(), None
         reading = self._sync_read()
         if reading is not None and self._remapped:
             self._map_again()
@@ -1233,7 +1237,14 @@ class BusDriver:
             group.changeParam(servo_id, int(current[k]).to_bytes(2, 'little', signed=True)
                               + int(goals[k]).to_bytes(4, 'little', signed=True))
         self.counts['writes'] += 1
-        if group.txPacket() == self._sdk.COMM_SUCCESS:
+        sent = group.txPacket()
+        if self._delay_source is not None:
+            # from the servos' sample (the read's start: a reading is stamped at its end,
+            # as is the command's source) to the packet out
+            self._command_delays.append(self.clock() - self._delay_source
+                                        + reading.t - read_from)
+            self._delay_source = None
+        if sent == self._sdk.COMM_SUCCESS:
             self._failed_writes = 0
         else:
             self.counts['failed_writes'] += 1
@@ -1366,15 +1377,25 @@ class BusDriver:
         if jump:
             self._fail(jump, reading)
             return None
-        self._command_delays.append(now - command.at)
+        if command.at != self._delay_taken:    # its first write: a delay to keep
+            self._delay_source = self._delay_taken = command.at
+        else:                                   # no newer command came: written again
+            self.counts['repeated_commands'] += 1
         return values
 
     def command_delay(self) -> dict[str, float]:
-        """The delay of the last :data:`COMMAND_DELAY_WINDOW` effort commands written, from
-        the reading each was computed from to the cycle that wrote it: ``p50_ms``,
-        ``p99_ms``, ``max_ms`` and ``count`` (empty before the first). This is the delay
-        the controller's gain check assumes (``delay_periods`` periods); it includes the
-        wait for the next cycle, which a command arriving between cycles adds."""
+        """The delay of the last :data:`COMMAND_DELAY_WINDOW` effort commands written in
+        current mode, from the start of the read that took a command's reading (the reading
+        is stamped at its end: the read's span is added, that of the writing cycle) to its
+        first write's packet sent: ``p50_ms``, ``p99_ms``, ``max_ms`` and ``count`` (empty
+        before the first). This is the delay the controller's gain check assumes
+        (``delay_periods`` periods); it includes the wait for the next cycle, which a
+        command arriving between cycles adds. The servos' own reply time and the USB
+        adapter's latency sit inside the read's span; the wire time of the write after the
+        packet is sent is not in it. A command written again, no newer one having come, is
+        counted in ``counts['repeated_commands']``, not here: a stalled controller ends in
+        the stale fault, and its last command's growing age would say nothing of the
+        delay of the commands that came."""
         with self._lock:
             delays = np.array(self._command_delays)
         if not len(delays):

@@ -212,10 +212,10 @@ class ImpedanceConfig:
             (:mod:`plag_ros.core.control.stability`): ``'refuse'`` (ValueError naming the joint,
             the gains and the bounds), ``'warn'`` (:attr:`PartialImpedanceController.warnings`) or
             ``'off'``.
-        delay_periods: sample-to-command delay the gain check assumes [periods] (2.5: a
+        delay_periods: sample-to-command delay the gain check assumes [periods] (3.0: a
             reading's command is written at the driver's next cycle, at the 99th percentile
-            the one after; measured through DDS with the driver in its own process,
-            ``bench/bench_command_delay.py``).
+            the one after: p99 2.0-2.2, the worst 5 s window 2.84, measured through DDS
+            with the driver in its own process, ``bench/bench_command_delay.py``).
         oscillation: the oscillation monitor's settings (:class:`OscillationLimits`).
         reference_max_velocity: (n_act,) or scalar > 0 [rad/s]: a point reference
             (``set_reference(q=...)``, the node's ``~/reference``) is approached at most this
@@ -271,7 +271,7 @@ class ImpedanceConfig:
         'refuse', 'a commanded joint whose (K, D) have a gain margin below 2 in the sampled '
         "loop (plag_ros/core/control/stability.py): 'refuse' (the parameters are not taken, "
         "the node does not start), 'warn' (logged) or 'off'")
-    delay_periods: float = option(2.5, 'sample-to-command delay the gain check assumes '
+    delay_periods: float = option(3.0, 'sample-to-command delay the gain check assumes '
                                   '[periods]', low=0.0, high=99.0)
     oscillation: OscillationLimits = group(OscillationLimits)
     acceleration_mask: ArrayLike | None = None

@@ -375,6 +375,24 @@ class PartialImpedanceController:
                 'leave it 0)'
                 for a in np.flatnonzero(off & monitored)]
 
+    def _loops(self, config: ImpedanceConfig, Ks: np.ndarray, delay_periods: float
+               ) -> list[stability.JointLoop]:
+        """The gain check's sampled loop of each actuated joint under ``config``."""
+        return stability.joint_loops(
+            self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
+            delay_periods=delay_periods, engine=self.engine,
+            armature=config.armature if config.command_interface == 'effort' else None)
+
+    def smallest_margin(self, delay_periods: float) -> float:
+        """The smallest gain margin of the gains in force over the commanded joints, with
+        each command acting ``delay_periods`` periods after its reading (the gain check's
+        model, :mod:`plag_ros.core.control.stability`); below 1 the loop is unstable."""
+        config = self.config
+        loops = self._loops(config, self._Ks, delay_periods)
+        on = self._monitored & ((self._K > 0) | (self._D > 0))
+        return min((stability.gain_margin(loops[a], self._K[a], self._D[a], config.estimator)
+                    for a in np.flatnonzero(on)), default=math.inf)
+
     def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
                      Ks: np.ndarray, monitored: np.ndarray, mode: str) -> list[str]:
         """The gain check in ``mode`` ('refuse', 'warn', 'off'; see
@@ -385,10 +403,7 @@ class PartialImpedanceController:
         """
         if mode == 'off':
             return []
-        loops = stability.joint_loops(
-            self.model, config.command_interface, config.rate_hz, servo_stiffness=Ks,
-            delay_periods=config.delay_periods, engine=self.engine,
-            armature=config.armature if config.command_interface == 'effort' else None)
+        loops = self._loops(config, Ks, config.delay_periods)
         failing = stability.check_gains(loops, self.joint_names, K, D, config.estimator,
                                         only=monitored & ((K > 0) | (D > 0)))
         if not failing:

@@ -217,6 +217,21 @@ def test_command_delay_is_the_source_readings_age_when_its_current_is_written(lo
     assert driver.counts['repeated_commands'] == 3
     after = driver.command_delay()
     assert after['count'] == delay['count'] + 1 and after['max_ms'] == delay['max_ms'], after
+    assert after['repeated_share'] == 0.0
+    # a command every other cycle: each written again once, a missed command each; the
+    # run of three before (a stall's) is not one
+    cycle = [0]
+
+    def every_other(reading) -> None:
+        cycle[0] += 1
+        if cycle[0] % 2:
+            driver.command_effort(driver.gravity_torque(reading.position)[:7], ARM_JOINTS)
+
+    loop(driver, 0.2, every_other)
+    assert not driver.fault, driver.fault
+    final = driver.command_delay()
+    commands = final['count']                  # each command once; 19 written again
+    assert final['repeated_share'] == pytest.approx(19 / (commands + 19), abs=1e-4), final
     driver.close()
 
 

@@ -34,6 +34,7 @@ from plag_ros.core.control.settings import (
     ImpedanceSettings,
     check_own_namespace,
 )
+from plag_ros.core.control.stability import MIN_GAIN_MARGIN
 from plag_ros.ros.controller_file import ControllerFileError, differences, read_controller_file
 from plag_ros.ros.controller_switch import (
     ControllerSwitch,
@@ -43,12 +44,21 @@ from plag_ros.ros.controller_switch import (
 )
 from plag_ros.ros.qos import LATCHED
 
-__all__ = ['CONFIRM_MIN_S', 'DELAY_MIN_COUNT', 'JOINT_CHECK_TRIES', 'RELEASE_RETRY_S',
-           'SHUTTING_DOWN', 'SWITCH_BACK_S', 'ArmHandover', 'check_names']
+__all__ = ['CONFIRM_MIN_S', 'DELAY_MAX_PERIODS', 'DELAY_MIN_COUNT', 'JOINT_CHECK_TRIES',
+           'MISSED_COMMANDS_SHARE', 'RELEASE_RETRY_S', 'SHUTTING_DOWN', 'SWITCH_BACK_S',
+           'ArmHandover', 'check_names']
 
 DELAY_MIN_COUNT = 200
 """Current-mode writes the driver's ``command_delay`` must span (1 s at 200 Hz) before the
 node judges it against the delay its gains were checked at."""
+
+DELAY_MAX_PERIODS = 50.0
+"""A measured delay beyond this many periods refuses an enable without a check (the
+driver's stale limit ends commands far sooner; the check's matrices grow with it)."""
+
+MISSED_COMMANDS_SHARE = 0.01
+"""A share of the driver's writes that repeat a command beyond this is commands that did
+not come in time: judged as a period of delay more."""
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""
@@ -82,13 +92,16 @@ def check_names(node: Node, settings: ImpedanceSettings) -> None:
 
 
 def _delay_entry(value: object) -> dict:
-    """The driver's ``command_delay`` entry, kept only where every figure is a finite
-    number (a foreign publisher's anything else is dropped, not judged)."""
+    """The driver's ``command_delay`` entry, kept only where every figure is a number in
+    range (a foreign publisher's anything else is dropped, not judged);
+    ``repeated_share`` 0 where the driver does not report it."""
     if not isinstance(value, dict):
         return {}
     figures = {key: value.get(key) for key in ('p50_ms', 'p99_ms', 'max_ms', 'count')}
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-               and math.isfinite(x) and 0 <= x < 1e9 for x in figures.values()):
+    figures['repeated_share'] = value.get('repeated_share', 0.0)
+    # the range first: a 400-digit integer makes isfinite raise, a NaN fails both
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1e9
+               for x in figures.values()):
         return {}
     return figures
 
@@ -289,17 +302,41 @@ class ArmHandover:
         the gains at ('' when it is not, on the position path, or before the driver has
         measured :data:`DELAY_MIN_COUNT` writes): the 99th percentile of its
         ``command_delay`` against ``delay_periods`` periods."""
-        p99 = self.driver_command_delay.get('p99_ms', math.nan)
+        measured = self.driver_command_delay
+        p99 = measured.get('p99_ms', math.nan)
         config = self.ctl.config
         assumed_ms = config.delay_periods / config.rate_hz * 1e3
-        if (self.kind != 'effort' or self.driver_command_delay.get('count', 0) < DELAY_MIN_COUNT
-                or not p99 > assumed_ms):
+        if self.kind != 'effort' or measured.get('count', 0) < DELAY_MIN_COUNT:
             return ''
-        return (f'{self.driver_node} measures a command delay of {p99:.1f} ms at p99, over the '
-                f'{assumed_ms:.1f} ms the gain check verified the gains at (delay_periods '
-                f'{config.delay_periods:g} at {config.rate_hz:g} Hz): set delay_periods to '
-                f'{math.ceil(p99 * config.rate_hz / 1e2) / 10:g} or more while disabled (the '
-                'check then says whether the gains still pass)')
+        missed = measured['repeated_share'] > MISSED_COMMANDS_SHARE
+        if not (p99 > assumed_ms or missed):
+            return ''
+        what = (f'a command delay of {p99:.1f} ms at p99' if p99 > assumed_ms else
+                f'{measured["repeated_share"]:.1%} of its writes repeating a command (one '
+                'that did not come in time: a period of delay more each)')
+        return (f'{self.driver_node} measures {what}, beyond the {assumed_ms:.1f} ms the '
+                f'gain check verified the gains at (delay_periods {config.delay_periods:g} '
+                f'at {config.rate_hz:g} Hz): set delay_periods to '
+                f'{math.ceil(max(p99, assumed_ms) * config.rate_hz / 1e2) / 10 + missed:g} or '
+                'more while disabled (the check then says whether the gains still pass)')
+
+    def _delay_refusal(self, beyond: str) -> str:
+        """An enable's refusal where the gains fail the check at the measured delay's p99
+        ('' where they pass there). Missed commands are only said: a late command shows
+        as one of them too (the one before it written again), and its lateness is in the
+        p99 already."""
+        config = self.ctl.config
+        periods = self.driver_command_delay['p99_ms'] * config.rate_hz / 1e3
+        if periods > DELAY_MAX_PERIODS:      # beyond what a driver's stale limit lets by
+            return f'{beyond}; {periods:.0f} periods is beyond any verified gains (refused)'
+        try:
+            margin = self.ctl.smallest_margin(periods)
+        except Exception as err:  # noqa: BLE001 - an enable must be answered
+            return f'{beyond}; the check at that delay failed: {err!r} (refused)'
+        if margin < MIN_GAIN_MARGIN:
+            return (f'{beyond}; at that delay the gains have a gain margin of {margin:.2f} '
+                    f'(< {MIN_GAIN_MARGIN:g}) (refused)')
+        return ''
 
     def model_mismatch(self) -> str:
         """How the bus driver's model, as its last ``~/state`` reports it, differs from
@@ -334,14 +371,9 @@ class ArmHandover:
             return f'{mismatch} (refused)'
         beyond = self.delay_beyond_check()
         if beyond:
-            # beyond the checked delay the margin is below 2, not yet an unstable loop:
-            # refused only where it is (the gains' margin at the measured delay below 1)
-            config = self.ctl.config
-            margin = self.ctl.smallest_margin(
-                self.driver_command_delay['p99_ms'] * config.rate_hz / 1e3)
-            if margin < 1.0:
-                return (f'{beyond}; at that delay the gains are unstable (gain margin '
-                        f'{margin:.2f}) (refused)')
+            refused = self._delay_refusal(beyond)
+            if refused:
+                return refused
         if model:
             return f'{model} (refused)'
         if self.own.switching:

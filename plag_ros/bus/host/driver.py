@@ -87,6 +87,9 @@ MODES = {'current': 0, 'position': 3}
 """Operating Mode (11) values the driver uses."""
 COMMAND_DELAY_WINDOW = 1000
 """Effort commands whose delay :meth:`BusDriver.command_delay` summarises (5 s at 200 Hz)."""
+MISSED_RUN = 2
+"""Writes again of one command, no newer one having come, that count as missed commands in
+``repeated_share``; a longer run is a stalled controller (the stale limit's to end)."""
 READ_ITEMS = (('Torque Enable', 64, 1), ('Hardware Error Status', 70, 1),
               ('Bus Watchdog', 98, 1), ('Present Current', 126, 2),
               ('Present Velocity', 128, 4), ('Present Position', 132, 4),
@@ -462,6 +465,9 @@ class BusDriver:
             maxlen=COMMAND_DELAY_WINDOW)
         self._delay_source: float | None = None    # [s, clock] the written command's reading
         self._delay_taken = math.nan               # ... of the last command whose delay is kept
+        # per command written (False), and per write of one again in a short run (True)
+        self._repeats: collections.deque[bool] = collections.deque(maxlen=COMMAND_DELAY_WINDOW)
+        self._repeat_run = 0                       # writes again of the command in force
         self._forward = _Command()
         self._trajectory: _Trajectory | None = None
         self._pending: str | None = None
@@ -1238,12 +1244,14 @@ class BusDriver:
                               + int(goals[k]).to_bytes(4, 'little', signed=True))
         self.counts['writes'] += 1
         sent = group.txPacket()
-        if self._delay_source is not None:
+        if self._delay_source is not None and sent == self._sdk.COMM_SUCCESS:
             # from the servos' sample (the read's start: a reading is stamped at its end,
             # as is the command's source) to the packet out
             self._command_delays.append(self.clock() - self._delay_source
                                         + reading.t - read_from)
-            self._delay_source = None
+        elif self._delay_source is not None:     # not sent: its next write is its first
+            self._delay_taken = math.nan
+        self._delay_source = None
         if sent == self._sdk.COMM_SUCCESS:
             self._failed_writes = 0
         else:
@@ -1377,10 +1385,17 @@ class BusDriver:
         if jump:
             self._fail(jump, reading)
             return None
-        if command.at != self._delay_taken:    # its first write: a delay to keep
-            self._delay_source = self._delay_taken = command.at
-        else:                                   # no newer command came: written again
+        if command.at == self._delay_taken:     # no newer command came: written again
             self.counts['repeated_commands'] += 1
+            self._repeat_run += 1
+        else:                                   # its first write: a delay to keep
+            self._delay_source = self._delay_taken = command.at
+            # a command or two missing is a period of delay more each; a longer run is a
+            # stalled controller, which the stale limit ends (not a delay)
+            if self._repeat_run <= MISSED_RUN:
+                self._repeats.extend([True] * self._repeat_run)
+            self._repeat_run = 0
+            self._repeats.append(False)
         return values
 
     def command_delay(self) -> dict[str, float]:
@@ -1393,16 +1408,20 @@ class BusDriver:
         command arriving between cycles adds. The servos' own reply time and the USB
         adapter's latency sit inside the read's span; the wire time of the write after the
         packet is sent is not in it. A command written again, no newer one having come, is
-        counted in ``counts['repeated_commands']``, not here: a stalled controller ends in
-        the stale fault, and its last command's growing age would say nothing of the
-        delay of the commands that came."""
+        counted in ``counts['repeated_commands']``, not in the delay: a stalled controller
+        ends in the stale fault, and its last command's growing age would say nothing of
+        the delay of the commands that came. Runs of up to :data:`MISSED_RUN` such writes
+        are commands that went missing, each a period of delay more: ``repeated_share`` is
+        their share of the commands and those writes."""
         with self._lock:
             delays = np.array(self._command_delays)
+            repeats = np.array(self._repeats, dtype=bool)
         if not len(delays):
             return {}
         p50, p99 = np.percentile(delays, [50.0, 99.0]) * 1e3
         return {'p50_ms': round(float(p50), 3), 'p99_ms': round(float(p99), 3),
-                'max_ms': round(float(delays.max()) * 1e3, 3), 'count': len(delays)}
+                'max_ms': round(float(delays.max()) * 1e3, 3), 'count': len(delays),
+                'repeated_share': round(float(repeats.mean()), 4)}
 
     def _position_goals(self, reading: Reading, in_current: np.ndarray) -> np.ndarray:
         """(8,) Goal Position counts: the command for the arm's position joints, the hold

@@ -460,7 +460,7 @@ class BusDriver:
         self._last_effort_at = 0.0                     # when it was written [s, clock]
         self._hold = np.zeros(n, dtype=np.int64)       # position goals [counts]
         self._effort = _Command()
-        # [s] per current-mode write of a command: from its source reading to the write
+        # [s] per command, at its first write in current mode: from its reading to the write
         self._command_delays: collections.deque[float] = collections.deque(
             maxlen=COMMAND_DELAY_WINDOW)
         self._delay_source: float | None = None    # [s, clock] the written command's reading

@@ -57,8 +57,8 @@ DELAY_MAX_PERIODS = 50.0
 driver's stale limit ends commands far sooner; the check's matrices grow with it)."""
 
 MISSED_COMMANDS_SHARE = 0.01
-"""A share of the driver's writes that repeat a command beyond this is commands that did
-not come in time: judged as a period of delay more."""
+"""A share of the driver's writes that repeat a command beyond this is commands that came
+late or not at all: said, with a period of delay more to set (not refused on its own)."""
 
 JOINT_CHECK_TRIES = 30
 """Attempts, one a second, to read the target controller's ``joints`` parameter."""

@@ -911,6 +911,15 @@ def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set
         missed, blocker = heard({**within, 'p99_ms': 12.0, 'repeated_share': 0.02})
         assert 'repeating a command' in missed and 'set delay_periods to 4' in missed, missed
         assert blocker == '', blocker
+        # with the driver's fault latched too, that comes first: both are said
+        faulted = json.loads(with_delay(driver_state(ARM_JOINTS), measured).data)
+        faulted['fault'] = 'stale effort command'
+        node.handover._on_driver_state(String(data=json.dumps(faulted)))
+        blocker = node.handover.blocker(1, 'commands')
+        assert blocker.startswith('/plag_driver holds the arm for its fault (stale effort '
+                                  'command): clear it first'), blocker
+        assert f'/clear_fault; and {beyond}; at that delay the gains have a gain margin ' \
+            'of' in blocker and blocker.endswith('(refused)'), blocker
         _, blocker = heard({**within, 'p99_ms': 1e6})
         assert 'beyond any verified gains (refused)' in blocker, blocker
         for bad in ({**measured, 'count': 150}, {**measured, 'p99_ms': 10 ** 400},

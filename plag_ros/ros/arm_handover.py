@@ -370,10 +370,15 @@ class ArmHandover:
         if mismatch:
             return f'{mismatch} (refused)'
         beyond = self.delay_beyond_check()
-        if beyond:
-            refused = self._delay_refusal(beyond)
-            if refused:
-                return refused
+        refused = self._delay_refusal(beyond) if beyond else ''
+        if refused and self.driver_state_fault:
+            # both said: the fault is the first thing to clear (the driver would refuse
+            # the switch for it), the delay the one that still refuses after the clear
+            return (f'{self.driver_node} holds the arm for its fault '
+                    f'({self.driver_state_fault}): clear it first with '
+                    f'{self.driver_node}/clear_fault; and {refused}')
+        if refused:
+            return refused
         if model:
             return f'{model} (refused)'
         if self.own.switching:

@@ -46,12 +46,24 @@ def test_a_silent_driver_is_taken_as_gone_and_its_return_drops_our_switch():
     own.taken(0.0)
     assert not own.input_arrived(1.0)
     assert not own.input_lost(2.0)          # 1.0 s exactly: not yet
+    assert own.commanding
     assert own.input_lost(2.01)
+    assert not own.commanding                # the servos hold the last position command
     assert not own.input_lost(3.0)           # reported once
     own.schedule_release(3.0)
     assert own.input_arrived(3.5)            # back: our switch did not survive
     assert not own.switched and own.release_at is None and not own.commanding
     assert not own.input_arrived(3.6)
+
+
+def test_the_effort_paths_hold_goes_on_when_the_driver_is_taken_as_gone():
+    """Its hold is torque: stopped, an effort interface without a hold of its own would
+    drop the arm (the bus driver's stale limit ends it there, long before)."""
+    own = ArmOwnership('effort', 'driver', hold_s=0.5, input_loss_s=1.0)
+    own.taken(0.0)
+    own.input_arrived(1.0)
+    assert not any(own.input_lost(t) for t in (1.0, 1.5, 2.0))
+    assert own.input_lost(2.01) and own.commanding
 
 
 def test_no_loss_without_a_switch():

@@ -82,9 +82,14 @@ class ArmOwnership:
         """Whether commands go out: always on an effort interface without a switch (the
         simulator) and on a forward path switched by hand; else only while we hold the arm
         (the bus driver's current mode included) and the driver has not taken it back with
-        a fault. A disabled node leaves the driver's controller to other users (MoveIt)."""
+        a fault. A disabled node leaves the driver's controller to other users (MoveIt).
+        On the forward path nothing goes out once the driver is taken as gone
+        (:attr:`driver_lost`): its servos hold the last position command, and a hold sent
+        on for as long as the silence lasts is a command from no reading. (An effort
+        interface has no hold of its own: the hold's gravity torque goes on there.)"""
         return (self.kind == 'effort' and self.switch_method is None) or \
-            self.switch_method == 'none' or (self.switched and not self.driver_fault)
+            self.switch_method == 'none' or (self.switched and not self.driver_fault and
+                                             not (self.driver_lost and self.kind == 'forward'))
 
     def needs_switch(self) -> bool:
         """Whether an enable must switch (again): the arm is not ours, or the bus driver

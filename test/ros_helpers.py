@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import rclpy
 from rclpy.context import Context
@@ -188,6 +189,24 @@ class RosClient:
         with self._lock:
             self.node.create_subscription(msg_type, topic, callback, qos)
         return received
+
+    def gated_relay(self, msg_type, topic: str, to_topic: str) -> tuple[list[str], list, Any]:
+        """Republish ``topic`` on ``to_topic`` through a gate: returns ``(mode, held,
+        publisher)``, where ``mode[0]`` says what happens to each message (``'live'``, the
+        start: sent on; ``'hold'``: kept in ``held``, as a stalled DDS path keeps a backlog;
+        anything else: dropped, as a path that stopped), and ``publisher`` is the one on
+        ``to_topic`` (to send ``held`` on with)."""
+        out = self.publisher(msg_type, to_topic)
+        mode, held = ['live'], []
+
+        def callback(msg) -> None:
+            if mode[0] == 'hold':
+                held.append(msg)
+            elif mode[0] == 'live':
+                out.publish(msg)
+
+        self.subscribe(msg_type, topic, callback)
+        return mode, held, out
 
     def publisher(self, msg_type, topic: str, qos: QoSProfile = RELIABLE):
         with self._lock:

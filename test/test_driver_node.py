@@ -191,18 +191,22 @@ def bend(client: RosClient) -> None:
 def bent_torque_stack(client: RosClient, bus: EmulatedBus, tmp_path, nodes: list, *,
                       remaps: dict | None = None, params: dict | None = None
                       ) -> tuple[list, list]:
-    """plag_driver on the emulated ``bus``, the arm bent through the forward position
-    path, then plag_impedance with config/torque_mode.yaml (effort interface, switch.method
-    driver; ``params`` over it, :data:`STALLS` unless given; ``remaps`` its topics),
-    disabled, past ``waiting``, the driver's joints checked.
-    Returns the collected driver and impedance ``~/state`` messages; the node processes go
-    into ``nodes``."""
+    """The torque-mode stack as torque.launch.py runs it: plag_driver on the emulated
+    ``bus``, the arm bent through the forward position path, plag_dynamics
+    (config/crane_x7.yaml, the bundled URDF), then plag_impedance with
+    config/torque_mode.yaml (effort interface, switch.method driver; ``params`` over it,
+    :data:`STALLS` unless given; ``remaps`` its topics), disabled, past ``waiting``, the
+    driver's joints checked. Returns the collected driver and impedance ``~/state``
+    messages; the node processes go into ``nodes`` (the impedance node last)."""
     reports = client.collect(String, '/plag_driver/state', LATCHED)
     states = client.collect(String, '/plag_impedance/state', LATCHED)
     nodes.append(start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
                             params={'port': str(bus.link), **LOADED}))
     client.wait_for(lambda: reports, 60.0, 'the driver')
     bend(client)
+    nodes.append(start_node('dynamics_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                            params_file=ROOT / 'config' / 'crane_x7.yaml',
+                            params={'robot_description_source': 'file'}))
     nodes.append(start_node('impedance_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
                             params_file=ROOT / 'config' / 'torque_mode.yaml',
                             params=STALLS if params is None else params, remaps=remaps))
@@ -380,7 +384,7 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
         with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
             reports, states = bent_torque_stack(client, bus, tmp_path, nodes,
                                                 params=with_headroom())
-            impedance = nodes[1]
+            impedance = nodes[-1]
             assert enable(client, True).success
             client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
             time.sleep(0.5)

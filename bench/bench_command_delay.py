@@ -1,13 +1,14 @@
 """The torque path's delay as the gain check models it, measured through DDS.
 
 The whole torque-mode stack runs as on the arm, each part in its own process: the emulated
-servo bus (real time), ``plag_driver`` and ``plag_impedance`` with config/torque_mode.yaml
-(the dynamics node is not on this path). The arm is bent through the driver's position
-path, the controller enabled, and it holds the pose for ``--seconds``. ``plag_driver``
-measures each effort command's delay from the reading it was computed from to the cycle
-that writes its current (``command_delay`` in ``~/state``: the driver's read, the
-publish of joint_states, one DDS hop, the controller, one DDS hop back, the wait for the
-next cycle); this bench collects its windows of 1000 commands, once a second.
+servo bus (real time), ``plag_driver``, ``plag_dynamics`` (not on the command's path, but on
+the same cores) and ``plag_impedance`` with config/torque_mode.yaml. The arm is bent through
+the driver's position path, the controller enabled, and it holds the pose for
+``--seconds``. ``plag_driver`` measures each effort command's delay from the reading it was
+computed from to the cycle that writes its current (``command_delay`` in ``~/state``: the
+driver's read, the publish of joint_states, one DDS hop, the controller, one DDS hop back,
+the wait for the next cycle); this bench collects its windows of 1000 commands, once a
+second.
 
 Printed: p50, p99 and max of the delay [ms] (the median over the windows, and the worst
 window's p99), the same in periods of 200 Hz, and the smallest gain margin of the shipped

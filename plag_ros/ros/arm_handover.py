@@ -477,10 +477,12 @@ class ArmHandover:
         if own.input_lost(now):
             # (A SIGKILLed driver keeps its DDS publisher for the lease duration: the
             # outage, not the graph, says it is gone.)
+            doing = 'sending nothing more (the servos hold our last command)' \
+                if self.kind == 'forward' else 'holding'
             self.log.warning(
                 f'no joint_states for {own.input_loss_s:g} s: taking the driver as gone; '
-                'holding. A restarted driver brings its controllers back without our '
-                'switch, so we switch again before any command when joint_states returns')
+                f'{doing}. When joint_states returns we switch back and stay disabled until '
+                f'{self.enable}')
         if own.switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
             own.schedule_release(now)
         # (not while a switch is under way: its task would find nothing to do)

@@ -6,7 +6,7 @@ disable or a latched fault it holds for ``switch.hold_s`` and gives the arm back
 driver's current mode is given back at once (its position mode holds the pose the arm has,
 where our hold would be open-loop torque). A driver silent for ``input_loss_s`` while we
 hold the arm is taken as gone: a restarted driver brings its controllers back without our
-switch, so when joint states return nothing is commanded until the node has switched
+switch, so when joint states return nothing is commanded until an enable has switched
 again. A driver that reports a fault of its own while we hold the arm holds it itself:
 nothing is commanded from then on, and the arm is given back at once; so does a driver
 whose state has not shown our controller (on the effort path: with the arm in current

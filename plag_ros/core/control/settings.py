@@ -239,7 +239,7 @@ class ImpedanceSettings:
     control: ImpedanceConfig = inline(CRANE_X7_CONTROL, exclude=('estimator',))
     input_loss_s: float = option(
         1.0, 'joint_states absent this long [s] is taken as the driver gone: on its return '
-        'switch again, then re-ramp (resume_after_fault) or stay disabled', low=0.05,
+        'switch back and stay disabled until ~/enable (resume_after_fault or not)', low=0.05,
         high=3600.0)
     compensate: CompensateSettings = group(CompensateSettings)
     reference: ReferenceSettings = group(ReferenceSettings)

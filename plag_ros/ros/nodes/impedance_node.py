@@ -286,23 +286,20 @@ class ImpedanceNode(Node):
             self._release_task = self.executor.create_task(self.handover.release, self.own.takes)
 
     def _driver_back(self, now: int) -> None:
-        """joint_states is back after the driver was gone: hold, disabled, until switched
-        again: at once with ``resume_after_fault`` (then re-ramp), else on ``~/enable``."""
-        ctl = self.controller
-        resume = ctl.enabled and ctl.config.resume_after_fault
-        ctl.set_enabled(False, now)   # no command from the hold latched before the outage
+        """joint_states is back after the driver was gone: disabled, switched back from
+        scratch, the arm left to the driver's controller until ``~/enable``, whatever
+        ``resume_after_fault`` says: a driver back from an outage (perhaps restarted)
+        holds an arm whose pose and fault nobody has looked at."""
+        self.controller.set_enabled(False, now)   # no command from the hold before it
         if self.executor is None:
             raise RuntimeError(f'{self.get_name()}: joint_states taken without an executor')
-        self.executor.create_task(self._reacquire, resume)
+        self.executor.create_task(self._reacquire)
 
-    async def _reacquire(self, resume: bool) -> None:
-        """Switch again from scratch after a driver outage; with ``resume``, enable."""
+    async def _reacquire(self) -> None:
+        """Switch back from scratch after a driver outage; the arm stays the driver's."""
         await self.handover.reset_after_outage()
-        self.get_logger().warning('joint_states is back: ' + (
-            'switching in again, then re-ramping (resume_after_fault)' if resume else
-            f'staying disabled (resume_after_fault false); {self.handover.enable} to resume'))
-        if resume:
-            await self._start_enabled()
+        self.get_logger().warning('joint_states is back after the driver outage: staying '
+                                  f'disabled; {self.handover.enable} to take the arm again')
 
     # ------------------------------------------------------------------ outputs
     def _publish(self, command: Command | None, now: int) -> None:

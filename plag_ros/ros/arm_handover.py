@@ -461,11 +461,18 @@ class ArmHandover:
 
     async def reset_after_outage(self) -> None:
         """Back to the fallback after a driver outage, whatever state it left: the release
-        fails harmlessly when a restarted driver never had our switch (a STRICT activation
-        of a controller still active would fail instead)."""
+        fails harmlessly when a restarted driver never had our switch (refused: logged as
+        information). Tried once: a release that goes unanswered (a driver that ran on
+        behind a stalled path) is an error, with the command that switches back by hand
+        in its message; our controller may then still hold its last command, and the
+        next enable switches from scratch."""
         if self.switch is not None:
-            _, message = await self._call(release=True)
-            self.log.info(f'after the driver outage: {message}')
+            ok, message = await self._call(release=True)
+            if ok or not self.switch.unanswered:
+                self.log.info(f'after the driver outage: {message}')
+            else:
+                self.log.error(f'after the driver outage: {message}; our controller may '
+                               'still hold its last command')
 
     def watch(self, ctl: PartialImpedanceController) -> bool:
         """The timer's part: notice a silent driver, schedule the hand-back after a

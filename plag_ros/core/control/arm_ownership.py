@@ -155,7 +155,7 @@ class ArmOwnership:
 
     def input_arrived(self, now: float) -> bool:
         """A joint state arrived. True when it ends a driver loss: the switch is then
-        taken as gone (nothing is commanded until the node switches again)."""
+        taken as gone (nothing is commanded until an enable switches again)."""
         self.last_input = now
         if not self.driver_lost:
             return False

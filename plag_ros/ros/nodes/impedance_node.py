@@ -298,7 +298,7 @@ class ImpedanceNode(Node):
     async def _reacquire(self) -> None:
         """Switch back from scratch after a driver outage; the arm stays the driver's."""
         await self.handover.reset_after_outage()
-        self.get_logger().warning('joint_states is back after the driver outage: staying '
+        self.get_logger().warning('joint_states is back (the driver was gone): staying '
                                   f'disabled; {self.handover.enable} to take the arm again')
 
     # ------------------------------------------------------------------ outputs

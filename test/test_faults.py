@@ -375,9 +375,11 @@ def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_b
     hand-back) and from the first fault to the end, the re-enables included.
 
     ``resume_after_fault`` is false here, as torque mode fixes it: config/impedance.yaml
-    ships it true for the position path, where the node then re-ramps from the pose it
-    finds once fresh input is back. The stale limit is 0.5 s (100 periods), as in the other
-    DDS tests: a loaded 2-core machine stalls longer than the shipped 25 ms."""
+    ships it true for the position path, where the stall's stale hold would resume from
+    the hold; the backlog and the stopped joint states (silences past ``input_loss_s``, a
+    driver taken as gone) end disabled either way. The stale limit is 0.5 s (100 periods),
+    as in the other DDS tests: a loaded 2-core machine stalls longer than the shipped
+    25 ms."""
     from identified_files import acceptance_arm
 
     believed, _ = acceptance_arm(tmp_path)

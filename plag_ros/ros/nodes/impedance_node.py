@@ -352,7 +352,7 @@ class ImpedanceNode(Node):
             'enabled': ctl.enabled, 'interface': ctl.config.command_interface,
             'command': self._kind, 'topic': self._pub_command.topic_name,
             'switched': self.own.switched, 'joint_check': self.handover.joint_check,
-            'driver_lost': self.own.driver_lost,      # (silent: the servos hold the arm)
+            'driver_lost': self.own.driver_lost,      # (forward path: nothing sent then)
             'driver_fault': self.handover.driver_state_fault,
             'driver_command_delay': self.handover.driver_command_delay,
             'delay_beyond_check': self.handover.delay_beyond_check(),

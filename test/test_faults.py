@@ -423,16 +423,17 @@ def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_b
             wait_until(lambda: len(commands) > count + 50, 60.0, 'its commands heard')
             return time.time_ns()
 
-        def handed_back(what: str, since_ns: int, node_alive: bool = True) -> None:
-            """The arm back with the JTC and nothing taking it for 1 s; its largest move
-            since ``since_ns`` is recorded as ``what``'s."""
-            if node_alive:
+        def handed_back(what: str, since_ns: int, by_the_node: bool = True) -> None:
+            """Nothing sent for 1 s (``by_the_node``: after the node's hand-back to the JTC,
+            its state fault or disabled; else the node is dead or silent while switched
+            in); the arm's largest move since ``since_ns`` is recorded as ``what``'s."""
+            if by_the_node:
                 wait_until(lambda: not state()['switched'], 60.0, f'the hand-back ({what})')
                 assert state()['state'] in ('fault', 'disabled'), state()
             count = len(commands)
             time.sleep(1.0)
             assert len(commands) == count, f'{len(commands) - count} commands after {what}'
-            if node_alive:
+            if by_the_node:
                 assert not state()['switched'] and state()['state'] in ('fault', 'disabled')
             q = np.array([m.position for _, m in truth if _stamp(m) >= since_ns])
             moved[what] = float(np.abs(q - q[0]).max())
@@ -466,7 +467,7 @@ def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_b
             mode[0] = 'drop'
             wait_until(lambda: impedance.output().count('taking the driver as gone') > gone,
                        60.0, 'the impedance node taking the driver as gone')
-            handed_back('joint states stopped', before, node_alive=False)
+            handed_back('joint states stopped', before, by_the_node=False)
             assert state()['switched'] and state()['driver_lost'], state()
             assert state()['state'] == 'fault', state()
             mode[0] = 'live'
@@ -487,10 +488,10 @@ def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_b
             impedance.process.kill()
             impedance.process.wait(timeout=30)
             nodes.remove(impedance)
-            handed_back('the kill', before, node_alive=False)
+            handed_back('the kill', before, by_the_node=False)
             time.sleep(1.0)
-            handed_back('the kill, 2 s on', before, node_alive=False)
-            handed_back('every fault and re-enable', first, node_alive=False)
+            handed_back('the kill, 2 s on', before, by_the_node=False)
+            handed_back('every fault and re-enable', first, by_the_node=False)
             print('largest moves [mrad]: ' + ', '.join(f'{what} {m * 1e3:.3f}'
                                                         for what, m in moved.items()))
             assert max(moved.values()) < 0.030, moved

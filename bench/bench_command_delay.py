@@ -12,7 +12,7 @@ second.
 
 Printed: p50, p99 and max of the delay [ms] (the median over the windows, and the worst
 window's p99), the same in periods of 200 Hz, and the smallest gain margin of the shipped
-torque-mode gains at 1-3 periods, at the configured ``delay_periods`` and at the measured
+torque-mode gains at 1-4.5 periods, at the configured ``delay_periods`` and at the measured
 p99 (the check requires 2.0).
 
 What it cannot show: a real USB adapter's latency timer (1 ms set by the driver's
@@ -43,27 +43,26 @@ from plag_ros.core.dynamics.model import RobotModel, default_urdf_path  # noqa: 
 RATE_HZ = 200.0
 
 
-def shipped_config():
-    """The controller's config as the impedance node builds it from config/torque_mode.yaml."""
+def shipped_controller():
+    """The controller as the impedance node builds it from config/torque_mode.yaml."""
     from parameter_files import node_parameters
 
+    from plag_ros.core.control.impedance import PartialImpedanceController
     from plag_ros.core.control.settings import ImpedanceSettings
+    from plag_ros.core.dynamics.engine import PartialLagrangian
 
     model = RobotModel.from_urdf(default_urdf_path())
     settings = ImpedanceSettings.from_values(node_parameters('torque_mode.yaml',
                                                              'plag_impedance'))
-    return model, settings.controller_config(model)
+    return PartialImpedanceController(PartialLagrangian(model),
+                                      settings.controller_config(model),
+                                      settings.reference_trajectory(8))
 
 
-def smallest_margin(delay_periods: float) -> tuple[float, str]:
-    """The shipped gains' smallest gain margin over the commanded joints at
-    ``delay_periods``, as the node's gain check computes it, and its joint."""
-    model, config = shipped_config()
-    loops = stability.joint_loops(model, 'effort', config.rate_hz,
-                                  delay_periods=delay_periods, armature=config.armature)
-    margins = {name: stability.gain_margin(loop, k, d, config.estimator)
-               for name, loop, k, d in zip(model.actuated_names, loops, config.stiffness,
-                                           config.damping) if k or d}
+def smallest_margin(controller, delay_periods: float) -> tuple[float, str]:
+    """The smallest gain margin over the commanded joints at ``delay_periods``, as the
+    node's gain check computes it, and its joint."""
+    margins = controller.gain_margins(delay_periods)
     joint = min(margins, key=margins.get)
     return margins[joint], joint
 
@@ -112,13 +111,14 @@ def main() -> None:
               f'{p99.max():.2f}), max {top:.2f} ms; in periods of {period_ms:g} ms: p50 '
               f'{p50 / period_ms:.2f}, p99 {np.median(p99) / period_ms:.2f} '
               f'(worst {p99.max() / period_ms:.2f})')
-    _, config = shipped_config()
-    configured = config.delay_periods
+    controller = shipped_controller()
+    configured = controller.config.delay_periods
     measured = max(worst) / period_ms
-    margins = [f'{d:g}: {smallest_margin(d)[0]:.2f}' for d in (1.0, 1.5, 2.0, 2.5, 3.0)]
+    margins = [f'{d:g}: {smallest_margin(controller, d)[0]:.2f}'
+               for d in (1.0, 2.0, 3.0, 3.5, 4.0, 4.5)]
     print(f'smallest margin of the shipped gains by delay [periods]: {", ".join(margins)}')
     for what, delay in (('configured', configured), ('measured worst p99', measured)):
-        margin, joint = smallest_margin(delay)
+        margin, joint = smallest_margin(controller, delay)
         print(f'shipped torque-mode gains at the {what} delay ({delay:.2f} periods): '
               f'smallest margin {margin:.2f} ({joint}; the check requires '
               f'{stability.MIN_GAIN_MARGIN:g})')

@@ -101,10 +101,10 @@ def test_gravity_compensation_holds_three_poses_for_10_s(lockstep_bus):
 
 def test_the_scenarios_laws_are_the_shipped_files_with_a_gain_check_that_refuses():
     """The scenario's laws come from the shipped parameter files through the node's own
-    settings; each is built under ``gain_check: refuse`` at the delay measured through DDS
-    (3.0 periods: a reading's command is written at the next cycle, at p99 the one after,
-    and acts until the one after that), so building them is the gain check accepting
-    their gains."""
+    settings; each is built under ``gain_check: refuse`` at the delay its file assumes
+    (measured through DDS: a reading's command is written at the next cycle, at p99 the
+    one after; 3.0 periods on the position path, 4.0 on the torque path for its worst
+    windows), so building them is the gain check accepting their gains."""
     laws = scenario_controllers()
     for name, controller in laws.items():
         config = controller.config
@@ -113,7 +113,7 @@ def test_the_scenarios_laws_are_the_shipped_files_with_a_gain_check_that_refuses
         assert config.command_interface == ('position' if name == 'position path'
                                             else 'effort'), name
         assert (config.acceleration_mask is None) == (name == 'plain'), name
-    assert laws['compensated'].config.delay_periods == 3.0
+    assert laws['compensated'].config.delay_periods == 4.0
     assert laws['position path'].config.delay_periods == 3.0
     np.testing.assert_array_equal(laws['plain'].config.stiffness,
                                   laws['compensated'].config.stiffness)

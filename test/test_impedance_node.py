@@ -870,11 +870,11 @@ def test_the_joint_check_follows_a_driver_restarted_with_other_joints():
 def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set():
     """The bus driver reports the delay from a reading to the current written from it
     (``command_delay``); when its 99th percentile is longer than the ``delay_periods`` the
-    gain check verified the gains at (3.0 periods of 200 Hz: 15 ms), or more than 1 % of
-    its writes repeat a command that did not come in time, the node says so on
-    ``~/state`` and names the delay to set (17.2 ms: 3.44 periods, so 3.5). An enable is
-    refused where the gains fail the check at the measured p99, not where they pass it
-    (15.3 ms, just beyond), nor for missed commands alone. Within the delay,
+    gain check verified the gains at (torque_mode.yaml's 4.0 periods of 200 Hz: 20 ms), or
+    more than 1 % of its writes repeat a command that did not come in time, the node says
+    so on ``~/state`` and names the delay to set (23.2 ms: 4.64 periods, so 4.7). An
+    enable is refused where the gains fail the check at the measured p99, not where they
+    pass it (21.5 ms, just beyond), nor for missed commands alone. Within the delay,
     before the driver has measured 200 commands, or from an entry that is not numbers in
     range (a foreign publisher's: a 400-digit integer made the check raise), nothing is
     said; a delay beyond 50 periods is refused without a check."""
@@ -890,26 +890,26 @@ def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set
         return node.handover.delay_beyond_check(), node.handover.blocker(1, 'commands')
 
     with torque_mode_node() as (node, driver_state):
-        assert node.controller.config.delay_periods == 3.0
+        assert node.controller.config.delay_periods == 4.0
         node.handover._on_driver_state(driver_state(ARM_JOINTS))
         assert node.handover.delay_beyond_check() == ''          # nothing measured yet
-        within = {'p50_ms': 5.1, 'p99_ms': 14.9, 'max_ms': 16.0, 'count': 1000,
+        within = {'p50_ms': 5.1, 'p99_ms': 19.9, 'max_ms': 21.0, 'count': 1000,
                   'repeated_share': 0.004}
         assert heard(within) == ('', '')
         # just beyond, the gains still pass the check there: said, not refused
-        assert node.controller.smallest_margin(15.3 / 5.0) >= 2.0
-        beyond, blocker = heard({**within, 'p99_ms': 15.3})
-        assert '15.3 ms at p99' in beyond and blocker == '', (beyond, blocker)
-        measured = {**within, 'p99_ms': 17.2, 'max_ms': 20.0}
+        assert node.controller.smallest_margin(21.5 / 5.0) >= 2.0
+        beyond, blocker = heard({**within, 'p99_ms': 21.5})
+        assert '21.5 ms at p99' in beyond and blocker == '', (beyond, blocker)
+        measured = {**within, 'p99_ms': 23.2, 'max_ms': 26.0}
         beyond, blocker = heard(measured)
-        assert '17.2 ms at p99' in beyond and '15.0 ms' in beyond, beyond
-        assert 'set delay_periods to 3.5' in beyond, beyond
-        assert node.controller.smallest_margin(17.2 / 5.0) < 2.0
+        assert '23.2 ms at p99' in beyond and '20.0 ms' in beyond, beyond
+        assert 'set delay_periods to 4.7' in beyond, beyond
+        assert node.controller.smallest_margin(23.2 / 5.0) < 2.0
         assert blocker.startswith(beyond) and blocker.endswith('(refused)'), blocker
         assert 'a gain margin of' in blocker, blocker
         # commands missing: said, with a period more to set; not refused on their own
         missed, blocker = heard({**within, 'p99_ms': 12.0, 'repeated_share': 0.02})
-        assert 'repeating a command' in missed and 'set delay_periods to 4' in missed, missed
+        assert 'repeating a command' in missed and 'set delay_periods to 5' in missed, missed
         assert blocker == '', blocker
         # with the driver's fault latched too, that comes first: both are said
         faulted = json.loads(with_delay(driver_state(ARM_JOINTS), measured).data)
@@ -923,7 +923,7 @@ def test_a_driver_delay_beyond_the_gain_checks_is_reported_with_the_delay_to_set
         _, blocker = heard({**within, 'p99_ms': 1e6})
         assert 'beyond any verified gains (refused)' in blocker, blocker
         for bad in ({**measured, 'count': 150}, {**measured, 'p99_ms': 10 ** 400},
-                    {**measured, 'p99_ms': '17.2'}, {**measured, 'count': True}, [14.2]):
+                    {**measured, 'p99_ms': '23.2'}, {**measured, 'count': True}, [14.2]):
             assert heard(bad) == ('', ''), bad
         heard(measured)
         sent: list = []

@@ -216,7 +216,8 @@ class ImpedanceConfig:
         delay_periods: sample-to-command delay the gain check assumes [periods] (3.0: a
             reading's command is written at the driver's next cycle, at the 99th percentile
             the one after: p99 2.0-2.6, the worst 5 s window 2.84, once 3.57, measured through DDS
-            with the driver in its own process, ``bench/bench_command_delay.py``).
+            with the driver in its own process, ``bench/bench_command_delay.py``;
+            config/torque_mode.yaml assumes 4.0, beyond its worst window).
         oscillation: the oscillation monitor's settings (:class:`OscillationLimits`).
         reference_max_velocity: (n_act,) or scalar > 0 [rad/s]: a point reference
             (``set_reference(q=...)``, the node's ``~/reference``) is approached at most this

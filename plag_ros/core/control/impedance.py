@@ -383,15 +383,21 @@ class PartialImpedanceController:
             delay_periods=delay_periods, engine=self.engine,
             armature=config.armature if config.command_interface == 'effort' else None)
 
-    def smallest_margin(self, delay_periods: float) -> float:
-        """The smallest gain margin of the gains in force over the commanded joints, with
-        each command acting ``delay_periods`` periods after its reading (the gain check's
-        model, :mod:`plag_ros.core.control.stability`); below 1 the loop is unstable."""
+    def gain_margins(self, delay_periods: float) -> dict[str, float]:
+        """The gain margin of the gains in force on each commanded joint, by joint name,
+        with each command acting ``delay_periods`` periods after its reading (the gain
+        check's model, :mod:`plag_ros.core.control.stability`); below 1 the loop is
+        unstable."""
         config = self.config
         loops = self._loops(config, self._Ks, delay_periods)
         on = self._monitored & ((self._K > 0) | (self._D > 0))
-        return min((stability.gain_margin(loops[a], self._K[a], self._D[a], config.estimator)
-                    for a in np.flatnonzero(on)), default=math.inf)
+        return {self.joint_names[a]: stability.gain_margin(loops[a], self._K[a], self._D[a],
+                                                           config.estimator)
+                for a in np.flatnonzero(on)}
+
+    def smallest_margin(self, delay_periods: float) -> float:
+        """The smallest of :meth:`gain_margins` (inf with no commanded joint)."""
+        return min(self.gain_margins(delay_periods).values(), default=math.inf)
 
     def _check_gains(self, config: ImpedanceConfig, K: np.ndarray, D: np.ndarray,
                      Ks: np.ndarray, monitored: np.ndarray, mode: str) -> list[str]:

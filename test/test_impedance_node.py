@@ -1018,6 +1018,39 @@ def test_a_shutdown_during_an_enables_switch_still_hands_the_arm_back(answer_s):
         assert not enabling.result().success, enabling.result().message
 
 
+def test_an_enable_during_a_driver_outage_is_refused_and_nothing_takes_the_arm_after_it():
+    """Torque mode, enabled; then joint states stop (the driver gone: killed, unplugged)
+    while the node's stale limit is longer (5 s here) and the controller is still enabled,
+    holding. ``~/enable true`` then is refused with the outage as the reason; before, it
+    answered 'already enabled' while nothing the node sent reached a servo. A
+    ``start_enabled`` retry loop still running then ends at once instead of retrying into
+    the driver's return and re-taking the arm. When joint states come back the node
+    switches the driver back to its position controller and stays disabled."""
+    effort = 'plag_arm_effort_controller'
+    with against_fake_driver(
+            lambda active: {'fault': '', 'current': active == effort, 'active': active},
+            lambda active: 0.0) as (node, driver, enable, spin_until):
+        assert enable().success and node.own.switched
+        spin_until(lambda: node.own.driver_lost, 'the driver taken as gone', 10.0)
+        assert node.controller.enabled                 # the stale limit is longer
+        answer = enable()
+        assert not answer.success and 'taken as gone' in answer.message, answer.message
+        log = LogLines()
+        node.get_logger = lambda: log
+        starting = node.executor.create_task(node._start_enabled())
+        spin_until(starting.done, 'start_enabled ended')
+        assert [level for level, _ in log.lines] == ['error'], log.lines
+        assert 'taken as gone' in log.lines[0][1], log.lines
+        at_rest(node)                                  # joint states are back
+        assert not node.controller.enabled
+        spin_until(lambda: driver.switches[-1] == 'crane_x7_arm_controller' and
+                   not node.own.switched, 'the switch back')
+        settled = time.monotonic() + 0.5
+        spin_until(lambda: time.monotonic() > settled, 'half a second')
+        assert driver.switches == [effort, 'crane_x7_arm_controller'], driver.switches
+        assert not node.controller.enabled
+
+
 def test_start_enabled_ends_quietly_at_shutdown(model, monkeypatch):
     """``start_enabled``'s retries stop once the node shuts down, and the refusal is logged
     as what it is, not as an error that it gave up after ``switch.timeout_s``."""

@@ -358,7 +358,11 @@ class ArmHandover:
         ``robot_description`` differs from the node's ``model`` ('' where it does not).
         Checked before any switch: a driver put in current mode for a controller that
         cannot run yet gets its hold torque, from a set point that may not be where the
-        arm is."""
+        arm is. During a driver outage the controller may still be enabled (holding): an
+        enable then is refused too, not answered 'already enabled'."""
+        if self.own.driver_lost:
+            return (f'no joint_states for over {self.own.input_loss_s:g} s: the driver is '
+                    'taken as gone; enable once it is back (refused)')
         if subscribers == 0:
             return (f'nothing subscribes to {topic}: is the controller loaded and the driver '
                     'running? (refused)')

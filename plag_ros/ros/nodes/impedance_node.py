@@ -229,7 +229,7 @@ class ImpedanceNode(Node):
                          quiet: bool = False):
         """``~/enable``; ``quiet``: no log lines (a caller that retries)."""
         log, prefix, enable = self.get_logger(), '', self.handover.enable
-        if request.data and not self.controller.enabled:
+        if request.data and (not self.controller.enabled or self.own.driver_lost):
             waiting = self.controller.state == 'waiting'
             blocker = self.handover.blocker(self._pub_command.get_subscription_count(),
                                             self._pub_command.topic_name, waiting=waiting,
@@ -261,14 +261,15 @@ class ImpedanceNode(Node):
 
     async def _start_enabled(self) -> None:
         """``~/enable true``, tried every 0.1 s for ``switch.timeout_s``: at the first joint
-        state the command subscription or the switch service may not be discovered yet."""
+        state the command subscription or the switch service may not be discovered yet.
+        A driver outage ends the tries: the arm is not taken after it on its own."""
         timeout_s = self.settings.switch.timeout_s if self.handover.switch else 0.0
         deadline = time.monotonic() + timeout_s
         while True:
             response = await self._on_enable(SetBool.Request(data=True), SetBool.Response(),
                                              quiet=True)
             if response.success or self.controller.enabled or time.monotonic() >= deadline \
-                    or self.handover.closing:
+                    or self.handover.closing or self.own.driver_lost:   # (no re-take after)
                 break
             await sleep(self, 0.1, self._async_group)
         if response.success or response.message == SHUTTING_DOWN:   # (not a give-up)

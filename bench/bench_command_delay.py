@@ -33,30 +33,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'test'))
 
+from parameter_files import shipped_controller  # noqa: E402
 from ros_helpers import RosClient  # noqa: E402
 from test_driver_node import DOMAIN_ID, bent_torque_stack, enable, last, tear_down  # noqa: E402
 from torque_rig import JOINTS, EmulatedBus  # noqa: E402
 
 from plag_ros.core.control import stability  # noqa: E402
-from plag_ros.core.dynamics.model import RobotModel, default_urdf_path  # noqa: E402
 
 RATE_HZ = 200.0
-
-
-def shipped_controller():
-    """The controller as the impedance node builds it from config/torque_mode.yaml."""
-    from parameter_files import node_parameters
-
-    from plag_ros.core.control.impedance import PartialImpedanceController
-    from plag_ros.core.control.settings import ImpedanceSettings
-    from plag_ros.core.dynamics.engine import PartialLagrangian
-
-    model = RobotModel.from_urdf(default_urdf_path())
-    settings = ImpedanceSettings.from_values(node_parameters('torque_mode.yaml',
-                                                             'plag_impedance'))
-    return PartialImpedanceController(PartialLagrangian(model),
-                                      settings.controller_config(model),
-                                      settings.reference_trajectory(8))
 
 
 def smallest_margin(controller, delay_periods: float) -> tuple[float, str]:
@@ -111,7 +95,7 @@ def main() -> None:
               f'{p99.max():.2f}), max {top:.2f} ms; in periods of {period_ms:g} ms: p50 '
               f'{p50 / period_ms:.2f}, p99 {np.median(p99) / period_ms:.2f} '
               f'(worst {p99.max() / period_ms:.2f})')
-    controller = shipped_controller()
+    controller = shipped_controller('torque_mode.yaml')
     configured = controller.config.delay_periods
     measured = max(worst) / period_ms
     margins = [f'{d:g}: {smallest_margin(controller, d)[0]:.2f}'

@@ -10,25 +10,36 @@ starts about horizontal, the impedance node is enabled and the elbow follows a 0
 * tracking: RMS and max of (q_d - q) of the elbow over the last 6 s (q_d from
   ``~/compensation``.position, q from joint_states), and the max drift of the tilt;
 * latency: receipt of a joint state -> receipt of the command it caused, both at this
-  process (p50/p99): one DDS hop in, the law, one hop out.
+  process (p50/p99): one DDS hop in, the law, one hop out;
+* the delay the gain check models, as a 200 Hz controller manager would write each
+  command: its read stamps a joint state, and a command that arrives ``a`` after that
+  stamp is taken by the first update after it and written in that cycle, ceil(a / 5 ms)
+  periods after the read (p50/p99/max, in periods), and the smallest gain margin of
+  config/impedance.yaml's gains at the p99 and at the max (the check requires 2; the file
+  assumes ``delay_periods`` 3.0). ``a`` runs from the simulator's stamp to the receipt
+  here, which stands in for the receipt at the controller manager (one machine, one clock).
 
-What it cannot show: the real JTC's spline interpolation and both controllers' one update
-cycle of the controller manager (5 ms at 200 Hz) are not in the emulation.
+What it cannot show: the real JTC's spline interpolation and the real controller
+manager's read and write times (the servos' replies on the bus: the torque path's
+driver measures those, ``bench/bench_command_delay.py``).
 
 Usage: ``python bench/bench_command_paths.py [--seconds 8]``.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'test'))
 
+from parameter_files import shipped_controller  # noqa: E402
 from ros_helpers import REPO, RosClient, start_node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
@@ -41,6 +52,18 @@ DOMAIN = 56
 Q_H = '[0.0, 1.5, 0.0, -0.4, 0.0, 0.0, 0.0, 0.0]'
 ELBOW, TILT = 3, 1
 ARM = list(motors.ARM_JOINTS)
+# crane_x7_control's controller manager rate (read, update, write once a period), as recorded
+CM_RATE_HZ = float(yaml.safe_load((REPO / 'test' / 'data' / 'dynamixel' /
+                                   'crane_x7_control_sequence.yaml').read_text())
+                   ['defaults']['control_rate_hz'])
+POSITION_PATH = shipped_controller('impedance.yaml')
+
+
+def smallest_margin(delay_periods: float) -> str:
+    """config/impedance.yaml's gains' smallest gain margin at ``delay_periods``, and where."""
+    margins = POSITION_PATH.gain_margins(delay_periods)
+    joint = min(margins, key=margins.get)
+    return f'{margins[joint]:.2f} ({joint})'
 
 
 def run(kind: str, tfs: float, seconds: float, log_dir: Path) -> str:
@@ -73,6 +96,11 @@ def run(kind: str, tfs: float, seconds: float, log_dir: Path) -> str:
                 break
             time.sleep(0.5)
         assert future.result().success, future.result().message
+        # The receipt here stands in for the controller manager's: this process's own
+        # collector must not pause it (the last run's messages took ~0.1 s to collect).
+        gc.collect()
+        time.sleep(0.5)
+        gc.disable()
         start_s, start_c, start_k = len(states), len(comp), len(commands)
         client.wait_for(lambda: len(states) - start_s > 200 * seconds, seconds + 30, 'run')
         s = states[start_s + 400:]
@@ -90,10 +118,19 @@ def run(kind: str, tfs: float, seconds: float, log_dir: Path) -> str:
         lat = (t_k - t_all[np.clip(idx, 0, None)])[idx >= 0] * 1e3
         rms, worst = np.sqrt(np.mean(err ** 2)) * 1e3, np.abs(err).max() * 1e3
         p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+        # from the read (the state's stamp) to the controller manager's write of the command
+        stamps = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                           for _, m in states[start_s:]])
+        periods = np.ceil((t_k[idx >= 0] - stamps[idx[idx >= 0]]) * CM_RATE_HZ)
+        d50, d99, d_max = np.percentile(periods, 50), np.percentile(periods, 99), periods.max()
         return (f'{kind:10s} tfs {tfs * 1e3:3.0f} ms  elbow tracking RMS {rms:6.1f} mrad, '
                 f'max {worst:6.1f} mrad; tilt drift {tilt * 1e3:5.1f} mrad; '
-                f'state->command p50 {p50:.2f} ms p99 {p99:.2f} ms')
+                f'state->command p50 {p50:.2f} ms p99 {p99:.2f} ms; read->write at '
+                f'{CM_RATE_HZ:g} Hz p50 {d50:g} p99 {d99:g} max {d_max:g} periods '
+                f'(impedance.yaml gains: margin {smallest_margin(d99)} at the p99, '
+                f'{smallest_margin(d_max)} at the max)')
     finally:
+        gc.enable()
         ctl.stop()
         sim.stop()
         client.close()

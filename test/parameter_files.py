@@ -32,3 +32,19 @@ def node_parameters(file: str | Path, node: str, namespace: str = '/') -> dict[s
     section = node_section(yaml.safe_load(path.read_text()), node, namespace)
     assert section is not None, f'{path.name} has no section for {namespace} {node}'
     return flatten(section)
+
+
+def shipped_controller(file: str, **values):
+    """The controller the impedance node builds from ``file``'s plag_impedance section
+    (a name under ``config/``) and the bundled URDF, with ``values`` over the file's."""
+    from plag_ros.core.control.impedance import PartialImpedanceController
+    from plag_ros.core.control.settings import ImpedanceSettings
+    from plag_ros.core.dynamics.engine import PartialLagrangian
+    from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+
+    model = RobotModel.from_urdf(default_urdf_path())
+    settings = ImpedanceSettings.from_values({**node_parameters(file, 'plag_impedance'),
+                                              **values})
+    return PartialImpedanceController(PartialLagrangian(model),
+                                      settings.controller_config(model),
+                                      settings.reference_trajectory(len(model.actuated_names)))

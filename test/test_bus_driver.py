@@ -129,8 +129,8 @@ def test_partial_impedance_scenario_cuts_the_tilt_deviation_by_80_percent(tmp_pa
     The bus runs in lockstep (the physics advances one 5 ms period per sync read, the
     driver runs on that simulated clock): the SDK, the pty, the servos' firmware and the
     physics are the same as in real time, the machine's scheduling is not in the result
-    (in real time on this 2-core machine the cut was 88.5-89.4 % in two runs of
-    ``bench/bench_driver.py --rates --scenario 2``)."""
+    (in real time on this 2-core machine the cut was 92.8-93.1 % in the runs of
+    ``bench/bench_driver.py --rates --scenario 3`` that no torque-step fault ended)."""
     runs = run_scenario(tmp_path, lockstep_hz=200.0)
     for name, run in runs.items():
         print(f'{name}: tilt rms {run.tilt_rms * 1e3:.2f} mrad, elbow {run.elbow_swing:.2f} '

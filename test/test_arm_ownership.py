@@ -40,8 +40,12 @@ def test_the_hand_back_is_due_once_after_the_hold():
     assert own.release_at is None and own.switched
 
 
-def test_a_silent_driver_is_taken_as_gone_and_its_return_drops_our_switch():
-    own = forward(last_input=0.0)
+@pytest.mark.parametrize('kind, method', [('forward', 'controller_manager'),
+                                          ('trajectory', None)])
+def test_a_silent_driver_is_taken_as_gone_and_its_return_drops_our_switch(kind, method):
+    """On the trajectory path too: our points streamed on through a silence would reach a
+    restarted trajectory controller as a hold of the pose the arm had before."""
+    own = ArmOwnership(kind, method, hold_s=0.5, input_loss_s=1.0, last_input=0.0)
     assert not own.input_lost(5.0)           # not ours: a silence means nothing
     own.taken(0.0)
     assert not own.input_arrived(1.0)
@@ -66,13 +70,13 @@ def test_the_effort_paths_hold_goes_on_when_the_driver_is_taken_as_gone():
     assert own.input_lost(2.01) and own.commanding
 
 
-def test_no_loss_without_a_switch():
-    own = ArmOwnership('forward', 'none', hold_s=0.5, input_loss_s=1.0)
-    own.taken(0.0)
-    assert not own.input_lost(100.0)
-    own = ArmOwnership('trajectory', None, hold_s=0.5, input_loss_s=1.0)
-    own.taken(0.0)
-    assert not own.input_lost(100.0)
+def test_no_loss_without_a_take():
+    """A path switched by hand, or the simulator's effort interface, has nothing of ours
+    to lose: its commands go out whatever the silence."""
+    for kind, method in (('forward', 'none'), ('effort', None)):
+        own = ArmOwnership(kind, method, hold_s=0.5, input_loss_s=1.0)
+        own.taken(0.0)
+        assert not own.input_lost(100.0) and own.commanding
 
 
 def test_the_bus_drivers_current_mode_is_given_back_at_once():

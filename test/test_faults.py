@@ -20,6 +20,7 @@ from ros_helpers import LATCHED, REPO, RosClient, publish_at_rate, start_node, w
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool
+from trajectory_msgs.msg import JointTrajectory
 
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
@@ -351,24 +352,31 @@ def test_backlog_of_5000_joint_states(model, tmp_path):
 
 
 # ------------------------------------------------------------------ position path faults
-POSITION_DOMAIN = 73
 POSITION_COMMANDS = '/plag_arm_position_controller/commands'
+# the position paths' (domain, command topic, message)
+POSITION_PATHS = {'forward': (73, POSITION_COMMANDS, Float64MultiArray),
+                  'trajectory': (74, '/crane_x7_arm_controller/joint_trajectory',
+                                 JointTrajectory)}
 BENT = '[0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0, 0.0]'
 
 
 @pytest.mark.long
+@pytest.mark.parametrize('path', POSITION_PATHS)
 def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_back(
-        tmp_path):
-    """The position path with the simulator over DDS (config/impedance.yaml, the servos'
-    position loop through the emulated controller manager): the impedance node holding the
+        tmp_path, path):
+    """The position paths with the simulator over DDS (config/impedance.yaml, the servos'
+    position loop through the emulated controller manager; ``forward`` switched in,
+    ``trajectory`` one-point trajectories to the JTC): the impedance node holding the
     arm meets, one after another, a stale backlog (its joint states held back 1.5 s by a
     relay, then delivered at 400 Hz), joint states that stop, a stall (SIGSTOP 1 s) and a
-    kill. The first three end with the arm handed back (the node's switch to the JTC, which
-    holds the last position command), the kill with the forward controller holding the
-    last command; the node's commands were heard before each fault, and nothing takes the
-    arm again until ``~/enable`` (no forward command for 1 s after the hand-back, nor after
-    the kill; while joint states are absent the node, switched in, sends nothing either),
-    and each re-enable takes it. The controller's model is not the simulated arm (the
+    kill. The first three end with the arm handed back (forward: the node's switch to the
+    JTC, which holds the last position command; trajectory: its points end, the JTC holds
+    the last), the kill with the last command held; the node's commands were heard before
+    each fault, and nothing takes the arm again until ``~/enable`` (no command for 1 s
+    after the hand-back, nor after the kill; while joint states are absent the node, its
+    arm taken, sends nothing either: before, the trajectory path streamed its hold on, which
+    a restarted JTC would take from a pose the arm no longer had), and each re-enable takes
+    it. The controller's model is not the simulated arm (the
     identification's acceptance arm: four links' masses -20 % to +30 %, every K_s 20 %
     off); the arm moves less than 30 mrad through each fault (the simulator's own joint
     states, quantized to encoder steps of 1.53 mrad, from the fault to 1 s after the
@@ -384,19 +392,20 @@ def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_b
 
     believed, _ = acceptance_arm(tmp_path)
     moved: dict[str, float] = {}
-    with RosClient(POSITION_DOMAIN, 'plag_test_position_faults') as client:
+    domain, topic, message = POSITION_PATHS[path]
+    with RosClient(domain, 'plag_test_position_faults') as client:
         truth = client.collect(JointState, '/joint_states')
         mode, held, relayed = client.gated_relay(JointState, '/joint_states', RELAYED)
         states = client.collect(String, '/plag_impedance/state', LATCHED)
-        commands = client.collect(Float64MultiArray, POSITION_COMMANDS)
-        sim = start_node('sim_node', domain_id=POSITION_DOMAIN, log_dir=tmp_path,
+        commands = client.collect(message, topic)
+        sim = start_node('sim_node', domain_id=domain, log_dir=tmp_path,
                          params_file=REPO / 'config' / 'sim.yaml',
                          params={'initial_positions': BENT})
         (tmp_path / 'node').mkdir()
         impedance = start_node(
-            'impedance_node', domain_id=POSITION_DOMAIN, log_dir=tmp_path / 'node',
+            'impedance_node', domain_id=domain, log_dir=tmp_path / 'node',
             params_file=REPO / 'config' / 'impedance.yaml',
-            params={'switch.method': 'sim', 'resume_after_fault': False,
+            params={'switch.method': 'sim', 'command.type': path, 'resume_after_fault': False,
                     'stale_periods': 100.0, 'filter.gap_periods': 100.0,
                     'robot_description_source': 'file', 'model.parameters': believed},
             remaps={'joint_states': RELAYED})
@@ -482,8 +491,8 @@ def test_position_path_faults_end_in_the_servos_hold_and_nothing_takes_the_arm_b
                 impedance.process.send_signal(signal.SIGCONT)
             handed_back('the stall', before)
             disabled()
-            # a kill: the JTC is not switched back; the forward controller keeps the last
-            # command, and nothing else sends one
+            # a kill: nothing is handed back; the forward controller (or the JTC) keeps the
+            # last command, and nothing else sends one
             before = enabled()
             impedance.process.kill()
             impedance.process.wait(timeout=30)

@@ -488,11 +488,13 @@ class ArmHandover:
         if own.input_lost(now):
             # (A SIGKILLed driver keeps its DDS publisher for the lease duration: the
             # outage, not the graph, says it is gone.)
-            doing = 'sending nothing more (the servos hold our last command)' \
-                if self.kind == 'forward' else 'holding'
+            doing = {'forward': 'sending nothing more (the servos hold our last command)',
+                     'trajectory': 'sending nothing more (the trajectory controller holds '
+                                   'our last point)'}.get(self.kind, 'holding')
+            back = 'switch back and ' if self.switch is not None else ''
             self.log.warning(
                 f'no joint_states for {own.input_loss_s:g} s: taking the driver as gone; '
-                f'{doing}. When joint_states returns we switch back and stay disabled until '
+                f'{doing}. When joint_states returns we {back}stay disabled until '
                 f'{self.enable}')
         if own.switched and (not ctl.enabled or ctl.state == 'fault' and ctl.latched):
             own.schedule_release(now)

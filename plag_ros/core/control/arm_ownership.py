@@ -83,13 +83,15 @@ class ArmOwnership:
         simulator) and on a forward path switched by hand; else only while we hold the arm
         (the bus driver's current mode included) and the driver has not taken it back with
         a fault. A disabled node leaves the driver's controller to other users (MoveIt).
-        On the forward path nothing goes out once the driver is taken as gone
-        (:attr:`driver_lost`): its servos hold the last position command, and a hold sent
-        on for as long as the silence lasts is a command from no reading. (An effort
-        interface has no hold of its own: the hold's gravity torque goes on there.)"""
+        On the position paths nothing goes out once the driver is taken as gone
+        (:attr:`driver_lost`): its servos hold the last position command (the trajectory
+        controller its last point), and a hold sent on for as long as the silence lasts is
+        a command from no reading, which a restarted driver would take from a pose it no
+        longer has. (An effort interface has no hold of its own: the hold's gravity torque
+        goes on there.)"""
         return (self.kind == 'effort' and self.switch_method is None) or \
             self.switch_method == 'none' or (self.switched and not self.driver_fault and
-                                             not (self.driver_lost and self.kind == 'forward'))
+                                             not (self.driver_lost and self.kind != 'effort'))
 
     def needs_switch(self) -> bool:
         """Whether an enable must switch (again): the arm is not ours, or the bus driver
@@ -163,16 +165,15 @@ class ArmOwnership:
         return True
 
     def input_lost(self, now: float) -> bool:
-        """True once, when joint states have been absent ``input_loss_s`` while a switch
-        of ours holds the arm. Called on every timer tick: a gap between two calls of more
-        than half ``input_loss_s`` is our own stall (a stopped or starved process), not the
-        driver's silence, and the count starts again (the driver's state says what it did
-        meanwhile)."""
+        """True once, when joint states have been absent ``input_loss_s`` while we hold the
+        arm (a switch of ours, or our trajectory points). Called on every timer tick: a gap
+        between two calls of more than half ``input_loss_s`` is our own stall (a stopped or
+        starved process), not the driver's silence, and the count starts again (the
+        driver's state says what it did meanwhile)."""
         if now - self.last_check > self.input_loss_s / 2:
             self.last_input = max(self.last_input, now)
         self.last_check = now
-        if self.switched and not self.driver_lost and self.switch_method not in (None, 'none') \
-                and now - self.last_input > self.input_loss_s:
+        if self.switched and not self.driver_lost and now - self.last_input > self.input_loss_s:
             self.driver_lost = True
             return True
         return False

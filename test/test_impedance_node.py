@@ -449,15 +449,16 @@ def warm_node(model):
 def test_safety_parameters_change_only_while_disabled(model):
     """While enabled or holding the arm, a change that touches a safety parameter is
     refused whole, with the names, and the parameter reads back unchanged; the stiffness
-    and damping may still be tuned, and the gain check judges them even where gain_check
-    was set 'off' while disabled (the review: 'off', then K = 200, D = 0 was accepted
-    live). Disabled and handed back, the same change is accepted."""
+    and damping may still be tuned, and the gain check judges them. gain_check is set at
+    start only (the review: 'off', then K = 200, D = 0 was accepted live; later, 'off'
+    while disabled let K = 200, D = 0 in before an enable): disabled too, gains it refuses
+    are not taken. Disabled and handed back, a safety parameter's change is accepted."""
     from plag_ros.core.control.settings import safety_parameters
 
     writable = [o.name for o in IMPEDANCE_OPTIONS if not o.read_only]
     guarded = safety_parameters(writable)
     # the review's list: what guards the arm
-    for name in ('gain_check', 'fault.tracking_error', 'fault.effort_error', 'fault.persist_s',
+    for name in ('fault.tracking_error', 'fault.effort_error', 'fault.persist_s',
                  'gravity_compensation', 'stale_periods', 'delay_periods',
                  'max_position_step', 'effort_scale', 'fault_action', 'resume_after_fault',
                  'servo_stiffness', 'switch.hold_s', 'oscillation.reversals', 'inertia',
@@ -465,11 +466,15 @@ def test_safety_parameters_change_only_while_disabled(model):
         assert name in guarded, name
     assert set(writable) - set(guarded) == {'stiffness', 'damping', 'state_rate_hz'}
     with warm_node(model) as (node, _, _, _, _):
-        assert node.set_parameters([Parameter('gain_check', value='off')])[0].successful
+        assert not node.set_parameters([Parameter('gain_check', value='off')])[0].successful
+        assert node.get_parameter('gain_check').value == 'refuse'
+        result = node.set_parameters_atomically([Parameter('stiffness', value=[200.0]),
+                                                 Parameter('damping', value=[0.0])])
+        assert not result.successful and 'gain margin' in result.reason, result.reason
         assert node.controller.set_enabled(True, node._now_ns())[0]
         result = node.set_parameters_atomically([Parameter('stiffness', value=[200.0]),
                                                  Parameter('damping', value=[0.0])])
-        assert not result.successful and 'refused while enabled' in result.reason
+        assert not result.successful and 'outside the verified stable' in result.reason
         assert node.get_parameter('stiffness').value != [200.0]
         result = node.set_parameters([Parameter('gravity_compensation', value=False)])[0]
         assert not result.successful
@@ -477,9 +482,9 @@ def test_safety_parameters_change_only_while_disabled(model):
                                  'while disabled')
         assert node.get_parameter('gravity_compensation').value is True
         assert node.controller.config.gravity_compensation
-        mixed = [Parameter('stiffness', value=[5.0]), Parameter('gain_check', value='off')]
+        mixed = [Parameter('stiffness', value=[5.0]), Parameter('ramp_s', value=1.0)]
         result = node.set_parameters_atomically(mixed)
-        assert not result.successful and result.reason.startswith('gain_check:')
+        assert not result.successful and result.reason.startswith('ramp_s:')
         assert node.get_parameter('stiffness').value != [5.0]
         assert node.set_parameters([Parameter('stiffness', value=[5.0])])[0].successful
         assert node.controller.config.stiffness == 5.0

@@ -87,7 +87,7 @@ def test_read_only_flags():
                'motion_source', 'compensate.acceleration', 'compensate.velocity',
                'compensate.bodies', 'reference.mode', 'reference.amplitude',
                'reference.frequency_hz', 'reference.max_velocity',
-               'reference.max_acceleration', 'gain_check', 'delay_periods',
+               'reference.max_acceleration', 'delay_periods',
                'oscillation.reversals', 'oscillation.window_s', 'state_rate_hz'}
     assert {opt.name for opt in IMPEDANCE_OPTIONS if not opt.read_only} == runtime
 

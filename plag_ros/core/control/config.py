@@ -273,7 +273,8 @@ class ImpedanceConfig:
     gain_check: GainCheckMode = option(
         'refuse', 'a commanded joint whose (K, D) have a gain margin below 2 in the sampled '
         "loop (plag_ros/core/control/stability.py): 'refuse' (the parameters are not taken, "
-        "the node does not start), 'warn' (logged) or 'off'")
+        "the node does not start), 'warn' (logged) or 'off'; set at start only (a live "
+        "'off' let the next change bring any gains)", read_only=True)
     delay_periods: float = option(3.0, 'sample-to-command delay the gain check assumes '
                                   '[periods]', low=0.0, high=99.0)
     oscillation: OscillationLimits = group(OscillationLimits)

@@ -421,7 +421,7 @@ class PartialImpedanceController:
         messages = [f'{check.message(stability.MIN_GAIN_MARGIN)} {where}'
                     for check in failing]
         if mode == 'refuse':
-            why = "gain_check 'refuse'; 'warn' to run them anyway" \
+            why = "gain_check 'refuse'; 'warn', set at start, to run them anyway" \
                 if config.gain_check == 'refuse' else 'refused while enabled: disable first'
             raise ValueError(f'gains outside the verified stable region ({why}): '
                              + '; '.join(messages))

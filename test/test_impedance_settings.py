@@ -229,13 +229,15 @@ def test_the_fallback_is_not_the_controller_the_commands_go_to(values):
 
 def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
     """Effort through plag_driver with resume_after_fault, start_enabled, a gain_check
-    other than 'refuse' or the effort controller as switch.fallback is refused, naming the
-    parameter; the shipped torque-mode file
-    sets them so, the other paths keep theirs."""
+    other than 'refuse', freshness judged by arrival (use_header_stamp false: a backlog
+    read late would pass for fresh, and the command would carry its arrival as its stamp)
+    or the effort controller as switch.fallback is refused, naming the parameter; the
+    shipped torque-mode file sets them so, the other paths keep theirs."""
     torque = {'command_interface': 'effort', 'switch.method': 'driver',
               'resume_after_fault': False}
     for name, value in (('resume_after_fault', True), ('start_enabled', True),
-                        ('gain_check', 'warn'), ('gain_check', 'off')):
+                        ('gain_check', 'warn'), ('gain_check', 'off'),
+                        ('use_header_stamp', False)):
         with pytest.raises(ValueError, match=f'{name}: torque mode'):
             ImpedanceSettings.from_values({**torque, name: value})
     # nor hands the arm back to current mode

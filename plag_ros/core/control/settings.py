@@ -269,17 +269,21 @@ class ImpedanceSettings:
             object.__setattr__(self, 'filter', synced)
         if self.stamped_effort:
             # torque mode: after a start, a fault or a driver restart the arm stays in the
-            # driver's position hold until an operator calls ~/enable, and gains the check
-            # refuses never reach it
+            # driver's position hold until an operator calls ~/enable, gains the check
+            # refuses never reach it, and freshness is the reading's stamp (by arrival, a
+            # backlog read late would pass for fresh here and at the driver, which judges
+            # the stamp our command carries)
             control = self.control
             for name, wrong in (('resume_after_fault', control.resume_after_fault),
                                 ('start_enabled', control.start_enabled),
-                                ('gain_check', control.gain_check != 'refuse')):
+                                ('gain_check', control.gain_check != 'refuse'),
+                                ('use_header_stamp', not self.use_header_stamp)):
                 if wrong:
                     raise ValueError(f'{name}: torque mode (effort through plag_driver) '
-                                     'never takes the arm on its own nor runs gains the '
-                                     "check refuses: resume_after_fault and start_enabled "
-                                     "false, gain_check 'refuse'")
+                                     'never takes the arm on its own, runs gains the check '
+                                     'refuses or judges freshness by arrival: '
+                                     'resume_after_fault and start_enabled false, gain_check '
+                                     "'refuse', use_header_stamp true")
             if self.switch.fallback == EFFORT_CONTROLLER:
                 raise ValueError('switch.fallback: a disable or a fault in torque mode hands '
                                  "the arm back to the driver's position hold, not to "

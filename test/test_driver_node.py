@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
+from parameter_files import node_parameters
 from ros_helpers import LATCHED, RosClient, node_statuses, publish_at_rate, start_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -33,6 +34,8 @@ ARM = list(ARM_JOINTS)
 # 1 s), and the impedance node's stale limit with them (0.5 s, as in the other DDS tests).
 LOADED = {'stale_s': 2.0, 'watchdog_s': 2.5, 'failed_reads': 100,   # 2.54 s at most
           'robot_description_source': 'file'}   # as torque_mode.yaml: nothing publishes one
+# The driver's stale limit as a lab runs it, for the tests of how long a hold takes.
+SHIPPED_STALE_S = node_parameters('torque_mode.yaml', 'plag_driver')['stale_s']
 # The impedance node's stale limit far above a stall, as the driver's (above).
 STALLS = {'stale_periods': 100.0, 'filter.gap_periods': 100.0}
 
@@ -252,16 +255,17 @@ def stopped_and_moved(nodes: list, bus: EmulatedBus, before: float, after: float
     return float(np.abs(record['q'][inside] - record['q'][inside][0]).max())
 
 
-def stale_hold(client: RosClient, reports: list, since: float, what: str) -> None:
+def stale_hold(client: RosClient, reports: list, since: float, what: str,
+               stale_s: float = LOADED['stale_s']) -> None:
     """Wait for the driver's position hold after ``what`` happened at monotonic ``since``:
-    a stale-command fault, stale_s after the last command's source sample (asserted with
-    1.5 s to spare for a loaded machine)."""
+    a stale-command fault, ``stale_s`` (the driver's) after the last command's source
+    sample (asserted with 1.5 s to spare for a loaded machine)."""
     client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
                     "the driver's hold")
     held_after = time.monotonic() - since
-    print(f"position hold {held_after:.2f} s after {what} (stale_s {LOADED['stale_s']:g} s)")
+    print(f'position hold {held_after:.3f} s after {what} (stale_s {stale_s:g} s)')
     assert 'stale effort command' in last(reports)['fault']
-    assert held_after < LOADED['stale_s'] + 1.5
+    assert held_after < stale_s + 1.5
 
 
 def refused_until_cleared(client: RosClient, reports: list, node: str = 'plag_impedance'
@@ -406,16 +410,13 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
     the model, it stays within 30 mrad of where it was at the stall through all of it
     (the emulator's record). Before the node followed the driver, it took its own stall
     for a lost driver and never showed the driver's fault."""
-    from parameter_files import node_parameters
-
-    stale_s = node_parameters('torque_mode.yaml', 'plag_driver')['stale_s']
     bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
     nodes: list = []
     try:
         with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
             reports, states = bent_torque_stack(client, bus, tmp_path, nodes,
                                                 params=with_headroom(),
-                                                driver={'stale_s': stale_s})
+                                                driver={'stale_s': SHIPPED_STALE_S})
             impedance = nodes[-1]
             enabled_in_current_mode(client, reports, states)
             before = time.monotonic()
@@ -429,8 +430,8 @@ def test_a_stalled_impedance_node_leaves_the_arm_in_the_drivers_hold_until_enabl
                 assert last(reports)['modes'][JOINTS[3]] == 'position'
             finally:
                 impedance.process.send_signal(signal.SIGCONT)
-            print(f"position hold {held_after:.3f} s into the stall (stale_s {stale_s:g} s; "
-                  "the driver's state comes once a cycle or on a change)")
+            print(f'position hold {held_after:.3f} s into the stall (stale_s '
+                  f"{SHIPPED_STALE_S:g} s; the driver's state comes on a change)")
             client.wait_for(lambda: not last(states)['switched'], 60.0, 'the hand-back')
             state = last(states)
             # Which comes first after SIGCONT decides the node's own state: the driver's
@@ -536,11 +537,12 @@ def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_ar
         tmp_path):
     """The impedance node's joint states stop while it and the driver run (they reach it
     through a relay here, which stops): the commands it goes on sending carry the stamp of
-    the last sample it used, the driver refuses them and latches a stale-command fault
-    stale_s after that sample, and holds in position mode; the node follows with its own
-    latched fault and gives the arm back. When the joint states come back nothing takes
-    the arm until ~/enable. The arm stays within 30 mrad (the emulator's record). Before,
-    the node went on sending gravity torque for as long as the input was missing."""
+    the last sample it used, the driver at its shipped stale limit (0.1 s) refuses them
+    and latches a stale-command fault stale_s after that sample, and holds in position
+    mode; the node follows with its own latched fault and gives the arm back. When the
+    joint states come back nothing takes the arm until ~/enable. The arm stays within 30
+    mrad (the emulator's record). Before, the node went on sending gravity torque for as
+    long as the input was missing."""
     bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
     nodes: list = []
     try:
@@ -548,13 +550,12 @@ def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_ar
             feeding, _, _ = client.gated_relay(JointState, '/joint_states',
                                                '/relayed_joint_states')
             reports, states = bent_torque_stack(
-                client, bus, tmp_path, nodes, remaps={'joint_states': '/relayed_joint_states'})
-            assert enable(client, True).success
-            client.wait_for(lambda: last(states)['state'] == 'enabled', 60.0, 'the ramp')
-            time.sleep(0.5)
+                client, bus, tmp_path, nodes, remaps={'joint_states': '/relayed_joint_states'},
+                driver={'stale_s': SHIPPED_STALE_S})
+            enabled_in_current_mode(client, reports, states)
             before = time.monotonic()
             feeding[0] = 'drop'
-            stale_hold(client, reports, before, 'the joint states stopped')
+            stale_hold(client, reports, before, 'the joint states stopped', SHIPPED_STALE_S)
             client.wait_for(lambda: not last(states)['switched'], 60.0, 'the hand-back')
             state = last(states)
             assert state['state'] == 'fault', state

@@ -140,9 +140,11 @@ def test_actuation_matrix_maps_mimic(model):
 def law_controller(engine, **changes) -> PartialImpedanceController:
     # The law's arithmetic and the state machine, not a loop: no gain check, and a point
     # reference is the set point at once (no slew).
-    # The effort path unless told, stale after 3 periods, the servo monitor off.
+    # The effort path unless told, stale after 3 periods, the servo monitor off, resuming
+    # after a fault (the library's default is to disable).
     settings = dict(stiffness=np.linspace(5.0, 1.0, 8), damping=np.linspace(0.5, 0.1, 8),
                     start_enabled=True, ramp_s=0.0, motion_source='desired', gain_check='off',
+                    resume_after_fault=True,
                     reference_max_velocity=None, reference_max_acceleration=None,
                     command_interface='effort', stale_periods=3.0,
                     fault=FaultLimits(tracking_error=0.0, effort_error=0.0))
@@ -1329,8 +1331,9 @@ def test_a_backlog_older_than_the_stale_limit_commands_nothing(engine):
     # The review: 50 queued samples, each 250 ms old when read, gave 50 enabled commands.
     # With the default limit (3 periods), the samples of the stalled run's backlog older
     # than that are not used: the controller holds ('stale', as if nothing had come), and
-    # goes on once the samples are fresh again; no command comes from a stale sample.
-    cfg = _position_config()
+    # goes on once the samples are fresh again (resume_after_fault); no command comes from
+    # a stale sample.
+    cfg = _position_config(resume_after_fault=True)
     stale_ns = cfg.stale_periods * PERIOD_NS
     ctl, cmds, ages = _stalled_node_run(engine, cfg, p_gain_drop=False)
     assert ctl.stale_samples > 0.2 * HZ

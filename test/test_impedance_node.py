@@ -151,10 +151,11 @@ def test_safety_rules_over_dds(model, tmp_path):
                       # region; the safety rules are checked open loop: run them, warned.
                       # stale_periods 40 (0.2 s): a shorter stall of the test's publisher on
                       # the loaded 2-core machine would re-ramp the node mid-burst, and the
-                      # exact gravity checks below read the burst's last command.
+                      # exact gravity checks below read the burst's last command. The
+                      # holds below end by themselves: resume_after_fault.
                       params={'command_interface': 'effort', 'start_enabled': True,
                               'ramp_s': 0.1, 'stale_periods': 40.0, 'gain_check': 'warn',
-                              **FILE})
+                              'resume_after_fault': True, **FILE})
     try:
         client.wait_for_subscribers(pub, timeout=START_S)
         client.wait_for(lambda: state, START_S, 'first ~/state')

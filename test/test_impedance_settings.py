@@ -247,5 +247,6 @@ def test_torque_mode_never_takes_the_arm_on_its_own_nor_runs_refused_gains():
     shipped = node_parameters('torque_mode.yaml', 'plag_impedance')
     assert shipped['resume_after_fault'] is False
     assert not ImpedanceSettings.from_values(shipped).control.resume_after_fault
-    effort = ImpedanceSettings.from_values({'command_interface': 'effort'})
+    effort = ImpedanceSettings.from_values({'command_interface': 'effort',
+                                            'resume_after_fault': True})
     assert effort.control.resume_after_fault

@@ -200,8 +200,9 @@ class ImpedanceConfig:
             than ``reference_max_velocity`` (a resume far from the reference).
         fault_action: effort interface hold: ``'zero'`` effort or open-loop gravity
             ``'hold'``.
-        resume_after_fault: re-ramp automatically when a fault clears (else disable); a
-            driver outage (the node's ``input_loss_s``) never re-ramps.
+        resume_after_fault: re-ramp automatically when a fault clears (else, the default,
+            disable: nothing takes the arm on its own); a driver outage (the node's
+            ``input_loss_s``) never re-ramps.
         start_enabled: enable as soon as the first valid state arrives.
         fault: the servo monitor's latched-fault limits (:class:`FaultLimits`).
         monitored: (n_act,) bools, joints the monitor checks (those actually commanded),
@@ -245,9 +246,10 @@ class ImpedanceConfig:
     fault_action: FaultAction = option(
         'zero', "effort interface while holding: 'zero' effort or open-loop gravity 'hold' "
         '(the position interface always holds the last valid position)')
-    resume_after_fault: bool = option(True, 're-ramp when a fault clears (else disable), '
-                                      'never after a driver outage; refused in torque mode '
-                                      '(switch.method driver)')
+    resume_after_fault: bool = option(False, 're-ramp when a fault clears (else disable and '
+                                      'hand the arm back until ~/enable), never after a '
+                                      'driver outage; refused in torque mode (switch.method '
+                                      'driver)')
     gravity_compensation: bool = option(True, 'add the gravity torque g(q)')
     stiffness: ArrayLike = option([0.0], 'joint stiffness K [N*m/rad] >= 0' + _PER_JOINT,
                                   kind='floats')

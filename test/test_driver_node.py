@@ -245,6 +245,27 @@ def enable(client: RosClient, on: bool, node: str = 'plag_impedance'):
     return client.call(SetBool, f'/{node}/enable', SetBool.Request(data=on), once=True)
 
 
+def parameter_refusal(client: RosClient, node: str, name: str, value: object) -> str:
+    """Why ``node``'s parameter service refused ``name`` = ``value`` ('' when it took it)."""
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    request = SetParameters.Request(parameters=[Parameter(name, value=value)
+                                                .to_parameter_msg()])
+    result = client.call(SetParameters, f'{node}/set_parameters', request, once=True).results[0]
+    return '' if result.successful else result.reason
+
+
+def parameter_value(client: RosClient, node: str, name: str) -> object:
+    """``node``'s ``name`` as its parameter service reports it."""
+    from rcl_interfaces.srv import GetParameters
+    from rclpy.parameter import parameter_value_to_python
+
+    response = client.call(GetParameters, f'{node}/get_parameters',
+                           GetParameters.Request(names=[name]), once=True)
+    return parameter_value_to_python(response.values[0])
+
+
 def stopped_and_moved(nodes: list, bus: EmulatedBus, before: float, after: float) -> float:
     """Stop the nodes (each must exit 0), then the bus; the largest joint move [rad] in the
     emulator's record between the monotonic times ``before`` and ``after``."""
@@ -319,13 +340,18 @@ def tear_down(nodes: list, bus: EmulatedBus) -> None:
 def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_path):
     """The torque-mode stack over DDS: plag_driver on the emulated bus and plag_impedance
     with config/torque_mode.yaml (effort interface, switch.method driver). ~/enable true
-    puts the arm joints in current mode with the law's torque; ~/enable false gives the arm
-    back to position mode at once; no joint moves 2 mrad through both switches (the
-    emulator's record); the driver latches no fault."""
+    puts the arm joints in current mode with the law's torque; while it runs, a safety
+    parameter sent through the node's parameter service is refused and reads back
+    unchanged; ~/enable false gives the arm back to position mode at once, and no effort
+    command comes after the driver's position mode; no joint moves 2 mrad through both
+    switches (the emulator's record); the driver latches no fault."""
+    from plag_ros.core.control.settings import EFFORT_COMMAND_TOPIC
+
     bus = EmulatedBus(tmp_path)
     nodes: list = []
     try:
         with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
+            efforts = client.collect(JointState, EFFORT_COMMAND_TOPIC)
             reports, states = bent_torque_stack(client, bus, tmp_path, nodes)
             before = time.monotonic()
             response = enable(client, True)
@@ -345,12 +371,20 @@ def test_the_impedance_node_switches_the_driver_to_current_mode_and_back(tmp_pat
             assert delay['count'] > 0
             assert 0.0 < delay['p50_ms'] <= delay['p99_ms'] <= delay['max_ms']
             assert delay['max_ms'] <= LOADED['stale_s'] * 1e3
+            # over DDS, as `ros2 param set` sends them: refused while enabled, unchanged
+            for name, value in (('gravity_compensation', False), ('fault_action', 'zero')):
+                reason = parameter_refusal(client, '/plag_impedance', name, value)
+                assert reason.endswith('safety parameters change only while disabled'), reason
+            assert parameter_value(client, '/plag_impedance', 'gravity_compensation') is True
             response = enable(client, False)
             assert response.success, response.message
             client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
                             'position mode')
+            in_position = time.time_ns()        # (the receipt of the report, at the latest)
             time.sleep(0.5)
             after = time.monotonic()
+            late = [t for t, _ in efforts if t > in_position + 20_000_000]
+            assert efforts and not late, f'{len(late)} effort commands after position mode'
             assert last(reports)['fault'] == ''
             for node in reversed(nodes):
                 assert node.stop() == 0, node.tail()
@@ -561,6 +595,14 @@ def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_ar
             assert state['state'] == 'fault', state
             assert state['reason'].startswith('driver fault: stale effort command'), state
             commands = state['commands']
+            # an enable the node cannot honour (its input stale) is refused with the reason
+            # before any switch: the driver stays in position mode
+            assert enable(client, False).success
+            refused = enable(client, True)
+            assert not refused.success and 'stale' in refused.message, refused.message
+            time.sleep(0.5)
+            assert last(reports)['modes'][JOINTS[3]] == 'position'
+            assert last(reports)['active_arm_controller'] == 'crane_x7_arm_controller'
             feeding[0] = 'live'
             time.sleep(1.5)                              # the input back: nothing re-takes
             assert last(reports)['modes'][JOINTS[3]] == 'position'

@@ -48,8 +48,7 @@ def with_headroom() -> dict:
     periods), and the node rightly refused the file's gains at that; these tests are about
     faults and hand-overs, the delay's refusal is tested in test_impedance_node.py. (The
     arm on the emulator moved less than one encoder step, 1.53 mrad, under either.)"""
-    law = yaml.safe_load((ROOT / 'config' / 'torque_mode.yaml').read_text())
-    gains = law['/**/plag_impedance']['ros__parameters']
+    gains = node_parameters('torque_mode.yaml', 'plag_impedance')
     return {**STALLS, 'delay_periods': 5.0,
             'stiffness': [k / 2 for k in gains['stiffness']],
             'damping': [d / 2 for d in gains['damping']]}

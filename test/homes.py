@@ -56,7 +56,7 @@ HOMES: dict[str, str] = {
     'test_dependencies.py': FLOORS,
     'test_doc_paths.py': ROS,
     'test_docs.py': ROS,
-    'test_driver_bus_thread.py': ROS,
+    'test_driver_bus_loop.py': ROS,
     'test_driver_node.py': ROS,
     'test_driver_safety.py': CORE,
     'test_dynamics.py': FLOORS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import time
 
@@ -268,9 +269,19 @@ def parameter_value(client: RosClient, node: str, name: str) -> object:
 def stopped_and_moved(nodes: list, bus: EmulatedBus, before: float, after: float) -> float:
     """Stop the nodes (each must exit 0), then the bus; the largest joint move [rad] in the
     emulator's record between the monotonic times ``before`` and ``after``."""
+    return moved_between(stopped_record(nodes, bus), before, after)
+
+
+def stopped_record(nodes: list, bus: EmulatedBus) -> dict:
+    """Stop the nodes (each must exit 0), then the bus; the emulator's record."""
     for node in reversed(nodes):
         assert node.stop() == 0, node.tail()
-    record = bus.stop()
+    return bus.stop()
+
+
+def moved_between(record: dict, before: float, after: float) -> float:
+    """The largest joint move [rad] in the emulator's ``record`` between the monotonic
+    times ``before`` and ``after``."""
     inside = (record['wall'] >= before) & (record['wall'] <= after)
     return float(np.abs(record['q'][inside] - record['q'][inside][0]).max())
 
@@ -569,6 +580,148 @@ def test_a_killed_impedance_node_leaves_the_arm_in_the_drivers_hold_and_a_new_on
             enabled_again_and_back(client, reports, states, standby)
             assert last(reports)['fault'] == ''
             held_within_30_mrad(nodes, bus, before, 'from the kill to the end')
+    finally:
+        tear_down(nodes, bus)
+
+
+def served_gap(record: dict, since: float, until: float) -> float:
+    """The longest time [s] from the monotonic time ``since`` to ``until`` without an
+    instruction served by the emulated bus (between two physics steps that served one, or
+    from ``since`` to the first, or from the last to ``until``; the emulator's record)."""
+    wall = record['wall'][record['served'][:, 0]]
+    times = np.concatenate([[since], wall[(wall > since) & (wall < until)], [until]])
+    return float(np.diff(times).max())
+
+
+def process_ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie nobody reaped yet)."""
+    from pathlib import Path
+
+    try:
+        status = Path(f'/proc/{pid}/status').read_text()
+    except OSError:
+        return True
+    return '\nState:\tZ' in status
+
+
+def test_a_killed_driver_node_leaves_the_arm_held_by_its_bus_loop(tmp_path):
+    """plag_driver SIGKILLed while the impedance node holds the arm in current mode: its bus
+    loop, a process of its own, sees the node gone, holds every joint in position mode,
+    closes the bus and ends. On an arm 5 % heavier with 5 % weaker motors than the model,
+    no joint moves 30 mrad over the 4 s after the kill (the emulator's record; the Bus
+    Watchdog is 2.5 s here, so a bus left silent would have let the arm fall within
+    them). Before, the loop was a thread of the node and died with it: the servos kept
+    their last current until the watchdog took it, then the arm fell."""
+    bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
+    nodes: list = []
+    try:
+        with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
+            reports, states = bent_torque_stack(client, bus, tmp_path, nodes)
+            enabled_in_current_mode(client, reports, states)
+            time.sleep(0.5)
+            loop_pid = last(reports)['bus_loop']['pid']
+            driver = nodes.pop(0)
+            before = time.monotonic()
+            driver.process.kill()
+            driver.process.wait(timeout=30)
+            client.wait_for(lambda: process_ended(loop_pid), 30.0, 'the bus loop to end')
+            print(f'the bus loop ended {time.monotonic() - before:.3f} s after the kill')
+            time.sleep(max(0.0, before + 4.0 - time.monotonic()))
+            after = time.monotonic()
+            assert 'bus closed: every joint holds its pose' in driver.output(), driver.tail()
+        moved = stopped_and_moved(nodes, bus, before, after)
+        print(f'largest move over the 4 s after the kill: {moved * 1e3:.3f} mrad')
+        assert moved < 0.030
+    finally:
+        tear_down(nodes, bus)
+
+
+def test_a_stopped_driver_node_does_not_stall_its_bus_loop(tmp_path):
+    """plag_driver stopped (SIGSTOP) for 1 s while the impedance node holds the arm in
+    current mode, at the shipped stale limit (0.1 s): its bus loop, a process of its own,
+    goes on cycling (the emulated bus served it throughout: no gap of 0.5 s), finds the
+    commands stale (none reaches it through the stopped node) and holds in position mode;
+    continued, the node says that fault. The arm stays within 30 mrad (the emulator's
+    record). Before, the loop was a thread of the stopped process: the bus fell silent
+    for the whole stop, and past the Bus Watchdog a servo in current mode makes no
+    torque."""
+    bus = EmulatedBus(tmp_path, plant='mass=1.05,torque_constant=0.95')
+    nodes: list = []
+    try:
+        with RosClient(DOMAIN_ID, 'plag_test_torque') as client:
+            reports, states = bent_torque_stack(client, bus, tmp_path, nodes,
+                                                driver={'stale_s': SHIPPED_STALE_S})
+            enabled_in_current_mode(client, reports, states)
+            driver = nodes[0]
+            before = time.monotonic()
+            driver.process.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(1.0)
+            finally:
+                driver.process.send_signal(signal.SIGCONT)
+            stopped = (before, time.monotonic())
+            client.wait_for(lambda: last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
+                            "the loop's hold")
+            assert 'stale effort command' in last(reports)['fault'], last(reports)
+            client.wait_for(lambda: not last(states)['switched'], 60.0, 'the hand-back')
+            after = time.monotonic()
+        record = stopped_record(nodes, bus)
+        moved, gap = moved_between(record, before, after), served_gap(record, *stopped)
+        print(f'the longest silence of the bus while the node was stopped: {gap * 1e3:.1f} '
+              f'ms; largest move {moved * 1e3:.3f} mrad')
+        assert gap < 0.5
+        assert moved < 0.030
+    finally:
+        tear_down(nodes, bus)
+
+
+def test_a_killed_bus_loop_is_said_and_started_again_holding(tmp_path):
+    """The bus loop's process SIGKILLed (in position mode: in current mode nothing can
+    keep the arm up then, docs/concepts/torque-mode.md's checklist): plag_driver says so
+    as its fault, starts a new loop, which opens the bus holding the present pose with
+    that fault latched (current mode refused until ~/clear_fault), and joint_states come
+    again. The arm stays within 30 mrad (the emulator's record) where the new loop spoke
+    before the servos' Bus Watchdog (2.54 s here, the most it can be) expired; where it
+    did not (a new loop's start, about 1.7 s, slowed by a loaded machine), the servos' own
+    stop sets their goal to where they are, and the arm sags by the gravity deflection of
+    their P gain (37 mrad on the elbow at this pose), which the new loop then holds: 70
+    mrad then."""
+    from std_srvs.srv import Trigger
+
+    bus = EmulatedBus(tmp_path)
+    nodes: list = []
+    try:
+        with RosClient(DOMAIN_ID, 'plag_test_driver') as client:
+            states = client.collect(JointState, 'joint_states')
+            reports = client.collect(String, '/plag_driver/state', LATCHED)
+            nodes.append(start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                                    params={'port': str(bus.link), **LOADED}))
+            client.wait_for(lambda: len(states) > 100 and reports, 60.0, 'joint_states')
+            bend(client)
+            first = last(reports)['bus_loop']['pid']
+            before = time.monotonic()
+            os.kill(first, signal.SIGKILL)
+            client.wait_for(lambda: 'bus loop process ended' in last(reports)['fault'],
+                            60.0, 'the loss said')
+            client.wait_for(lambda: last(reports)['bus_loop']['restarts'] == 1
+                            and last(reports)['bus_loop']['pid'] not in (None, first)
+                            and 'bus loop process ended' in last(reports)['fault']
+                            and last(reports)['modes'][JOINTS[3]] == 'position', 60.0,
+                            'the new loop, holding with the fault latched')
+            count = len(states)
+            client.wait_for(lambda: len(states) > count + 100, 60.0, 'joint_states again')
+            refusal = parameter_refusal(client, '/plag_driver', 'active_arm_controller',
+                                        'plag_arm_effort_controller')
+            assert 'clear it first' in refusal, refusal
+            cleared = client.call(Trigger, '/plag_driver/clear_fault', Trigger.Request())
+            assert cleared.success and 'bus loop process ended' in cleared.message, cleared
+            client.wait_for(lambda: last(reports)['fault'] == '', 60.0, 'the clear')
+            after = time.monotonic()
+        record = stopped_record(nodes, bus)
+        moved, silent = moved_between(record, before, after), served_gap(record, before, after)
+        print(f'largest move from the kill to the clear: {moved * 1e3:.3f} mrad; the bus '
+              f'silent for {silent:.3f} s')
+        assert moved < (0.030 if silent < LOADED['watchdog_s'] else 0.070)
     finally:
         tear_down(nodes, bus)
 

@@ -493,7 +493,7 @@ def test_an_sdk_open_that_raises_lets_the_port_go_and_the_next_open_holds(
         bus, monkeypatch, error):
     """The SDK's own open of the port raises (its tcflush on an adapter that dropped out
     mid-open is a termios.error, no OSError; or anything else): the port and its lock
-    (claim_port) are let go, so the next open, plag_driver's bus thread's a second later,
+    (claim_port) are let go, so the next open, plag_driver's bus loop's a second later,
     holds the arm. Before, the lock stayed with the driver, which then refused every later
     open of its own as another process's."""
     driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
@@ -514,8 +514,8 @@ def test_a_port_that_raises_while_opening_is_a_bus_error_and_the_next_open_holds
         bus, monkeypatch, error):
     """The port raises (pyserial's SerialException is an OSError; or anything else) as
     the driver reads the servos' settings at open: the open raises a BusError naming it,
-    which plag_driver's bus thread answers by trying again a second later (before, the
-    OSError ended the thread, and with it the driver, without a word), having written
+    which plag_driver's bus loop answers by trying again a second later (before, the
+    OSError ended the bus thread, and with it the driver, without a word), having written
     nothing (its burst had not begun); the next open holds the arm."""
     driver = new_driver(bus.link, LockstepClock(RATE_HZ), failed_reads=100)
     raises_at_call(monkeypatch, 'readPort', 5, error)

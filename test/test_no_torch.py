@@ -3,11 +3,11 @@
 torch costs a node about 2 s of start-up and 200 MB of resident memory (bench/RESULTS.md,
 "Node start-up"), and the live numbers come from the compiled loop on numpy arrays
 (:mod:`plag_ros.core.dynamics.arrays`). A fresh interpreter imports the driver, dynamics,
-impedance and sim nodes, builds the latter three in-process over a real rclpy context, ticks
-the simulator, feeds the others joint states through their own callbacks (the controller
-enabled with a target inertia, so its law, mass matrix and gravity all run, then a stale
-input's hold), builds the driver's gravity function and calls it; torch must still be
-missing from ``sys.modules``. The same
+impedance and sim nodes and the driver's bus loop process, builds the latter three nodes
+in-process over a real rclpy context, ticks the simulator, feeds the others joint states
+through their own callbacks (the controller enabled with a target inertia, so its law,
+mass matrix and gravity all run, then a stale input's hold), builds the driver's gravity
+function and calls it; torch must still be missing from ``sys.modules``. The same
 interpreter then imports the torch engine, which must load torch: the probe can see it.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
 from plag_ros.bus.host.driver import gravity_in_chain_order
+from plag_ros.bus.host import loop_process  # the bus loop process imports this alone
 from plag_ros.ros.nodes import driver_node
 from plag_ros.ros.nodes.dynamics_node import DynamicsNode
 from plag_ros.ros.nodes.impedance_node import ImpedanceNode

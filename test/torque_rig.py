@@ -4,7 +4,7 @@
 :class:`EmulatedBus` starts ``python -m plag_ros.apps.dynamixel_bus`` with a link, a fault
 FIFO and a record of every physics step (the ground truth: positions, velocities and the
 torque each servo made); :func:`loop` runs a :class:`~plag_ros.bus.host.driver.BusDriver` at a
-rate with a callback per good reading, as ``plag_driver``'s bus thread does.
+rate with a callback per good reading, as ``plag_driver``'s bus loop does.
 
 A bus started with ``lockstep_hz`` steps its physics one period per sync read
 (:class:`plag_ros.bus.emulator.server.PtyBus`); a driver made with

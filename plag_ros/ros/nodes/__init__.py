@@ -152,7 +152,7 @@ def spin_node(factory: Callable[[], N], args: list[str] | None = None, *,
 
     ``start(node)``, where given, runs once the node is built and a signal no longer
     raises, before the spin: what must not begin in a half-built node that nobody will
-    destroy (the driver's bus thread: a Ctrl-C landing between its start and the end of
+    destroy (the driver's bus loop: a Ctrl-C landing between its start and the end of
     the constructor would leave it driving the servos with no hold at exit). A signal
     during ``start`` is seen by the spin loop, and the node is destroyed as usual; after a
     signal or a shutdown ``start`` is skipped.

@@ -31,15 +31,19 @@ Its model (the gravity torque of a switch and of a hold) is taken once, at start
 joint of the chain is an error at start. The gripper stays in position mode, holding
 where it is. MoveIt's trajectory controller
 is not there: trajectories are followed point to point, without its tolerances or its
-action interface. The bus runs in a thread of its own at ``rate_hz``; callbacks only hand
-commands over. On SIGINT/SIGTERM the node holds every joint in position mode at its pose,
-puts back the servo settings it changed, and exits with 0.
+action interface. The bus runs at ``rate_hz`` in a process of its own
+(:mod:`plag_ros.bus.host.loop_process`: nothing this node runs can stall it); callbacks
+only hand commands over. On SIGINT/SIGTERM the node has it hold every joint in position
+mode at its pose and put back the servo settings it changed, and exits with 0; if the node
+dies instead, however it died, the loop does the same on its own. A loop that dies is
+said as the fault and started again, holding.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
@@ -54,11 +58,14 @@ from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
 from plag_ros.bus.host.driver import (
     DRIVER_NODE_OPTIONS,
     EFFORT_CONTROLLER,
-    BusDriver,
-    BusError,
     DriverNodeSettings,
     Reading,
-    gravity_in_chain_order,
+)
+from plag_ros.bus.host.loop_process import (
+    OPEN_EVERY_S,
+    STOP_WAIT_S,
+    BusLoopProcess,
+    DriverRecipe,
 )
 from plag_ros.core.common.options import build
 from plag_ros.core.control.settings import (
@@ -80,13 +87,17 @@ __all__ = ['NODE_NAME', 'DriverNode', 'main']
 
 NODE_NAME = 'plag_driver'
 _RELIABLE = reliable()
+LOOP_SILENT_S = 0.5
+"""[s] a bus loop whose records stop this long while its bus is open is said as the fault
+(it sends one a cycle)."""
 
 
 class DriverNode(Node):
     """The bus driver node (module docstring).
 
     Raises:
-        ValueError: bad parameters. BusError: the bus cannot be opened or configured.
+        ValueError: bad parameters (checked here, by building the driver the loop process
+            builds again).
     """
 
     def __init__(self, **kwargs) -> None:
@@ -108,24 +119,29 @@ class DriverNode(Node):
         joints = [spec.joint for spec in config.servos]
         calibration = None
         if model.effort_calibration is not None:
-            calibration = [float(model.effort_calibration[model.joint_names.index(j)])
-                           for j in joints]
-        self.driver = BusDriver(config, s.bus, torque_calibration=calibration,
-                                gravity=gravity_in_chain_order(model, joints),
-                                arm_joints=ARM_JOINTS)
-        self.driver.log = self.get_logger().warning
+            calibration = tuple(float(model.effort_calibration[model.joint_names.index(j)])
+                                for j in joints)
+        recipe = DriverRecipe(config, s.bus, model, calibration, tuple(ARM_JOINTS))
+        checked = recipe.build()         # the settings and the model's joints, here and now
+        self.joints, self.torque_constant = list(checked.joints), checked.torque_constant
+        self.bus = BusLoopProcess(recipe, s.bus.rate_hz, self._on_record)
         log = self.get_logger()
         if parameters is not None:
             log.info(parameters.summary())
-        self._names = list(joints)
         self._active = s.bus.active_arm_controller
-        self._stop = threading.Event()
         self._state_key: tuple = ()
         self._state_at = 0.0
+        # the loop's newest state (its modes, fault, counts, ...); why it is not running
+        self._loop: dict[str, Any] = {'modes': ['position'] * len(joints), 'fault': '',
+                                      'not_open': '', 'counts': {}, 'cycle_errors': 0,
+                                      'dropped_records': 0, 'command_delay': {}, 'pid': None}
+        self._loop_ended = ''
+        self._loop_silent = ''               # the loop's process alive, its records not
+        self._record_at = time.monotonic()   # [s] the newest record's arrival
+        self._report_lock = threading.Lock()  # (the reading thread's and the timer's)
         self.rejected = 0
         self._newest_source_ns = 0           # stamp of the effort command in force [ns]
         self.publish_errors = 0
-        self.cycle_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
         self._pub_diag = quiet_publisher(self, DiagnosticArray, '/diagnostics', _RELIABLE)
@@ -140,108 +156,123 @@ class DriverNode(Node):
         self.create_service(Trigger, '~/clear_fault', self._on_clear_fault)
         self._clear_fault = self.resolve_service_name('~/clear_fault')   # for messages
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self._thread: threading.Thread | None = None     # start_bus()
+        self._started = False
+        self.create_timer(0.1, self._watch_loop)
 
     def start_bus(self) -> None:
-        """Open the bus and start its loop on a thread of its own (once). Not in the
-        constructor: a Ctrl-C there ends the build, and a loop already started would go
-        on driving the servos with nobody to hold them at exit (``spin_node(start=...)``)."""
-        if self._thread is not None:
+        """Start the bus loop's process (once). Not in the constructor: a Ctrl-C there ends
+        the build, and a loop already started would open the bus with no node left to stop
+        it (``spin_node(start=...)``)."""
+        if self._started:
             return
+        self._started = True
+        self.bus.start()
         s = self.settings
-        thread = threading.Thread(target=self._loop, name='plag_driver_bus', daemon=True)
-        thread.start()
-        self._thread = thread        # (only a started one: destroy_node joins it)
-        kt = ', '.join(f'{k:.3g}' for k in self.driver.torque_constant)
+        kt = ', '.join(f'{k:.3g}' for k in self.torque_constant)
         self.get_logger().info(
-            f'bus {s.bus.port}: servos {self.driver.ids} at {s.bus.rate_hz:g} Hz; '
-            f'active_arm_controller {self._active}; torque constants [{kt}] N*m/A '
-            f'({s.bus.torque_constant}); Bus Watchdog {s.bus.watchdog_s:g} s')
+            f'bus {s.bus.port}: joints {self.joints} at {s.bus.rate_hz:g} '
+            f'Hz in process {self.bus.pid}; active_arm_controller {self._active}; torque '
+            f'constants [{kt}] N*m/A ({s.bus.torque_constant}); Bus Watchdog '
+            f'{s.bus.watchdog_s:g} s')
 
-    # ------------------------------------------------------------------ the bus thread
-    def _open(self) -> None:
-        """Open the bus, trying again every second until it answers (a USB adapter
-        plugged in late, the arm's power switched on after the node). Meanwhile ``~/state``
-        says why as its fault (``bus not open: ...``): a controller holding the arm hands
-        it back, and one asked to take it refuses."""
-        log, said = self.get_logger(), ''
-        while not self._stop.is_set():
-            try:
-                reading = self.driver.open()
-            except Exception as err:  # noqa: BLE001 - BusError, or a bug: the thread lives
-                why = str(err) if isinstance(err, BusError) else repr(err)
-                if why != said:
-                    said = why
-                    log.error(f'{why}; trying again every second')
-                self._report(not_open=why)
-                self._stop.wait(1.0)
-                continue
-            log.info(f'bus open: servos {self.driver.ids} hold their pose in position mode')
-            # ~/state before the first joint state: a controller that hears a restarted
-            # driver's samples should, as a rule, already know its joints and model
-            self._report(force=True)
-            self._publish(reading)
-            if self._active == EFFORT_CONTROLLER:
-                self.driver.request_mode('current')
-            return
-
-    def _loop(self) -> None:
-        self._open()
-        period = 1.0 / self.settings.bus.rate_hz
-        deadline = time.monotonic()
-        failures: set[str] = set()
-        while not self._stop.is_set():
-            try:
-                reading = self.driver.cycle()
-            except Exception as err:  # noqa: BLE001 - the bus thread must outlive any cycle
-                reading = None
-                self.cycle_errors += 1
-                self.driver.fail_safe(f'bus cycle failed: {err!r}')
-                if repr(err) not in failures:    # once per kind: no log flood at 200 Hz
-                    failures.add(repr(err))
-                    self.get_logger().error(f'bus cycle failed: {err!r} (a fault: the arm '
-                                            'holds in position mode; counted)')
-            if reading is not None:
-                self._publish(reading)
-            self._report()
-            deadline += period
-            wait = deadline - time.monotonic()
-            if wait > 0:
-                self._stop.wait(wait)
+    # ------------------------------------------------------------------ the loop's records
+    def _on_record(self, kind: str, payload: Any) -> None:
+        """A record of the loop process, on the thread that reads them."""
+        log = self.get_logger()
+        self._record_at = time.monotonic()
+        if kind == 'reading':
+            self._publish(payload)
+        elif kind == 'state':
+            self._loop, self._loop_ended, self._loop_silent = payload, '', ''
+        elif kind == 'log':
+            level, text = payload       # (rclpy: one severity per call site)
+            if level == 'info':
+                log.info(text)
+            elif level == 'warning':
+                log.warning(text)
             else:
-                deadline = time.monotonic()   # late: start again from now, do not burst
+                log.error(text)
+        elif kind == 'closed':
+            held, why = payload
+            if held:
+                log.info('bus closed: every joint holds its pose in position mode')
+            elif held is None:
+                log.info(f'the bus loop ended before the bus opened ({why})')
+            else:
+                log.error(f'closing the bus: {why}; the Bus Watchdog stops the servos')
+        elif kind == 'ended':
+            code, restarting, held = payload
+            if not self.bus.stopping:
+                self._loop_ended = (
+                    f'the bus loop process ended (exit code {code}), '
+                    + ('after holding the arm' if held else
+                       'without a close: the servos are left to their Bus Watchdog')
+                    + ('; starting it again' if restarting else
+                       '; not started again (it was asked to end): restart plag_driver'))
+                log.error(self._loop_ended)
+                self._report(force=True)
+            return
+        self._report()
+
+    def _watch_loop(self) -> None:
+        """Say a loop whose process lives but whose records stopped (stopped, hung in a
+        read) as the fault: :data:`LOOP_SILENT_S` without one while the bus is open (a
+        record a cycle), or a few open tries' worth before."""
+        if not self._started or self.bus.stopping or self._loop_ended:
+            return
+        quiet = time.monotonic() - self._record_at
+        limit = LOOP_SILENT_S if self._loop.get('is_open') else 3.0 * OPEN_EVERY_S
+        silent = (f'the bus loop (process {self.bus.pid}) has sent nothing for '
+                  f'{quiet:.1f} s' if quiet > limit else '')
+        if bool(silent) != bool(self._loop_silent):
+            self._loop_silent = silent
+            if silent:
+                self.get_logger().error(silent)
+            self._report(force=True)
 
     def _publish(self, reading: Reading) -> None:
         try:
-            # stamped when the servos were read, not when the cycle got round to publishing
+            # stamped when the servos were read, not when the record got here
             read_ns = self.get_clock().now().nanoseconds - round(
-                (self.driver.clock() - reading.t) * 1e9)
-            self._pub.publish(msgs.joint_state(self._names, reading.position,
+                (time.monotonic() - reading.t) * 1e9)
+            self._pub.publish(msgs.joint_state(self.joints, reading.position,
                                                reading.velocity, reading.effort, t_ns=read_ns))
         except Exception:  # noqa: BLE001 - a publish racing shutdown; counted, not fatal
             self.publish_errors += 1
 
-    def _report(self, *, force: bool = False, not_open: str = '') -> None:
-        """``~/state`` when it changed, and once a second besides (``force``: now);
-        ``not_open``: why the bus is not open, published as the fault."""
-        d = self.driver
-        fault = f'bus not open: {not_open}' if not_open else d.fault
-        key = (tuple(d.modes), fault, self._active)
+    def _report(self, *, force: bool = False) -> None:
+        """``~/state`` when it changed, and once a second besides (``force``: now)."""
+        with self._report_lock:
+            self._report_now(force)
+
+    def _report_now(self, force: bool) -> None:
+        loop = self._loop
+        if self._loop_ended:
+            fault = self._loop_ended
+        elif self._loop_silent:
+            fault = self._loop_silent
+        elif loop['not_open']:
+            fault = f'bus not open: {loop["not_open"]}'
+        else:
+            fault = loop['fault']
+        key = (tuple(loop['modes']), fault, self._active)
         now = time.monotonic()
         if not force and key == self._state_key and now - self._state_at < 1.0:
             return
-        if key != self._state_key and d.fault and (not self._state_key
-                                                   or d.fault != self._state_key[1]):
-            self.get_logger().error(f'fault latched: {d.fault} (call {self._clear_fault} to '
-                                    'clear)')
+        if key != self._state_key and loop['fault'] and (
+                not self._state_key or loop['fault'] != self._state_key[1]):
+            self.get_logger().error(f'fault latched: {loop["fault"]} (call '
+                                    f'{self._clear_fault} to clear)')
         self._state_key, self._state_at = key, now
         try:
             text, diagnostics = msgs.node_state(
                 self.get_fully_qualified_name(), {
-                    'modes': dict(zip(self._names, d.modes)), 'fault': fault,
-                    'active_arm_controller': self._active, 'counts': d.counts,
-                    'rejected': self.rejected, 'cycle_errors': self.cycle_errors,
-                    'command_delay': d.command_delay(),
+                    'modes': dict(zip(self.joints, loop['modes'])), 'fault': fault,
+                    'active_arm_controller': self._active, 'counts': loop['counts'],
+                    'rejected': self.rejected, 'cycle_errors': loop['cycle_errors'],
+                    'command_delay': loop['command_delay'],
+                    'bus_loop': {'pid': loop['pid'], 'restarts': self.bus.restarts,
+                                 'dropped_records': loop['dropped_records']},
                     'model': self.urdf.report(self.model)},
                 msgs.DiagnosticLevel.ERROR if fault else msgs.DiagnosticLevel.OK,
                 f'fault: {fault}' if fault else f'{self._active} drives the arm',
@@ -252,20 +283,29 @@ class DriverNode(Node):
             self.publish_errors += 1
 
     # ------------------------------------------------------------------ commands
+    def _call(self, name: str, *args: Any) -> Any:
+        """The loop's driver's ``name(*args)``; None where the loop did not answer (logged:
+        no loop running, no answer in time)."""
+        ok, value = self.bus.call(name, *args)
+        if not ok:
+            self.get_logger().error(f'{name}: {value}', throttle_duration_sec=1.0)
+            return None
+        return value
+
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         if not self._accepting(TRAJECTORY_CONTROLLER, self._topic[TRAJECTORY_COMMAND_TOPIC]):
             return
         times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
-        if not self.driver.command_trajectory(times, [list(p.positions) for p in msg.points],
-                                              list(msg.joint_names)):
+        if not self._call('command_trajectory', times, [list(p.positions) for p in msg.points],
+                          list(msg.joint_names)):
             self._reject(f'{self._topic[TRAJECTORY_COMMAND_TOPIC]}: unknown joints, not '
-                         'finite or unordered points')
+                         'finite or unordered points (or no bus loop to take them)')
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
         if self._accepting(FORWARD_CONTROLLER, self._topic[FORWARD_COMMAND_TOPIC]) and \
-                not self.driver.command_positions(list(msg.data), ARM_JOINTS):
+                not self._call('command_positions', list(msg.data), ARM_JOINTS):
             self._reject(f'{self._topic[FORWARD_COMMAND_TOPIC]}: need {len(ARM_JOINTS)} '
-                         'finite positions')
+                         'finite positions (or no bus loop to take them)')
 
     def _on_effort(self, msg: JointState) -> None:
         if not self._accepting(EFFORT_CONTROLLER, self._topic[EFFORT_COMMAND_TOPIC]):
@@ -277,12 +317,16 @@ class DriverNode(Node):
                          f'({self._newest_source_ns} ns)')
             return
         # The source sample's age on the node's clock (the one that stamps joint_states),
-        # carried over to the driver's monotonic clock: no stamp is compared across clocks.
+        # carried over to the monotonic clock the loop process shares (CLOCK_MONOTONIC is
+        # the machine's): no stamp is compared across clocks.
         age = (self.get_clock().now().nanoseconds - stamp) * 1e-9
-        # a NaN is the bus thread's to judge: a fault in current mode
-        if self.driver.command_effort(list(msg.effort), list(msg.name),
-                                      self.driver.clock() - age):
+        # a NaN is the loop's to judge: a fault in current mode
+        taken = self._call('command_effort', list(msg.effort), list(msg.name),
+                           time.monotonic() - age)
+        if taken:
             self._newest_source_ns = stamp
+        elif taken is None:
+            self.rejected += 1               # the loop never saw it: counted here
         else:
             self.get_logger().warning(   # the driver counts it (rejected_commands)
                 f'command rejected: {self._topic[EFFORT_COMMAND_TOPIC]}: names {list(msg.name)}, '
@@ -312,8 +356,12 @@ class DriverNode(Node):
             except (ValueError, TypeError) as err:
                 return SetParametersResult(successful=False, reason=str(err))
             active = s.bus.active_arm_controller
-            ok, message = self.driver.request_mode(
-                'current' if active == EFFORT_CONTROLLER else 'position')
+            ok, answer = self.bus.call(
+                'request_mode', 'current' if active == EFFORT_CONTROLLER else 'position')
+            if ok:
+                ok, message = answer
+            else:
+                message = answer
             if not ok:
                 return SetParametersResult(successful=False, reason=message)
             self._active = active
@@ -322,47 +370,39 @@ class DriverNode(Node):
 
     def _on_clear_fault(self, request: Trigger.Request, response: Trigger.Response
                         ) -> Trigger.Response:
-        old = self.driver.clear_fault()
-        response.success = True
-        response.message = f'cleared: {old}' if old else 'no fault latched'
+        ok, old = self.bus.call('clear_fault')
+        response.success = ok
+        response.message = (old if not ok else f'cleared: {old}' if old else
+                            'no fault latched')
         self.get_logger().info(f'{self._clear_fault}: {response.message}')
         return response
 
+    def stop_bus(self, executor: object = None) -> None:
+        """Have the loop hold in position mode, put the servos' settings back and end (it
+        holds through its own cycle: a loop stopped first would leave current-mode servos
+        silent, and their Bus Watchdog would take their torque); wait for it at most
+        :data:`STOP_WAIT_S` (``spin_node``'s shutdown step, under that deadline)."""
+        # (a node refused at start has no loop, nor maybe these attributes)
+        if getattr(self, '_started', False) and not self.bus.stop(timeout=STOP_WAIT_S):
+            self.get_logger().error(
+                f'the bus loop (process {self.bus.pid}) did not end in {STOP_WAIT_S:g} s: '
+                'it is left to close the bus once it sees this node gone')
+
+    def shutdown_s(self) -> float:
+        """[s] the longest :meth:`stop_bus` takes (``spin_node``'s deadline adds it)."""
+        return STOP_WAIT_S
+
     def destroy_node(self) -> None:
-        """Hold in position mode, then stop the bus thread and put the servos' settings
-        back. The hold is written by the bus thread itself while it still cycles: a loop
-        stopped first would leave current-mode servos silent, and their Bus Watchdog would
-        take their torque before close() holds them."""
-        thread = getattr(self, '_thread', None)
-        if thread is None:                # refused at start, or never started: no bus touched
-            super().destroy_node()
-            return
-        if thread.is_alive() and 'current' in self.driver.modes:
-            self.driver.request_mode('position')
-            deadline = time.monotonic() + 1.0
-            while 'current' in self.driver.modes and time.monotonic() < deadline:
-                time.sleep(0.005)
-        self._stop.set()
-        thread.join(timeout=5.0)
-        if thread.is_alive():      # two threads on one port would garble both
-            self.get_logger().error('the bus thread did not stop in 5 s: the bus is left as '
-                                    'it is (the Bus Watchdog stops the servos)')
-            super().destroy_node()
-            return
-        try:
-            if self.driver.is_open:
-                self.driver.close()
-                self.get_logger().info('bus closed: every joint holds its pose in position '
-                                       'mode')
-        except BusError as err:
-            self.get_logger().error(f'closing the bus: {err}; the Bus Watchdog stops the servos')
+        """:meth:`stop_bus` (where the shutdown step did not), then go."""
+        self.stop_bus()
         super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> None:
     """Console script ``driver_node`` (launch/torque.launch.py starts it)."""
     from plag_ros.ros.nodes import spin_node
-    spin_node(DriverNode, args, start=DriverNode.start_bus)
+    spin_node(DriverNode, args, start=DriverNode.start_bus, shutdown=DriverNode.stop_bus,
+              shutdown_s=DriverNode.shutdown_s)
 
 
 if __name__ == '__main__':

@@ -726,6 +726,51 @@ def test_a_killed_bus_loop_is_said_and_started_again_holding(tmp_path):
         tear_down(nodes, bus)
 
 
+def test_a_silent_bus_loop_is_said_and_one_asked_to_end_is_not_started_again(tmp_path):
+    """The bus loop's process stopped (SIGSTOP) for 1.5 s: plag_driver says it as its fault
+    (the loop has sent nothing) within a second, and once it goes on, the fault is gone
+    (nothing latched: the loop itself saw no fault). Then SIGTERM to the loop alone: it
+    holds and closes the bus, exits 0, and the node says so as its fault without starting
+    another (it was asked to end). The arm stays within 30 mrad throughout (the
+    emulator's record)."""
+    bus = EmulatedBus(tmp_path)
+    nodes: list = []
+    try:
+        with RosClient(DOMAIN_ID, 'plag_test_driver') as client:
+            reports = client.collect(String, '/plag_driver/state', LATCHED)
+            nodes.append(start_node('driver_node', domain_id=DOMAIN_ID, log_dir=tmp_path,
+                                    params={'port': str(bus.link), **LOADED}))
+            client.wait_for(lambda: reports and last(reports)['bus_loop']['pid'], 60.0,
+                            'the loop')
+            bend(client)
+            loop_pid = last(reports)['bus_loop']['pid']
+            before = time.monotonic()
+            os.kill(loop_pid, signal.SIGSTOP)
+            try:
+                client.wait_for(lambda: 'has sent nothing' in last(reports)['fault'], 60.0,
+                                'the silence said')
+                said_after = time.monotonic() - before
+            finally:
+                os.kill(loop_pid, signal.SIGCONT)
+            print(f'the silence said {said_after:.3f} s after the stop')
+            assert said_after < 0.5 + 1.5             # (1.5 s spare for a loaded machine)
+            client.wait_for(lambda: last(reports)['fault'] == '', 60.0, 'the silence over')
+            os.kill(loop_pid, signal.SIGTERM)
+            client.wait_for(lambda: 'not started again' in last(reports)['fault'], 60.0,
+                            'the end said')
+            assert 'after holding the arm' in last(reports)['fault'], last(reports)
+            assert 'exit code 0' in last(reports)['fault'], last(reports)
+            time.sleep(1.0)
+            assert last(reports)['bus_loop']['restarts'] == 0
+            assert process_ended(loop_pid)
+            after = time.monotonic()
+        moved = stopped_and_moved(nodes, bus, before, after)
+        print(f'largest move from the stop to the end: {moved * 1e3:.3f} mrad')
+        assert moved < 0.030
+    finally:
+        tear_down(nodes, bus)
+
+
 def test_joint_states_that_stop_end_in_the_drivers_hold_and_nothing_takes_the_arm_back(
         tmp_path):
     """The impedance node's joint states stop while it and the driver run (they reach it

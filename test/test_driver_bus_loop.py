@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
@@ -76,7 +77,8 @@ def test_the_bus_loop_outlives_a_failed_open_of_any_kind(tmp_path, monkeypatch):
             while True:
                 records.append(pickle.loads(node_records.recv(1 << 16)))
         states = [r[1] for r in records if r[0] == 'state']
-        assert [s['not_open'] for s in states[:3]] == [
+        assert states[0]['not_open'] == ''          # the loop's first word: started
+        assert [s['not_open'] for s in states[1:4]] == [
             "RuntimeError('a bug in open')", 'no servo answers', "ValueError('another bug')"]
         assert not any(s['is_open'] for s in states)
         assert records[-1] == ('closed', None, 'stop asked')
@@ -136,6 +138,61 @@ def test_a_call_too_large_for_the_socket_is_refused_by_the_node(tmp_path):
     finally:
         node_end.close()
         loop_end.close()
+
+
+def test_a_bug_out_of_the_loops_own_code_ends_it_holding_and_closed(tmp_path):
+    """An exception out of the loop's own code, not out of a cycle (here its records'
+    send raising MemoryError after 50 readings), ends the loop through the hold and the
+    close, on the emulated bus in real time, the arm in current mode with its gravity
+    torque: the servos are back in position mode with their torque on, the port closed
+    (the driver's own read-back), and the exception is raised after. Before, it left the
+    loop at once, and the servos in current mode to their Bus Watchdog."""
+    from torque_rig import EmulatedBus, gravity_feed, move_to, new_driver
+
+    bus = EmulatedBus(tmp_path)
+    try:
+        driver = new_driver(bus.link, watchdog_s=2.5, failed_reads=100)
+        driver.open()
+        move_to(driver, np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0]), 1.0, 0.3)
+        node_calls, loop_calls = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        node_records, loop_records = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sent = {'reading': 0}
+        feed = gravity_feed(driver)          # the pose's gravity torque, as a hold would
+
+        class BrokenLink(LoopLink):
+            def send(self, *record):
+                if record[0] == 'reading':
+                    sent['reading'] += 1
+                    if sent['reading'] > 50:
+                        sent['modes'] = list(driver.modes)
+                        sent['fault'] = driver.fault
+                        raise MemoryError('a send that cannot allocate')
+                    if sent['reading'] == 10:
+                        assert driver.request_mode('current')[0]
+                    feed(record[1])
+                super().send(*record)
+
+        driver.open = lambda: driver.reading       # open already: the loop starts cycling
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                run_loop(driver, BrokenLink(loop_calls, loop_records), 200.0)
+            except BaseException as err:  # noqa: BLE001 - what the test looks at
+                raised.append(err)
+
+        loop = threading.Thread(target=run, daemon=True)
+        loop.start()
+        loop.join(30.0)
+        assert not loop.is_alive()
+        assert [type(e) for e in raised] == [MemoryError], raised
+        assert sent['modes'][:7] == ['current'] * 7 and not sent['fault'], sent
+        assert 'current' not in driver.modes and not driver.is_open, driver.modes
+        for each in (node_calls, loop_calls, node_records, loop_records):
+            each.close()
+    finally:
+        record = bus.stop()
+    assert np.all(record['effort'][-50:, 1] != 0.0)       # the tilt still held at the end
 
 
 def test_a_bus_that_does_not_open_is_the_fault_on_the_state_topic(context, tmp_path):

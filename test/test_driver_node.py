@@ -628,7 +628,8 @@ def test_a_killed_driver_node_leaves_the_arm_held_by_its_bus_loop(tmp_path):
             print(f'the bus loop ended {time.monotonic() - before:.3f} s after the kill')
             time.sleep(max(0.0, before + 4.0 - time.monotonic()))
             after = time.monotonic()
-            assert 'bus closed: every joint holds its pose' in driver.output(), driver.tail()
+            assert 'the node is gone: the bus closed, every joint holding its pose' in \
+                driver.output(), driver.tail()
         moved = stopped_and_moved(nodes, bus, before, after)
         print(f'largest move over the 4 s after the kill: {moved * 1e3:.3f} mrad')
         assert moved < 0.030
@@ -760,7 +761,7 @@ def test_a_silent_bus_loop_is_said_and_one_asked_to_end_is_not_started_again(tmp
                             'the end said')
             assert 'after holding the arm' in last(reports)['fault'], last(reports)
             assert 'exit code 0' in last(reports)['fault'], last(reports)
-            time.sleep(1.0)
+            time.sleep(2.5)                # a restart would be said by now (about 1.9 s)
             assert last(reports)['bus_loop']['restarts'] == 0
             assert process_ended(loop_pid)
             after = time.monotonic()

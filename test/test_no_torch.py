@@ -3,12 +3,12 @@
 torch costs a node about 2 s of start-up and 200 MB of resident memory (bench/RESULTS.md,
 "Node start-up"), and the live numbers come from the compiled loop on numpy arrays
 (:mod:`plag_ros.core.dynamics.arrays`). A fresh interpreter imports the driver, dynamics,
-impedance and sim nodes and the driver's bus loop process, builds the latter three nodes
-in-process over a real rclpy context, ticks the simulator, feeds the others joint states
-through their own callbacks (the controller enabled with a target inertia, so its law,
-mass matrix and gravity all run, then a stale input's hold), builds the driver's gravity
-function and calls it; torch must still be missing from ``sys.modules``. The same
-interpreter then imports the torch engine, which must load torch: the probe can see it.
+impedance and sim nodes, builds the latter three in-process over a real rclpy context,
+ticks the simulator, feeds the others joint states through their own callbacks (the
+controller enabled with a target inertia, so its law, mass matrix and gravity all run,
+then a stale input's hold), builds the driver's gravity function and calls it; torch
+must still be missing from ``sys.modules``. The same interpreter then imports the torch
+engine, which must load torch: the probe can see it.
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
 from plag_ros.bus.host.driver import gravity_in_chain_order
-from plag_ros.bus.host import loop_process  # the bus loop process imports this alone
 from plag_ros.ros.nodes import driver_node
 from plag_ros.ros.nodes.dynamics_node import DynamicsNode
 from plag_ros.ros.nodes.impedance_node import ImpedanceNode
@@ -91,3 +90,31 @@ def test_the_nodes_work_without_loading_torch():
     assert found['sim_steps'] >= 20, found
     assert found['after_work'] is False, 'a node loaded torch while it worked'
     assert found['after_engine'] is True, 'the probe cannot see torch'
+
+
+_LOOP_PROBE = r"""
+import json, sys
+from plag_ros.bus.chain_file import CRANE_X7_BUS, BusConfig
+from plag_ros.bus.host import loop_process
+from plag_ros.bus.host.driver import DriverSettings
+from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+import numpy as np
+
+recipe = loop_process.DriverRecipe(BusConfig.load(CRANE_X7_BUS), DriverSettings(),
+                                   RobotModel.from_urdf(default_urdf_path()))
+driver = recipe.build()
+g = driver.gravity_torque(np.array([0.0, 0.6, 0.0, -1.2, 0.0, 0.5, 0.0, 0.0]))
+print(json.dumps({'torch': 'torch' in sys.modules, 'tilt': float(g[1])}))
+"""
+
+
+def test_the_bus_loop_process_works_without_loading_torch():
+    """The driver's bus loop runs in a process of its own (python -m
+    plag_ros.bus.host.loop_process): what it imports and builds (its driver, with the
+    model's gravity torque) loads no torch either."""
+    done = subprocess.run([sys.executable, '-c', _LOOP_PROBE], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env=ros_env(DOMAIN_ID))
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found['torch'] is False, 'the bus loop process loaded torch'
+    assert abs(found['tilt']) > 0.1, found        # the gravity torque was computed

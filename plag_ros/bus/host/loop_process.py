@@ -32,6 +32,7 @@ What ends the loop, and what it leaves:
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import pickle
@@ -52,7 +53,8 @@ from plag_ros.bus.host.driver import BusDriver, BusError, DriverSettings
 if TYPE_CHECKING:
     from plag_ros.core.dynamics.model import RobotModel
 
-__all__ = ['CALLS', 'BusLoopProcess', 'DriverRecipe', 'LoopLink', 'call_message', 'run_loop']
+__all__ = ['CALLS', 'BusLoopProcess', 'DriverRecipe', 'LoopLink', 'call_message', 'closed_text',
+           'ended_text', 'run_loop']
 
 STATE_EVERY_S = 0.2
 """[s] the loop's state record at least this often (the node publishes it once a second)."""
@@ -70,6 +72,14 @@ RESTART_AFTER_S = 0.2
 and numpy's import, takes about 1.5 s more: a loop that dies at once is not restarted in a
 tight loop)."""
 NODE_GONE = 'the node is gone'
+_PEER_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF})
+LATE_MARGIN_S = 0.2
+"""[s] a call that reaches the loop with less than this left before its deadline is
+refused: its answer must reach the node before the node gives up, or a call the node took
+for failed would have acted."""
+SERVE_SLACK_S = 0.001
+"""[s] past a cycle's deadline the loop answers the calls waiting for at most this long,
+then cycles: a burst of calls cannot hold a cycle back."""
 MESSAGE_BYTES = 1 << 18
 """[bytes] the receive buffer: more than the largest message a Unix socket takes without
 privileges (its send buffer, ``net.core.wmem_max``, 208 KiB by default), so none is cut."""
@@ -121,6 +131,24 @@ def call_message(call_id: int, name: str, args: tuple, deadline: float = math.in
     return pickle.dumps((call_id, name, args, deadline), pickle.HIGHEST_PROTOCOL)
 
 
+def closed_text(held: bool | None, why: str) -> tuple[str, str]:
+    """(log level, text) of a ``closed`` record (:class:`BusLoopProcess`)."""
+    if held:
+        return 'info', 'bus closed: every joint holds its pose in position mode'
+    if held is None:
+        return 'info', f'the bus loop ended before the bus opened ({why})'
+    return 'error', f'closing the bus: {why}; the Bus Watchdog stops the servos'
+
+
+def ended_text(code: int | str | None, restarting: bool, held: bool | None) -> str:
+    """The fault an ``ended`` record is said as, while the node is not stopping."""
+    return (f'the bus loop process ended (exit code {code}), '
+            + ('after holding the arm' if held else
+               'without a close: the servos are left to their Bus Watchdog')
+            + ('; starting it again' if restarting else
+               '; not started again (it was asked to end): restart plag_driver'))
+
+
 def _text(value: str) -> str:
     return value if len(value) <= _TEXT_CHARS else value[:_TEXT_CHARS] + ' [...]'
 
@@ -149,10 +177,11 @@ class LoopLink:
         try:
             self.records.send(pickle.dumps(record, pickle.HIGHEST_PROTOCOL),
                               socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            self.dropped += 1
-        except OSError:
-            self.stop(NODE_GONE)
+        except OSError as err:
+            if err.errno in _PEER_GONE:
+                self.stop(NODE_GONE)
+            else:                    # full (EAGAIN), short of memory (ENOBUFS): dropped
+                self.dropped += 1
 
     def say(self, text: str) -> None:
         """Tell the node's log; straight to stderr (the node's, inherited) once the node
@@ -176,7 +205,7 @@ class LoopLink:
     def serve(self, driver: BusDriver, until: float, clock: Callable[[], float]) -> bool:
         """Answer the node's calls until monotonic ``until`` (those waiting at least once);
         False once the loop should stop."""
-        while not self.stop_asked:
+        while not self.stop_asked and clock() < until + SERVE_SLACK_S:
             try:
                 ready, _, _ = select.select([self.calls], [], [], max(until - clock(), 0.0))
             except OSError:
@@ -202,7 +231,7 @@ class LoopLink:
             if name not in CALLS:
                 self._answer(call_id, False, f'no such call {name!r}')
                 continue
-            if clock() > deadline:       # its caller was told it failed: never done late
+            if clock() > deadline - LATE_MARGIN_S:    # never done after its caller gave up
                 self._answer(call_id, False, f'{name} came after its caller gave up')
                 continue
             try:
@@ -215,10 +244,11 @@ class LoopLink:
         try:
             self.calls.send(pickle.dumps((call_id, ok, value), pickle.HIGHEST_PROTOCOL),
                             socket.MSG_DONTWAIT)
-        except BlockingIOError:      # the node no longer waits for it: its call timed out
-            self.dropped += 1
-        except OSError:
-            self.stop(NODE_GONE)
+        except OSError as err:
+            if err.errno in _PEER_GONE:
+                self.stop(NODE_GONE)
+            else:                    # the node no longer waits for it: its call timed out
+                self.dropped += 1
 
 
 def _state(driver: BusDriver, link: LoopLink, cycle_errors: int, not_open: str = ''
@@ -235,11 +265,13 @@ def run_loop(driver: BusDriver, link: LoopLink, rate_hz: float, *, initial_fault
     """Open the bus (tried again every :data:`OPEN_EVERY_S` until it answers), cycle it at
     ``rate_hz`` serving the node's calls between cycles, and at the stop hold and close
     (module docstring). ``initial_fault``: latched once the bus is open (a loop started
-    again after one that died). Never raises: an exception out of a cycle is a fault that
-    holds the arm, counted in ``cycle_errors`` and logged once per kind."""
+    again after one that died). An exception out of a cycle is a fault that holds the arm,
+    counted in ``cycle_errors`` and logged once per kind; one out of the loop's own code (a
+    bug) ends it, after the hold and the close."""
     driver.log = lambda text: link.send('log', 'warning', _text(text))
-    said, cycle_errors = '', 0
-    while link.parent_alive():
+    said = ''
+    link.send('state', _state(driver, link, 0))            # started: the node hears it
+    while link.serve(driver, clock(), clock) and link.parent_alive():   # a stop first
         try:
             reading = driver.open()
             break
@@ -248,7 +280,7 @@ def run_loop(driver: BusDriver, link: LoopLink, rate_hz: float, *, initial_fault
             if why != said:
                 said = why
                 link.send('log', 'error', _text(f'{why}; trying again every second'))
-            link.send('state', _state(driver, link, cycle_errors, why))
+            link.send('state', _state(driver, link, 0, why))
             link.serve(driver, clock() + OPEN_EVERY_S, clock)
     else:
         link.send('closed', None, link.why_stopped)
@@ -256,10 +288,19 @@ def run_loop(driver: BusDriver, link: LoopLink, rate_hz: float, *, initial_fault
     if initial_fault:
         driver.fault = initial_fault
     link.send('log', 'info', f'bus open: servos {driver.ids} hold their pose in position mode')
-    link.send('state', _state(driver, link, cycle_errors))
+    link.send('state', _state(driver, link, 0))
     link.send('reading', reading)
     period = 1.0 / rate_hz
-    deadline, state_at, key = clock(), clock(), None
+    try:
+        _cycle(driver, link, period, clock)
+    finally:            # a stop, the node gone, or a bug out of the loop's own code
+        _hold_and_close(driver, link, period, clock)
+
+
+def _cycle(driver: BusDriver, link: LoopLink, period: float,
+           clock: Callable[[], float]) -> None:
+    """Cycle the open bus, serving the node's calls between cycles, until the stop."""
+    deadline, state_at, key, cycle_errors = clock(), clock(), None, 0
     failures: set[str] = set()
     while link.parent_alive():
         try:
@@ -282,7 +323,6 @@ def run_loop(driver: BusDriver, link: LoopLink, rate_hz: float, *, initial_fault
         if deadline < now:
             deadline = now                # late: start again from now, do not burst
         link.serve(driver, deadline, clock)
-    _hold_and_close(driver, link, period, clock)
 
 
 def _hold_and_close(driver: BusDriver, link: LoopLink, period: float,
@@ -299,13 +339,12 @@ def _hold_and_close(driver: BusDriver, link: LoopLink, period: float,
             except Exception as err:  # noqa: BLE001 - as in run_loop
                 driver.fail_safe(f'bus cycle failed: {err!r}')
             time.sleep(period)
-    if link.why_stopped == NODE_GONE:
-        link.say('the node is gone: holding every joint in position mode and closing the bus')
     try:
         driver.close()
         link.send('closed', True, '')
-        if link.why_stopped == NODE_GONE:
-            link.say('bus closed: every joint holds its pose in position mode')
+        if link.why_stopped == NODE_GONE:          # (after the close: stderr may block)
+            link.say('the node is gone: the bus closed, every joint holding its pose in '
+                     'position mode')
     except Exception as err:  # noqa: BLE001 - told; the Bus Watchdog stops the servos
         why = _text(str(err) if isinstance(err, BusError) else repr(err))
         link.send('closed', False, why)
@@ -358,9 +397,12 @@ class BusLoopProcess:
     def _spawn(self, initial_fault: str) -> socket.socket | None:
         """A new loop process; its record socket (None: it could not be started, said as
         an ``ended`` record)."""
+        made: list[socket.socket] = []
         try:
             calls, their_calls = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            made += [calls, their_calls]
             records, their_records = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            made += [records, their_records]
             fds = (their_calls.fileno(), their_records.fileno())
             process = subprocess.Popen(
                 [sys.executable, '-m', 'plag_ros.bus.host.loop_process', *map(str, fds)],
@@ -377,6 +419,8 @@ class BusLoopProcess:
             their_records.close()
         except Exception as err:  # noqa: BLE001 - said as the exit; the reading thread tries again
             self._not_started = repr(err)
+            for each in made:
+                each.close()
             return None
         with self._call_lock:
             if self._calls is not None:
@@ -416,7 +460,8 @@ class BusLoopProcess:
             # exit 0: it was asked to end (the stop call, SIGTERM) and did, holding
             restarting = not self._stopping.is_set() and code != 0
             self._hand_on('ended', (code, restarting, held))
-            if not restarting or self._stopping.wait(RESTART_AFTER_S):
+            if not restarting or self._stopping.wait(
+                    RESTART_AFTER_S if records is not None else OPEN_EVERY_S):
                 return
             self.restarts += 1
             records = self._spawn(f'the bus loop process ended (exit code {code}); started '
@@ -454,9 +499,10 @@ class BusLoopProcess:
             end = time.monotonic() + timeout
             try:
                 call_id = self._send(calls, name, args, end)
+                poller = select.poll()
+                poller.register(calls, select.POLLIN)
                 while True:
-                    ready, _, _ = select.select([calls], [], [],
-                                                max(end - time.monotonic(), 0.0))
+                    ready = poller.poll(max(end - time.monotonic(), 0.0) * 1e3)
                     if not ready:
                         return False, f'the bus loop did not answer {name} in {timeout:g} s'
                     size = calls.recv_into(self._answer_buffer)

@@ -66,6 +66,8 @@ from plag_ros.bus.host.loop_process import (
     STOP_WAIT_S,
     BusLoopProcess,
     DriverRecipe,
+    closed_text,
+    ended_text,
 )
 from plag_ros.core.common.options import build
 from plag_ros.core.control.settings import (
@@ -166,6 +168,7 @@ class DriverNode(Node):
         if self._started:
             return
         self._started = True
+        self._record_at = time.monotonic()
         self.bus.start()
         s = self.settings
         kt = ', '.join(f'{k:.3g}' for k in self.torque_constant)
@@ -184,31 +187,17 @@ class DriverNode(Node):
             self._publish(payload)
         elif kind == 'state':
             self._loop, self._loop_ended, self._loop_silent = payload, '', ''
-        elif kind == 'log':
-            level, text = payload       # (rclpy: one severity per call site)
-            if level == 'info':
+        elif kind in ('log', 'closed'):
+            level, text = payload if kind == 'log' else closed_text(*payload)
+            if level == 'info':         # (rclpy: one severity per call site)
                 log.info(text)
             elif level == 'warning':
                 log.warning(text)
             else:
                 log.error(text)
-        elif kind == 'closed':
-            held, why = payload
-            if held:
-                log.info('bus closed: every joint holds its pose in position mode')
-            elif held is None:
-                log.info(f'the bus loop ended before the bus opened ({why})')
-            else:
-                log.error(f'closing the bus: {why}; the Bus Watchdog stops the servos')
         elif kind == 'ended':
-            code, restarting, held = payload
             if not self.bus.stopping:
-                self._loop_ended = (
-                    f'the bus loop process ended (exit code {code}), '
-                    + ('after holding the arm' if held else
-                       'without a close: the servos are left to their Bus Watchdog')
-                    + ('; starting it again' if restarting else
-                       '; not started again (it was asked to end): restart plag_driver'))
+                self._loop_ended = ended_text(*payload)
                 log.error(self._loop_ended)
                 self._report(force=True)
             return
@@ -221,7 +210,8 @@ class DriverNode(Node):
         if not self._started or self.bus.stopping or self._loop_ended:
             return
         quiet = time.monotonic() - self._record_at
-        limit = LOOP_SILENT_S if self._loop.get('is_open') else 3.0 * OPEN_EVERY_S
+        # (before the bus is open: a start, Python's imports, and an open's bursts)
+        limit = LOOP_SILENT_S if self._loop.get('is_open') else 5.0 * OPEN_EVERY_S
         silent = (f'the bus loop (process {self.bus.pid}) has sent nothing for '
                   f'{quiet:.1f} s' if quiet > limit else '')
         if bool(silent) != bool(self._loop_silent):
@@ -394,7 +384,8 @@ class DriverNode(Node):
 
     def destroy_node(self) -> None:
         """:meth:`stop_bus` (where the shutdown step did not), then go."""
-        self.stop_bus()
+        if not getattr(self, 'bus', None) or not self.bus.stopping:
+            self.stop_bus()
         super().destroy_node()
 
 

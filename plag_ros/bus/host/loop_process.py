@@ -270,7 +270,8 @@ def run_loop(driver: BusDriver, link: LoopLink, rate_hz: float, *, initial_fault
     bug) ends it, after the hold and the close."""
     driver.log = lambda text: link.send('log', 'warning', _text(text))
     said = ''
-    link.send('state', _state(driver, link, 0))            # started: the node hears it
+    # started: the node hears it, and nobody takes a bus not yet open for a ready one
+    link.send('state', _state(driver, link, 0, 'opening it'))
     while link.serve(driver, clock(), clock) and link.parent_alive():   # a stop first
         try:
             reading = driver.open()
@@ -427,7 +428,8 @@ class BusLoopProcess:
                 self._calls.close()           # the ended loop's
             self.process, self._calls = process, calls
             if self._stopping.is_set():       # a stop that came while this one started
-                self._send(calls, 'stop', (), math.inf)
+                with contextlib.suppress(OSError):
+                    self._send(calls, 'stop', (), math.inf)
         return records
 
     def _read(self, records: socket.socket | None) -> None:

@@ -270,8 +270,6 @@ def run_loop(driver: BusDriver, link: LoopLink, rate_hz: float, *, initial_fault
     bug) ends it, after the hold and the close."""
     driver.log = lambda text: link.send('log', 'warning', _text(text))
     said = ''
-    # started: the node hears it, and nobody takes a bus not yet open for a ready one
-    link.send('state', _state(driver, link, 0, 'opening it'))
     while link.serve(driver, clock(), clock) and link.parent_alive():   # a stop first
         try:
             reading = driver.open()

@@ -197,7 +197,9 @@ def test_a_bug_out_of_the_loops_own_code_ends_it_holding_and_closed(tmp_path):
 def test_a_bus_that_does_not_open_is_the_fault_on_the_state_topic(context, tmp_path):
     """While the bus does not open (no such port), ``~/state`` says why as its fault, over
     DDS, every second: a controller holding the arm hands it back on it, and a researcher
-    sees it with ``ros2 topic echo`` (before, nothing was published until the bus opened)."""
+    sees it with ``ros2 topic echo`` (before, nothing was published until the bus opened).
+    No state comes before the loop's first: a log line of the loop that came first once
+    published the node's empty state, no fault, while the bus was not open."""
     node = DriverNode(context=context, parameter_overrides=[
         Parameter('port', value=str(tmp_path / 'no_bus_here')),
         Parameter('robot_description_source', value='file')])
@@ -209,6 +211,9 @@ def test_a_bus_that_does_not_open_is_the_fault_on_the_state_topic(context, tmp_p
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(listener)
     try:
+        # matched before the loop starts: the listener hears every state from the first
+        wait_until(lambda: executor.spin_once(timeout_sec=0.05) or
+                   node._pub_state.get_subscription_count() >= 1, 30.0, 'the match')
         node.start_bus()
         wait_until(lambda: executor.spin_once(timeout_sec=0.05) or len(states) >= 3, 30.0,
                    'three states')

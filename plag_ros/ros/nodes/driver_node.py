@@ -141,9 +141,8 @@ class DriverNode(Node):
         self._loop_silent = ''               # the loop's process alive, its records not
         self._record_at = time.monotonic()   # [s] the newest record's arrival
         self._report_lock = threading.Lock()  # (the reading thread's and the timer's)
-        self.rejected = 0
+        self.rejected = self.publish_errors = 0
         self._newest_source_ns = 0           # stamp of the effort command in force [ns]
-        self.publish_errors = 0
         self._pub = self.create_publisher(JointState, 'joint_states', _RELIABLE)
         self._pub_state = self.create_publisher(String, '~/state', LATCHED)
         self._pub_diag = quiet_publisher(self, DiagnosticArray, '/diagnostics', _RELIABLE)
@@ -236,7 +235,8 @@ class DriverNode(Node):
             self._report_now(force)
 
     def _report_now(self, force: bool) -> None:
-        loop = self._loop
+        if (loop := self._loop)['pid'] is None and not (self._loop_ended or self._loop_silent):
+            return            # nothing from the loop yet: no state to say (a log came first)
         if self._loop_ended:
             fault = self._loop_ended
         elif self._loop_silent:

@@ -229,7 +229,9 @@ def test_the_kinova_mapping_file_reads_back_as_documented():
         joints=tuple(f'joint_{k}' for k in range(1, 8)),
         position='Position{index}', position_unit='rad',
         velocity='Velocity{index}', velocity_unit='rad/s',
-        effort='TorqueCur{index}', effort_unit='N*m', current='Cur{index}', current_unit='A')
+        effort='TorqueCur{index}', effort_unit='N*m', current='Cur{index}', current_unit='A',
+        commanded_position='PositionCmptd{index}', commanded_velocity='VelocityCmptd{index}',
+        commanded_acceleration='AccCmptd{index}')
     header = KINOVA_MAPPING.read_text()
     assert '44f47d5640d89c7b97e584bb10163c4a2b3ced00' in header and 'MIT' in header
 
@@ -374,6 +376,12 @@ GOOD = {'time': 't', 'position': 'p{index}', 'effort': 'e{index}'}
     ({'current': 'c{index}', 'torque_constant': ['a']}, r'torque_constant: a list of finite'),
     ({'current': 'c{index}', 'joints': ['j1'], 'torque_constant': [1.0, 2.0]},
      r'torque_constant: 2 values for 1 joints'),
+    ({'commanded_position': 'cp{index}', 'commanded_velocity': 'cv{index}'},
+     r'commanded_position, commanded_velocity: the commanded trajectory needs all of '
+     r'commanded_position, commanded_velocity, commanded_acceleration'),
+    ({'commanded_position': 'cp{index}', 'commanded_velocity': 'cv{index}',
+      'commanded_acceleration': 'ca{index}', 'position_unit': 'deg', 'velocity_unit': 'rpm'},
+     r"velocity_unit: 'rpm' is not"),
 ])
 def test_a_bad_mapping_names_the_key_and_the_value(change, message):
     with pytest.raises(ValueError, match=message):

@@ -16,8 +16,9 @@ Every recording goes through the same steps, whatever its source:
    bags, unless given; for a table, the smallest position step the recording shows (the
    1st percentile of each joint's non-zero steps, the coarsest joint's).
 5. **Audit the effort channels** (:func:`~plag_ros.core.identification.channels.audit_effort`):
-   missing, all-zero, constant and model-computed channels are reported and become NaN,
-   which the fit leaves out.
+   missing, all-zero, constant and model-computed channels (a table's commanded trajectory,
+   where it maps one, is what a model's output is checked against) are reported and
+   become NaN, which the fit leaves out.
 6. **Delay**: the effort's delay behind the states is estimated
    (:func:`~plag_ros.core.identification.delay.estimate_delay`) and, when asked, removed.
 7. **Segment ends**: the rows that carry the zero-phase filter's start-up at the
@@ -113,14 +114,17 @@ def _table_resolution(q: np.ndarray) -> float:
 
 
 def _read_raw(model: RobotModel, path: Path, columns: ColumnMapping | None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...], bool]:
-    """(t_ns (N,), q (N, n), effort (N, n) [N*m], missing joints, is a table)."""
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...],
+                         tuple[np.ndarray, ...] | None]:
+    """(t_ns (N,), q (N, n), effort (N, n) [N*m], missing joints, the commanded (q, qd,
+    qdd) (N, n) each, NaN for joints without a column, or None: not a table, or none
+    mapped)."""
     if not is_table(path):
         js = read_joint_states(path, model)
         if js.effort is None:
             raise BagError(f'{path}: its joint states carry no effort: identification '
                            'needs the torque the driver reports')
-        return js.t_ns, js.q, js.effort * motors.driver_effort_to_torque(model), (), False
+        return js.t_ns, js.q, js.effort * motors.driver_effort_to_torque(model), (), None
     if columns is None:
         raise ValueError(f'{path}: a table needs --columns MAPPING.yaml (which column holds '
                          'what; docs/howto/tabular-recordings.md)')
@@ -140,8 +144,13 @@ def _read_raw(model: RobotModel, path: Path, columns: ColumnMapping | None
     # a row without a position of a joint the table has is no sample at all: left out
     # (the estimator spans it as it spans a late stamp)
     rows = np.isfinite(q).all(axis=1)
+    commanded = None
+    if table.commanded is not None:
+        # mimic joints follow their sources' commands; positions keep the mimic offset
+        commanded = tuple(model.fill_mimic(x[rows], derivative=k > 0)
+                          for k, x in enumerate(table.commanded))
     return (table.t_ns[rows], model.fill_mimic(q[rows]), effort[rows], table.missing_joints,
-            True)
+            commanded)
 
 
 def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | None = None,
@@ -163,7 +172,8 @@ def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | No
     Raises:
         BagError, TableError, ValueError: unreadable input, with the reason.
     """
-    t_ns, q_raw, effort, missing, table = _read_raw(model, path, columns)
+    t_ns, q_raw, effort, missing, commanded = _read_raw(model, path, columns)
+    table = is_table(path)
     step = np.diff(t_ns)
     rate = 1e9 / float(np.median(step)) if len(step) else 0.0
     cutoff = EstimatorConfig().cutoff_hz if cutoff_hz is None else cutoff_hz
@@ -178,7 +188,11 @@ def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | No
     resolution = position_resolution or (_table_resolution(q_raw) if table
                                          else DEFAULT_POSITION_RESOLUTION)
     band = rest_band(model, estimator, position_resolution=resolution)
-    findings = audit_effort(model, q, qd, qdd, raw, declared)
+    if commanded is not None:
+        # a joint without a commanded column (one the table lacks) takes its estimate
+        commanded = tuple(np.where(np.isfinite(c[index]), c[index], e)
+                          for c, e in zip(commanded, (q, qd, qdd)))
+    findings = audit_effort(model, q, qd, qdd, raw, declared, commanded=commanded)
     left_out = [model.actuated_names.index(f.joint) for f in findings if f.left_out]
     raw[:, left_out] = np.nan
     torque = lowpass_offline(t_ns[index], raw, estimator)

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 
 from plag_ros.core.dynamics.model import RobotModel
 
-__all__ = ['ColumnMapping', 'TableRecording', 'TableError', 'read_table', 'TIME_UNITS',
-           'TABLE_SUFFIXES']
+__all__ = ['COMMANDED', 'ColumnMapping', 'TableRecording', 'TableError', 'read_table',
+           'TIME_UNITS', 'TABLE_SUFFIXES']
 
 TIME_UNITS: dict[str, int | None] = {'s': 1_000_000_000, 'ms': 1_000_000, 'us': 1_000,
                                      'ns': 1, 'sample': None}
@@ -51,7 +51,14 @@ _QUANTITIES: dict[str, tuple[str, dict[str, float]]] = {
     'velocity': ('velocity_unit', _VELOCITY_UNITS),
     'effort': ('effort_unit', _EFFORT_UNITS),
     'current': ('current_unit', _CURRENT_UNITS),
+    # the commanded trajectory, in the measured states' units (acceleration: the position
+    # unit per s^2)
+    'commanded_position': ('position_unit', _POSITION_UNITS),
+    'commanded_velocity': ('velocity_unit', _VELOCITY_UNITS),
+    'commanded_acceleration': ('position_unit', _POSITION_UNITS),
 }
+COMMANDED = ('commanded_position', 'commanded_velocity', 'commanded_acceleration')
+"""The mapping's fields of the commanded trajectory: all three or none."""
 
 EffortSource = Literal['effort', 'current', 'current*torque_constant']
 
@@ -91,6 +98,11 @@ class ColumnMapping:
         current_unit: ``A`` or ``mA``.
         torque_constant: one factor per entry of ``joints`` [N*m/A], turning the current
             into torque when no effort column is mapped, or None.
+        commanded_position, commanded_velocity, commanded_acceleration: templates or lists
+            of the commanded trajectory's columns (the reference the arm was asked to
+            follow), in ``position_unit``, ``velocity_unit`` and that position unit per
+            s^2; all three or none. The effort audit checks whether an effort channel is an
+            exact function of them (:mod:`plag_ros.core.identification.channels`).
 
     At least one of ``effort`` and ``current`` must be mapped. Construction checks every
     field and raises ValueError naming the field and its value.
@@ -109,6 +121,9 @@ class ColumnMapping:
     current: str | tuple[str, ...] | None = None
     current_unit: str = 'A'
     torque_constant: tuple[float, ...] | None = None
+    commanded_position: str | tuple[str, ...] | None = None
+    commanded_velocity: str | tuple[str, ...] | None = None
+    commanded_acceleration: str | tuple[str, ...] | None = None
     header: bool = True
 
     def __post_init__(self) -> None:
@@ -155,6 +170,12 @@ class ColumnMapping:
                 raise ValueError(f'{unit_field}: {unit!r} is not one of {list(units)}')
         if self.effort is None and self.current is None:
             raise ValueError('map effort or current (or both): the recording needs a torque')
+        given = [name for name in COMMANDED if getattr(self, name) is not None]
+        if given and len(given) != len(COMMANDED):
+            # a model's torque uses the commanded velocity and acceleration as they were
+            # commanded: estimated from the positions, none would be reproduced exactly
+            raise ValueError(f'{", ".join(given)}: the commanded trajectory needs all of '
+                             f'{", ".join(COMMANDED)}')
         if self.torque_constant is not None:
             k = self.torque_constant
             if isinstance(k, (str, bytes)) or not isinstance(k, Sequence) or not all(
@@ -305,6 +326,8 @@ class TableRecording:
         joint_names: the model's joint names, the order of the n columns.
         rate_hz: the median sample rate of the stamps [Hz] (NaN for a single row).
         path: the file read.
+        commanded: (q, qd, qdd) of the commanded trajectory, each (N, n) [rad, rad/s,
+            rad/s^2] (NaN for joints without a column), or None when not mapped.
     """
 
     t_ns: np.ndarray
@@ -318,6 +341,7 @@ class TableRecording:
     joint_names: tuple[str, ...]
     rate_hz: float
     path: Path
+    commanded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def read_table(path: str | Path, mapping: ColumnMapping, model: RobotModel) -> TableRecording:
@@ -361,7 +385,8 @@ def _read(path: Path, mapping: ColumnMapping, model: RobotModel) -> TableRecordi
     def per_joint(field: str) -> np.ndarray | None:
         if field not in names:
             return None
-        scale = _QUANTITIES[field][1][getattr(mapping, field + '_unit')]
+        unit_field, units = _QUANTITIES[field]
+        scale = units[getattr(mapping, unit_field)]
         out = np.full((n_rows, model.n_joints), np.nan)
         for k, column in zip(index, names[field]):
             out[:, k] = _numbers(path, table.column(column), column) * scale
@@ -383,11 +408,14 @@ def _read(path: Path, mapping: ColumnMapping, model: RobotModel) -> TableRecordi
         else:
             source = 'current'
     rate = 1e9 / float(np.median(np.diff(t_ns))) if n_rows > 1 else math.nan
+    q_c, qd_c, qdd_c = (per_joint(field) for field in COMMANDED)
+    commanded = None if q_c is None or qd_c is None or qdd_c is None else (q_c, qd_c, qdd_c)
     return TableRecording(
         t_ns=t_ns, q=q, qd_measured=per_joint('velocity'), effort=effort, current=current,
         effort_source=source, columns=names,
         missing_joints=tuple(j for j in model.joint_names if j not in joints),
-        joint_names=tuple(model.joint_names), rate_hz=rate, path=path)
+        joint_names=tuple(model.joint_names), rate_hz=rate, path=path,
+        commanded=commanded)
 
 
 def _load(path: Path, wanted: list[str], *, header: bool = True) -> pa.Table:

@@ -6,7 +6,19 @@ placeholder), and channels that a logging tool computed from a model. The last k
 the worst: it looks like a clean measurement, and an identification fitted to it only
 recovers the model that made it.
 
-A model's output is told from a measurement by two signs, both required:
+A model's output is an exact function of the states it was computed from; a sensor's
+reading is not (it lags, it has noise of its own, it carries the friction and the
+deformations no model has). Where the recording holds the commanded trajectory (a table
+mapping ``commanded_position``, ``commanded_velocity`` and ``commanded_acceleration``),
+that is asked directly: one rigid-body parameter set with each joint's friction and
+armature reproducing every channel at once from the commanded trajectory to within
+:data:`EXACT_RATIO` of their RMS is a model's output of it. On the Kinova Gen3
+recordings of ``../shared/data/real_arms`` the channels the source's tools computed are
+reproduced so to 0.0003-0.0005 % (their printed six digits) in three of the four
+recordings that have them, the motor-current torque to no better than 12 %; a sensor's
+noise alone (0.5 % of the RMS) keeps it far from exact.
+
+Otherwise (no commanded trajectory, or not reproduced from it), two signs, both required:
 
 * one rigid-body parameter set explains every joint of the recording at once (ordinary
   least squares on the regressor with each joint's viscous and Coulomb friction, all
@@ -17,14 +29,16 @@ A model's output is told from a measurement by two signs, both required:
   smooth motion adds almost nothing to it at these rates), is below
   :data:`NOISE_FLOOR_RATIO` of their RMS: a sensor's reading always has one.
 
-On the Kinova Gen3 recordings of ``../shared/data/real_arms`` (states estimated at 5 Hz)
-the motor-current torque leaves 12-36 % of its RMS unexplained, with a noise floor of
-4.7-16 %; the channels the recording's own tools computed leave 0.9-3.1 %, with a floor
-below 0.5 %. A simulated torque sensor (the CRANE-X7's rigid-body torque plus 0.02 N*m of
-white noise) is explained to 2.3 % but has a 2.7 % floor: a measurement.
+On the Kinova Gen3 recordings (states estimated at 5 Hz) the motor-current torque leaves
+12-36 % of its RMS unexplained, with a noise floor of 4.7-16 %; the channels the
+recording's own tools computed leave 0.9-3.1 %, with a floor below 0.5 % (the fourth
+recording's, which its commanded trajectory reproduces only to 1.6 %, are flagged so). A
+simulated torque sensor (the CRANE-X7's rigid-body torque plus 0.02 N*m of white noise)
+is explained to 2.3 % but has a 2.7 % floor: a measurement.
 ``bench/bench_identify_real.py --channels`` prints these figures.
 
-The two signs can be wrong both ways: a good torque sensor on an arm whose URDF is good
+The two signs can be wrong both ways (the commanded trajectory's exactness is what to
+map where a recording has it): a good torque sensor on an arm whose URDF is good
 is explained well and is quiet too. The user who knows the arm decides: ``declared``
 (``plag-ros identify --effort-is``) names channels that are measurements, which the audit
 then keeps with its evidence reported, or model outputs, which it leaves out. Missing,
@@ -40,12 +54,18 @@ import numpy as np
 from plag_ros.core.dynamics.model import RobotModel
 from plag_ros.core.identification.fit import parameter_rows
 
-__all__ = ['EFFORT_KINDS', 'MODEL_OUTPUT_RATIO', 'NOISE_FLOOR_RATIO', 'ChannelFinding',
-           'audit_effort', 'explained_fraction', 'noise_floor', 'parse_declared']
+__all__ = ['EFFORT_KINDS', 'EXACT_RATIO', 'MODEL_OUTPUT_RATIO', 'NOISE_FLOOR_RATIO',
+           'ChannelFinding', 'audit_effort', 'explained_fraction', 'noise_floor',
+           'parse_declared']
 
 MODEL_OUTPUT_RATIO = 0.08
 """Effort channels whose least-squares rigid-body residual is below this fraction of their
 RMS, and whose noise floor is below :data:`NOISE_FLOOR_RATIO`, are a model's output."""
+
+EXACT_RATIO = 1e-3
+"""Effort channels that one rigid-body parameter set reproduces from the commanded
+trajectory to below this fraction of their RMS are a model's output of it: 300x the
+Kinova model channels' rounding (3e-6), 5x below a 0.5 % sensor noise floor."""
 
 NOISE_FLOOR_RATIO = 0.01
 """The noise floor below which channels count as noiseless (module docstring)."""
@@ -120,7 +140,8 @@ def parse_declared(values: Sequence[str], joints: Sequence[str]) -> dict[str, st
 
 
 def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
-                 effort: np.ndarray, declared: dict[str, str] | None = None
+                 effort: np.ndarray, declared: dict[str, str] | None = None, *,
+                 commanded: Sequence[np.ndarray] | None = None
                  ) -> list[ChannelFinding]:
     """The actuated effort channels of one recording that must not be fitted, and those
     kept against the audit's signs because the user declared them measured.
@@ -131,6 +152,9 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
             noise that tells a measurement from a model) [N*m].
         declared: {actuated joint: ``'measured'`` or ``'model'``} (:func:`parse_declared`);
             a joint not named is judged by the signs.
+        commanded: (q, qd, qdd) of the commanded trajectory at the same samples, each
+            (N, n) [rad, rad/s, rad/s^2], or None (module docstring); rows with a
+            non-finite value are not used.
 
     Returns:
         one finding per channel left out or kept as declared (an empty list: every
@@ -155,7 +179,18 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
         else:
             alive.append(j)
     rows = np.isfinite(effort[:, alive]).all(axis=1)
-    if len(alive) >= 2 and rows.sum() >= 100:
+    evidence = None
+    if commanded is not None and len(alive) >= 1:
+        exact_rows = rows & np.all([np.isfinite(x).all(axis=1) for x in commanded], axis=0)
+        if exact_rows.sum() >= 100:
+            qc, qdc, qddc = (x[exact_rows] for x in commanded)
+            exact = explained_fraction(model, qc, qdc, qddc, effort[exact_rows],
+                                       np.array(alive))
+            if exact < EXACT_RATIO:
+                evidence = (f'one rigid-body parameter set reproduces these {len(alive)} '
+                            f'channels from the commanded trajectory to {exact:.1e} of their '
+                            f'RMS (below {EXACT_RATIO:g}): a model computed them from it')
+    if evidence is None and len(alive) >= 2 and rows.sum() >= 100:
         ratio = explained_fraction(model, q[rows], qd[rows], qdd[rows], effort[rows],
                                    np.array(alive))
         floor = noise_floor(effort[rows][:, alive])
@@ -163,14 +198,16 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
             evidence = (f'one rigid-body parameter set explains these {len(alive)} channels '
                         f'to {ratio:.1%} of their RMS (below {MODEL_OUTPUT_RATIO:.0%}) and '
                         f'their noise floor is {floor:.2%} of it (below '
-                        f'{NOISE_FLOOR_RATIO:.0%})')
-            for j in alive:
-                if declared.get(names[j]) == 'measured':
-                    findings.append(ChannelFinding(
-                        names[j], 'declared_measured', f'kept as declared (--effort-is), '
-                        f'though {evidence}: a model output would look so', left_out=False))
-                else:
-                    findings.append(ChannelFinding(
-                        names[j], 'model_output', f'{evidence}: a model computed them; '
-                        f'--effort-is {names[j]}=measured keeps it'))
+                        f'{NOISE_FLOOR_RATIO:.0%}): a model computed them')
+    if evidence is not None:
+        for j in alive:
+            if declared.get(names[j]) == 'measured':
+                findings.append(ChannelFinding(
+                    names[j], 'declared_measured', f'kept as declared (--effort-is), '
+                    f'though {evidence.rpartition(":")[0]}: a model output would look so',
+                    left_out=False))
+            else:
+                findings.append(ChannelFinding(
+                    names[j], 'model_output', f'{evidence}; --effort-is '
+                    f'{names[j]}=measured keeps it'))
     return findings

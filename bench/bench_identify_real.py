@@ -19,9 +19,11 @@ and offsets as ``plag-ros identify --prior-scale auto --offset auto`` does, by
 leave-one-recording-out on its own four (nested: the held-out recording plays no part).
 
 ``--spectrum`` prints where each recording's motion and torque have their power (the
-reason for the 5 Hz cut-off); ``--channels`` the two signs that tell a model's output from
-a measurement (:mod:`plag_ros.core.identification.channels`) for the measured and the
-model-computed torque columns of every recording, and for a simulated torque sensor.
+reason for the 5 Hz cut-off); ``--channels`` the signs that tell a model's output from a
+measurement (:mod:`plag_ros.core.identification.channels`: the fit to the measured
+states, the noise floor, and the fraction the commanded trajectory leaves unexplained)
+for the measured and the model-computed torque columns of every recording, and the first
+two for a simulated torque sensor.
 
 The recordings are found under ``$PLAG_SHARED_DATA/real_arms/kinova_gen3`` or
 ``../shared/data/real_arms/kinova_gen3`` beside the repository.
@@ -124,9 +126,12 @@ def channels(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
             q, qd, qdd = estimate_offline(table.t_ns, table.q, EstimatorConfig(
                 rate_hz=table.rate_hz, cutoff_hz=CUTOFF_HZ))
             joints = np.arange(effort.shape[1])
+            assert table.commanded is not None          # the mapping maps the reference
+            exact = explained_fraction(model, *table.commanded, effort, joints)
             print(f'{name:28s} {column:18s} unexplained '
                   f'{explained_fraction(model, q, qd, qdd, effort, joints):6.1%}, noise '
-                  f'floor {noise_floor(effort):7.3%}')
+                  f'floor {noise_floor(effort):7.3%}; from the commanded trajectory '
+                  f'{exact:.1e}')
     crane = RobotModel.from_urdf(default_urdf_path())
     t = np.arange(0.0, 10.0, 0.005)
     q = np.zeros((len(t), crane.n_joints))

@@ -26,14 +26,7 @@ from plag_ros.apps.identify_input import read_estimated
 from plag_ros.core.dynamics.engine import PartialLagrangian
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.dynamics.regressor import inertial_parameters
-from plag_ros.core.identification.channels import (
-    MODEL_OUTPUT_RATIO,
-    NOISE_FLOOR_RATIO,
-    audit_effort,
-    explained_fraction,
-    noise_floor,
-    parse_declared,
-)
+from plag_ros.core.identification.channels import audit_effort, parse_declared
 from plag_ros.core.identification.drive import EFFORT_SCALE_PRIOR, identify_effort_scale
 from plag_ros.core.identification.fit import (
     identify,
@@ -488,38 +481,53 @@ def test_the_audit_keeps_a_real_sensor_and_flags_a_model_of_the_commanded_trajec
     viscous and Coulomb friction, follows a commanded trajectory 10 ms behind it (encoder-
     quantised positions at 1 kHz). Its torque sensor reads the arm's torque 1 ms late with
     white noise of 0.5 % of each channel's RMS: kept. The same arm's inverse dynamics of
-    the commanded trajectory, written as the effort: flagged, because one rigid-body
-    parameter set reproduces it from the commanded columns exactly (to 1e-16 of its RMS).
-    The two older signs alone (fit to the measured states, noise floor) keep it: it is
-    explained to 7.8 %, but its Coulomb steps give it a floor of 1.1 %."""
+    the commanded trajectory, written as the effort with 2000 empty commanded cells (left
+    out, not filled with the estimate, which differs from the commands by the lag): flagged,
+    because one rigid-body parameter set reproduces it from the commanded columns exactly.
+    Without the commanded columns the audit keeps it (7.8 % unexplained, and its Coulomb
+    steps give it a floor of 1.1 %).
+
+    What is not solved: a quiet sensor (no Coulomb friction) on the same arm is flagged by
+    the older signs whether or not the commands are mapped. The commands reproduce it only
+    to 9e-3 of its RMS (9x the threshold), and the message says so: the user can declare it
+    measured; a model of the measured states would not be reproduced from the commands
+    either, so that figure alone does not clear it."""
     rng = np.random.default_rng(11)
     arm = dataclasses.replace(nominal, body_mass=nominal.body_mass
                               * (1.0 + 0.05 * rng.uniform(-1.0, 1.0, nominal.n_bodies)))
     act = nominal.actuated
-    friction = {'viscous': np.full(int(act.sum()), 0.08),
-                'coulomb': 2.0 * nominal.friction[act]}
+    viscous = np.full(int(act.sum()), 0.08)
+    friction = {'viscous': viscous, 'coulomb': 2.0 * nominal.friction[act]}
     t = np.arange(0.0, 20.0, 1e-3)
     commanded = _four_sines(nominal, t, 0.2, 0.1)
     measured = _four_sines(nominal, t - 0.010, 0.2, 0.1)
-    truth = predict(arm, *measured, **friction)
-    sensor = np.vstack([truth[:1], truth[:-1]])                   # 1 ms late
-    sensor += rng.normal(0.0, 1.0, truth.shape) * 0.005 * np.sqrt(np.mean(truth ** 2, axis=0))
-    model_output = predict(arm, *commanded, **friction)
+    noise = rng.normal(0.0, 1.0, (len(t), int(act.sum())))
+
+    def sensor_of(truth: np.ndarray) -> np.ndarray:
+        late = np.vstack([truth[:1], truth[:-1]])                   # 1 ms late
+        return late + noise * 0.005 * np.sqrt(np.mean(truth ** 2, axis=0))
+
+    efforts = {'sensor': sensor_of(predict(arm, *measured, **friction)),
+               'quiet': sensor_of(predict(arm, *measured, viscous=viscous,
+                                          coulomb=np.zeros_like(viscous))),
+               'model': predict(arm, *commanded, **friction)}
     step = 2 * math.pi / 4096
     mapping = ColumnMapping(time='t', position='p{index}', effort='e{index}',
                             commanded_position='cp{index}', commanded_velocity='cv{index}',
                             commanded_acceleration='ca{index}')
     read = {}
-    for name, effort in (('sensor', sensor), ('model', model_output)):
+    for name, effort in efforts.items():
         columns = {'t': t}
         for i, joint in enumerate(nominal.actuated_names):
             k = nominal.joint_names.index(joint)
             columns[f'p{i + 1}'] = np.round(measured[0][:, k] / step) * step
             columns[f'e{i + 1}'] = effort[:, i]
             for prefix, x in zip(('cp', 'cv', 'ca'), commanded):
-                columns[f'{prefix}{i + 1}'] = x[:, k]
+                columns[f'{prefix}{i + 1}'] = x[:, k].copy()
+        columns['cv2'][5000:7000] = np.nan            # empty cells: those rows left out
         _write_csv(tmp_path / f'{name}.csv', columns)
         read[name] = read_estimated(nominal, tmp_path / f'{name}.csv', columns=mapping)
+        assert len(read[name].q) == len(t)
 
     assert read['sensor'].channels == []
     moving = [nominal.actuated_names[i] for i in range(4)]
@@ -528,12 +536,12 @@ def test_the_audit_keeps_a_real_sensor_and_flags_a_model_of_the_commanded_trajec
                in flagged[j].detail for j in moving)
     assert {f.kind for f in flagged.values()} <= {'model_output', 'zero', 'constant'}
     r = read['model']
-    joints = np.arange(len(moving))
-    unexplained = explained_fraction(nominal, r.q, r.qd, r.qdd, model_output, joints)
-    floor = noise_floor(model_output[:, joints])
-    print(f'\nmodel output against the measured states: {unexplained:.1%} unexplained, '
-          f'noise floor {floor:.2%}; {flagged[moving[0]].detail}')
-    assert not (unexplained < MODEL_OUTPUT_RATIO and floor < NOISE_FLOOR_RATIO)
+    without_commands = audit_effort(nominal, r.q, r.qd, r.qdd, efforts['model'])
+    assert 'model_output' not in {f.kind for f in without_commands}
+    quiet = read['quiet'].channels
+    print(f'\n{flagged[moving[0]].detail}\nquiet sensor: {quiet[0].detail}')
+    assert quiet and all(f.kind == 'model_output' for f in quiet)
+    assert 'the commanded trajectory reproduces them only to' in quiet[0].detail
 
 
 def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_joint(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -515,33 +516,46 @@ def test_the_audit_keeps_a_real_sensor_and_flags_a_model_of_the_commanded_trajec
     mapping = ColumnMapping(time='t', position='p{index}', effort='e{index}',
                             commanded_position='cp{index}', commanded_velocity='cv{index}',
                             commanded_acceleration='ca{index}')
+    arm_joints = tuple(j for j in nominal.actuated_names if 'gripper' not in j)
+    tables = {name: (effort, nominal.actuated_names, mapping)
+              for name, effort in efforts.items()}
+    # a table of the arm alone: no gripper column, so its mimic finger has no command either
+    tables['arm only'] = (efforts['model'], arm_joints,
+                          dataclasses.replace(mapping, joints=arm_joints))
     read = {}
-    for name, effort in efforts.items():
+    for name, (effort, joints, columns_of) in tables.items():
         columns = {'t': t}
-        for i, joint in enumerate(nominal.actuated_names):
+        for i, joint in enumerate(joints):
             k = nominal.joint_names.index(joint)
             columns[f'p{i + 1}'] = np.round(measured[0][:, k] / step) * step
-            columns[f'e{i + 1}'] = effort[:, i]
+            columns[f'e{i + 1}'] = effort[:, nominal.actuated_names.index(joint)]
             for prefix, x in zip(('cp', 'cv', 'ca'), commanded):
                 columns[f'{prefix}{i + 1}'] = x[:, k].copy()
         columns['cv2'][5000:7000] = np.nan            # empty cells: those rows left out
         _write_csv(tmp_path / f'{name}.csv', columns)
-        read[name] = read_estimated(nominal, tmp_path / f'{name}.csv', columns=mapping)
+        read[name] = read_estimated(nominal, tmp_path / f'{name}.csv', columns=columns_of)
         assert len(read[name].q) == len(t)
 
     assert read['sensor'].channels == []
     moving = [nominal.actuated_names[i] for i in range(4)]
-    flagged = {f.joint: f for f in read['model'].channels}
-    assert all(flagged[j].kind == 'model_output' and 'from the commanded trajectory'
-               in flagged[j].detail for j in moving)
-    assert {f.kind for f in flagged.values()} <= {'model_output', 'zero', 'constant'}
+    for name in ('model', 'arm only'):
+        flagged = {f.joint: f for f in read[name].channels}
+        assert all(flagged[j].kind == 'model_output' for j in moving), name
+        assert {f.kind for f in flagged.values()} <= {'model_output', 'zero', 'constant',
+                                                      'missing'}
+        exact = re.search(r'from the commanded trajectory to (\S+) of their RMS',
+                          flagged[moving[0]].detail)
+        assert exact and float(exact.group(1)) < 1e-9, flagged[moving[0]].detail
     r = read['model']
     without_commands = audit_effort(nominal, r.q, r.qd, r.qdd, efforts['model'])
     assert 'model_output' not in {f.kind for f in without_commands}
     quiet = read['quiet'].channels
-    print(f'\n{flagged[moving[0]].detail}\nquiet sensor: {quiet[0].detail}')
+    quiet_alone = audit_effort(nominal, r.q, r.qd, r.qdd, efforts['quiet'])
+    print(f'\n{flagged[moving[0]].detail}\nquiet sensor: {quiet[0].detail}'
+          f'\nmodel output, no commands: {without_commands}')
     assert quiet and all(f.kind == 'model_output' for f in quiet)
     assert 'the commanded trajectory reproduces them only to' in quiet[0].detail
+    assert quiet_alone and all(f.kind == 'model_output' for f in quiet_alone)
 
 
 def test_identify_chooses_the_offsets_by_cross_validation_and_names_a_one_way_joint(

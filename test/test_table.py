@@ -314,8 +314,8 @@ def test_unknown_suffix_and_missing_file(tmp_path, model):
 
 def test_the_commanded_trajectory_reads_in_the_measured_states_units(tmp_path, model):
     """The commanded columns take the position unit, the velocity unit and the position
-    unit per s^2; the mimic joint has none (NaN, as its measured position), and an empty
-    cell stays NaN."""
+    unit per s^2 (here deg, rad/s and deg/s^2); the mimic joint has none (NaN, as its
+    measured position), and an empty cell stays NaN."""
     n = 30
     t = 0.01 * np.arange(n)
     q, qc, vc, ac = (_values(n, 3, seed) for seed in (6, 7, 8, 9))
@@ -326,7 +326,7 @@ def test_the_commanded_trajectory_reads_in_the_measured_states_units(tmp_path, m
     path.write_text(','.join(header) + '\n' + '\n'.join(
         ','.join('' if np.isnan(v) else repr(float(v)) for v in row) for row in body) + '\n')
     mapping = ColumnMapping(time='t', position='p{index}', effort='e{index}',
-                            position_unit='deg', velocity_unit='deg/s',
+                            position_unit='deg', velocity_unit='rad/s',
                             commanded_position='cp{index}', commanded_velocity='cv{index}',
                             commanded_acceleration='ca{index}')
 
@@ -334,8 +334,8 @@ def test_the_commanded_trajectory_reads_in_the_measured_states_units(tmp_path, m
 
     assert rec.commanded is not None
     degree = np.pi / 180.0
-    for got, want in zip(rec.commanded, (qc, vc, ac)):
-        np.testing.assert_allclose(got[:, :3], want * degree, rtol=1e-15, atol=0.0)
+    for got, want in zip(rec.commanded, (qc * degree, vc, ac * degree)):
+        np.testing.assert_allclose(got[:, :3], want, rtol=1e-15, atol=0.0)
         assert np.isnan(got[:, 3]).all()
     assert np.isnan(rec.commanded[2][4, 1]) and np.isfinite(rec.commanded[1][4, 1])
     assert read_table(path, dataclasses.replace(
@@ -408,6 +408,9 @@ GOOD = {'time': 't', 'position': 'p{index}', 'effort': 'e{index}'}
     ({'current': 'c{index}', 'torque_constant': ['a']}, r'torque_constant: a list of finite'),
     ({'current': 'c{index}', 'joints': ['j1'], 'torque_constant': [1.0, 2.0]},
      r'torque_constant: 2 values for 1 joints'),
+    ({'commanded_position': 'cp{index}', 'commanded_velocity': 'cv{index}',
+      'commanded_acceleration': 'ca{index}', 'velocity_unit': 'rpm'},
+     r"velocity_unit: 'rpm' is not"),
     ({'commanded_position': 'cp{index}', 'commanded_velocity': 'cv{index}'},
      r'commanded_position, commanded_velocity: the commanded trajectory needs all of '
      r'commanded_position, commanded_velocity, commanded_acceleration'),

@@ -189,9 +189,12 @@ def read_estimated(model: RobotModel, path: Path, *, columns: ColumnMapping | No
                                          else DEFAULT_POSITION_RESOLUTION)
     band = rest_band(model, estimator, position_resolution=resolution)
     if commanded is not None:
-        # a joint the table lacks (no column, not a mimic joint) takes its estimate; an
-        # empty cell of a joint it has stays NaN, and the audit leaves that row out
-        lacking = np.isin(model.joint_names, missing) & (model.mimic_source < 0)
+        # a joint the table lacks takes its estimate, and so does a mimic joint whose
+        # source it lacks; an empty cell of a joint it has stays NaN, and the audit leaves
+        # that row out
+        source = np.where(model.mimic_source >= 0, model.mimic_source,
+                          np.arange(model.n_joints))
+        lacking = np.isin(model.joint_names, missing)[source]
         commanded = tuple(np.where(lacking, e, c[index]) for c, e in zip(commanded, (q, qd, qdd)))
     findings = audit_effort(model, q, qd, qdd, raw, declared, commanded=commanded)
     left_out = [model.actuated_names.index(f.joint) for f in findings if f.left_out]

@@ -193,11 +193,12 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
                            f'channels from the commanded trajectory to {exact:.1e} of their '
                            f'RMS (below {EXACT_RATIO:g})')
                 verdict = 'a model computed them from it'
-            commands = (f'; the commanded trajectory reproduces them only to {exact:.1e} of '
-                        'their RMS')
+            else:
+                commands = (f'; the commanded trajectory reproduces them only to '
+                            f'{exact:.1e} of their RMS')
         else:
             commands = (f'; the commanded trajectory was not checked: {int(exact_rows.sum())} '
-                        'rows have every commanded value (100 needed)')
+                        'rows have every commanded and effort value (100 needed)')
     if figures is None and len(alive) >= 2 and rows.sum() >= 100:
         ratio = explained_fraction(model, q[rows], qd[rows], qdd[rows], effort[rows],
                                    np.array(alive))
@@ -206,16 +207,17 @@ def audit_effort(model: RobotModel, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
             figures = (f'one rigid-body parameter set explains these {len(alive)} channels '
                        f'to {ratio:.1%} of their RMS (below {MODEL_OUTPUT_RATIO:.0%}) and '
                        f'their noise floor is {floor:.2%} of it (below '
-                       f'{NOISE_FLOOR_RATIO:.0%}){commands}')
+                       f'{NOISE_FLOOR_RATIO:.0%})')
             verdict = 'a model computed them'
     if figures is not None:
         for j in alive:
             if declared.get(names[j]) == 'measured':
                 findings.append(ChannelFinding(
                     names[j], 'declared_measured', f'kept as declared (--effort-is), '
-                    f'though {figures}: a model output would look so', left_out=False))
+                    f'though {figures}: a model output would look so{commands}',
+                    left_out=False))
             else:
                 findings.append(ChannelFinding(
-                    names[j], 'model_output', f'{figures}: {verdict}; --effort-is '
-                    f'{names[j]}=measured keeps it'))
+                    names[j], 'model_output', f'{figures}: {verdict}{commands}; '
+                    f'--effort-is {names[j]}=measured keeps it'))
     return findings

@@ -32,14 +32,18 @@ from ros_domains import Domain, domain, physical
 from plag_ros.apps.bringup import NodeProcess, NodeSpec
 from plag_ros.ros.rclpy_compat import confine_to_localhost
 
-__all__ = ['LATCHED', 'RELIABLE', 'REPO', 'Domain', 'NodeProcess', 'RosClient', 'domain',
-           'physical', 'publish_at_rate', 'ros_context', 'ros_env', 'start_node',
-           'wait_until']
+__all__ = ['LATCHED', 'LATCHED_ALL', 'RELIABLE', 'REPO', 'Domain', 'NodeProcess',
+           'RosClient', 'domain', 'physical', 'publish_at_rate', 'ros_context', 'ros_env',
+           'start_node', 'wait_until']
 
 REPO = Path(__file__).resolve().parents[1]
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# LATCHED, keeping every sample until taken: a collector on a loaded machine, with a
+# depth of 1, sees a newer sample replace one it had not yet taken
+LATCHED_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str = '',

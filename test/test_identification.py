@@ -344,6 +344,13 @@ def _four_sines(model: RobotModel, t: np.ndarray, first_hz: float, step_hz: floa
     return q, qd, qdd
 
 
+def _write_csv(path, columns: dict) -> None:
+    """A headed CSV of equal-length columns, each value as Python writes a float."""
+    path.write_text(','.join(columns) + '\n' + '\n'.join(
+        ','.join(repr(float(v[r])) for v in columns.values())
+        for r in range(len(next(iter(columns.values()))))) + '\n')
+
+
 def test_a_recording_cut_mid_motion_leaves_the_filters_start_up_out(nominal, tmp_path):
     """Issue 53, segment edges: a file that starts and ends mid-motion, with a 20-period
     stamp gap in the middle (the estimator restarts there), encoder-quantised positions and
@@ -362,8 +369,7 @@ def test_a_recording_cut_mid_motion_leaves_the_filters_start_up_out(nominal, tmp
         columns[f'p{i + 1}'] = np.round(q[:, nominal.joint_names.index(name)] / step) * step
         columns[f'e{i + 1}'] = tau[:, i]
     path = tmp_path / 'cut.csv'
-    path.write_text(','.join(columns) + '\n' + '\n'.join(
-        ','.join(repr(float(v[r])) for v in columns.values()) for r in range(len(t))) + '\n')
+    _write_csv(path, columns)
 
     r = read_estimated(nominal, path, columns=ColumnMapping(time='t', position='p{index}',
                                                             effort='e{index}'))
@@ -468,12 +474,6 @@ def test_a_clean_sensor_the_audit_takes_for_a_model_is_kept_when_declared_measur
         parse_declared(['sensor'], joints)
     with pytest.raises(ValueError, match="no actuated joint 'elbow'"):
         parse_declared(['elbow=measured'], joints)
-
-
-def _write_csv(path, columns: dict) -> None:
-    path.write_text(','.join(columns) + '\n' + '\n'.join(
-        ','.join(repr(float(v[r])) for v in columns.values())
-        for r in range(len(next(iter(columns.values()))))) + '\n')
 
 
 def test_the_audit_keeps_a_real_sensor_and_flags_a_model_of_the_commanded_trajectory(

@@ -17,6 +17,15 @@ a fold passes when ours cuts the nominal error by 50 % or more over the moving j
 is within 1.1x the peer on each of them. ``--select`` has each fold choose its prior width
 and offsets as ``plag-ros identify --prior-scale auto --offset auto`` does, by
 leave-one-recording-out on its own four (nested: the held-out recording plays no part).
+``--prior-scale X`` widens the prior of every fold's fit X times (as ``plag-ros identify
+--prior-scale X``; ``--select`` chooses it instead). ``--unconstrained`` fits ours as
+before but without the bodies' constraint (the same prior and noise level, the MAP a
+linear solve: bodies no real body can be, friction and armature of either sign), to
+measure what physical consistency costs against the peer; each fold then gives its
+bodies' smallest pseudo-inertia eigenvalue over its trace (negative: no mass
+distribution has it), and, for ours and the peer, the joint-space mass matrix's smallest
+eigenvalue over the recordings' poses (every 50th, armature included; not positive: the
+model has the arm accelerate against a torque there).
 
 ``--spectrum`` prints where each recording's motion and torque have their power (the
 reason for the 5 Hz cut-off); ``--channels`` the signs that tell a model's output from a
@@ -28,12 +37,13 @@ two for a simulated torque sensor.
 The recordings are found under ``$PLAG_SHARED_DATA/real_arms/kinova_gen3`` or
 ``../shared/data/real_arms/kinova_gen3`` beside the repository.
 
-Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--folds [--select]]
-[--spectrum] [--channels]``.
+Usage: ``PYTHONPATH=$PWD python bench/bench_identify_real.py [--repeat 3] [--folds [--select]
+[--prior-scale X] [--unconstrained]] [--spectrum] [--channels]``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -46,6 +56,7 @@ from timing import median_time_s
 from plag_ros.apps.identify import Recording
 from plag_ros.apps.identify_input import read_estimated
 from plag_ros.apps.identify_report import held_out_errors
+from plag_ros.core.dynamics.consistency import pseudo_inertia
 from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
 from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
 from plag_ros.core.identification.channels import explained_fraction, noise_floor
@@ -148,17 +159,58 @@ def channels(folder: Path, model: RobotModel, columns: ColumnMapping) -> None:
           f'{noise_floor(sensor[:, joints]):7.3%}')
 
 
-def folds(model: RobotModel, recordings: dict, select: bool) -> None:
+def linear_map(R, c, x0, scale, lower, B, sigma) -> np.ndarray:
+    """``consistent_map``'s objective without its constraints: the linear MAP."""
+    return np.linalg.solve(R.T @ R / sigma ** 2 + np.diag(scale ** -2.0),
+                           R.T @ c / sigma ** 2 + x0 / scale ** 2)
+
+
+@contextlib.contextmanager
+def unconstrained():
+    """``identify`` with :func:`linear_map` in place of its constrained solve (both of
+    its passes), for ``--unconstrained``."""
+    from plag_ros.core.identification import fit
+
+    solve = fit.consistent_map
+    fit.consistent_map = linear_map
+    try:
+        yield
+    finally:
+        fit.consistent_map = solve
+
+
+def mass_matrix_eigenvalues(model: RobotModel, fitted, poses: np.ndarray) -> np.ndarray:
+    """(P,) the smallest eigenvalue [kg*m^2] of the actuated joints' mass matrix of the
+    ``fitted`` figures (an ``Identified``: bodies and armature) at each (P, n) pose: its
+    columns are the torque of a unit acceleration at rest less that of none."""
+    m = int(model.actuated.sum())
+    at_rest, unit = np.zeros((m, model.n_joints)), np.eye(model.n_joints)[model.actuated]
+    lowest = []
+    for pose in poses:
+        q = np.repeat(pose[None], m, axis=0)
+        M = (fitted.predict(model, q, at_rest, unit)
+             - fitted.predict(model, q, at_rest, at_rest)).T
+        lowest.append(np.linalg.eigvalsh(0.5 * (M + M.T))[0])
+    return np.array(lowest)
+
+
+def folds(model: RobotModel, recordings: dict, select: bool, free: bool = False,
+          prior_scale: float = 1.0) -> None:
     """Leave-one-recording-out (module docstring): a line per fold, then per joint."""
     act = list(model.actuated_names)
     print(f'leave-one-recording-out ({len(recordings)} folds), held-out RMS [N*m] over the '
           'rows where each joint moves: nominal / identified / least squares'
-          + ('; prior width and offsets chosen on the other four' if select else ''))
+          + ('; prior width and offsets chosen on the other four' if select else '')
+          + ("; ours without the bodies' constraint" if free else '')
+          + (f'; prior x{prior_scale:g}' if prior_scale != 1.0 and not select else ''))
     passed = 0
+    stack = contextlib.ExitStack()
     for name, held in recordings.items():
         fitted = joined(r for other, r in recordings.items() if other != name)
         q, qd, qdd, torque = fitted.arrays()
-        prior, terms = IdentificationPrior(), MeasurementTerms()
+        prior, terms = scaled_prior(IdentificationPrior(), prior_scale), MeasurementTerms()
+        if free:
+            stack.enter_context(unconstrained())
         if select:
             # plag-ros identify --prior-scale auto --offset auto on the four, nested
             choice = select_by_cross_validation(
@@ -171,6 +223,7 @@ def folds(model: RobotModel, recordings: dict, select: bool) -> None:
                   f'{", ".join(offsets) if offsets else "no joint"}')
         ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands(), prior=prior,
                         terms=terms)
+        stack.close()
         peer = fit_peer(model, q, qd, qdd, torque, rest_band=fitted.bands())
         errors = held_out(model, ours, peer, joined([held]))
         overall = errors['over_moving_joints']
@@ -182,6 +235,16 @@ def folds(model: RobotModel, recordings: dict, select: bool) -> None:
         print(f'  {name:28s} {overall["nominal"]:6.3f} / {overall["identified"]:6.3f} / '
               f'{overall["least_squares"]:6.3f} ({cut:.0%} less; worst joint '
               f'{max(ratios):.2f}x the peer) {"pass" if ok else "FAIL"}')
+        if free:
+            J = pseudo_inertia(ours.inertial)
+            smallest = np.linalg.eigvalsh(J)[:, 0] / np.trace(J, axis1=-2, axis2=-1)
+            print("    bodies' smallest pseudo-inertia eigenvalue / trace: "
+                  + ', '.join(f'{v:+.0%}' for v in smallest))
+            poses = np.concatenate([r.q for r in recordings.values()])[::50]
+            for who, fit in (('ours', ours), ('the peer', peer)):
+                lowest = mass_matrix_eigenvalues(model, fit, poses)
+                print(f'    mass matrix of {who}: smallest eigenvalue {lowest.min():+.3f} '
+                      f'kg*m^2, not positive at {(lowest <= 0.0).sum()} of {len(poses)} poses')
         for k in moved:
             print(f'    {act[k]:26s} {errors["nominal"][k]:6.3f} / {errors["identified"][k]:6.3f}'
                   f' / {errors["least_squares"][k]:6.3f} ({ratios[moved.index(k)]:.2f}x)')
@@ -195,6 +258,11 @@ def main() -> int:
     parser.add_argument('--select', action='store_true',
                         help='--folds: each fold chooses its prior width and offsets by '
                              'cross-validation on its four recordings')
+    parser.add_argument('--prior-scale', type=float, default=1.0,
+                        help='--folds: the prior width factor of every fold (without --select)')
+    parser.add_argument('--unconstrained', action='store_true',
+                        help="--folds: ours without the bodies' constraint (a diagnosis: "
+                             'what physical consistency costs against the peer)')
     parser.add_argument('--spectrum', action='store_true')
     parser.add_argument('--channels', action='store_true')
     args = parser.parse_args()
@@ -243,7 +311,8 @@ def main() -> int:
           f'mass {model.body_mass.sum():.3f} -> {mass:.3f} kg '
           f'({mass / model.body_mass.sum() - 1:+.0%})')
     if args.folds:
-        folds(model, dict(zip(FITTED + HELD_OUT, fitted + held)), args.select)
+        folds(model, dict(zip(FITTED + HELD_OUT, fitted + held)), args.select,
+              args.unconstrained, args.prior_scale)
     print(f'finished {time.strftime("%Y-%m-%d %H:%M:%S")}')
     return 0
 

@@ -18,14 +18,14 @@ is within 1.1x the peer on each of them. ``--select`` has each fold choose its p
 and offsets as ``plag-ros identify --prior-scale auto --offset auto`` does, by
 leave-one-recording-out on its own four (nested: the held-out recording plays no part).
 ``--prior-scale X`` widens the prior of every fold's fit X times (as ``plag-ros identify
---prior-scale X``; ``--select`` chooses it instead). ``--unconstrained`` fits ours as
-before but without the bodies' constraint (the same prior and noise level, the MAP a
-linear solve: bodies no real body can be, friction and armature of either sign), to
-measure what physical consistency costs against the peer; each fold then gives its
-bodies' smallest pseudo-inertia eigenvalue over its trace (negative: no mass
-distribution has it), and, for ours and the peer, the joint-space mass matrix's smallest
-eigenvalue over the recordings' poses (every 50th, armature included; not positive: the
-model has the arm accelerate against a torque there).
+--prior-scale X``; ``--select`` chooses it instead). Each fold gives, for ours and the
+peer, the joint-space mass matrix's smallest eigenvalue over the recordings' poses (every
+50th, armature included; not positive: the model has the arm accelerate against a torque
+there). ``--unconstrained`` fits ours as before but without the bodies' constraint (the
+same prior and noise level, the MAP a linear solve: bodies no real body can be, friction
+and armature of either sign), to measure what physical consistency costs against the
+peer; each fold then gives its bodies' smallest pseudo-inertia eigenvalue over the
+magnitude of its trace (negative: no mass distribution has it).
 
 ``--spectrum`` prints where each recording's motion and torque have their power (the
 reason for the 5 Hz cut-off); ``--channels`` the signs that tell a model's output from a
@@ -57,7 +57,7 @@ from plag_ros.apps.identify import Recording
 from plag_ros.apps.identify_input import read_estimated
 from plag_ros.apps.identify_report import held_out_errors
 from plag_ros.core.dynamics.consistency import pseudo_inertia
-from plag_ros.core.dynamics.model import RobotModel, default_urdf_path
+from plag_ros.core.dynamics.model import RobotModel, actuation_matrix, default_urdf_path
 from plag_ros.core.estimation.filters import EstimatorConfig, estimate_offline
 from plag_ros.core.identification.channels import explained_fraction, noise_floor
 from plag_ros.core.identification.fit import (
@@ -181,13 +181,15 @@ def unconstrained():
 
 def mass_matrix_eigenvalues(model: RobotModel, fitted, poses: np.ndarray) -> np.ndarray:
     """(P,) the smallest eigenvalue [kg*m^2] of the actuated joints' mass matrix of the
-    ``fitted`` figures (an ``Identified``: bodies and armature) at each (P, n) pose: its
-    columns are the torque of a unit acceleration at rest less that of none."""
-    m = int(model.actuated.sum())
-    at_rest, unit = np.zeros((m, model.n_joints)), np.eye(model.n_joints)[model.actuated]
+    ``fitted`` figures (anything with ``predict``: bodies and armature) at each (P, n)
+    pose: its columns are the torque of a unit acceleration of each actuated joint (its
+    mimic joints following) at rest, less that of none."""
+    G, _ = actuation_matrix(model)
+    unit = G.T                                   # (m, n): one actuated joint each
+    at_rest = np.zeros_like(unit)
     lowest = []
     for pose in poses:
-        q = np.repeat(pose[None], m, axis=0)
+        q = np.repeat(pose[None], len(unit), axis=0)
         M = (fitted.predict(model, q, at_rest, unit)
              - fitted.predict(model, q, at_rest, at_rest)).T
         lowest.append(np.linalg.eigvalsh(0.5 * (M + M.T))[0])
@@ -196,34 +198,33 @@ def mass_matrix_eigenvalues(model: RobotModel, fitted, poses: np.ndarray) -> np.
 
 def folds(model: RobotModel, recordings: dict, select: bool, free: bool = False,
           prior_scale: float = 1.0) -> None:
-    """Leave-one-recording-out (module docstring): a line per fold, then per joint."""
+    """Leave-one-recording-out (module docstring): a line per fold, its mass matrices,
+    then per joint."""
     act = list(model.actuated_names)
     print(f'leave-one-recording-out ({len(recordings)} folds), held-out RMS [N*m] over the '
           'rows where each joint moves: nominal / identified / least squares'
           + ('; prior width and offsets chosen on the other four' if select else '')
           + ("; ours without the bodies' constraint" if free else '')
-          + (f'; prior x{prior_scale:g}' if prior_scale != 1.0 and not select else ''))
+          + (f'; prior x{prior_scale:g}' if prior_scale != 1.0 else ''))
+    poses = np.concatenate([r.q for r in recordings.values()])[::50]
     passed = 0
-    stack = contextlib.ExitStack()
     for name, held in recordings.items():
         fitted = joined(r for other, r in recordings.items() if other != name)
         q, qd, qdd, torque = fitted.arrays()
         prior, terms = scaled_prior(IdentificationPrior(), prior_scale), MeasurementTerms()
-        if free:
-            stack.enter_context(unconstrained())
-        if select:
-            # plag-ros identify --prior-scale auto --offset auto on the four, nested
-            choice = select_by_cross_validation(
-                model, list(zip(fitted.q, fitted.qd, fitted.qdd, fitted.torque,
-                                fitted.band)), prior=prior, terms=terms)
-            prior = scaled_prior(prior, choice.prior_scale)
-            terms = MeasurementTerms(**choice.terms_offset)
-            offsets = [a for a, on in zip(act, choice.offset_joints) if on]
-            print(f'  {name}: chose prior x{choice.prior_scale:g}, offsets on '
-                  f'{", ".join(offsets) if offsets else "no joint"}')
-        ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands(), prior=prior,
-                        terms=terms)
-        stack.close()
+        with unconstrained() if free else contextlib.nullcontext():
+            if select:
+                # plag-ros identify --prior-scale auto --offset auto on the four, nested
+                choice = select_by_cross_validation(
+                    model, list(zip(fitted.q, fitted.qd, fitted.qdd, fitted.torque,
+                                    fitted.band)), prior=prior, terms=terms)
+                prior = scaled_prior(prior, choice.prior_scale)
+                terms = MeasurementTerms(**choice.terms_offset)
+                offsets = [a for a, on in zip(act, choice.offset_joints) if on]
+                print(f'  {name}: chose prior x{choice.prior_scale:g}, offsets on '
+                      f'{", ".join(offsets) if offsets else "no joint"}')
+            ours = identify(model, q, qd, qdd, torque, rest_band=fitted.bands(),
+                            prior=prior, terms=terms)
         peer = fit_peer(model, q, qd, qdd, torque, rest_band=fitted.bands())
         errors = held_out(model, ours, peer, joined([held]))
         overall = errors['over_moving_joints']
@@ -237,14 +238,13 @@ def folds(model: RobotModel, recordings: dict, select: bool, free: bool = False,
               f'{max(ratios):.2f}x the peer) {"pass" if ok else "FAIL"}')
         if free:
             J = pseudo_inertia(ours.inertial)
-            smallest = np.linalg.eigvalsh(J)[:, 0] / np.trace(J, axis1=-2, axis2=-1)
-            print("    bodies' smallest pseudo-inertia eigenvalue / trace: "
+            smallest = np.linalg.eigvalsh(J)[:, 0] / np.abs(np.trace(J, axis1=-2, axis2=-1))
+            print("    bodies' smallest pseudo-inertia eigenvalue / |trace|: "
                   + ', '.join(f'{v:+.0%}' for v in smallest))
-            poses = np.concatenate([r.q for r in recordings.values()])[::50]
-            for who, fit in (('ours', ours), ('the peer', peer)):
-                lowest = mass_matrix_eigenvalues(model, fit, poses)
-                print(f'    mass matrix of {who}: smallest eigenvalue {lowest.min():+.3f} '
-                      f'kg*m^2, not positive at {(lowest <= 0.0).sum()} of {len(poses)} poses')
+        for who, fit in (('ours', ours), ('the peer', peer)):
+            lowest = mass_matrix_eigenvalues(model, fit, poses)
+            print(f'    mass matrix of {who}: smallest eigenvalue {lowest.min():+.3f} '
+                  f'kg*m^2, not positive at {(lowest <= 0.0).sum()} of {len(poses)} poses')
         for k in moved:
             print(f'    {act[k]:26s} {errors["nominal"][k]:6.3f} / {errors["identified"][k]:6.3f}'
                   f' / {errors["least_squares"][k]:6.3f} ({ratios[moved.index(k)]:.2f}x)')
@@ -259,13 +259,16 @@ def main() -> int:
                         help='--folds: each fold chooses its prior width and offsets by '
                              'cross-validation on its four recordings')
     parser.add_argument('--prior-scale', type=float, default=1.0,
-                        help='--folds: the prior width factor of every fold (without --select)')
+                        help='--folds: the prior width factor of every fold (not with '
+                             '--select, which chooses it)')
     parser.add_argument('--unconstrained', action='store_true',
                         help="--folds: ours without the bodies' constraint (a diagnosis: "
                              'what physical consistency costs against the peer)')
     parser.add_argument('--spectrum', action='store_true')
     parser.add_argument('--channels', action='store_true')
     args = parser.parse_args()
+    if args.select and args.prior_scale != 1.0:
+        parser.error('--prior-scale is a fixed width; --select chooses one (give one of them)')
     folder = data_folder()
     model = RobotModel.from_urdf(folder / 'kinovaGen3.urdf')
     columns = ColumnMapping.from_yaml(REPO / 'config' / 'columns' / 'kinova_gen3.yaml')
